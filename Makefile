@@ -1,0 +1,40 @@
+# specdec: two commands on a fresh clone.
+#   make demo   the main job (today: hardware build + resource report; see README)
+#   make test   the whole suite (cocotb on Verilator, smoke subset on Icarus), < 20 min on 2 cores
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+VBIN  := $(shell ls -d $(VENV)/lib/python3*/site-packages/verilator/bin 2>/dev/null | head -1)
+export PATH := $(abspath $(VBIN)):$(abspath $(VENV)/bin):$(PATH)
+export PYTHONDONTWRITEBYTECODE := 1
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-long test-icarus gen check-generated report clean
+
+setup:
+	@bash scripts/setup.sh --ml
+
+demo: setup
+	$(VENV)/bin/specdec hw build
+	$(VENV)/bin/specdec hw report --json build/report.json
+
+test: setup check-generated
+	$(PY) -m pytest -q -m "not long and not board and not vivado" $(PYTEST_ARGS)
+
+test-long: setup
+	$(PY) -m pytest -q -m "long" $(PYTEST_ARGS)
+
+test-icarus: setup
+	$(PY) -m pytest -q -m "not long and not board and not vivado" --sim icarus tb $(PYTEST_ARGS)
+
+gen: setup
+	$(PY) scripts/gen.py
+
+check-generated: setup
+	$(PY) scripts/gen.py --check
+
+report: setup
+	$(VENV)/bin/specdec hw report --json build/report.json
+
+clean:
+	rm -rf build

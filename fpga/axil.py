@@ -1,0 +1,209 @@
+r"""AXI4-Lite register slave generated from a core's register map (``specdec.regmap``).
+
+Every core instantiates :func:`axil_regs` with its :class:`~specdec.regmap.CoreMap` and three dicts of
+signals keyed by register name: ``ro`` (values the core drives), ``rw`` (storage the block owns and the
+core reads) and ``pulse`` (one-cycle strobes the block drives). Decoding is by register name; no offset
+appears in a core.
+
+Handshake (one outstanding transaction per direction)::
+
+    clk      _/‾\_/‾\_/‾\_/‾\_/‾\_
+    awvalid  __/‾‾‾‾‾‾‾‾\_________      address and data wait together
+    wvalid   __/‾‾‾‾‾‾‾‾\_________
+    awready  ________/‾‾\_________      registered: one cycle after both are valid
+    wready   ________/‾‾\_________      the write takes effect on this edge
+    bvalid   ____________/‾‾‾‾\___      held until bready
+    bresp    ------------< R  >---      OKAY, SLVERR (write to ro) or DECERR (unmapped)
+
+Reads mirror it: ``arready`` one cycle after ``arvalid``, ``rvalid`` with ``rdata``/``rresp`` next.
+"""
+from __future__ import annotations
+
+from myhdl import ConcatSignal, Signal, always_comb, always_seq, block, intbv
+
+from specdec.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, CoreMap
+
+_KIND_CODE = {"ro": 1, "rw": 2, "pulse": 3}  # 0: unmapped
+
+
+class AxiLite:
+    """AXI4-Lite slave port; flattens to ``<prefix>_awaddr`` ... ``<prefix>_rready`` on conversion.
+
+    Parameters
+    ----------
+    addr_width : int
+        Byte address bits.
+    """
+
+    def __init__(self, addr_width: int) -> None:
+        if not 2 < addr_width <= 32:
+            raise ValueError(f"AXI-Lite addr_width {addr_width} outside 3..32")
+        self.awaddr = Signal(intbv(0)[addr_width:])   # write address
+        self.awprot = Signal(intbv(0)[3:])            # protection (ignored)
+        self.awvalid = Signal(bool(0))
+        self.awready = Signal(bool(0))
+        self.wdata = Signal(intbv(0)[32:])            # write data
+        self.wstrb = Signal(intbv(0)[4:])             # byte strobes
+        self.wvalid = Signal(bool(0))
+        self.wready = Signal(bool(0))
+        self.bresp = Signal(intbv(0)[2:])             # write response
+        self.bvalid = Signal(bool(0))
+        self.bready = Signal(bool(0))
+        self.araddr = Signal(intbv(0)[addr_width:])   # read address
+        self.arprot = Signal(intbv(0)[3:])            # protection (ignored)
+        self.arvalid = Signal(bool(0))
+        self.arready = Signal(bool(0))
+        self.rdata = Signal(intbv(0)[32:])            # read data
+        self.rresp = Signal(intbv(0)[2:])             # read response
+        self.rvalid = Signal(bool(0))
+        self.rready = Signal(bool(0))
+
+
+def register_signals(cmap: CoreMap) -> dict[str, Signal]:
+    """Fresh 32-bit signals for every register but ``ID``, ``rw`` ones starting at their reset value.
+
+    The core drives the ``ro`` signals and reads the ``rw`` and ``pulse`` ones; :func:`axil_regs`
+    drives the latter two.
+    """
+    return {r.name: Signal(intbv(r.reset)[32:]) for r in cmap.registers if r.name != "ID"}
+
+
+@block
+def _rw_word(clk, rst, sig, slot, wr_en, wslot, bytemask, wdata):
+    """Storage word: written bytes replace the old ones."""
+
+    @always_seq(clk.posedge, reset=rst)
+    def upd():
+        if wr_en and wslot == slot:
+            sig.next = (sig & ~bytemask) | (wdata & bytemask)
+
+    return upd
+
+
+@block
+def _pulse_word(clk, rst, sig, slot, wr_en, wslot, bytemask, wdata):
+    """Strobe word: the written bits for one cycle."""
+
+    @always_seq(clk.posedge, reset=rst)
+    def upd():
+        if wr_en and wslot == slot:
+            sig.next = wdata & bytemask
+        else:
+            sig.next = 0
+
+    return upd
+
+
+@block
+def axil_regs(clk, rst, bus, cmap, regs):
+    """Register file and AXI4-Lite slave for ``cmap``.
+
+    Parameters
+    ----------
+    clk, rst : Signal, ResetSignal
+        Clock and synchronous active-high reset.
+    bus : AxiLite
+        The slave port.
+    cmap : CoreMap
+        The core's register map; ``ID`` is answered here with ``cmap.map_hash()``.
+    regs : dict[str, Signal]
+        From :func:`register_signals`: ``ro`` values driven by the core; ``rw`` storage driven here
+        (reset to the map's reset value, kept across soft resets); ``pulse`` strobes driven here (the
+        written value for one cycle, else 0).
+    """
+    want = {r.name for r in cmap.registers if r.name != "ID"}
+    if set(regs) != want:
+        raise ValueError(f"core {cmap.name}: register signals {sorted(regs)} != map's {sorted(want)}")
+    if len(bus.awaddr) != cmap.addr_width:
+        raise ValueError(f"core {cmap.name}: bus has {len(bus.awaddr)} address bits, map needs {cmap.addr_width}")
+    nslots = 1 << (cmap.addr_width - 2)
+    kinds = tuple(_KIND_CODE[r.access] for r in cmap.registers) + (0,) * (nslots - len(cmap.registers))
+    slot_w = cmap.addr_width - 2
+
+    # Read bus: one 32-bit word per register; ConcatSignal puts its first argument at the top.
+    pieces = []
+    for r in reversed(cmap.registers):
+        if r.name == "ID":
+            pieces.append(intbv(cmap.map_hash())[32:])
+        elif r.access == "pulse":
+            pieces.append(intbv(0)[32:])
+        else:
+            pieces.append(regs[r.name])
+    rbus = ConcatSignal(*pieces)
+
+    bytemask = Signal(intbv(0)[32:])
+    wslot = Signal(intbv(0)[slot_w:])
+    rslot = Signal(intbv(0)[slot_w:])
+    wkind = Signal(intbv(0)[2:])
+    rkind = Signal(intbv(0)[2:])
+    wr_en = Signal(bool(0))       # a write to a rw/pulse register commits this cycle
+    aw_ok = Signal(bool(0))
+
+    @always_comb
+    def decode_slots():
+        wslot.next = bus.awaddr[cmap.addr_width:2]
+        rslot.next = bus.araddr[cmap.addr_width:2]
+
+    @always_comb
+    def kinds_lookup():
+        wkind.next = kinds[int(wslot)]
+        rkind.next = kinds[int(rslot)]
+
+    @always_comb
+    def make_bytemask():
+        m = intbv(0)[32:]
+        if bus.wstrb[0]:
+            m[8:0] = 0xFF
+        if bus.wstrb[1]:
+            m[16:8] = 0xFF
+        if bus.wstrb[2]:
+            m[24:16] = 0xFF
+        if bus.wstrb[3]:
+            m[32:24] = 0xFF
+        bytemask.next = m
+
+    @always_comb
+    def write_fire():
+        aw_ok.next = bus.awvalid and bus.wvalid and not bus.awready and not (bus.bvalid and not bus.bready)
+        wr_en.next = (bus.awvalid and bus.wvalid and not bus.awready and not (bus.bvalid and not bus.bready)
+                      and (wkind == 2 or wkind == 3))
+
+    @always_seq(clk.posedge, reset=rst)
+    def write_channel():
+        bus.awready.next = 0
+        bus.wready.next = 0
+        if bus.bvalid and bus.bready:
+            bus.bvalid.next = 0
+        if aw_ok:
+            bus.awready.next = 1
+            bus.wready.next = 1
+            bus.bvalid.next = 1
+            if wkind == 0:
+                bus.bresp.next = RESP_DECERR
+            elif wkind == 1:
+                bus.bresp.next = RESP_SLVERR
+            else:
+                bus.bresp.next = RESP_OKAY
+
+    @always_seq(clk.posedge, reset=rst)
+    def read_channel():
+        bus.arready.next = 0
+        if bus.rvalid and bus.rready:
+            bus.rvalid.next = 0
+        if bus.arvalid and not bus.arready and not (bus.rvalid and not bus.rready):
+            bus.arready.next = 1
+            bus.rvalid.next = 1
+            bus.rdata.next = (rbus >> (int(rslot) * 32)) & 0xFFFFFFFF
+            if rkind == 0:
+                bus.rresp.next = RESP_DECERR
+            else:
+                bus.rresp.next = RESP_OKAY
+
+    insts = [decode_slots, kinds_lookup, make_bytemask, write_fire, write_channel, read_channel]
+
+    for r in cmap.registers:
+        if r.access == "rw":
+            insts.append(_rw_word(clk, rst, regs[r.name], r.offset // 4, wr_en, wslot, bytemask, bus.wdata))
+        elif r.access == "pulse":
+            insts.append(_pulse_word(clk, rst, regs[r.name], r.offset // 4, wr_en, wslot, bytemask, bus.wdata))
+    return insts

@@ -1,0 +1,211 @@
+"""Compile and load the HLS-style C++ references (``hls_ref/cpp/<core>.cpp``) through ctypes.
+
+:func:`load` builds ``build/cpp/lib<core>-<digest>.so`` once, where the digest covers the source, every
+header under ``hls_ref/include`` and the compiler flags, so an edit to any of them rebuilds and an
+unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`) sit on top.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC_DIR = ROOT / "hls_ref" / "cpp"
+INCLUDE_DIR = ROOT / "hls_ref" / "include"
+BUILD_DIR = ROOT / "build" / "cpp"
+CXX = "g++"
+CXXFLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas")
+
+_u32p = ctypes.POINTER(ctypes.c_uint32)
+
+
+class CompileError(RuntimeError):
+    """The C++ compiler failed; the message carries its command line and output."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Generic: compile, cache, load
+# ------------------------------------------------------------------------------------------------
+
+def source(core: str) -> Path:
+    """The C++ source of ``core``; a clear error lists the available ones."""
+    path = SRC_DIR / f"{core}.cpp"
+    if not path.is_file():
+        known = sorted(p.stem for p in SRC_DIR.glob("*.cpp"))
+        raise FileNotFoundError(f"no C++ reference for core {core!r} at {path}; available: {known}")
+    return path
+
+
+def digest(core: str) -> str:
+    """12 hex digits of SHA-1 over the source, the headers (name and content) and the flags."""
+    h = hashlib.sha1()
+    h.update(source(core).read_bytes())
+    for hdr in sorted(INCLUDE_DIR.glob("*.h")):
+        h.update(b"\0" + hdr.name.encode() + b"\0" + hdr.read_bytes())
+    h.update("\0".join((CXX,) + CXXFLAGS).encode())
+    return h.hexdigest()[:12]
+
+
+def library_path(core: str, build_dir: Path = BUILD_DIR) -> Path:
+    """Where the shared library of ``core`` for the current sources lives."""
+    return build_dir / f"lib{core}-{digest(core)}.so"
+
+
+def compile_command(src: Path, dst: Path) -> list[str]:
+    """The compiler command line building ``dst`` from ``src``."""
+    return [CXX, *CXXFLAGS, "-I", str(INCLUDE_DIR), "-o", str(dst), str(src)]
+
+
+def build(core: str, build_dir: Path = BUILD_DIR) -> Path:
+    """Compile ``core`` unless its library for the current sources already exists.
+
+    Parameters
+    ----------
+    core : str
+        Core name; the source is ``hls_ref/cpp/<core>.cpp``.
+    build_dir : Path
+        Cache directory (default ``build/cpp`` in the repository).
+
+    Returns
+    -------
+    Path
+        The shared library.
+
+    Raises
+    ------
+    CompileError
+        The compiler is missing or failed (the message holds its output).
+    """
+    lib = library_path(core, build_dir)
+    if lib.is_file():
+        return lib
+    if shutil.which(CXX) is None:
+        raise CompileError(f"{CXX} not found on PATH: cannot build the C++ reference of {core!r}")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # Compile to a private name, then rename: concurrent builders never load a half-written file.
+    fd, tmp = tempfile.mkstemp(prefix=f".lib{core}-", suffix=".so", dir=build_dir)
+    os.close(fd)
+    cmd = compile_command(source(core), Path(tmp))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"building the C++ reference of {core!r} failed (exit {proc.returncode}):\n"
+                               f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+@functools.lru_cache(maxsize=None)
+def _load_path(path: str) -> ctypes.CDLL:
+    return ctypes.CDLL(path)
+
+
+def load(core: str, build_dir: Path = BUILD_DIR) -> ctypes.CDLL:
+    """The C++ reference of ``core`` as a ``ctypes.CDLL`` (built on first use, cached on disk).
+
+    Parameters
+    ----------
+    core : str
+        Core name, e.g. ``"rng"``.
+    build_dir : Path
+        Cache directory for the shared libraries.
+
+    Returns
+    -------
+    ctypes.CDLL
+        The loaded library (one handle per library file per process).
+    """
+    return _load_path(str(build(core, build_dir)))
+
+
+def u32_ptr(a: np.ndarray) -> "ctypes._Pointer[ctypes.c_uint32]":
+    """A ``uint32_t *`` to a C-contiguous uint32 array."""
+    if a.dtype != np.uint32 or not a.flags.c_contiguous:
+        raise TypeError(f"need a C-contiguous uint32 array, got {a.dtype} (contiguous={a.flags.c_contiguous})")
+    return a.ctypes.data_as(_u32p)
+
+
+# ------------------------------------------------------------------------------------------------
+# rng
+# ------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _rng() -> ctypes.CDLL:
+    lib = load("rng")
+    lib.rng_run.argtypes = [_u32p, ctypes.c_uint32, _u32p]
+    lib.rng_run.restype = ctypes.c_int
+    lib.rng_run_xor.argtypes = [_u32p, ctypes.c_uint32, _u32p, _u32p]
+    lib.rng_run_xor.restype = ctypes.c_int
+    lib.rng_id_hash.argtypes = []
+    lib.rng_id_hash.restype = ctypes.c_uint32
+    return lib
+
+
+def _state_words(state) -> np.ndarray:
+    """``state`` as a fresh uint32[4] array; words outside 0..2**32-1 raise ValueError."""
+    s = np.asarray(state)
+    if s.shape != (4,):
+        raise ValueError(f"state must have 4 words s[0..3], got shape {s.shape}")
+    words = [int(v) for v in s]
+    if any(not 0 <= v <= 0xFFFFFFFF for v in words):
+        raise ValueError(f"state words must fit 32 bits, got {[hex(v) for v in words]}")
+    return np.array(words, dtype=np.uint32)
+
+
+def _check_n(n: int) -> int:
+    n = int(n)
+    if not 0 <= n <= 0xFFFFFFFF:
+        raise ValueError(f"n must be in 0..2**32-1, got {n}")
+    return n
+
+
+def rng_run(state, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``n`` xoshiro128++ outputs from the C++ reference.
+
+    Parameters
+    ----------
+    state : array_like of int, shape (4,)
+        s[0..3]. An all-zero state is not rejected here: the core reports it as ``ERR.SEED_ZERO``.
+    n : int
+        Steps.
+
+    Returns
+    -------
+    out : ndarray of uint32, shape (n,)
+        The outputs (zeros when ``err`` is non-zero).
+    new_state : ndarray of uint32, shape (4,)
+        The state after the run (the input state when ``err`` is non-zero).
+    err : int
+        ``ERR`` bits: the SEED_ZERO mask for an all-zero state, else 0.
+    """
+    s = _state_words(state)
+    n = _check_n(n)
+    out = np.zeros(n, dtype=np.uint32)
+    err = _rng().rng_run(u32_ptr(s), n, u32_ptr(out))
+    return out, s, int(err)
+
+
+def rng_run_xor(state, n: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """As :func:`rng_run`, plus the value of the ``XOR`` register (XOR of the outputs) before ``err``."""
+    s = _state_words(state)
+    n = _check_n(n)
+    out = np.zeros(n, dtype=np.uint32)
+    acc = np.zeros(1, dtype=np.uint32)
+    err = _rng().rng_run_xor(u32_ptr(s), n, u32_ptr(out), u32_ptr(acc))
+    return out, s, int(acc[0]), int(err)
+
+
+def rng_id_hash() -> int:
+    """``SPECDEC_RNG_ID_HASH`` as compiled into the library."""
+    return int(_rng().rng_id_hash())

@@ -1,0 +1,34 @@
+"""Common base of the off-board devices: pynq's REGISTER_RW capability over 32-bit words."""
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+
+
+class RegisterDevice(ABC):
+    """A pynq device (``REGISTER_RW``) that forwards 32-bit word accesses to ``read_word``/``write_word``."""
+
+    name = "specdec-register-device"
+    capabilities = {"REGISTER_RW": True}
+
+    def has_capability(self, cap: str) -> bool:
+        return cap in self.capabilities
+
+    def read_registers(self, address: int, length: int) -> bytes:
+        if address % 4 or length % 4:
+            raise ValueError(f"unaligned register read at {address:#x}, length {length}")
+        return b"".join(struct.pack("<I", self.read_word(address + i)) for i in range(0, length, 4))
+
+    def write_registers(self, address: int, data: bytes) -> None:
+        if address % 4 or len(data) % 4:
+            raise ValueError(f"unaligned register write at {address:#x}, length {len(data)}")
+        for i in range(0, len(data), 4):
+            self.write_word(address + i, struct.unpack_from("<I", data, i)[0])
+
+    @abstractmethod
+    def read_word(self, address: int) -> int:
+        """One 32-bit read at a byte address."""
+
+    @abstractmethod
+    def write_word(self, address: int, value: int) -> None:
+        """One 32-bit write at a byte address."""

@@ -1,0 +1,124 @@
+"""The ``specdec`` command line.
+
+Each command group adds its subparsers in its own ``_add_<group>`` function and registers its handlers
+in ``HANDLERS`` (keyed by ``(group, action)``), so groups such as ``bench`` or ``generate`` can be added
+without touching the others::
+
+    specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
+    specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+Handler = Callable[[argparse.Namespace], int]
+HANDLERS: dict[tuple[str, str], Handler] = {}
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """Parse ``KEY=VALUE`` for ``--param``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _core_args(p: argparse.ArgumentParser) -> None:
+    """``--core`` (repeatable; default every core) and ``--param KEY=VALUE`` (repeatable)."""
+    p.add_argument("--core", action="append", metavar="NAME",
+                   help="core to process (repeatable; default: every core in fpga.convert.CORES)")
+    p.add_argument("--param", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="core parameter override, applied to every selected core (repeatable)")
+    p.add_argument("--out-dir", default="build", help="build tree root (default: build)")
+
+
+class UsageError(Exception):
+    """A bad core or parameter name or value on the command line (exit status 2)."""
+
+
+def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The cores and parameter overrides named on the command line, validated.
+
+    Raises
+    ------
+    UsageError
+        With ``fpga.convert.params_for``'s message naming the bad value and the valid ones.
+    """
+    from fpga.convert import CORES, params_for
+    cores, params = list(args.core or sorted(CORES)), dict(args.param)
+    for core in cores:
+        try:
+            params_for(core, params)
+        except KeyError as err:
+            raise UsageError(err.args[0] if err.args else str(err)) from None
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    return cores, params
+
+
+def _hw_build(args: argparse.Namespace) -> int:
+    from specdec import hw
+    cores, params = _selected(args)
+    for core in cores:
+        res = hw.build(core, params or None, args.out_dir)
+        print(f"{res['toplevel']}: {res['status']}  lint {res['lint']}  {res['verilog']}  {res['vvp']}")
+    return EXIT_OK
+
+
+def _hw_report(args: argparse.Namespace) -> int:
+    from specdec import hw
+    cores, params = _selected(args)
+    rows = hw.report(cores, {c: params for c in cores} if params else None, args.out_dir)
+    print(hw.format_table(rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+        print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+def _add_hw(sub: argparse._SubParsersAction) -> None:
+    """``specdec hw ...``: build (convert + lint + compile) and report (yosys estimates)."""
+    hw = sub.add_parser("hw", help="convert, lint, compile and size the FPGA cores")
+    hw_sub = hw.add_subparsers(dest="action", required=True, metavar="ACTION")
+    build = hw_sub.add_parser("build", help="convert to Verilog, lint with Verilator -Wall, compile with Icarus")
+    _core_args(build)
+    rep = hw_sub.add_parser("report", help="yosys synth_xilinx resource counts and logic-only arrival time")
+    _core_args(rep)
+    rep.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    HANDLERS[("hw", "build")] = _hw_build
+    HANDLERS[("hw", "report")] = _hw_report
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every command group."""
+    parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding on an FPGA: tools.")
+    sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+    _add_hw(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 for usage errors, 1 for failures).
+
+    Argparse usage errors raise ``SystemExit(2)`` as usual.
+    """
+    args = make_parser().parse_args(argv)
+    handler = HANDLERS[(args.group, args.action)]
+    try:
+        return handler(args)
+    except UsageError as err:
+        print(f"specdec: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except (RuntimeError, OSError) as err:
+        print(f"specdec: {args.group} {args.action} failed: {err}", file=sys.stderr)
+        return EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""pynq drivers, one per core, all derived from ``specdec.regmap``.
+
+Importing this package registers the drivers with pynq (``bindto``), so ``pynq.Overlay`` binds them on a
+board; off the board the same classes take a simulation or golden-model device (``specdec.backends``).
+"""
+from .base import SpecdecIP, pynq_registers, vlnv
+from .rng import Rng
+
+__all__ = ["SpecdecIP", "Rng", "pynq_registers", "vlnv"]

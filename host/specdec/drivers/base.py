@@ -1,0 +1,116 @@
+"""The driver base class: register access by name, ID check, status decode, soft reset, bounded polling."""
+from __future__ import annotations
+
+from pynq import DefaultIP
+from pynq.registers import RegisterMap
+
+from ..errors import CoreError, CoreTimeout, HardwareMismatch
+from ..regmap import CoreMap, core
+
+VLNV_VENDOR = "specdec.dev"
+VLNV_LIBRARY = "specdec"
+VLNV_VERSION = "1.0"
+
+
+def vlnv(core_name: str) -> str:
+    """The IP-XACT VLNV the board scripts package a core under (pynq's ``bindto`` key)."""
+    return f"{VLNV_VENDOR}:{VLNV_LIBRARY}:{core_name}:{VLNV_VERSION}"
+
+
+_PYNQ_ACCESS = {"ro": "read-only", "rw": "read-write", "pulse": "write-only"}
+
+
+def pynq_registers(cmap: CoreMap) -> dict:
+    """``cmap`` in the form of pynq's ``ip_dict[...]["registers"]`` (what a .hwh parse would give)."""
+    regs = {}
+    for r in cmap.registers:
+        acc = _PYNQ_ACCESS[r.access]
+        regs[r.name] = {
+            "address_offset": r.offset, "size": 32, "access": acc, "description": r.doc,
+            "fields": {f.name: {"bit_offset": f.lsb, "bit_width": f.width, "description": f.doc, "access": acc}
+                       for f in r.fields},
+        }
+    return regs
+
+
+def description(core_name: str, device, phys_addr: int = 0) -> dict:
+    """A minimal pynq IP description for ``device`` (a board-free way to construct a driver)."""
+    cmap = core(core_name)
+    return {"phys_addr": phys_addr, "addr_range": 1 << cmap.addr_width, "device": device,
+            "type": vlnv(core_name), "fullpath": core_name, "registers": pynq_registers(cmap)}
+
+
+class SpecdecIP(DefaultIP):
+    """Base of every specdec driver.
+
+    Subclasses set ``core_name`` and ``bindto``. Construction reads ``ID`` and refuses hardware whose
+    register-map hash differs from the map this package was built with.
+
+    Parameters
+    ----------
+    description : dict
+        pynq's IP description (from an Overlay), or :func:`description` off the board.
+    """
+
+    core_name: str = ""
+    poll_limit: int = 100_000  # STATUS reads before CoreTimeout; a wait never hangs
+
+    def __init__(self, description: dict) -> None:
+        super().__init__(description)
+        self.cmap = core(self.core_name)
+        self._status = self.cmap.reg("STATUS")
+        self._ctrl = self.cmap.reg("CTRL")
+        hw_id = self.read_reg("ID")
+        want = self.cmap.map_hash()
+        if hw_id != want:
+            raise HardwareMismatch(
+                f"{self.core_name}: hardware ID {hw_id:#010x} != register-map hash {want:#010x}; the bitstream "
+                f"was built from another register map (rebuild it, or install the matching specdec)")
+
+    @property
+    def register_map(self) -> RegisterMap:
+        """pynq RegisterMap built from ``specdec.regmap`` (the same map the hardware was generated from)."""
+        if not hasattr(self, "_register_map"):
+            cls = RegisterMap.create_subclass(self.core_name, pynq_registers(self.cmap))
+            self._register_map = cls(self.mmio.array)
+        return self._register_map
+
+    # -- registers by name ------------------------------------------------------------------------
+    def read_reg(self, name: str) -> int:
+        return int(self.read(self.cmap.offset(name)))
+
+    def write_reg(self, name: str, value: int) -> None:
+        if not 0 <= int(value) < 1 << 32:
+            raise ValueError(f"{self.core_name}.{name}: value {value} does not fit 32 bits")
+        self.write(self.cmap.offset(name), int(value))
+
+    def write_fields(self, name: str, **fields: int) -> None:
+        self.write_reg(name, self.cmap.reg(name).encode(**fields))
+
+    def read_fields(self, name: str) -> dict[str, int]:
+        return self.cmap.reg(name).decode(self.read_reg(name))
+
+    # -- control ----------------------------------------------------------------------------------
+    def soft_reset(self) -> None:
+        """Clear the datapath, STATUS and ERR; configuration registers keep their values."""
+        self.write_fields("CTRL", SOFT_RESET=1)
+
+    def start(self) -> None:
+        self.write_fields("CTRL", START=1)
+
+    def check(self) -> None:
+        """Raise :class:`CoreError` with the decoded ERR bits if the core reports an error."""
+        err = self.read_reg("ERR")
+        if err:
+            raise CoreError(self.core_name, err, self.cmap.decode_err(err))
+
+    def wait_done(self, limit: int | None = None) -> None:
+        """Poll STATUS until DONE or ERROR; raise CoreError / CoreTimeout instead of hanging."""
+        st = self._status
+        for _ in range(limit or self.poll_limit):
+            s = st.decode(self.read_reg("STATUS"))
+            if s["ERROR"]:
+                self.check()
+            if s["DONE"] and not s["BUSY"]:
+                return
+        raise CoreTimeout(f"{self.core_name}: not done after {limit or self.poll_limit} STATUS polls")

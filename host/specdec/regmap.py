@@ -1,0 +1,273 @@
+"""One source of truth for every core's registers and stream word formats.
+
+This module has no dependencies beyond the standard library, so the MyHDL generator (``fpga``), the
+pynq drivers (``specdec.drivers``), the cocotb testbenches (``tb``), the C header (``hls_ref``) and the
+Markdown register reference are all derived from it, on the build machine and on a PYNQ board alike.
+
+Conventions shared by every core
+--------------------------------
+* 32-bit AXI4-Lite registers, word aligned, allocated densely from offset 0 by :class:`MapBuilder`.
+* Offset 0 is ``ID``: a hash of the core's whole map (:meth:`CoreMap.map_hash`). A driver refuses
+  hardware whose ID differs.
+* ``CTRL`` (pulse), ``STATUS`` (ro) and ``ERR`` (ro) follow with the same common fields, so one driver base
+  class decodes them for every core.
+* Access kinds: ``ro`` (driven by the core; a write answers SLVERR), ``rw`` (storage with a reset value,
+  byte strobes honoured; survives a soft reset), ``pulse`` (write-only strobe seen by the core for one
+  cycle; reads as 0). An address outside the map answers DECERR.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+ACCESS_KINDS = ("ro", "rw", "pulse")
+WORD_BYTES = 4
+
+# AXI response codes (AXI4-Lite BRESP/RRESP).
+RESP_OKAY = 0
+RESP_SLVERR = 2
+RESP_DECERR = 3
+
+
+@dataclass(frozen=True)
+class Field:
+    """A named bit field inside a register."""
+
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lsb
+
+    def extract(self, value: int) -> int:
+        return (value >> self.lsb) & ((1 << self.width) - 1)
+
+    def insert(self, word: int, value: int) -> int:
+        limit = (1 << self.width) - 1
+        if not 0 <= value <= limit:
+            raise ValueError(f"field {self.name}: value {value} outside 0..{limit}")
+        return (word & ~self.mask) | (value << self.lsb)
+
+
+@dataclass(frozen=True)
+class Register:
+    """One 32-bit register of a core."""
+
+    name: str
+    offset: int
+    access: str
+    doc: str
+    reset: int = 0
+    fields: tuple[Field, ...] = ()
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r}; fields: {[f.name for f in self.fields]}")
+
+    def decode(self, value: int) -> dict[str, int]:
+        return {f.name: f.extract(value) for f in self.fields}
+
+    def encode(self, **values: int) -> int:
+        word = 0
+        for name, v in values.items():
+            word = self.field(name).insert(word, int(v))
+        return word
+
+
+@dataclass(frozen=True)
+class StreamField:
+    """A field of a stream word, repeated ``count`` times (lanes) from ``lsb`` upwards."""
+
+    name: str
+    lsb: int
+    width: int
+    doc: str
+    count: int = 1
+    signed: bool = False
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """The word format of an AXI-Stream port of a core."""
+
+    name: str
+    direction: str  # "in" (to the core) or "out"
+    width: int
+    doc: str
+    fields: tuple[StreamField, ...] = ()
+
+
+@dataclass(frozen=True)
+class CoreMap:
+    """Registers and streams of one core, with the hash that its ID register carries."""
+
+    name: str
+    doc: str
+    registers: tuple[Register, ...]
+    streams: tuple[StreamFormat, ...] = ()
+    error_bits: tuple[Field, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [r.name for r in self.registers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"core {self.name}: duplicate register names in {names}")
+        for i, r in enumerate(self.registers):
+            if r.offset != i * WORD_BYTES:
+                raise ValueError(f"core {self.name}: register {r.name} at {r.offset:#x}, expected {i * WORD_BYTES:#x}")
+
+    # -- lookup ---------------------------------------------------------------------------------
+    def reg(self, name: str) -> Register:
+        for r in self.registers:
+            if r.name == name:
+                return r
+        raise KeyError(f"core {self.name} has no register {name!r}; registers: {[r.name for r in self.registers]}")
+
+    def offset(self, name: str) -> int:
+        return self.reg(name).offset
+
+    def at(self, offset: int) -> Register | None:
+        if offset % WORD_BYTES or not 0 <= offset < self.span:
+            return None
+        return self.registers[offset // WORD_BYTES]
+
+    @property
+    def span(self) -> int:
+        """Bytes of address space the registers occupy."""
+        return len(self.registers) * WORD_BYTES
+
+    @property
+    def addr_width(self) -> int:
+        """AXI-Lite address bits: a power-of-two window holding every register (at least 8 bits)."""
+        return max(8, (self.span - 1).bit_length())
+
+    def stream(self, name: str) -> StreamFormat:
+        for s in self.streams:
+            if s.name == name:
+                return s
+        raise KeyError(f"core {self.name} has no stream {name!r}; streams: {[s.name for s in self.streams]}")
+
+    def decode_err(self, value: int) -> list[str]:
+        """Names of the error bits set in an ``ERR`` register value."""
+        return [f.name for f in self.error_bits if f.extract(value)]
+
+    # -- identity -------------------------------------------------------------------------------
+    def canonical(self) -> dict:
+        return {
+            "name": self.name,
+            "registers": [
+                {"name": r.name, "offset": r.offset, "access": r.access, "reset": r.reset,
+                 "fields": [[f.name, f.lsb, f.width] for f in r.fields]}
+                for r in self.registers
+            ],
+            "streams": [
+                {"name": s.name, "dir": s.direction, "width": s.width,
+                 "fields": [[f.name, f.lsb, f.width, f.count, f.signed] for f in s.fields]}
+                for s in self.streams
+            ],
+            "errors": [[f.name, f.lsb, f.width] for f in self.error_bits],
+        }
+
+    def map_hash(self) -> int:
+        """32-bit hash of the map (names, offsets, access, resets, fields, streams); never 0."""
+        blob = json.dumps(self.canonical(), sort_keys=True).encode()
+        h = int.from_bytes(hashlib.sha256(blob).digest()[:4], "big")
+        return h or 1
+
+
+class MapBuilder:
+    """Allocates register offsets in declaration order, after the common ID/CTRL/STATUS/ERR block.
+
+    Parameters
+    ----------
+    name : str
+        Core name (the same name the golden model, C++ reference, MyHDL block, testbench and driver use).
+    doc : str
+        One paragraph on what the core does.
+    errors : iterable of (name, doc)
+        The core's error bits, in bit order, as they appear in ``ERR``.
+    ctrl : iterable of (name, doc)
+        Core-specific ``CTRL`` pulse bits after the common ``START`` and ``SOFT_RESET``.
+    """
+
+    def __init__(self, name: str, doc: str, errors: Iterable[tuple[str, str]] = (),
+                 ctrl: Iterable[tuple[str, str]] = ()) -> None:
+        self.name, self.doc = name, doc
+        self._regs: list[Register] = []
+        self._streams: list[StreamFormat] = []
+        self._errors = tuple(Field(n, i, 1, d) for i, (n, d) in enumerate(errors))
+        if len(self._errors) > 32:
+            raise ValueError(f"core {name}: {len(self._errors)} error bits, at most 32")
+        ctrl_fields = [Field("START", 0, 1, "Start an operation."),
+                       Field("SOFT_RESET", 1, 1, "Clear the datapath, STATUS and ERR; configuration registers keep their values.")]
+        ctrl_fields += [Field(n, 2 + i, 1, d) for i, (n, d) in enumerate(ctrl)]
+        self.add("ID", "ro", "Hash of this core's register map; a driver refuses hardware whose ID differs.")
+        self.add("CTRL", "pulse", "Control strobes (write 1 to act; reads 0).", fields=ctrl_fields)
+        self.add("STATUS", "ro", "Core state.", fields=[
+            Field("BUSY", 0, 1, "An operation is running."),
+            Field("DONE", 1, 1, "The last operation finished; cleared by START or SOFT_RESET."),
+            Field("ERROR", 2, 1, "ERR is non-zero; the core stopped and waits for SOFT_RESET."),
+        ])
+        self.add("ERR", "ro", "Error bits (sticky until SOFT_RESET).", fields=self._errors)
+
+    def add(self, name: str, access: str, doc: str, reset: int = 0, fields: Iterable[Field] = ()) -> "MapBuilder":
+        if access not in ACCESS_KINDS:
+            raise ValueError(f"register {name}: access {access!r} not in {ACCESS_KINDS}")
+        if not 0 <= reset < 1 << 32:
+            raise ValueError(f"register {name}: reset value {reset:#x} does not fit 32 bits")
+        fields = tuple(fields)
+        used = 0
+        for f in fields:
+            if f.lsb < 0 or f.width < 1 or f.lsb + f.width > 32:
+                raise ValueError(f"register {name}: field {f.name} bits [{f.lsb}+:{f.width}] outside 0..31")
+            if used & f.mask:
+                raise ValueError(f"register {name}: field {f.name} overlaps another field")
+            used |= f.mask
+        self._regs.append(Register(name, len(self._regs) * WORD_BYTES, access, doc, reset, fields))
+        return self
+
+    def stream(self, fmt: StreamFormat) -> "MapBuilder":
+        self._streams.append(fmt)
+        return self
+
+    def build(self) -> CoreMap:
+        return CoreMap(self.name, self.doc, tuple(self._regs), tuple(self._streams), self._errors)
+
+
+# ------------------------------------------------------------------------------------------------
+# The cores
+# ------------------------------------------------------------------------------------------------
+
+def _rng_map() -> CoreMap:
+    b = MapBuilder(
+        "rng",
+        "xoshiro128++ uniform random number generator: 128-bit state loaded from SEED0..3, one 32-bit "
+        "output per step. The verifier embeds the same generator for its acceptance tests.",
+        errors=[("SEED_ZERO", "LOAD_SEED with an all-zero seed (xoshiro's forbidden state).")],
+        ctrl=[("LOAD_SEED", "Load the state from SEED0..3 (an all-zero seed raises SEED_ZERO)."),
+              ("STEP", "Advance one step; OUT takes the new output.")],
+    )
+    for i in range(4):
+        b.add(f"SEED{i}", "rw", f"State word s[{i}] loaded by CTRL.LOAD_SEED.", reset=0)
+    b.add("COUNT", "rw", "Steps that CTRL.START runs (0 runs none).", reset=1)
+    b.add("OUT", "ro", "The latest 32-bit output.")
+    b.add("XOR", "ro", "XOR of every output since LOAD_SEED: a cheap check that a long burst matched.")
+    b.add("STEPS", "ro", "Steps taken since LOAD_SEED (wraps at 2**32).")
+    return b.build()
+
+
+CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(),)}
+
+
+def core(name: str) -> CoreMap:
+    """The map of core ``name``; a clear error lists the known cores."""
+    try:
+        return CORES[name]
+    except KeyError:
+        raise KeyError(f"unknown core {name!r}; known cores: {sorted(CORES)}") from None

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent environment setup for specdec: apt tools + a project virtual environment.
+#
+#   scripts/setup.sh          # base toolchain (HDL, simulation, drivers, tests)
+#   scripts/setup.sh --ml     # also torch (local CPU wheel first) and transformers
+#
+# A stamp file per layer makes a second run a no-op; delete .venv to start over.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+WITH_ML=0
+[ "${1:-}" = "--ml" ] && WITH_ML=1
+
+need_apt=()
+command -v iverilog >/dev/null || need_apt+=(iverilog)
+command -v yosys >/dev/null || need_apt+=(yosys)
+command -v g++ >/dev/null || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+[ -x "$VENV/bin/python" ] || { echo "[setup] creating $VENV"; $PY -m venv "$VENV"; }
+# pip's extra local indexes warn once per package; keep real messages only
+PIP() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-warn-script-location "$@" 2>&1 \
+        | { grep -v "^WARNING: Location" || true; }; return "${PIPESTATUS[0]}"; }
+
+base_stamp="$VENV/.stamp-base-$(sha1sum scripts/requirements-base.txt | cut -c1-12)"
+if [ ! -f "$base_stamp" ]; then
+  echo "[setup] installing base Python packages (pynq builds from sdist, ~1 min)"
+  PIP --upgrade "pip<25" wheel "setuptools<=80"
+  PIP -r scripts/requirements-base.txt
+  PIP --no-build-isolation --no-deps -e .
+  touch "$base_stamp"
+fi
+
+if [ "$WITH_ML" = 1 ]; then
+  ml_stamp="$VENV/.stamp-ml-$(sha1sum scripts/requirements-ml.txt | cut -c1-12)"
+  if [ ! -f "$ml_stamp" ]; then
+    echo "[setup] installing torch==2.13.0 (local CPU wheel) and model packages"
+    PIP torch==2.13.0
+    PIP -r scripts/requirements-ml.txt
+    touch "$ml_stamp"
+  fi
+fi
+echo "[setup] ok: $($VENV/bin/python -c 'import myhdl, cocotb, pynq, numpy; print("myhdl", myhdl.__version__, "cocotb", cocotb.__version__, "pynq", pynq.__version__, "numpy", numpy.__version__)')"

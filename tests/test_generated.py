@@ -1,0 +1,215 @@
+"""The generated header and register reference: current, compilable, and faithful to ``specdec.regmap``."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec import regmap
+from specdec.regmap import CoreMap, StreamField, StreamFormat
+
+ROOT = Path(__file__).resolve().parents[1]
+GEN = ROOT / "scripts" / "gen.py"
+HEADER = ROOT / "hls_ref" / "include" / "specdec_regs.h"
+MARKDOWN = ROOT / "docs" / "registers.md"
+VENV_PY = ROOT / ".venv" / "bin" / "python"
+PYTHON = str(VENV_PY) if VENV_PY.exists() else sys.executable
+
+
+def _load_gen():
+    spec = importlib.util.spec_from_file_location("specdec_gen", GEN)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gen = _load_gen()
+
+
+def run_gen(*args: str) -> subprocess.CompletedProcess:
+    """``scripts/gen.py`` as a subprocess with the project's Python."""
+    return subprocess.run([PYTHON, str(GEN), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def parse_defines(text: str) -> dict[str, int]:
+    """Integer ``#define``s of a header (``0x..u`` / ``..u``); symbolic ones are left out."""
+    out = {}
+    for name, value in re.findall(r"^#define\s+(\w+)\s+(\S+)", text, flags=re.M):
+        m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|\d+)[uU]?", value)
+        if m:
+            out[name] = int(m.group(1), 0)
+    return out
+
+
+def stream_core() -> CoreMap:
+    """A copy of the rng map with a stream format, to exercise the stream parts of the generators."""
+    fmt = StreamFormat("tokens", "in", 64, "Draft tokens | probabilities.", (
+        StreamField("TOKEN", 0, 16, "Token id.", count=2),
+        StreamField("LOGP", 32, 16, "Log-probability.", count=2, signed=True),
+    ))
+    return dataclasses.replace(regmap.core("rng"), name="demo", streams=(fmt,))
+
+
+# -- up to date ------------------------------------------------------------------------------------
+
+def test_check_passes_on_committed_files():
+    proc = run_gen("--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().startswith("ok"), proc.stdout
+    assert len(proc.stdout.strip().splitlines()) == 1 and not proc.stderr
+
+
+def test_check_reports_missing_and_stale(tmp_path):
+    proc = run_gen("--check", "--root", str(tmp_path))
+    assert proc.returncode == 1
+    for rel in gen.outputs():
+        assert f"missing: {rel.as_posix()}" in proc.stderr
+    assert run_gen("--root", str(tmp_path)).returncode == 0
+    assert run_gen("--check", "--root", str(tmp_path)).returncode == 0
+    (tmp_path / gen.MARKDOWN_PATH).write_text("edited by hand\n")
+    proc = run_gen("--check", "--root", str(tmp_path))
+    assert proc.returncode == 1
+    assert f"stale: {gen.MARKDOWN_PATH.as_posix()}" in proc.stderr
+    assert gen.HEADER_PATH.as_posix() not in proc.stderr
+
+
+def test_render_is_deterministic():
+    assert gen.outputs() == gen.outputs()
+    assert set(gen.outputs()) == {gen.HEADER_PATH, gen.MARKDOWN_PATH}
+    assert HEADER.read_text() == gen.render_header()
+    assert MARKDOWN.read_text() == gen.render_markdown()
+
+
+def test_header_says_generated():
+    head = HEADER.read_text().splitlines()[:3]
+    assert any("scripts/gen.py" in ln and "host/specdec/regmap.py" in ln and "do not edit" in ln for ln in head)
+
+
+# -- compiles --------------------------------------------------------------------------------------
+
+def _compile(cmd: list[str]) -> None:
+    if shutil.which(cmd[0]) is None:
+        pytest.skip(f"{cmd[0]} not installed")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+
+
+def test_header_compiles_as_cpp():
+    _compile(["g++", "-std=c++17", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only",
+              "-x", "c++", str(HEADER)])
+
+
+def test_header_compiles_as_c(tmp_path):
+    use = tmp_path / "use.c"
+    use.write_text('#include "specdec_regs.h"\n#include "specdec_regs.h"\n'  # guard: twice is fine
+                   "unsigned id(void) { return SPECDEC_RNG_ID_HASH; }\n")
+    _compile(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only",
+              "-I", str(HEADER.parent), str(use)])
+    _compile(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-x", "c", str(HEADER)])
+
+
+def test_every_value_checked_by_the_compiler(tmp_path):
+    """The compiler itself agrees with regmap for every offset, reset, field and error mask."""
+    lines = ['#include "specdec_regs.h"']
+    for m in regmap.CORES.values():
+        pre = f"SPECDEC_{m.name.upper()}"
+        lines.append(f"static_assert({pre}_ID_HASH == {m.map_hash()}u, \"{m.name} id\");")
+        for r in m.registers:
+            rp = f"{pre}_{r.name}"
+            lines.append(f"static_assert({rp}_OFFSET == {r.offset}u && {rp}_RESET == {r.reset}u, \"{r.name}\");")
+            lines.append(f"static_assert({rp}_ACCESS == SPECDEC_ACCESS_{r.access.upper()}, \"{r.name}\");")
+            for f in r.fields:
+                lines.append(f"static_assert({rp}_{f.name}_MASK == {f.mask}u, \"{r.name}.{f.name}\");")
+    src = tmp_path / "check.cpp"
+    src.write_text("\n".join(lines) + "\n")
+    _compile(["g++", "-std=c++17", "-Wall", "-Werror", "-fsyntax-only", "-I", str(HEADER.parent), str(src)])
+
+
+# -- faithful to regmap ----------------------------------------------------------------------------
+
+def test_header_values_equal_regmap():
+    d = parse_defines(HEADER.read_text())
+    for m in regmap.CORES.values():
+        pre = f"SPECDEC_{m.name.upper()}"
+        assert d[f"{pre}_ID_HASH"] == m.map_hash()
+        assert d[f"{pre}_NUM_REGS"] == len(m.registers)
+        assert d[f"{pre}_SPAN"] == m.span
+        offsets = {k[len(pre) + 1:-len("_OFFSET")]: v for k, v in d.items()
+                   if k.startswith(pre + "_") and k.endswith("_OFFSET")}
+        assert offsets == {r.name: r.offset for r in m.registers}
+        for r in m.registers:
+            assert d[f"{pre}_{r.name}_RESET"] == r.reset
+            for f in r.fields:
+                fp = f"{pre}_{r.name}_{f.name}"
+                assert (d[f"{fp}_LSB"], d[f"{fp}_WIDTH"], d[f"{fp}_MASK"]) == (f.lsb, f.width, f.mask)
+        for f in m.error_bits:
+            assert d[f"{pre}_ERR_{f.name}"] == f.mask
+
+
+def test_rng_seed_zero_mask():
+    d = parse_defines(HEADER.read_text())
+    assert d["SPECDEC_RNG_ERR_SEED_ZERO"] == regmap.core("rng").reg("ERR").field("SEED_ZERO").mask
+
+
+def test_streams_rendered():
+    m = stream_core()
+    d = parse_defines(gen.render_header({m.name: m}))
+    assert d["SPECDEC_DEMO_STREAM_TOKENS_WIDTH"] == 64
+    assert [d[f"SPECDEC_DEMO_STREAM_TOKENS_LOGP_{k}"] for k in ("LSB", "WIDTH", "COUNT", "SIGNED")] == [32, 16, 2, 1]
+    assert [d[f"SPECDEC_DEMO_STREAM_TOKENS_TOKEN_{k}"] for k in ("LSB", "WIDTH", "COUNT", "SIGNED")] == [0, 16, 2, 0]
+    assert "#define SPECDEC_DEMO_STREAM_TOKENS_DIR" in gen.render_header({m.name: m})
+    md = gen.render_markdown({m.name: m})
+    assert "`tokens` (in, 64-bit words)" in md and "| `LOGP` | 32 | 16 | 2 | yes |" in md
+    assert "Draft tokens \\| probabilities." in md
+
+
+def test_changed_register_changes_hash_and_outputs():
+    rng = regmap.core("rng")
+    i = [r.name for r in rng.registers].index("COUNT")
+    count = rng.registers[i]
+    for changed in (dataclasses.replace(count, reset=count.reset + 1),
+                    dataclasses.replace(count, access="ro"),
+                    dataclasses.replace(count, name="COUNT2")):
+        regs = rng.registers[:i] + (changed,) + rng.registers[i + 1:]
+        other = dataclasses.replace(rng, registers=regs)
+        assert other.map_hash() != rng.map_hash()
+        header = gen.render_header({"rng": other})
+        assert f"0x{other.map_hash():08X}u" in header and f"0x{rng.map_hash():08X}u" not in header
+        assert gen.render_markdown({"rng": other}) != gen.render_markdown()
+
+
+def test_changed_map_makes_check_fail(tmp_path):
+    gen.write(tmp_path)
+    assert gen.stale(tmp_path) == []
+    rng = regmap.core("rng")
+    other = dataclasses.replace(rng, error_bits=rng.error_bits + (regmap.Field("NEW", 1, 1, "new"),))
+    assert {why for _, why in gen.stale(tmp_path, {"rng": other})} == {"stale"}
+
+
+def test_macro_name_collision_is_refused():
+    with pytest.raises(ValueError, match="collide"):
+        gen.render_header({"a": regmap.core("rng"), "b": regmap.core("rng")})
+
+
+def test_markdown_mentions_every_register():
+    md = MARKDOWN.read_text()
+    for access in regmap.ACCESS_KINDS:
+        assert f"| `{access}` |" in md
+    for word in ("SLVERR", "DECERR", "byte strobe", "soft reset", "one cycle"):
+        assert word.lower() in md.lower()
+    for m in regmap.CORES.values():
+        assert f"\n## {m.name}\n" in md
+        assert f"0x{m.map_hash():08X}" in md
+        for r in m.registers:
+            assert re.search(rf"^\| 0x{r.offset:02X} \| `{r.name}` \| {r.access} \| 0x{r.reset:08X} \|", md, re.M), r.name
+            for f in r.fields:
+                assert f"`{f.name}`" in md
+        for f in m.error_bits:
+            assert f"`{f.name}` | 0x{f.mask:08X}" in md

@@ -1,0 +1,156 @@
+"""Tests for ``specdec.hw`` (build, lint, yosys report) and the ``specdec hw`` command line."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specdec import cli, hw
+
+ROW_KEYS = {"core", "params", "toplevel", "lut", "ff", "carry4", "dsp", "bram36", "lutram", "lut_pct",
+            "ff_pct", "bram_pct", "dsp_pct", "arrival_ns", "arrival_note"}
+
+needs_tools = pytest.mark.skipif(shutil.which("iverilog") is None or shutil.which("yosys") is None,
+                                 reason="needs iverilog and yosys")
+
+
+def _exit_code(argv: list[str]) -> int:
+    """``cli.main``'s status, whether it returns it or raises SystemExit."""
+    try:
+        return cli.main(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
+@pytest.fixture(scope="module")
+def rng_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], list[dict]]:
+    """Run ``specdec hw report --core rng --json FILE`` once (yosys takes several seconds).
+
+    Returns
+    -------
+    tuple
+        (rows ``hw.report`` returned during that run, rows read back from the JSON file).
+    """
+    out = tmp_path_factory.mktemp("report")
+    path = out / "report.json"
+    returned: list[list[dict]] = []
+    real = hw.report
+
+    def spy(*args, **kwargs):
+        returned.append(real(*args, **kwargs))
+        return returned[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hw, "report", spy)
+        assert _exit_code(["hw", "report", "--core", "rng", "--out-dir", str(out), "--json", str(path)]) == 0
+    assert len(returned) == 1
+    return returned[0], json.loads(path.read_text())
+
+
+@needs_tools
+def test_build_rng(tmp_path: Path) -> None:
+    res = hw.build("rng", None, tmp_path)
+    assert res["status"] == "ok" and res["lint"] == "clean"
+    assert res["toplevel"] == "rng"
+    assert Path(res["verilog"]) == tmp_path / "verilog" / "rng.v" and Path(res["verilog"]).stat().st_size > 0
+    assert Path(res["vvp"]) == tmp_path / "iverilog" / "rng.vvp" and Path(res["vvp"]).stat().st_size > 0
+
+
+def test_lint_rejects_unwaived_warning(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.v"
+    bad.write_text("module bad(input [7:0] a, output [3:0] y);\n  assign y = a;\nendmodule\n")
+    with pytest.raises(RuntimeError, match="UNUSEDSIGNAL.*'a'"):
+        hw.lint(bad, "bad")
+
+
+def test_waivers_have_reasons() -> None:
+    lines = hw.waiver_file().read_text().splitlines()
+    assert lines[0] == "`verilator_config"
+    for i, line in enumerate(lines):
+        if line.startswith("lint_off"):
+            j = i - 1
+            while lines[j].startswith("lint_off"):  # a group of waivers shares the comment above it
+                j -= 1
+            assert lines[j].startswith("//"), f"waiver without a reason: {line}"
+
+
+def test_build_unknown_core(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="'nope'.*valid cores.*rng"):
+        hw.build("nope", None, tmp_path)
+
+
+def test_build_unknown_param(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="'BOGUS'.*valid parameters"):
+        hw.build("rng", {"BOGUS": "3"}, tmp_path)
+
+
+def test_report_unknown_core(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="'nope'.*valid cores.*rng"):
+        hw.report(["nope"], None, tmp_path)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["hw", "build", "--core", "nope"], ["'nope'", "valid cores", "rng"]),
+    (["hw", "report", "--core", "nope"], ["'nope'", "valid cores", "rng"]),
+    (["hw", "build", "--core", "rng", "--param", "BOGUS=3"], ["'BOGUS'", "valid parameters"]),
+])
+def test_cli_bad_names(argv: list[str], words: list[str], tmp_path: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_code(argv + ["--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err
+
+
+def test_cli_malformed_param(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_code(["hw", "build", "--param", "NOEQUALS"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+
+
+@needs_tools
+def test_report_rng(rng_report: tuple[list[dict], list[dict]]) -> None:
+    rows = rng_report[0]
+    assert len(rows) == 1
+    row = rows[0]
+    assert ROW_KEYS <= row.keys()
+    assert row["core"] == "rng" and row["toplevel"] == "rng"
+    assert row["lut"] > 0 and row["ff"] > 0
+    assert row["lut_pct"] == pytest.approx(100 * (row["lut"] + row["lutram"]) / 53_200)
+    assert row["arrival_ns"] is None or row["arrival_ns"] > 0
+    assert "lower bound" in row["arrival_note"] or row["arrival_ns"] is None
+    table = hw.format_table(rows)
+    assert "rng" in table and "lower bound" in table
+
+
+@needs_tools
+def test_cli_report_json(rng_report: tuple[list[dict], list[dict]]) -> None:
+    cli_report = rng_report[1]
+    assert cli_report == json.loads(json.dumps(rng_report[0]))
+    assert [r["core"] for r in cli_report] == ["rng"]
+    assert ROW_KEYS <= cli_report[0].keys()
+    assert cli_report[0]["lut"] > 0 and cli_report[0]["ff"] > 0
+
+
+def test_parse_stat_and_sta() -> None:
+    stat = """
+=== sub ===
+     LUT2                           99
+=== design hierarchy ===
+   Number of cells:                 20
+     CARRY4                          1
+     DSP48E1                         2
+     FDRE                            3
+     FDCE                            1
+     LUT1                            4
+     LUT6                            5
+     RAM32M                          2
+     RAMB18E1                        1
+     RAMB36E1                        1
+"""
+    counts = hw.parse_stat(stat)
+    assert counts == {"lut": 9, "ff": 4, "carry4": 1, "dsp": 2, "bram36": 1.5, "lutram": 8}
+    assert hw.parse_sta("Latest arrival time in 'rng' is 2318:\n") == pytest.approx(2.318)
+    assert hw.parse_sta("ERROR: something") is None
