@@ -2,7 +2,8 @@
 
 :func:`load` builds ``build/cpp/lib<core>-<digest>.so`` once, where the digest covers the source, every
 header under ``hls_ref/include`` and the compiler flags, so an edit to any of them rebuilds and an
-unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`) sit on top.
+unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`, :func:`verifier_round`)
+sit on top.
 """
 from __future__ import annotations
 
@@ -209,3 +210,132 @@ def rng_run_xor(state, n: int) -> tuple[np.ndarray, np.ndarray, int, int]:
 def rng_id_hash() -> int:
     """``SPECDEC_RNG_ID_HASH`` as compiled into the library."""
     return int(_rng().rng_id_hash())
+
+
+# ------------------------------------------------------------------------------------------------
+# verifier
+# ------------------------------------------------------------------------------------------------
+
+_i16p = ctypes.POINTER(ctypes.c_int16)
+_u16p = ctypes.POINTER(ctypes.c_uint16)
+
+#: Keys of :func:`verifier_round`'s result, in the order of the C entry's ``result`` words.
+VERIFIER_FIELDS = ("n_accept", "next_token", "accept_bits", "rows", "words", "last_ep", "last_eq",
+                   "last_sp", "last_sq", "err", "sample_beats")
+
+
+@functools.lru_cache(maxsize=None)
+def _verifier() -> ctypes.CDLL:
+    lib = load("verifier")
+    lib.verifier_round.argtypes = [_i16p, ctypes.c_int, _i16p, ctypes.c_int, _u16p, ctypes.c_int, ctypes.c_int,
+                                   ctypes.c_int, ctypes.c_int, ctypes.c_int, _u32p, ctypes.c_int, ctypes.c_int,
+                                   ctypes.c_int, _u32p]
+    lib.verifier_round.restype = ctypes.c_int
+    lib.verifier_tables.argtypes = [_u32p, _u32p]
+    lib.verifier_tables.restype = None
+    lib.verifier_exp.argtypes = [ctypes.c_int32]
+    lib.verifier_exp.restype = ctypes.c_uint32
+    lib.verifier_id_hash.argtypes = []
+    lib.verifier_id_hash.restype = ctypes.c_uint32
+    return lib
+
+
+def _rows(a, name: str) -> np.ndarray:
+    """``a`` as a C-contiguous int16 [rows, vocab] array of logit codes (a 1-D array is one row)."""
+    arr = np.asarray(a)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be [rows, vocab] logit codes, got shape {arr.shape}")
+    if arr.size and (arr.min() < -32768 or arr.max() > 32767):
+        raise ValueError(f"{name} codes must fit int16")
+    return np.ascontiguousarray(arr, dtype=np.int16)
+
+
+def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int, vocab_max: int = 65536,
+                   gamma_max: int = 16) -> dict:
+    """One verifier round from the C++ reference (docs/verifier.md).
+
+    Parameters
+    ----------
+    p : array_like of int16, shape (rows_p, V)
+        Target logit codes, row i = p_i (at least gamma + 1 rows are read as the round needs them).
+    q : array_like of int16, shape (rows_q, V)
+        Draft logit codes, row i = q_i (ignored in greedy mode; may be None or have 0 rows there).
+    draft : sequence of int
+        Draft tokens x_0 .. x_{gamma-1} (16-bit register fields); gamma = len(draft).
+    greedy : bool
+        ``CONFIG.GREEDY``.
+    inv_temp : int
+        ``INV_TEMP`` (Q8.8, 256 = 1.0).
+    words : array_like of uint32
+        The RNG words the round may take, in order (None = none).
+    lanes : int
+        Logits per stream beat.
+    vocab_max, gamma_max : int
+        The instance's ``VOCAB_MAX`` and ``GAMMA_MAX``.
+
+    Returns
+    -------
+    dict
+        ``n_accept, next_token, accept_bits, rows, words, last_ep, last_eq, last_sp, last_sq, err,
+        sample_beats`` (``words`` is the count taken; ``err`` the ERR bits, 0 when the round completed).
+
+    Raises
+    ------
+    ValueError
+        The round needed more RNG words than given, or more rows than ``p``/``q`` hold, or an argument is
+        out of range.
+    """
+    p_arr = _rows(p, "p")
+    vocab = p_arr.shape[1]
+    q_arr = np.zeros((0, vocab), dtype=np.int16) if q is None else np.asarray(q)
+    if q_arr.size == 0:
+        q_arr = np.zeros((0, vocab), dtype=np.int16)
+    q_arr = _rows(q_arr, "q")
+    if q_arr.shape[0] and q_arr.shape[1] != vocab:
+        raise ValueError(f"p and q rows differ in length: {vocab} vs {q_arr.shape[1]}")
+    d = [int(x) for x in np.asarray(draft).reshape(-1)]
+    if any(not 0 <= x <= 0xFFFF for x in d):
+        raise ValueError(f"draft tokens must fit 16 bits, got {d}")
+    d_arr = np.array(d if d else [0], dtype=np.uint16)
+    w = [] if words is None else [int(x) for x in np.asarray(words).reshape(-1)]
+    if any(not 0 <= x <= 0xFFFFFFFF for x in w):
+        raise ValueError("RNG words must fit 32 bits")
+    w_arr = np.array(w if w else [0], dtype=np.uint32)
+    inv_temp = int(inv_temp)
+    if not 0 <= inv_temp <= 0x7FFFFFFF:
+        raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
+    lanes = int(lanes)
+    if not 1 <= lanes <= 16:
+        raise ValueError(f"lanes must be in 1..16, got {lanes}")
+    result = np.zeros(len(VERIFIER_FIELDS), dtype=np.uint32)
+    rc = _verifier().verifier_round(
+        p_arr.ctypes.data_as(_i16p), p_arr.shape[0], q_arr.ctypes.data_as(_i16p), q_arr.shape[0],
+        d_arr.ctypes.data_as(_u16p), len(d), vocab, lanes, int(bool(greedy)), inv_temp, u32_ptr(w_arr), len(w),
+        int(vocab_max), int(gamma_max), u32_ptr(result))
+    if rc == -1:
+        raise ValueError(f"the round needed more RNG words than the {len(w)} given")
+    if rc == -2:
+        raise ValueError(f"the round needed more rows than given (p: {p_arr.shape[0]}, q: {q_arr.shape[0]})")
+    if rc != 0:
+        raise ValueError(f"bad arguments: lanes={lanes}, vocab_max={vocab_max}, gamma_max={gamma_max}")
+    return {k: int(v) for k, v in zip(VERIFIER_FIELDS, result)}
+
+
+def verifier_tables() -> tuple[np.ndarray, np.ndarray]:
+    """The exp tables ``EH[256]`` and ``EL[16]`` as compiled into the C++ reference."""
+    eh = np.zeros(256, dtype=np.uint32)
+    el = np.zeros(16, dtype=np.uint32)
+    _verifier().verifier_tables(u32_ptr(eh), u32_ptr(el))
+    return eh, el
+
+
+def verifier_exp(d: int) -> int:
+    """``EXP(d)`` (Q1.15) of the C++ reference for a distance ``d >= 0``."""
+    return int(_verifier().verifier_exp(int(d)))
+
+
+def verifier_id_hash() -> int:
+    """``SPECDEC_VERIFIER_ID_HASH`` as compiled into the library."""
+    return int(_verifier().verifier_id_hash())

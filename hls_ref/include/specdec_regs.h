@@ -3,107 +3,399 @@
 #ifndef SPECDEC_REGS_H
 #define SPECDEC_REGS_H
 
-#define SPECDEC_WORD_BYTES                4u  /* bytes per register */
-#define SPECDEC_ACCESS_RO                 0u
-#define SPECDEC_ACCESS_RW                 1u
-#define SPECDEC_ACCESS_PULSE              2u
-#define SPECDEC_DIR_IN                    0u
-#define SPECDEC_DIR_OUT                   1u
-#define SPECDEC_RESP_OKAY                 0u  /* AXI BRESP/RRESP */
-#define SPECDEC_RESP_SLVERR               2u  /* write to a ro register */
-#define SPECDEC_RESP_DECERR               3u  /* address outside the map */
+#define SPECDEC_WORD_BYTES                          4u  /* bytes per register */
+#define SPECDEC_ACCESS_RO                           0u
+#define SPECDEC_ACCESS_RW                           1u
+#define SPECDEC_ACCESS_PULSE                        2u
+#define SPECDEC_DIR_IN                              0u
+#define SPECDEC_DIR_OUT                             1u
+#define SPECDEC_RESP_OKAY                           0u  /* AXI BRESP/RRESP */
+#define SPECDEC_RESP_SLVERR                         2u  /* write to a ro register */
+#define SPECDEC_RESP_DECERR                         3u  /* address outside the map */
 
 /* ==== core rng: xoshiro128++ uniform random number generator: 128-bit state loaded from SEED0..3, one 32-bit output per step. The verifier embeds the same generator for its acceptance tests. */
-#define SPECDEC_RNG_ID_HASH               0xEE8698FEu  /* value of the ID register */
-#define SPECDEC_RNG_NUM_REGS              12u
-#define SPECDEC_RNG_SPAN                  0x30u  /* bytes of register space */
-#define SPECDEC_RNG_ADDR_WIDTH            8u  /* AXI4-Lite address bits */
+#define SPECDEC_RNG_ID_HASH                         0xEE8698FEu  /* value of the ID register */
+#define SPECDEC_RNG_NUM_REGS                        12u
+#define SPECDEC_RNG_SPAN                            0x30u  /* bytes of register space */
+#define SPECDEC_RNG_ADDR_WIDTH                      8u  /* AXI4-Lite address bits */
 
 /* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
-#define SPECDEC_RNG_ID_OFFSET             0x00u
-#define SPECDEC_RNG_ID_RESET              0x00000000u
-#define SPECDEC_RNG_ID_ACCESS             SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_ID_OFFSET                       0x00u
+#define SPECDEC_RNG_ID_RESET                        0x00000000u
+#define SPECDEC_RNG_ID_ACCESS                       SPECDEC_ACCESS_RO
 
 /* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
-#define SPECDEC_RNG_CTRL_OFFSET           0x04u
-#define SPECDEC_RNG_CTRL_RESET            0x00000000u
-#define SPECDEC_RNG_CTRL_ACCESS           SPECDEC_ACCESS_PULSE
-#define SPECDEC_RNG_CTRL_START_LSB        0u  /* Start an operation. */
-#define SPECDEC_RNG_CTRL_START_WIDTH      1u
-#define SPECDEC_RNG_CTRL_START_MASK       0x00000001u
-#define SPECDEC_RNG_CTRL_SOFT_RESET_LSB   1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
-#define SPECDEC_RNG_CTRL_SOFT_RESET_WIDTH 1u
-#define SPECDEC_RNG_CTRL_SOFT_RESET_MASK  0x00000002u
-#define SPECDEC_RNG_CTRL_LOAD_SEED_LSB    2u  /* Load the state from SEED0..3 (an all-zero seed raises SEED_ZERO). */
-#define SPECDEC_RNG_CTRL_LOAD_SEED_WIDTH  1u
-#define SPECDEC_RNG_CTRL_LOAD_SEED_MASK   0x00000004u
-#define SPECDEC_RNG_CTRL_STEP_LSB         3u  /* Advance one step; OUT takes the new output. */
-#define SPECDEC_RNG_CTRL_STEP_WIDTH       1u
-#define SPECDEC_RNG_CTRL_STEP_MASK        0x00000008u
+#define SPECDEC_RNG_CTRL_OFFSET                     0x04u
+#define SPECDEC_RNG_CTRL_RESET                      0x00000000u
+#define SPECDEC_RNG_CTRL_ACCESS                     SPECDEC_ACCESS_PULSE
+#define SPECDEC_RNG_CTRL_START_LSB                  0u  /* Start an operation. */
+#define SPECDEC_RNG_CTRL_START_WIDTH                1u
+#define SPECDEC_RNG_CTRL_START_MASK                 0x00000001u
+#define SPECDEC_RNG_CTRL_SOFT_RESET_LSB             1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_RNG_CTRL_SOFT_RESET_WIDTH           1u
+#define SPECDEC_RNG_CTRL_SOFT_RESET_MASK            0x00000002u
+#define SPECDEC_RNG_CTRL_LOAD_SEED_LSB              2u  /* Load the state from SEED0..3 (an all-zero seed raises SEED_ZERO). */
+#define SPECDEC_RNG_CTRL_LOAD_SEED_WIDTH            1u
+#define SPECDEC_RNG_CTRL_LOAD_SEED_MASK             0x00000004u
+#define SPECDEC_RNG_CTRL_STEP_LSB                   3u  /* Advance one step; OUT takes the new output. */
+#define SPECDEC_RNG_CTRL_STEP_WIDTH                 1u
+#define SPECDEC_RNG_CTRL_STEP_MASK                  0x00000008u
 
 /* STATUS (ro) @ 0x08: Core state. */
-#define SPECDEC_RNG_STATUS_OFFSET         0x08u
-#define SPECDEC_RNG_STATUS_RESET          0x00000000u
-#define SPECDEC_RNG_STATUS_ACCESS         SPECDEC_ACCESS_RO
-#define SPECDEC_RNG_STATUS_BUSY_LSB       0u  /* An operation is running. */
-#define SPECDEC_RNG_STATUS_BUSY_WIDTH     1u
-#define SPECDEC_RNG_STATUS_BUSY_MASK      0x00000001u
-#define SPECDEC_RNG_STATUS_DONE_LSB       1u  /* The last operation finished; cleared by START or SOFT_RESET. */
-#define SPECDEC_RNG_STATUS_DONE_WIDTH     1u
-#define SPECDEC_RNG_STATUS_DONE_MASK      0x00000002u
-#define SPECDEC_RNG_STATUS_ERROR_LSB      2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
-#define SPECDEC_RNG_STATUS_ERROR_WIDTH    1u
-#define SPECDEC_RNG_STATUS_ERROR_MASK     0x00000004u
+#define SPECDEC_RNG_STATUS_OFFSET                   0x08u
+#define SPECDEC_RNG_STATUS_RESET                    0x00000000u
+#define SPECDEC_RNG_STATUS_ACCESS                   SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_STATUS_BUSY_LSB                 0u  /* An operation is running. */
+#define SPECDEC_RNG_STATUS_BUSY_WIDTH               1u
+#define SPECDEC_RNG_STATUS_BUSY_MASK                0x00000001u
+#define SPECDEC_RNG_STATUS_DONE_LSB                 1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_RNG_STATUS_DONE_WIDTH               1u
+#define SPECDEC_RNG_STATUS_DONE_MASK                0x00000002u
+#define SPECDEC_RNG_STATUS_ERROR_LSB                2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_RNG_STATUS_ERROR_WIDTH              1u
+#define SPECDEC_RNG_STATUS_ERROR_MASK               0x00000004u
 
 /* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
-#define SPECDEC_RNG_ERR_OFFSET            0x0Cu
-#define SPECDEC_RNG_ERR_RESET             0x00000000u
-#define SPECDEC_RNG_ERR_ACCESS            SPECDEC_ACCESS_RO
-#define SPECDEC_RNG_ERR_SEED_ZERO_LSB     0u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
-#define SPECDEC_RNG_ERR_SEED_ZERO_WIDTH   1u
-#define SPECDEC_RNG_ERR_SEED_ZERO_MASK    0x00000001u
+#define SPECDEC_RNG_ERR_OFFSET                      0x0Cu
+#define SPECDEC_RNG_ERR_RESET                       0x00000000u
+#define SPECDEC_RNG_ERR_ACCESS                      SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_ERR_SEED_ZERO_LSB               0u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
+#define SPECDEC_RNG_ERR_SEED_ZERO_WIDTH             1u
+#define SPECDEC_RNG_ERR_SEED_ZERO_MASK              0x00000001u
 
 /* SEED0 (rw) @ 0x10: State word s[0] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED0_OFFSET          0x10u
-#define SPECDEC_RNG_SEED0_RESET           0x00000000u
-#define SPECDEC_RNG_SEED0_ACCESS          SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED0_OFFSET                    0x10u
+#define SPECDEC_RNG_SEED0_RESET                     0x00000000u
+#define SPECDEC_RNG_SEED0_ACCESS                    SPECDEC_ACCESS_RW
 
 /* SEED1 (rw) @ 0x14: State word s[1] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED1_OFFSET          0x14u
-#define SPECDEC_RNG_SEED1_RESET           0x00000000u
-#define SPECDEC_RNG_SEED1_ACCESS          SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED1_OFFSET                    0x14u
+#define SPECDEC_RNG_SEED1_RESET                     0x00000000u
+#define SPECDEC_RNG_SEED1_ACCESS                    SPECDEC_ACCESS_RW
 
 /* SEED2 (rw) @ 0x18: State word s[2] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED2_OFFSET          0x18u
-#define SPECDEC_RNG_SEED2_RESET           0x00000000u
-#define SPECDEC_RNG_SEED2_ACCESS          SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED2_OFFSET                    0x18u
+#define SPECDEC_RNG_SEED2_RESET                     0x00000000u
+#define SPECDEC_RNG_SEED2_ACCESS                    SPECDEC_ACCESS_RW
 
 /* SEED3 (rw) @ 0x1C: State word s[3] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED3_OFFSET          0x1Cu
-#define SPECDEC_RNG_SEED3_RESET           0x00000000u
-#define SPECDEC_RNG_SEED3_ACCESS          SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED3_OFFSET                    0x1Cu
+#define SPECDEC_RNG_SEED3_RESET                     0x00000000u
+#define SPECDEC_RNG_SEED3_ACCESS                    SPECDEC_ACCESS_RW
 
 /* COUNT (rw) @ 0x20: Steps that CTRL.START runs (0 runs none). */
-#define SPECDEC_RNG_COUNT_OFFSET          0x20u
-#define SPECDEC_RNG_COUNT_RESET           0x00000001u
-#define SPECDEC_RNG_COUNT_ACCESS          SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_COUNT_OFFSET                    0x20u
+#define SPECDEC_RNG_COUNT_RESET                     0x00000001u
+#define SPECDEC_RNG_COUNT_ACCESS                    SPECDEC_ACCESS_RW
 
 /* OUT (ro) @ 0x24: The latest 32-bit output. */
-#define SPECDEC_RNG_OUT_OFFSET            0x24u
-#define SPECDEC_RNG_OUT_RESET             0x00000000u
-#define SPECDEC_RNG_OUT_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_OUT_OFFSET                      0x24u
+#define SPECDEC_RNG_OUT_RESET                       0x00000000u
+#define SPECDEC_RNG_OUT_ACCESS                      SPECDEC_ACCESS_RO
 
 /* XOR (ro) @ 0x28: XOR of every output since LOAD_SEED: a cheap check that a long burst matched. */
-#define SPECDEC_RNG_XOR_OFFSET            0x28u
-#define SPECDEC_RNG_XOR_RESET             0x00000000u
-#define SPECDEC_RNG_XOR_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_XOR_OFFSET                      0x28u
+#define SPECDEC_RNG_XOR_RESET                       0x00000000u
+#define SPECDEC_RNG_XOR_ACCESS                      SPECDEC_ACCESS_RO
 
 /* STEPS (ro) @ 0x2C: Steps taken since LOAD_SEED (wraps at 2**32). */
-#define SPECDEC_RNG_STEPS_OFFSET          0x2Cu
-#define SPECDEC_RNG_STEPS_RESET           0x00000000u
-#define SPECDEC_RNG_STEPS_ACCESS          SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_STEPS_OFFSET                    0x2Cu
+#define SPECDEC_RNG_STEPS_RESET                     0x00000000u
+#define SPECDEC_RNG_STEPS_ACCESS                    SPECDEC_ACCESS_RO
 
 /* rng error bits (masks of ERR) */
-#define SPECDEC_RNG_ERR_SEED_ZERO         0x00000001u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
+#define SPECDEC_RNG_ERR_SEED_ZERO                   0x00000001u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
+
+/* ==== core verifier: Speculative-decoding verifier: streams target rows p_i and draft rows q_i of fixed-point logits, computes a streaming softmax per row, accepts draft token x_i when u < p(x_i)/q(x_i) (no divider), resamples the first rejected position from norm(max(0, p - q)) or samples the bonus token from p_gamma over an on-chip row buffer. Greedy mode compares the target's argmax with the draft. */
+#define SPECDEC_VERIFIER_ID_HASH                    0x47418C57u  /* value of the ID register */
+#define SPECDEC_VERIFIER_NUM_REGS                   33u
+#define SPECDEC_VERIFIER_SPAN                       0x84u  /* bytes of register space */
+#define SPECDEC_VERIFIER_ADDR_WIDTH                 8u  /* AXI4-Lite address bits */
+
+/* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
+#define SPECDEC_VERIFIER_ID_OFFSET                  0x00u
+#define SPECDEC_VERIFIER_ID_RESET                   0x00000000u
+#define SPECDEC_VERIFIER_ID_ACCESS                  SPECDEC_ACCESS_RO
+
+/* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
+#define SPECDEC_VERIFIER_CTRL_OFFSET                0x04u
+#define SPECDEC_VERIFIER_CTRL_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_CTRL_ACCESS                SPECDEC_ACCESS_PULSE
+#define SPECDEC_VERIFIER_CTRL_START_LSB             0u  /* Start an operation. */
+#define SPECDEC_VERIFIER_CTRL_START_WIDTH           1u
+#define SPECDEC_VERIFIER_CTRL_START_MASK            0x00000001u
+#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_LSB        1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_WIDTH      1u
+#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_MASK       0x00000002u
+#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_LSB         2u  /* Load the RNG state from SEED0..3. */
+#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_WIDTH       1u
+#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_MASK        0x00000004u
+
+/* STATUS (ro) @ 0x08: Core state. */
+#define SPECDEC_VERIFIER_STATUS_OFFSET              0x08u
+#define SPECDEC_VERIFIER_STATUS_RESET               0x00000000u
+#define SPECDEC_VERIFIER_STATUS_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_STATUS_BUSY_LSB            0u  /* An operation is running. */
+#define SPECDEC_VERIFIER_STATUS_BUSY_WIDTH          1u
+#define SPECDEC_VERIFIER_STATUS_BUSY_MASK           0x00000001u
+#define SPECDEC_VERIFIER_STATUS_DONE_LSB            1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_VERIFIER_STATUS_DONE_WIDTH          1u
+#define SPECDEC_VERIFIER_STATUS_DONE_MASK           0x00000002u
+#define SPECDEC_VERIFIER_STATUS_ERROR_LSB           2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_VERIFIER_STATUS_ERROR_WIDTH         1u
+#define SPECDEC_VERIFIER_STATUS_ERROR_MASK          0x00000004u
+
+/* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
+#define SPECDEC_VERIFIER_ERR_OFFSET                 0x0Cu
+#define SPECDEC_VERIFIER_ERR_RESET                  0x00000000u
+#define SPECDEC_VERIFIER_ERR_ACCESS                 SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO_LSB          0u  /* LOAD_SEED with an all-zero seed. */
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO_WIDTH        1u
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO_MASK         0x00000001u
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_LSB          1u  /* GAMMA above the core's GAMMA_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_WIDTH        1u
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_MASK         0x00000002u
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_LSB          2u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_WIDTH        1u
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_MASK         0x00000004u
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_LSB          3u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_WIDTH        1u
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_MASK         0x00000008u
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_LSB           4u  /* INV_TEMP is 0 in sampling mode (temperature 0: use greedy mode). */
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_WIDTH         1u
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_MASK          0x00000010u
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW_LSB          5u  /* TLAST came before the last beat of a row. */
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW_WIDTH        1u
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW_MASK         0x00000020u
+#define SPECDEC_VERIFIER_ERR_LONG_ROW_LSB           6u  /* The last beat of a row came without TLAST. */
+#define SPECDEC_VERIFIER_ERR_LONG_ROW_WIDTH         1u
+#define SPECDEC_VERIFIER_ERR_LONG_ROW_MASK          0x00000040u
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_LSB    7u  /* A stream beat arrived while the core expected none (stream longer than announced). */
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_WIDTH  1u
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_MASK   0x00000080u
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_LSB          8u  /* Every logit of a row is -inf: no distribution to sample from. */
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_WIDTH        1u
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_MASK         0x00000100u
+
+/* CONFIG (rw) @ 0x10: Round configuration. */
+#define SPECDEC_VERIFIER_CONFIG_OFFSET              0x10u
+#define SPECDEC_VERIFIER_CONFIG_RESET               0x00000000u
+#define SPECDEC_VERIFIER_CONFIG_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_CONFIG_GREEDY_LSB          0u  /* 1: greedy (argmax) verification, only target rows are streamed; 0: sampling. */
+#define SPECDEC_VERIFIER_CONFIG_GREEDY_WIDTH        1u
+#define SPECDEC_VERIFIER_CONFIG_GREEDY_MASK         0x00000001u
+
+/* GAMMA (rw) @ 0x14: Draft tokens this round (0 = plain sampling of the next token). */
+#define SPECDEC_VERIFIER_GAMMA_OFFSET               0x14u
+#define SPECDEC_VERIFIER_GAMMA_RESET                0x00000000u
+#define SPECDEC_VERIFIER_GAMMA_ACCESS               SPECDEC_ACCESS_RW
+
+/* VOCAB (rw) @ 0x18: Vocabulary size V of the rows streamed (1..VOCAB_MAX). */
+#define SPECDEC_VERIFIER_VOCAB_OFFSET               0x18u
+#define SPECDEC_VERIFIER_VOCAB_RESET                0x00000000u
+#define SPECDEC_VERIFIER_VOCAB_ACCESS               SPECDEC_ACCESS_RW
+
+/* INV_TEMP (rw) @ 0x1C: 1/temperature, unsigned Q8.8 (256 = 1.0); 0 is an error in sampling mode. */
+#define SPECDEC_VERIFIER_INV_TEMP_OFFSET            0x1Cu
+#define SPECDEC_VERIFIER_INV_TEMP_RESET             0x00000100u
+#define SPECDEC_VERIFIER_INV_TEMP_ACCESS            SPECDEC_ACCESS_RW
+
+/* DRAFT0 (rw) @ 0x20: Draft tokens x_0 (bits 15:0) and x_1 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT0_OFFSET              0x20u
+#define SPECDEC_VERIFIER_DRAFT0_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT0_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT0_LO_LSB              0u  /* x_0 */
+#define SPECDEC_VERIFIER_DRAFT0_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT0_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT0_HI_LSB              16u  /* x_1 */
+#define SPECDEC_VERIFIER_DRAFT0_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT0_HI_MASK             0xFFFF0000u
+
+/* DRAFT1 (rw) @ 0x24: Draft tokens x_2 (bits 15:0) and x_3 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT1_OFFSET              0x24u
+#define SPECDEC_VERIFIER_DRAFT1_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT1_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT1_LO_LSB              0u  /* x_2 */
+#define SPECDEC_VERIFIER_DRAFT1_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT1_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT1_HI_LSB              16u  /* x_3 */
+#define SPECDEC_VERIFIER_DRAFT1_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT1_HI_MASK             0xFFFF0000u
+
+/* DRAFT2 (rw) @ 0x28: Draft tokens x_4 (bits 15:0) and x_5 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT2_OFFSET              0x28u
+#define SPECDEC_VERIFIER_DRAFT2_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT2_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT2_LO_LSB              0u  /* x_4 */
+#define SPECDEC_VERIFIER_DRAFT2_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT2_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT2_HI_LSB              16u  /* x_5 */
+#define SPECDEC_VERIFIER_DRAFT2_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT2_HI_MASK             0xFFFF0000u
+
+/* DRAFT3 (rw) @ 0x2C: Draft tokens x_6 (bits 15:0) and x_7 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT3_OFFSET              0x2Cu
+#define SPECDEC_VERIFIER_DRAFT3_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT3_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT3_LO_LSB              0u  /* x_6 */
+#define SPECDEC_VERIFIER_DRAFT3_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT3_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT3_HI_LSB              16u  /* x_7 */
+#define SPECDEC_VERIFIER_DRAFT3_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT3_HI_MASK             0xFFFF0000u
+
+/* DRAFT4 (rw) @ 0x30: Draft tokens x_8 (bits 15:0) and x_9 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT4_OFFSET              0x30u
+#define SPECDEC_VERIFIER_DRAFT4_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT4_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT4_LO_LSB              0u  /* x_8 */
+#define SPECDEC_VERIFIER_DRAFT4_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT4_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT4_HI_LSB              16u  /* x_9 */
+#define SPECDEC_VERIFIER_DRAFT4_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT4_HI_MASK             0xFFFF0000u
+
+/* DRAFT5 (rw) @ 0x34: Draft tokens x_10 (bits 15:0) and x_11 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT5_OFFSET              0x34u
+#define SPECDEC_VERIFIER_DRAFT5_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT5_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT5_LO_LSB              0u  /* x_10 */
+#define SPECDEC_VERIFIER_DRAFT5_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT5_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT5_HI_LSB              16u  /* x_11 */
+#define SPECDEC_VERIFIER_DRAFT5_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT5_HI_MASK             0xFFFF0000u
+
+/* DRAFT6 (rw) @ 0x38: Draft tokens x_12 (bits 15:0) and x_13 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT6_OFFSET              0x38u
+#define SPECDEC_VERIFIER_DRAFT6_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT6_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT6_LO_LSB              0u  /* x_12 */
+#define SPECDEC_VERIFIER_DRAFT6_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT6_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT6_HI_LSB              16u  /* x_13 */
+#define SPECDEC_VERIFIER_DRAFT6_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT6_HI_MASK             0xFFFF0000u
+
+/* DRAFT7 (rw) @ 0x3C: Draft tokens x_14 (bits 15:0) and x_15 (bits 31:16). */
+#define SPECDEC_VERIFIER_DRAFT7_OFFSET              0x3Cu
+#define SPECDEC_VERIFIER_DRAFT7_RESET               0x00000000u
+#define SPECDEC_VERIFIER_DRAFT7_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT7_LO_LSB              0u  /* x_14 */
+#define SPECDEC_VERIFIER_DRAFT7_LO_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT7_LO_MASK             0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT7_HI_LSB              16u  /* x_15 */
+#define SPECDEC_VERIFIER_DRAFT7_HI_WIDTH            16u
+#define SPECDEC_VERIFIER_DRAFT7_HI_MASK             0xFFFF0000u
+
+/* SEED0 (rw) @ 0x40: RNG state word s[0] loaded by CTRL.LOAD_SEED. */
+#define SPECDEC_VERIFIER_SEED0_OFFSET               0x40u
+#define SPECDEC_VERIFIER_SEED0_RESET                0x00000000u
+#define SPECDEC_VERIFIER_SEED0_ACCESS               SPECDEC_ACCESS_RW
+
+/* SEED1 (rw) @ 0x44: RNG state word s[1] loaded by CTRL.LOAD_SEED. */
+#define SPECDEC_VERIFIER_SEED1_OFFSET               0x44u
+#define SPECDEC_VERIFIER_SEED1_RESET                0x00000000u
+#define SPECDEC_VERIFIER_SEED1_ACCESS               SPECDEC_ACCESS_RW
+
+/* SEED2 (rw) @ 0x48: RNG state word s[2] loaded by CTRL.LOAD_SEED. */
+#define SPECDEC_VERIFIER_SEED2_OFFSET               0x48u
+#define SPECDEC_VERIFIER_SEED2_RESET                0x00000000u
+#define SPECDEC_VERIFIER_SEED2_ACCESS               SPECDEC_ACCESS_RW
+
+/* SEED3 (rw) @ 0x4C: RNG state word s[3] loaded by CTRL.LOAD_SEED. */
+#define SPECDEC_VERIFIER_SEED3_OFFSET               0x4Cu
+#define SPECDEC_VERIFIER_SEED3_RESET                0x00000000u
+#define SPECDEC_VERIFIER_SEED3_ACCESS               SPECDEC_ACCESS_RW
+
+/* PARAMS (ro) @ 0x50: Build parameters of this instance. */
+#define SPECDEC_VERIFIER_PARAMS_OFFSET              0x50u
+#define SPECDEC_VERIFIER_PARAMS_RESET               0x00000000u
+#define SPECDEC_VERIFIER_PARAMS_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_PARAMS_LANES_LSB           0u  /* Logits per stream beat. */
+#define SPECDEC_VERIFIER_PARAMS_LANES_WIDTH         4u
+#define SPECDEC_VERIFIER_PARAMS_LANES_MASK          0x0000000Fu
+#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_LSB       4u  /* Largest GAMMA accepted. */
+#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_WIDTH     5u
+#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_MASK      0x000001F0u
+
+/* VOCAB_MAX (ro) @ 0x54: Largest VOCAB accepted (row buffer depth). */
+#define SPECDEC_VERIFIER_VOCAB_MAX_OFFSET           0x54u
+#define SPECDEC_VERIFIER_VOCAB_MAX_RESET            0x00000000u
+#define SPECDEC_VERIFIER_VOCAB_MAX_ACCESS           SPECDEC_ACCESS_RO
+
+/* N_ACCEPT (ro) @ 0x58: Draft tokens accepted in the last round. */
+#define SPECDEC_VERIFIER_N_ACCEPT_OFFSET            0x58u
+#define SPECDEC_VERIFIER_N_ACCEPT_RESET             0x00000000u
+#define SPECDEC_VERIFIER_N_ACCEPT_ACCESS            SPECDEC_ACCESS_RO
+
+/* NEXT_TOKEN (ro) @ 0x5C: The token emitted after the accepted prefix (resampled, argmax or bonus). */
+#define SPECDEC_VERIFIER_NEXT_TOKEN_OFFSET          0x5Cu
+#define SPECDEC_VERIFIER_NEXT_TOKEN_RESET           0x00000000u
+#define SPECDEC_VERIFIER_NEXT_TOKEN_ACCESS          SPECDEC_ACCESS_RO
+
+/* ACCEPT_BITS (ro) @ 0x60: Bit i: position i was tested and accepted. */
+#define SPECDEC_VERIFIER_ACCEPT_BITS_OFFSET         0x60u
+#define SPECDEC_VERIFIER_ACCEPT_BITS_RESET          0x00000000u
+#define SPECDEC_VERIFIER_ACCEPT_BITS_ACCESS         SPECDEC_ACCESS_RO
+
+/* ROWS (ro) @ 0x64: Rows consumed this round (target and draft). */
+#define SPECDEC_VERIFIER_ROWS_OFFSET                0x64u
+#define SPECDEC_VERIFIER_ROWS_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_ROWS_ACCESS                SPECDEC_ACCESS_RO
+
+/* WORDS (ro) @ 0x68: RNG words consumed this round. */
+#define SPECDEC_VERIFIER_WORDS_OFFSET               0x68u
+#define SPECDEC_VERIFIER_WORDS_RESET                0x00000000u
+#define SPECDEC_VERIFIER_WORDS_ACCESS               SPECDEC_ACCESS_RO
+
+/* LAST_EP (ro) @ 0x6C: e_p(x) = EXP(m_p - z_p[x]) of the last tested position (Q1.15). */
+#define SPECDEC_VERIFIER_LAST_EP_OFFSET             0x6Cu
+#define SPECDEC_VERIFIER_LAST_EP_RESET              0x00000000u
+#define SPECDEC_VERIFIER_LAST_EP_ACCESS             SPECDEC_ACCESS_RO
+
+/* LAST_EQ (ro) @ 0x70: e_q(x) of the last tested position (Q1.15). */
+#define SPECDEC_VERIFIER_LAST_EQ_OFFSET             0x70u
+#define SPECDEC_VERIFIER_LAST_EQ_RESET              0x00000000u
+#define SPECDEC_VERIFIER_LAST_EQ_ACCESS             SPECDEC_ACCESS_RO
+
+/* LAST_SP (ro) @ 0x74: Running sum S_p of the last target row. */
+#define SPECDEC_VERIFIER_LAST_SP_OFFSET             0x74u
+#define SPECDEC_VERIFIER_LAST_SP_RESET              0x00000000u
+#define SPECDEC_VERIFIER_LAST_SP_ACCESS             SPECDEC_ACCESS_RO
+
+/* LAST_SQ (ro) @ 0x78: Running sum S_q of the last draft row. */
+#define SPECDEC_VERIFIER_LAST_SQ_OFFSET             0x78u
+#define SPECDEC_VERIFIER_LAST_SQ_RESET              0x00000000u
+#define SPECDEC_VERIFIER_LAST_SQ_ACCESS             SPECDEC_ACCESS_RO
+
+/* CYCLES_BUSY (ro) @ 0x7C: Clock cycles BUSY this round. */
+#define SPECDEC_VERIFIER_CYCLES_BUSY_OFFSET         0x7Cu
+#define SPECDEC_VERIFIER_CYCLES_BUSY_RESET          0x00000000u
+#define SPECDEC_VERIFIER_CYCLES_BUSY_ACCESS         SPECDEC_ACCESS_RO
+
+/* CYCLES_STALL (ro) @ 0x80: BUSY cycles spent waiting for a stream beat. */
+#define SPECDEC_VERIFIER_CYCLES_STALL_OFFSET        0x80u
+#define SPECDEC_VERIFIER_CYCLES_STALL_RESET         0x00000000u
+#define SPECDEC_VERIFIER_CYCLES_STALL_ACCESS        SPECDEC_ACCESS_RO
+
+/* verifier error bits (masks of ERR) */
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO              0x00000001u  /* LOAD_SEED with an all-zero seed. */
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA              0x00000002u  /* GAMMA above the core's GAMMA_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB              0x00000004u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN              0x00000008u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP               0x00000010u  /* INV_TEMP is 0 in sampling mode (temperature 0: use greedy mode). */
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW              0x00000020u  /* TLAST came before the last beat of a row. */
+#define SPECDEC_VERIFIER_ERR_LONG_ROW               0x00000040u  /* The last beat of a row came without TLAST. */
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA        0x00000080u  /* A stream beat arrived while the core expected none (stream longer than announced). */
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW              0x00000100u  /* Every logit of a row is -inf: no distribution to sample from. */
+
+/* stream s_axis (in, 128 bits): Logit rows, LANES codes per beat (element j = beat*LANES + lane; lanes past VOCAB carry -inf), TLAST on each row's last beat. Order: p_0, q_0, p_1, q_1, ..., p_gamma (greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE). */
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_WIDTH        128u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_DIR          SPECDEC_DIR_IN
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_LSB    0u  /* Q7.8 logit code; -32768 = -inf */
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_WIDTH  16u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_COUNT  8u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_SIGNED 1u
 
 #endif /* SPECDEC_REGS_H */

@@ -262,7 +262,67 @@ def _rng_map() -> CoreMap:
     return b.build()
 
 
-CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(),)}
+# Verifier fixed-point formats (docs/verifier.md is the bit-level specification).
+LOGIT_BITS = 16           # signed logit code per stream lane
+LOGIT_FRAC = 8            # Q7.8: code = round(logit * 256)
+LOGIT_NEG_INF = -(1 << 15)  # -32768 means -inf (masked by top-k/top-p); real logits clip to +-32767
+INV_TEMP_FRAC = 8         # INV_TEMP is 1/T in unsigned Q8.8 (256 = temperature 1.0)
+EXP_FRAC = 15             # exp values are Q1.15: exp(0) = 32768
+U_BITS = 24               # uniform u = RNG word >> 8, compared as u / 2**24
+VERIFIER_MAX_GAMMA = 16
+
+
+def _verifier_map() -> CoreMap:
+    b = MapBuilder(
+        "verifier",
+        "Speculative-decoding verifier: streams target rows p_i and draft rows q_i of fixed-point logits, "
+        "computes a streaming softmax per row, accepts draft token x_i when u < p(x_i)/q(x_i) (no divider), "
+        "resamples the first rejected position from norm(max(0, p - q)) or samples the bonus token from "
+        "p_gamma over an on-chip row buffer. Greedy mode compares the target's argmax with the draft.",
+        errors=[("SEED_ZERO", "LOAD_SEED with an all-zero seed."),
+                ("BAD_GAMMA", "GAMMA above the core's GAMMA_MAX."),
+                ("BAD_VOCAB", "VOCAB is 0 or above the core's VOCAB_MAX."),
+                ("BAD_TOKEN", "A draft token DRAFT[i], i < GAMMA, is not below VOCAB."),
+                ("BAD_TEMP", "INV_TEMP is 0 in sampling mode (temperature 0: use greedy mode)."),
+                ("SHORT_ROW", "TLAST came before the last beat of a row."),
+                ("LONG_ROW", "The last beat of a row came without TLAST."),
+                ("UNEXPECTED_DATA", "A stream beat arrived while the core expected none (stream longer than announced)."),
+                ("EMPTY_ROW", "Every logit of a row is -inf: no distribution to sample from.")],
+        ctrl=[("LOAD_SEED", "Load the RNG state from SEED0..3.")],
+    )
+    b.add("CONFIG", "rw", "Round configuration.", fields=[
+        Field("GREEDY", 0, 1, "1: greedy (argmax) verification, only target rows are streamed; 0: sampling.")])
+    b.add("GAMMA", "rw", "Draft tokens this round (0 = plain sampling of the next token).", reset=0)
+    b.add("VOCAB", "rw", "Vocabulary size V of the rows streamed (1..VOCAB_MAX).", reset=0)
+    b.add("INV_TEMP", "rw", "1/temperature, unsigned Q8.8 (256 = 1.0); 0 is an error in sampling mode.", reset=256)
+    for k in range(VERIFIER_MAX_GAMMA // 2):
+        b.add(f"DRAFT{k}", "rw", f"Draft tokens x_{2 * k} (bits 15:0) and x_{2 * k + 1} (bits 31:16).", fields=[
+            Field("LO", 0, 16, f"x_{2 * k}"), Field("HI", 16, 16, f"x_{2 * k + 1}")])
+    for i in range(4):
+        b.add(f"SEED{i}", "rw", f"RNG state word s[{i}] loaded by CTRL.LOAD_SEED.")
+    b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
+        Field("LANES", 0, 4, "Logits per stream beat."), Field("GAMMA_MAX", 4, 5, "Largest GAMMA accepted.")])
+    b.add("VOCAB_MAX", "ro", "Largest VOCAB accepted (row buffer depth).")
+    b.add("N_ACCEPT", "ro", "Draft tokens accepted in the last round.")
+    b.add("NEXT_TOKEN", "ro", "The token emitted after the accepted prefix (resampled, argmax or bonus).")
+    b.add("ACCEPT_BITS", "ro", "Bit i: position i was tested and accepted.")
+    b.add("ROWS", "ro", "Rows consumed this round (target and draft).")
+    b.add("WORDS", "ro", "RNG words consumed this round.")
+    b.add("LAST_EP", "ro", "e_p(x) = EXP(m_p - z_p[x]) of the last tested position (Q1.15).")
+    b.add("LAST_EQ", "ro", "e_q(x) of the last tested position (Q1.15).")
+    b.add("LAST_SP", "ro", "Running sum S_p of the last target row.")
+    b.add("LAST_SQ", "ro", "Running sum S_q of the last draft row.")
+    b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY this round.")
+    b.add("CYCLES_STALL", "ro", "BUSY cycles spent waiting for a stream beat.")
+    b.stream(StreamFormat("s_axis", "in", 8 * LOGIT_BITS,
+                          "Logit rows, LANES codes per beat (element j = beat*LANES + lane; lanes past VOCAB carry "
+                          "-inf), TLAST on each row's last beat. Order: p_0, q_0, p_1, q_1, ..., p_gamma "
+                          "(greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE).",
+                          (StreamField("LOGIT", 0, LOGIT_BITS, "Q7.8 logit code; -32768 = -inf", count=8, signed=True),)))
+    return b.build()
+
+
+CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map())}
 
 
 def core(name: str) -> CoreMap:

@@ -1,0 +1,353 @@
+// verifier.cpp: HLS-style C++ reference of the verifier core (one speculative-decoding round).
+//
+// Bit-exact with docs/verifier.md, the golden model hls_ref/verifier.py and the RTL fpga/verifier.py.
+// Written as Vitis HLS source (top function verifier_core, INTERFACE/PIPELINE pragmas); g++ ignores the
+// pragmas (-Wno-unknown-pragmas) and the extern "C" entries below make it callable from Python
+// (hls_ref/cpp.py).
+//
+// Error bits come from specdec_regs.h, generated from host/specdec/regmap.py.
+#include <stdint.h>
+
+#include <cmath>
+
+#include "specdec_regs.h"
+
+// Loop labels name the loops for Vitis HLS reports and directives; g++ sees them as unused.
+#pragma GCC diagnostic ignored "-Wunused-label"
+
+static_assert(SPECDEC_VERIFIER_ERR_BAD_GAMMA == SPECDEC_VERIFIER_ERR_BAD_GAMMA_MASK, "error bits are the ERR fields");
+static_assert(SPECDEC_VERIFIER_ERR_EMPTY_ROW == SPECDEC_VERIFIER_ERR_EMPTY_ROW_MASK, "error bits are the ERR fields");
+static_assert(SPECDEC_VERIFIER_INV_TEMP_RESET == 256u, "INV_TEMP resets to temperature 1.0 (Q8.8)");
+
+// Fixed-point formats (specdec.regmap: LOGIT_*, EXP_FRAC, U_BITS, INV_TEMP_FRAC).
+static const int LOGIT_NEG_INF = -32768;   // -inf code (masked token)
+static const int LOGIT_MAX = 32767;        // real codes clip to +-32767
+static const int INV_TEMP_FRAC = 8;        // INV_TEMP is Q8.8
+static const int EXP_FRAC = 15;            // exp values are Q1.15
+static const int U_BITS = 24;              // u = word >> 8
+static const int EH_SIZE = 256;            // EH[k] = round(2^15 exp(-16 k / 256))
+static const int EL_SIZE = 16;             // EL[j] = round(2^15 exp(-j / 256))
+static const int EXP_RANGE = EH_SIZE * EL_SIZE;  // EXP(d) = 0 for d >= 4096
+static const int MAX_GAMMA = 16;           // VERIFIER_MAX_GAMMA: ACCEPT_BITS and DRAFT0..7 hold 16 tokens
+static const int MAX_VOCAB = 65536;        // VOCAB_MAX ceiling: 16-bit tokens, S fits 32 bits
+
+typedef unsigned __int128 u128;
+
+enum {
+    RES_N_ACCEPT = 0, RES_NEXT_TOKEN, RES_ACCEPT_BITS, RES_ROWS, RES_WORDS, RES_LAST_EP, RES_LAST_EQ,
+    RES_LAST_SP, RES_LAST_SQ, RES_ERR, RES_SAMPLE_BEATS, RES_COUNT
+};
+
+// ---- exp tables (ROMs in hardware) --------------------------------------------------------------
+
+static uint16_t EH[EH_SIZE];
+static uint16_t EL[EL_SIZE];
+
+// round(x) with numpy's rounding (half to even): nearbyint under the default FE_TONEAREST mode.
+static uint16_t round_q15(double x) { return (uint16_t)std::nearbyint(x); }
+
+static bool init_tables() {
+    for (int k = 0; k < EH_SIZE; ++k) EH[k] = round_q15(32768.0 * std::exp(-16.0 * k / 256.0));
+    for (int j = 0; j < EL_SIZE; ++j) EL[j] = round_q15(32768.0 * std::exp(-(double)j / 256.0));
+    return true;
+}
+
+static const bool TABLES_READY = init_tables();
+
+// EXP(d) in Q1.15 for a distance d >= 0; EXP(0) = 32768, 0 from d = 4096 on.
+static inline uint32_t exp_q15(int32_t d) {
+#pragma HLS INLINE
+    if (d >= EXP_RANGE) return 0;
+    return ((uint32_t)EH[d >> 4] * (uint32_t)EL[d & 15] + (1u << (EXP_FRAC - 1))) >> EXP_FRAC;
+}
+
+// ---- per-row streaming ----------------------------------------------------------------------------
+
+// zt = clip((z * INV_TEMP) >> 8, -32767, 32767), floor shift; -inf stays -inf. Greedy passes raw codes.
+static inline int16_t temper(int16_t z, uint32_t inv_temp, bool enable) {
+#pragma HLS INLINE
+    if (!enable || z == LOGIT_NEG_INF) return z;
+    int64_t v = ((int64_t)z * (int64_t)inv_temp) >> INV_TEMP_FRAC;  // arithmetic shift: floor
+    if (v > LOGIT_MAX) v = LOGIT_MAX;
+    if (v < -LOGIT_MAX) v = -LOGIT_MAX;
+    return (int16_t)v;
+}
+
+struct RowStats {
+    bool valid;      // m is finite (some code was not -inf)
+    int32_t m;       // running max of zt
+    uint32_t s;      // running sum S (Q1.15 units)
+    int32_t argmax;  // lowest index of the max (greedy)
+};
+
+// Streams one row of `vocab` codes, `lanes` per beat, into `buf` (tempered codes) and returns its stats.
+static RowStats stream_row(const int16_t *row, int vocab, int lanes, bool do_temper, uint32_t inv_temp,
+                           int16_t buf[]) {
+    RowStats st = {false, 0, 0u, -1};
+    const int beats = (vocab + lanes - 1) / lanes;
+beats_loop:
+    for (int b = 0; b < beats; ++b) {
+#pragma HLS PIPELINE II=1
+#pragma HLS LOOP_TRIPCOUNT min=1 max=65536
+        int16_t zt[16];
+#pragma HLS ARRAY_PARTITION variable=zt complete
+        bool bm_valid = false;
+        int32_t bm = 0;
+        int32_t bidx = -1;
+        for (int l = 0; l < lanes; ++l) {
+#pragma HLS UNROLL
+            const int j = b * lanes + l;
+            const int16_t z = (j < vocab) ? row[j] : (int16_t)LOGIT_NEG_INF;  // lanes past V carry -inf
+            zt[l] = temper(z, inv_temp, do_temper);
+            if (j < vocab) buf[j] = zt[l];
+            if (zt[l] != LOGIT_NEG_INF && (!bm_valid || zt[l] > bm)) {  // strict >: lowest index wins
+                bm_valid = true;
+                bm = zt[l];
+                bidx = j;
+            }
+        }
+        // m' = max(m, bm); S rescales to m' only when m was finite.
+        int32_t m_new = st.m;
+        bool new_max = false;
+        if (bm_valid && (!st.valid || bm > st.m)) {
+            m_new = bm;
+            new_max = true;
+        }
+        uint64_t s = 0;
+        if (st.valid) s = ((uint64_t)st.s * exp_q15(m_new - st.m)) >> EXP_FRAC;
+        const bool valid_new = st.valid || bm_valid;
+        for (int l = 0; l < lanes; ++l) {
+#pragma HLS UNROLL
+            if (zt[l] != LOGIT_NEG_INF) s += exp_q15(m_new - zt[l]);
+        }
+        if (new_max) st.argmax = bidx;
+        st.m = m_new;
+        st.valid = valid_new;
+        st.s = (uint32_t)s;
+    }
+    return st;
+}
+
+// e(x) = EXP(m - zt[x]), 0 for a -inf code.
+static inline uint32_t e_of(const RowStats &st, int16_t zt) {
+#pragma HLS INLINE
+    if (zt == LOGIT_NEG_INF || !st.valid) return 0;
+    return exp_q15(st.m - zt);
+}
+
+// ---- the RNG words of a round -----------------------------------------------------------------------
+
+struct Words {
+    const uint32_t *w;
+    int n;
+    int used;
+    bool short_;  // a word was needed past the end
+};
+
+static inline uint32_t take_u(Words &ws) {
+    if (ws.used >= ws.n) {
+        ws.short_ = true;
+        ws.used++;
+        return 0;
+    }
+    return ws.w[ws.used++] >> (32 - U_BITS);
+}
+
+// ---- sample(w) over the buffered rows ---------------------------------------------------------------
+
+// mode 0: w = e_p (bonus); mode 1: w = max(0, e_p S_q - e_q S_p), falling back to e_p when all are 0.
+static inline uint64_t weight(int mode, const RowStats &sp, const RowStats &sq, int16_t zp, int16_t zq) {
+#pragma HLS INLINE
+    const uint64_t ep = e_of(sp, zp);
+    if (mode == 0) return ep;
+    const uint64_t a = ep * (uint64_t)sq.s;
+    const uint64_t b = (uint64_t)e_of(sq, zq) * (uint64_t)sp.s;
+    return a > b ? a - b : 0;
+}
+
+static int sample(int mode, const int16_t pbuf[], const int16_t qbuf[], const RowStats &sp, const RowStats &sq,
+                  int vocab, Words &ws) {
+    // Pass 1: the total W, and alongside it the total of e_p for the fallback (one pass, as the cycle
+    // model counts: ceil(V / L) beats for the total whatever the weights turn out to be).
+    uint64_t total = 0, total_p = 0;
+total_loop:
+    for (int x = 0; x < vocab; ++x) {
+#pragma HLS PIPELINE II=1
+#pragma HLS LOOP_TRIPCOUNT min=1 max=65536
+        total += weight(mode, sp, sq, pbuf[x], qbuf[x]);
+        total_p += weight(0, sp, sq, pbuf[x], qbuf[x]);
+    }
+    if (total == 0) {  // every w(x) is 0 (p <= q everywhere after rounding): sample from e_p itself
+        mode = 0;
+        total = total_p;
+    }
+    // Pass 2: the walk.
+    const uint64_t u = take_u(ws);
+    const uint64_t t = (uint64_t)(((u128)u * total) >> U_BITS);
+    uint64_t run = 0;
+walk_loop:
+    for (int x = 0; x < vocab; ++x) {
+#pragma HLS PIPELINE II=1
+#pragma HLS LOOP_TRIPCOUNT min=1 max=65536
+        run += weight(mode, sp, sq, pbuf[x], qbuf[x]);
+        if (run > t) return x;
+    }
+    return vocab - 1;  // unreachable: t < total
+}
+
+// ---- top function -------------------------------------------------------------------------------------
+
+static int16_t PBUF[MAX_VOCAB];
+static int16_t QBUF[MAX_VOCAB];
+
+// One verifier round. p: row-major [p_rows, vocab] target codes; q: [q_rows, vocab] draft codes.
+// result: RES_COUNT words (see the RES_* enum). Returns 0, -1 when the round needed more than n_words RNG
+// words, -2 when it needed more rows than p_rows/q_rows, -3 on bad call arguments (lanes, vocab_max).
+int verifier_core(const int16_t *p, int p_rows, const int16_t *q, int q_rows, const uint16_t *draft, int gamma,
+                  int vocab, int lanes, int greedy, uint32_t inv_temp, const uint32_t *words, int n_words,
+                  int vocab_max, int gamma_max, uint32_t result[RES_COUNT]) {
+#pragma HLS INTERFACE mode=s_axilite port=gamma bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=vocab bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=greedy bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=inv_temp bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=draft bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=result bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=return bundle=ctrl
+#pragma HLS INTERFACE mode=axis port=p
+#pragma HLS INTERFACE mode=axis port=q
+#pragma HLS BIND_STORAGE variable=PBUF type=ram_2p impl=bram
+#pragma HLS BIND_STORAGE variable=QBUF type=ram_2p impl=bram
+    (void)TABLES_READY;
+    for (int k = 0; k < RES_COUNT; ++k) result[k] = 0;
+    if (lanes < 1 || lanes > 16 || vocab_max < 1 || vocab_max > MAX_VOCAB || gamma_max < 0 ||
+        gamma_max > MAX_GAMMA)
+        return -3;
+
+    // CTRL.START checks, in the spec's order.
+    uint32_t err = 0;
+    if (gamma < 0 || gamma > gamma_max) {
+        err = SPECDEC_VERIFIER_ERR_BAD_GAMMA;
+    } else if (vocab < 1 || vocab > vocab_max) {
+        err = SPECDEC_VERIFIER_ERR_BAD_VOCAB;
+    } else {
+        for (int i = 0; i < gamma; ++i)
+            if ((int)draft[i] >= vocab) {
+                err = SPECDEC_VERIFIER_ERR_BAD_TOKEN;
+                break;
+            }
+        if (!err && !greedy && inv_temp == 0) err = SPECDEC_VERIFIER_ERR_BAD_TEMP;
+    }
+    if (err) {
+        result[RES_ERR] = err;
+        return 0;
+    }
+
+    Words ws = {words, n_words, 0, false};
+    uint32_t n_accept = 0, accept_bits = 0, rows = 0, next_token = 0, sample_beats = 0;
+    uint32_t last_ep = 0, last_eq = 0, last_sp = 0, last_sq = 0;
+    const uint32_t beats = (uint32_t)((vocab + lanes - 1) / lanes);
+    int status = 0;
+
+    if (greedy) {
+        for (int i = 0; i <= gamma; ++i) {
+            if (i >= p_rows) { status = -2; break; }
+            const RowStats sp = stream_row(p + (long)i * vocab, vocab, lanes, false, inv_temp, PBUF);
+            rows++;
+            if (!sp.valid) { err = SPECDEC_VERIFIER_ERR_EMPTY_ROW; break; }
+            if (i < gamma && sp.argmax == (int)draft[i]) {
+                n_accept++;
+                accept_bits |= 1u << i;
+                continue;
+            }
+            next_token = (uint32_t)sp.argmax;
+            break;
+        }
+    } else {
+        bool done = false;
+        for (int i = 0; i < gamma && !done; ++i) {
+            if (i >= p_rows || i >= q_rows) { status = -2; done = true; break; }
+            const RowStats sp = stream_row(p + (long)i * vocab, vocab, lanes, true, inv_temp, PBUF);
+            rows++;
+            if (!sp.valid) { err = SPECDEC_VERIFIER_ERR_EMPTY_ROW; done = true; break; }
+            const RowStats sq = stream_row(q + (long)i * vocab, vocab, lanes, true, inv_temp, QBUF);
+            rows++;
+            if (!sq.valid) { err = SPECDEC_VERIFIER_ERR_EMPTY_ROW; done = true; break; }
+            const int x = draft[i];
+            const uint32_t ep = e_of(sp, PBUF[x]);
+            const uint32_t eq = e_of(sq, QBUF[x]);
+            last_ep = ep;
+            last_eq = eq;
+            last_sp = sp.s;
+            last_sq = sq.s;
+            const u128 u = take_u(ws);
+            const u128 lhs = u * eq * sp.s;
+            const u128 rhs = ((u128)ep * sq.s) << U_BITS;
+            if (lhs < rhs) {
+                n_accept++;
+                accept_bits |= 1u << i;
+                continue;
+            }
+            const int tok = sample(1, PBUF, QBUF, sp, sq, vocab, ws);
+            next_token = (uint32_t)tok;
+            sample_beats = beats + (uint32_t)(tok / lanes) + 1;
+            done = true;
+        }
+        if (!done) {  // every draft token accepted: bonus sample from p_gamma
+            if (gamma >= p_rows) {
+                status = -2;
+            } else {
+                const RowStats sp = stream_row(p + (long)gamma * vocab, vocab, lanes, true, inv_temp, PBUF);
+                rows++;
+                if (!sp.valid) {
+                    err = SPECDEC_VERIFIER_ERR_EMPTY_ROW;
+                } else {
+                    last_sp = sp.s;
+                    const RowStats none = {false, 0, 0u, -1};
+                    const int tok = sample(0, PBUF, QBUF, sp, none, vocab, ws);
+                    next_token = (uint32_t)tok;
+                    sample_beats = beats + (uint32_t)(tok / lanes) + 1;
+                }
+            }
+        }
+    }
+
+    result[RES_N_ACCEPT] = n_accept;
+    result[RES_NEXT_TOKEN] = next_token;
+    result[RES_ACCEPT_BITS] = accept_bits;
+    result[RES_ROWS] = rows;
+    result[RES_WORDS] = (uint32_t)ws.used;
+    result[RES_LAST_EP] = last_ep;
+    result[RES_LAST_EQ] = last_eq;
+    result[RES_LAST_SP] = last_sp;
+    result[RES_LAST_SQ] = last_sq;
+    result[RES_ERR] = err;
+    result[RES_SAMPLE_BEATS] = sample_beats;
+    if (status) return status;
+    return ws.short_ ? -1 : 0;
+}
+
+// ---- host entries (not synthesised) -----------------------------------------------------------------
+
+extern "C" {
+
+int verifier_round(const int16_t *p, int p_rows, const int16_t *q, int q_rows, const uint16_t *draft, int gamma,
+                   int vocab, int lanes, int greedy, int inv_temp, const uint32_t *words, int n_words,
+                   int vocab_max, int gamma_max, uint32_t *result) {
+    if (inv_temp < 0) return -3;
+    return verifier_core(p, p_rows, q, q_rows, draft, gamma, vocab, lanes, greedy, (uint32_t)inv_temp, words,
+                         n_words, vocab_max, gamma_max, result);
+}
+
+// The exp tables: eh[256] and el[16].
+void verifier_tables(uint32_t *eh, uint32_t *el) {
+    for (int k = 0; k < EH_SIZE; ++k) eh[k] = EH[k];
+    for (int j = 0; j < EL_SIZE; ++j) el[j] = EL[j];
+}
+
+// EXP(d) as compiled (d >= 0).
+uint32_t verifier_exp(int32_t d) { return d < 0 ? 0 : exp_q15(d); }
+
+// The ID hash of the map this library was compiled against (SPECDEC_VERIFIER_ID_HASH).
+uint32_t verifier_id_hash(void) { return SPECDEC_VERIFIER_ID_HASH; }
+
+}  // extern "C"

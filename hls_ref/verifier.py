@@ -1,0 +1,409 @@
+"""verifier: golden model of the speculative-decoding verifier (bit-exact with docs/verifier.md).
+
+Every function here follows ``docs/verifier.md`` bit for bit; the C++ reference, the MyHDL block, the
+testbench and the driver are checked against this module. Everything is vectorised over the vocabulary;
+the only Python loops run over a round's positions and over the beats of a row where the running max
+changes.
+
+Integer widths (why int64 is enough)
+------------------------------------
+* A tempered code ``zt`` lies in -32768..32767, so a distance ``m - zt`` lies in 0..65535.
+* ``e(x) = EXP(m - zt[x]) <= 32768 = 2**15`` and ``S <= V * 2**15 <= 2**31`` (V <= 65536).
+* A rejection weight ``w(x) = max(0, e_p(x) * S_q - e_q(x) * S_p) <= 2**15 * 2**31 = 2**46``, so the
+  total ``W`` and every running sum of ``w`` are ``<= 2**16 * 2**46 = 2**62 < 2**63``: int64 cumsums
+  cannot overflow. ``u * W`` (up to ``2**86``) and ``e_p * S_q * 2**24`` (up to ``2**70``) are computed
+  with Python integers.
+
+Resolved details the spec leaves implicit
+-----------------------------------------
+* ``EMPTY_ROW`` stops the round at the row where it happens: ``rows`` counts that row (a draft row q_i is
+  not streamed after an empty p_i), ``n_accept``/``accept_bits``/``words``/``last_*`` keep the values they
+  had before that row, ``next_token`` is 0.
+* A start-time error (BAD_GAMMA, BAD_VOCAB, BAD_TOKEN, BAD_TEMP) sets only the first failing check's bit.
+* Greedy rounds leave ``last_ep``, ``last_eq``, ``last_sp``, ``last_sq`` at 0 (no softmax is computed).
+* Draft tokens are unsigned 16-bit register fields: a negative or > 65535 draft token is a host error
+  (``ValueError``), not ``BAD_TOKEN``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.regmap import (EXP_FRAC, INV_TEMP_FRAC, LOGIT_FRAC, LOGIT_NEG_INF, U_BITS,
+                            VERIFIER_MAX_GAMMA, core)
+
+NEG_INF = LOGIT_NEG_INF
+CODE_MAX = (1 << 15) - 1  # 32767: real codes clip to +-CODE_MAX
+EXP_LIMIT = 4096          # EXP(d) = 0 for d >= EXP_LIMIT
+
+#: ``EH[k] = round(32768 * exp(-16 k / 256))``, k = 0..255 (int64).
+EH: np.ndarray = np.round((1 << EXP_FRAC) * np.exp(-16.0 * np.arange(256) / 256.0)).astype(np.int64)
+#: ``EL[j] = round(32768 * exp(-j / 256))``, j = 0..15 (int64).
+EL: np.ndarray = np.round((1 << EXP_FRAC) * np.exp(-1.0 * np.arange(16) / 256.0)).astype(np.int64)
+
+_ERR = core("verifier").reg("ERR")
+
+
+def err_mask(name: str) -> int:
+    """The mask of error bit ``name`` in the verifier's ``ERR`` register."""
+    return _ERR.field(name).mask
+
+
+ERR_BAD_GAMMA = err_mask("BAD_GAMMA")
+ERR_BAD_VOCAB = err_mask("BAD_VOCAB")
+ERR_BAD_TOKEN = err_mask("BAD_TOKEN")
+ERR_BAD_TEMP = err_mask("BAD_TEMP")
+ERR_EMPTY_ROW = err_mask("EMPTY_ROW")
+
+
+def exp_q15(d: np.ndarray) -> np.ndarray:
+    """``EXP(d)`` in Q1.15 for distances ``d >= 0``.
+
+    Parameters
+    ----------
+    d : ndarray of int
+        Distances ``m - zt``. The caller handles -inf codes (their weight is 0).
+
+    Returns
+    -------
+    ndarray of int64
+        ``(EH[d >> 4] * EL[d & 15] + 16384) >> 15`` for ``d < 4096``, 0 for ``d >= 4096``.
+    """
+    d = np.asarray(d, dtype=np.int64)
+    if d.size and d.min() < 0:
+        raise ValueError(f"EXP distance must be >= 0, got {int(d.min())}")
+    return _EXP_TAB[np.minimum(d, EXP_LIMIT)]
+
+
+def _exp_formula(d: np.ndarray) -> np.ndarray:
+    """The spec's formula for ``0 <= d < 4096`` (builds the lookup tables)."""
+    return (EH[d >> 4] * EL[d & 15] + (1 << (EXP_FRAC - 1))) >> EXP_FRAC
+
+
+#: EXP(d) for d = 0..4096 (the last entry, 0, stands for every d >= 4096).
+_EXP_TAB: np.ndarray = np.append(_exp_formula(np.arange(EXP_LIMIT, dtype=np.int64)), np.int64(0))
+#: EXP(d) for every distance d = 0..65535 a row can produce, plus index 65536 = a -inf code (weight 0).
+_EXP_WIDE: np.ndarray = np.append(_EXP_TAB, np.zeros(65536 - EXP_LIMIT, dtype=np.int64))
+_EXP_PY: list[int] = _EXP_WIDE.tolist()
+_DEAD = 65536  # index of _EXP_WIDE used for -inf codes
+
+
+def temper(z: np.ndarray, inv_temp: int) -> np.ndarray:
+    """Apply the temperature: ``zt = clip((z * INV_TEMP) >> 8, -32767, 32767)``; -inf stays -32768.
+
+    Parameters
+    ----------
+    z : ndarray of int16
+        Logit codes (Q7.8), -32768 meaning -inf.
+    inv_temp : int
+        ``INV_TEMP``, unsigned Q8.8 (256 = temperature 1).
+
+    Returns
+    -------
+    ndarray of int64
+    """
+    z = np.asarray(z, dtype=np.int64)
+    zt = np.clip((z * int(inv_temp)) >> INV_TEMP_FRAC, -CODE_MAX, CODE_MAX)
+    return np.where(z == NEG_INF, np.int64(NEG_INF), zt)
+
+
+def _weights(zt: np.ndarray, m: int) -> np.ndarray:
+    """``e(x)`` for every element of a row with max ``m`` (0 where zt is -inf)."""
+    zt = np.asarray(zt, dtype=np.int64)
+    if m == NEG_INF:
+        return np.zeros(zt.shape, dtype=np.int64)
+    return _EXP_WIDE[np.where(zt == NEG_INF, _DEAD, m - zt)]
+
+
+def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
+    """Streaming softmax of one row: the final running max ``m`` and running sum ``S``.
+
+    Follows the beat-by-beat recurrence of docs/verifier.md exactly (including the rounding of every
+    rescale): element j sits on beat ``j // lanes``; for each beat ``m' = max(m, bm)``,
+    ``S = (S * EXP(m' - m)) >> 15`` (0 while m is -inf), ``S += sum EXP(m' - zt)``, ``m = m'``.
+
+    Vectorised: per-beat maxima, their cumulative max (the running max *at* each beat), per-beat sums
+    relative to that running max, then a fold over the beats where the running max changes only (between
+    changes the rescale is by EXP(0) = 32768, which leaves S unchanged, so the beat sums simply add).
+
+    Parameters
+    ----------
+    zt : ndarray of int64, shape (V,)
+        Tempered codes (-32768 = -inf).
+    lanes : int
+        Codes per beat, L >= 1.
+
+    Returns
+    -------
+    m : int
+        The row max, -32768 if every code is -inf (the caller raises EMPTY_ROW).
+    S : int
+        The running sum (0 for an all -inf row).
+    """
+    if lanes < 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
+    zt = np.asarray(zt, dtype=np.int64).ravel()
+    n = zt.size
+    nb = -(-n // lanes)
+    if nb == 0:
+        return NEG_INF, 0
+    if nb * lanes == n:
+        beats = zt.reshape(nb, lanes)
+    else:
+        pad = np.full(nb * lanes, NEG_INF, dtype=np.int64)
+        pad[:n] = zt
+        beats = pad.reshape(nb, lanes)
+    bm = beats.max(axis=1)                    # -inf (-32768) is below every real code
+    run = np.maximum.accumulate(bm)           # running max after each beat
+    if run[-1] == NEG_INF:
+        return NEG_INF, 0
+    # Beat sums relative to the running max at that beat (a -inf code, or a beat before any real code,
+    # indexes the 0 entry).
+    bsum = _EXP_WIDE[np.where(beats == NEG_INF, _DEAD, run[:, None] - beats)].sum(axis=1)
+    # Fold over groups of beats with the same running max; the first group may be -inf (sum 0).
+    change = (run[1:] != run[:-1]).nonzero()[0] + 1
+    if change.size == 0:                      # one running max for the whole row: no rescale
+        return int(run[0]), int(bsum.sum())
+    starts = np.concatenate(([0], change))
+    gsum = np.add.reduceat(bsum, starts)
+    gmax = run[starts]
+    s = 0
+    m = NEG_INF
+    for mk, sk in zip(gmax.tolist(), gsum.tolist()):
+        s = 0 if m == NEG_INF else (s * _EXP_PY[mk - m]) >> EXP_FRAC
+        s += sk
+        m = mk
+    return int(m), int(s)
+
+
+def e_of(zt_x: int, m: int) -> int:
+    """``e(x) = EXP(m - zt[x])``, or 0 when ``zt[x]`` (or the row) is -inf."""
+    zt_x, m = int(zt_x), int(m)
+    if zt_x == NEG_INF or m == NEG_INF:
+        return 0
+    return _EXP_PY[m - zt_x]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one verifier round: the values of the core's result registers.
+
+    ``sample_beats`` is the cycle model's sampling cost: for each sample ``ceil(V / L)`` beats for the
+    total plus ``x // L + 1`` for the walk (0 in greedy mode).
+    """
+
+    n_accept: int
+    next_token: int
+    accept_bits: int
+    rows: int
+    words: int
+    last_ep: int
+    last_eq: int
+    last_sp: int
+    last_sq: int
+    err: int
+    sample_beats: int
+
+
+def _sample(w: np.ndarray, u: int) -> int:
+    """sample(w): the first x whose running sum of ``w`` exceeds ``t = (u * W) >> 24`` (W > 0)."""
+    cs = np.cumsum(w, dtype=np.int64)         # <= 2**62, see the module docstring
+    big_w = int(cs[-1])
+    t = (int(u) * big_w) >> U_BITS
+    return int(np.searchsorted(cs, t, side="right"))
+
+
+def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
+           vocab_max: int = 65536, gamma_max: int = VERIFIER_MAX_GAMMA) -> Decision:
+    """One verifier round, bit-exact with docs/verifier.md.
+
+    Parameters
+    ----------
+    p : array_like of int16, shape (g+1, V)
+        Target rows p_0 .. p_g (logit codes). Rows the round does not consume are ignored.
+    q : array_like of int16, shape (g, V), or None
+        Draft rows q_0 .. q_{g-1}; ignored (may be None) in greedy mode.
+    draft : array_like of int, shape (g,)
+        Draft tokens x_0 .. x_{g-1}.
+    greedy : bool
+        ``CONFIG.GREEDY``.
+    inv_temp : int
+        ``INV_TEMP`` (Q8.8); unused in greedy mode.
+    words : array_like of uint32, or None
+        The RNG outputs available, consumed in order (None = none).
+    lanes : int
+        Codes per stream beat.
+    vocab_max, gamma_max : int
+        The core's ``VOCAB_MAX`` and ``GAMMA_MAX``.
+
+    Returns
+    -------
+    Decision
+
+    Raises
+    ------
+    ValueError
+        If the round needs more RNG words than given, a needed row is missing, or a draft token does not
+        fit the 16-bit register field.
+    """
+    p = np.asarray(p)
+    if p.ndim != 2:
+        raise ValueError(f"p must be 2-D (rows, V), got shape {p.shape}")
+    vocab = p.shape[1]
+    draft = np.asarray(draft, dtype=np.int64).ravel()
+    g = draft.size
+    if g and (draft.min() < 0 or draft.max() > 0xFFFF):
+        raise ValueError(f"draft tokens must fit 16 bits, got {draft.tolist()}")
+    if lanes < 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
+    words = np.zeros(0, dtype=np.uint32) if words is None else np.asarray(words, dtype=np.uint32).ravel()
+
+    def stop(err: int) -> Decision:
+        return Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, err, 0)
+
+    if g > gamma_max:
+        return stop(ERR_BAD_GAMMA)
+    if not 1 <= vocab <= vocab_max:
+        return stop(ERR_BAD_VOCAB)
+    if g and draft.max() >= vocab:
+        return stop(ERR_BAD_TOKEN)
+    if not greedy and int(inv_temp) == 0:
+        return stop(ERR_BAD_TEMP)
+
+    def row(arr, i: int, name: str) -> np.ndarray:
+        if arr is None or i >= len(arr):
+            raise ValueError(f"the round needs row {name}_{i}, which was not given")
+        r = np.asarray(arr[i], dtype=np.int64)
+        if r.shape != (vocab,):
+            raise ValueError(f"row {name}_{i} has shape {r.shape}, expected ({vocab},)")
+        return r
+
+    n_accept = accept_bits = rows = 0
+    if greedy:
+        for i in range(g + 1):
+            z = row(p, i, "p")
+            rows += 1
+            if (z == NEG_INF).all():
+                return Decision(n_accept, 0, accept_bits, rows, 0, 0, 0, 0, 0, ERR_EMPTY_ROW, 0)
+            a = int(np.argmax(z))             # lowest index on ties
+            if i < g and a == int(draft[i]):
+                n_accept += 1
+                accept_bits |= 1 << i
+                continue
+            return Decision(n_accept, a, accept_bits, rows, 0, 0, 0, 0, 0, 0, 0)
+
+    nbeats = -(-vocab // lanes)
+    nw = 0
+    last = [0, 0, 0, 0]  # ep, eq, sp, sq
+
+    def take() -> int:
+        nonlocal nw
+        if nw >= words.size:
+            raise ValueError(f"the round needs more than the {words.size} RNG words given")
+        u = int(words[nw]) >> (32 - U_BITS)
+        nw += 1
+        return u
+
+    def empty() -> Decision:
+        return Decision(n_accept, 0, accept_bits, rows, nw, *last, ERR_EMPTY_ROW, 0)
+
+    for i in range(g):
+        ztp = temper(row(p, i, "p"), inv_temp)
+        rows += 1
+        mp, sp = row_stats(ztp, lanes)
+        if mp == NEG_INF:
+            return empty()
+        ztq = temper(row(q, i, "q"), inv_temp)
+        rows += 1
+        mq, sq = row_stats(ztq, lanes)
+        if mq == NEG_INF:
+            return empty()
+        x = int(draft[i])
+        ep, eq = e_of(ztp[x], mp), e_of(ztq[x], mq)
+        last = [ep, eq, sp, sq]
+        u = take()
+        if u * eq * sp < (ep * sq) << U_BITS:
+            n_accept += 1
+            accept_bits |= 1 << i
+            continue
+        wp = _weights(ztp, mp)
+        w = np.maximum(wp * sq - _weights(ztq, mq) * sp, 0)
+        if not w.any():
+            w = wp
+        x_next = _sample(w, take())
+        return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
+
+    ztp = temper(row(p, g, "p"), inv_temp)
+    rows += 1
+    mp, sp = row_stats(ztp, lanes)
+    if mp == NEG_INF:
+        return empty()
+    last[2] = sp
+    x_next = _sample(_weights(ztp, mp), take())
+    return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
+
+
+def quantize(logits: np.ndarray) -> np.ndarray:
+    """Host-side quantization of float logits to Q7.8 codes, per docs/verifier.md.
+
+    Each row (last axis) has the max of its finite entries subtracted, then
+    ``code = clip(round(logit * 256), -32767, 32767)``; -inf becomes -32768. ``np.round`` rounds half to
+    even (ties only occur for logits that are exact multiples of 1/512). A row of only -inf stays all
+    -32768 (the core raises EMPTY_ROW on it).
+
+    Parameters
+    ----------
+    logits : array_like of float, shape (..., V)
+
+    Returns
+    -------
+    ndarray of int16, same shape
+
+    Raises
+    ------
+    ValueError
+        On NaN or +inf, naming the first offending position and value.
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
+    if x.ndim == 0:
+        raise ValueError("logits must have at least one axis (the vocabulary)")
+    fin = np.isfinite(x)
+    mx = np.where(fin, x, -np.inf).max(axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+    mx = np.where(np.isfinite(mx), mx, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        codes = np.clip(np.round((x - mx) * (1 << LOGIT_FRAC)), -CODE_MAX, CODE_MAX)
+    codes = np.where(fin, codes, NEG_INF)
+    return codes.astype(np.int16)
+
+
+def fixed_point_dist(z_row: np.ndarray, inv_temp: int, greedy: bool = False) -> np.ndarray:
+    """The distribution a row's fixed-point weights define: ``e(x) / sum e(x)``.
+
+    Uses the exact per-element ``EXP`` against the row's true max (no streaming rescale rounding);
+    ``greedy=True`` uses the raw codes (no temperature).
+
+    Parameters
+    ----------
+    z_row : ndarray of int16, shape (V,)
+    inv_temp : int
+    greedy : bool
+
+    Returns
+    -------
+    ndarray of float64, shape (V,), summing to 1
+
+    Raises
+    ------
+    ValueError
+        If every code is -inf.
+    """
+    zt = np.asarray(z_row, dtype=np.int64) if greedy else temper(z_row, inv_temp)
+    if (zt == NEG_INF).all():
+        raise ValueError("every code of the row is -inf: no distribution")
+    e = _weights(zt, int(zt.max())).astype(np.float64)
+    return e / e.sum()

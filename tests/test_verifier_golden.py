@@ -1,0 +1,494 @@
+"""Golden model of the verifier (hls_ref.verifier) against docs/verifier.md.
+
+* Exactness: the vectorised streaming softmax and the whole round are compared with naive sequential
+  references written here straight from the spec (element by element, beat by beat, Python ints).
+* Losslessness: with draft tokens drawn from the draft's fixed-point distribution, the first emitted token
+  of a round must follow the target's fixed-point distribution. Each check is a chi-square goodness-of-fit
+  test at a false-alarm rate of 1e-3 (bins with expected count < 5 pooled); a negative control (the same
+  counts against the draft's distribution) must reject, which shows the test has power.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from hls_ref import verifier as v
+from hls_ref.rng import xoshiro128pp
+from specdec.regmap import core
+
+NEG = -32768
+ALPHA = 1e-3
+ERR = core("verifier").reg("ERR")
+
+
+def errbit(name: str) -> int:
+    return ERR.field(name).mask
+
+
+# ------------------------------------------------------------------------------------------------
+# Naive references, straight from docs/verifier.md (Python ints, one element at a time)
+# ------------------------------------------------------------------------------------------------
+EH_N = [round(32768 * math.exp(-16 * k / 256)) for k in range(256)]
+EL_N = [round(32768 * math.exp(-j / 256)) for j in range(16)]
+
+
+def exp_n(d: int) -> int:
+    assert d >= 0
+    return 0 if d >= 4096 else (EH_N[d >> 4] * EL_N[d & 15] + 16384) >> 15
+
+
+def temper_n(z: int, inv_temp: int) -> int:
+    if z == NEG:
+        return NEG
+    return max(-32767, min(32767, (z * inv_temp) >> 8))
+
+
+def row_stats_n(zt: list[int], lanes: int) -> tuple[int, int]:
+    m, s = NEG, 0
+    nb = -(-len(zt) // lanes)
+    for b in range(nb):
+        beat = [zt[j] if j < len(zt) else NEG for j in range(b * lanes, (b + 1) * lanes)]
+        live = [z for z in beat if z != NEG]
+        bm = max(live) if live else NEG
+        m2 = max(m, bm)
+        s = 0 if m == NEG else (s * exp_n(m2 - m)) >> 15
+        s += sum(exp_n(m2 - z) for z in live)
+        m = m2
+    return m, s
+
+
+def e_n(z: int, m: int) -> int:
+    return 0 if z == NEG else exp_n(m - z)
+
+
+def sample_n(w: list[int], u: int) -> tuple[int, int]:
+    total = sum(w)
+    t = (u * total) >> 24
+    run = 0
+    for x, wx in enumerate(w):
+        run += wx
+        if run > t:
+            return x, x
+    raise AssertionError("no x found")
+
+
+def verify_n(p, q, draft, greedy, inv_temp, words, lanes, vocab_max=65536, gamma_max=16) -> v.Decision:
+    vocab = len(p[0])
+    g = len(draft)
+    nb = -(-vocab // lanes)
+    if g > gamma_max:
+        return v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_GAMMA"), 0)
+    if not 1 <= vocab <= vocab_max:
+        return v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_VOCAB"), 0)
+    for i in range(g):
+        if draft[i] >= vocab:
+            return v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_TOKEN"), 0)
+    if not greedy and inv_temp == 0:
+        return v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_TEMP"), 0)
+    n = bits = rows = 0
+    if greedy:
+        for i in range(g + 1):
+            row = [int(c) for c in p[i]]
+            rows += 1
+            if all(c == NEG for c in row):
+                return v.Decision(n, 0, bits, rows, 0, 0, 0, 0, 0, errbit("EMPTY_ROW"), 0)
+            best = 0
+            for x in range(vocab):
+                if row[x] > row[best]:
+                    best = x
+            if i < g and best == draft[i]:
+                n += 1
+                bits |= 1 << i
+                continue
+            return v.Decision(n, best, bits, rows, 0, 0, 0, 0, 0, 0, 0)
+    wi = 0
+    last = [0, 0, 0, 0]
+
+    def take():
+        nonlocal wi
+        u = int(words[wi]) >> 8
+        wi += 1
+        return u
+
+    for i in range(g):
+        zp = [temper_n(int(c), inv_temp) for c in p[i]]
+        rows += 1
+        mp, sp = row_stats_n(zp, lanes)
+        if mp == NEG:
+            return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0)
+        zq = [temper_n(int(c), inv_temp) for c in q[i]]
+        rows += 1
+        mq, sq = row_stats_n(zq, lanes)
+        if mq == NEG:
+            return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0)
+        x = int(draft[i])
+        ep, eq = e_n(zp[x], mp), e_n(zq[x], mq)
+        last = [ep, eq, sp, sq]
+        u = take()
+        if u * eq * sp < ep * sq * 2 ** 24:
+            n += 1
+            bits |= 1 << i
+            continue
+        w = [max(0, e_n(zp[y], mp) * sq - e_n(zq[y], mq) * sp) for y in range(vocab)]
+        if sum(w) == 0:
+            w = [e_n(zp[y], mp) for y in range(vocab)]
+        tok, _ = sample_n(w, take())
+        return v.Decision(n, tok, bits, rows, wi, *last, 0, nb + tok // lanes + 1)
+    zp = [temper_n(int(c), inv_temp) for c in p[g]]
+    rows += 1
+    mp, sp = row_stats_n(zp, lanes)
+    if mp == NEG:
+        return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0)
+    last[2] = sp
+    tok, _ = sample_n([e_n(zp[y], mp) for y in range(vocab)], take())
+    return v.Decision(n, tok, bits, rows, wi, *last, 0, nb + tok // lanes + 1)
+
+
+def words_for(rng: np.random.Generator, n: int) -> np.ndarray:
+    seed = rng.integers(1, 2 ** 32, size=4, dtype=np.uint64).astype(np.uint32)
+    return xoshiro128pp(seed, n)[0]
+
+
+def many_words(rng: np.random.Generator, trials: int, per: int) -> np.ndarray:
+    """``per`` xoshiro words for each of ``trials`` trials (1024 generators side by side)."""
+    k = 1024
+    seeds = rng.integers(1, 2 ** 32, size=(k, 4), dtype=np.uint64).astype(np.uint32)
+    n = -(-trials * per // k)
+    return xoshiro128pp(seeds, n)[0].ravel()[: trials * per].reshape(trials, per)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables and exp
+# ------------------------------------------------------------------------------------------------
+def test_tables_and_exp():
+    assert v.EH.dtype == np.int64 and v.EL.dtype == np.int64
+    assert v.EH.tolist() == EH_N and v.EL.tolist() == EL_N
+    d = np.arange(0, 70000)
+    e = v.exp_q15(d)
+    assert e.dtype == np.int64
+    assert e[0] == 32768
+    # Monotone non-increasing except by one LSB at three places, where EH's rounding at small values
+    # (EH[k] <= 16) outweighs EL's step: EXP(2031) = 11 < EXP(2032) = 12, and likewise at 2079, 2111.
+    # That is the spec's formula, bit for bit; the error against 32768 exp(-d/256) stays below 1.2 LSB.
+    step = np.diff(e)
+    assert np.flatnonzero(step > 0).tolist() == [2031, 2079, 2111] and step.max() == 1
+    assert np.abs(e[:4096] - 32768 * np.exp(-d[:4096] / 256)).max() < 1.2
+    assert e[4095] >= 0 and e[4096] == 0 and np.all(e[4096:] == 0)
+    assert e[:4096].tolist() == [exp_n(int(x)) for x in range(4096)]
+    with pytest.raises(ValueError):
+        v.exp_q15(np.array([-1]))
+
+
+def test_temper_matches_naive():
+    rng = np.random.default_rng(1)
+    z = rng.integers(-32768, 32768, 5000).astype(np.int16)
+    z[:10] = NEG
+    for it in (1, 37, 256, 300, 1000, 65535):
+        assert v.temper(z, it).tolist() == [temper_n(int(c), it) for c in z]
+
+
+# ------------------------------------------------------------------------------------------------
+# Streaming softmax
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+@pytest.mark.parametrize("vocab", [8, 13, 1000])
+def test_row_stats_matches_naive(lanes, vocab):
+    rng = np.random.default_rng(lanes * 1000 + vocab)
+    rows = []
+    for spread in (50, 2000, 8000, 32767):
+        rows.append(rng.integers(-spread, spread + 1, vocab))
+    r = rng.integers(-3000, 3000, vocab)
+    r[: min(vocab, 2 * lanes)] = NEG  # leading all -inf beats
+    rows.append(r)
+    r = rng.integers(-3000, 3000, vocab)
+    r[rng.random(vocab) < 0.7] = NEG
+    rows.append(r)
+    rows.append(np.sort(rng.integers(-30000, 30000, vocab)))          # ascending: a new max every beat
+    rows.append(np.arange(vocab) * 7 - 32767)                          # steady climb, many rescales
+    rows.append(np.sort(rng.integers(-30000, 30000, vocab))[::-1])    # descending: one max
+    rows.append(np.full(vocab, NEG))
+    for r in rows:
+        zt = np.asarray(r, dtype=np.int64)
+        assert v.row_stats(zt, lanes) == row_stats_n(zt.tolist(), lanes)
+
+
+@pytest.mark.parametrize("vocab", [50257, 50272])
+def test_row_stats_full_vocab(vocab):
+    rng = np.random.default_rng(vocab)
+    for zt in (rng.integers(-8000, 4000, vocab), np.sort(rng.integers(-20000, 20000, vocab))):
+        zt = zt.astype(np.int64)
+        zt[rng.random(vocab) < 0.05] = NEG
+        m, s = v.row_stats(zt, 4)
+        assert (m, s) == row_stats_n(zt.tolist(), 4)
+        assert s < 2 ** 32
+
+
+# ------------------------------------------------------------------------------------------------
+# Whole rounds against the naive reference
+# ------------------------------------------------------------------------------------------------
+def random_case(rng: np.random.Generator):
+    g = int(rng.integers(0, 17))
+    vocab = int(rng.integers(8, 65))
+    lanes = int(rng.choice([1, 2, 3, 4, 8]))
+    greedy = bool(rng.random() < 0.25)
+    inv_temp = int(rng.choice([64, 128, 256, 300, 512, int(rng.integers(1, 1024))]))
+    spread = int(rng.choice([100, 1000, 4000, 20000]))
+    p = rng.integers(-spread, 1, (g + 1, vocab)).astype(np.int16)
+    q = rng.integers(-spread, 1, (g, vocab)).astype(np.int16)
+    if rng.random() < 0.3:  # masks, as top-k would leave
+        p[rng.random(p.shape) < 0.4] = NEG
+        q[rng.random(q.shape) < 0.4] = NEG
+        p[:, 0] = np.maximum(p[:, 0], -5)
+        q[:, 0] = np.maximum(q[:, 0], -5)
+    if rng.random() < 0.2:
+        q = p[:g].copy()
+    draft = np.zeros(g, dtype=np.int64)
+    for i in range(g):
+        if greedy and rng.random() < 0.7:
+            draft[i] = int(np.argmax(p[i]))
+        else:
+            draft[i] = rng.choice(vocab, p=v.fixed_point_dist(q[i], inv_temp))
+    return p, q, draft, greedy, inv_temp, lanes
+
+
+def test_verify_matches_naive():
+    rng = np.random.default_rng(2024)
+    seen = set()
+    for _ in range(320):
+        p, q, draft, greedy, inv_temp, lanes = random_case(rng)
+        words = words_for(rng, len(draft) + 1)
+        got = v.verify(p, q, draft, greedy=greedy, inv_temp=inv_temp, words=words, lanes=lanes)
+        ref = verify_n(p, q, draft.tolist(), greedy, inv_temp, words, lanes)
+        assert got == ref
+        assert got.err == 0
+        seen.add((greedy, got.n_accept == len(draft)))
+    assert seen == {(False, False), (False, True), (True, False), (True, True)}
+
+
+def test_verify_needs_enough_words():
+    rng = np.random.default_rng(5)
+    p = rng.integers(-500, 1, (2, 8)).astype(np.int16)
+    with pytest.raises(ValueError, match="RNG words"):
+        v.verify(p, p[:1], [3], greedy=False, inv_temp=256, words=[], lanes=2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Losslessness
+# ------------------------------------------------------------------------------------------------
+def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Chi-square goodness of fit; bins with expected count < 5 are pooled into one bin."""
+    n = counts.sum()
+    exp = probs * n
+    zero = exp == 0
+    if counts[zero].any():
+        return 0.0  # a token of probability 0 came out
+    big = exp >= 5
+    obs_b, exp_b = list(counts[big]), list(exp[big])
+    small = ~big & ~zero
+    if small.any():
+        obs_b.append(counts[small].sum())
+        exp_b.append(exp[small].sum())
+    obs_b, exp_b = np.array(obs_b, dtype=float), np.array(exp_b)
+    if len(obs_b) < 2:
+        return 1.0
+    return float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
+
+
+def make_family(name: str, vocab: int, rng: np.random.Generator, g: int):
+    p = rng.integers(-1500, 1, (g + 1, vocab)).astype(np.int16)
+    q = rng.integers(-1500, 1, (g, vocab)).astype(np.int16)
+    if name == "equal":
+        q = p[:g].copy()
+    elif name == "disjoint":
+        half = vocab // 2
+        p[:, :half] = NEG
+        q[:, half:] = NEG
+    elif name == "peaked_p":
+        p = rng.integers(-12000, -6000, (g + 1, vocab)).astype(np.int16)
+        p[:, 1] = 0
+    elif name == "peaked_q":
+        q = rng.integers(-12000, -6000, (g, vocab)).astype(np.int16)
+        q[:, 2] = 0
+    return p, q
+
+
+def first_tokens(p, q, g: int, trials: int, inv_temp: int, lanes: int, rng) -> np.ndarray:
+    vocab = p.shape[1]
+    draws = np.stack([rng.choice(vocab, size=trials, p=v.fixed_point_dist(q[i], inv_temp)) for i in range(g)], 1)
+    words = many_words(rng, trials, g + 1)
+    out = np.empty(trials, dtype=np.int64)
+    for t in range(trials):
+        d = v.verify(p, q, draws[t], greedy=False, inv_temp=inv_temp, words=words[t], lanes=lanes)
+        out[t] = draws[t, 0] if d.n_accept >= 1 else d.next_token
+    return out
+
+
+LOSSLESS = [  # (family, V, gamma, trials, inv_temp, lanes)
+    ("random", 16, 1, 100_000, 256, 4),
+    ("peaked_q", 8, 1, 100_000, 256, 2),
+    ("random", 32, 3, 20_000, 200, 8),
+    ("equal", 32, 2, 20_000, 256, 4),
+    ("disjoint", 16, 1, 20_000, 256, 4),
+    ("peaked_p", 8, 2, 20_000, 256, 1),
+    ("peaked_q", 32, 3, 20_000, 384, 4),
+]
+
+
+def check_lossless(family, vocab, g, trials, inv_temp, lanes, seed):
+    rng = np.random.default_rng(seed)
+    p, q = make_family(family, vocab, rng, g)
+    toks = first_tokens(p, q, g, trials, inv_temp, lanes, rng)
+    counts = np.bincount(toks, minlength=vocab)
+    target = v.fixed_point_dist(p[0], inv_temp)
+    pv = chi2_pvalue(counts, target)
+    assert pv > ALPHA, f"{family} V={vocab} g={g}: p-value {pv:.2e}"
+    return counts, v.fixed_point_dist(q[0], inv_temp), target
+
+
+@pytest.mark.parametrize("family,vocab,g,trials,inv_temp,lanes", LOSSLESS)
+def test_lossless_first_token(family, vocab, g, trials, inv_temp, lanes):
+    """The first emitted token follows the target's fixed-point distribution (chi-square, alpha = 1e-3)."""
+    counts, qdist, target = check_lossless(family, vocab, g, trials, inv_temp, lanes, seed=vocab * 31 + g)
+    if family in ("random", "peaked_q", "disjoint"):
+        # Negative control: the same counts against the draft's distribution must be rejected.
+        assert np.abs(qdist - target).sum() > 0.2
+        assert chi2_pvalue(counts, qdist) < ALPHA
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("family", ["random", "equal", "disjoint", "peaked_p", "peaked_q"])
+@pytest.mark.parametrize("vocab", [8, 16, 32])
+@pytest.mark.parametrize("g", [1, 2, 3])
+def test_lossless_first_token_long(family, vocab, g):
+    check_lossless(family, vocab, g, 100_000, 256, 4, seed=zlib.crc32(f"{family}-{vocab}-{g}".encode()))
+
+
+def test_gamma0_plain_sampling():
+    rng = np.random.default_rng(11)
+    p = rng.integers(-2500, 1, (1, 24)).astype(np.int16)
+    p[0, 5] = NEG
+    words = many_words(rng, 50_000, 1)
+    toks = np.array([v.verify(p, None, [], greedy=False, inv_temp=256, words=w, lanes=4).next_token for w in words])
+    d = v.verify(p, None, [], greedy=False, inv_temp=256, words=words[0], lanes=4)
+    assert (d.rows, d.words, d.n_accept, d.accept_bits, d.err) == (1, 1, 0, 0, 0)
+    counts = np.bincount(toks, minlength=24)
+    assert counts[5] == 0
+    assert chi2_pvalue(counts, v.fixed_point_dist(p[0], 256)) > ALPHA
+
+
+# ------------------------------------------------------------------------------------------------
+# Greedy
+# ------------------------------------------------------------------------------------------------
+def test_greedy_prefix_bonus_and_ties():
+    rng = np.random.default_rng(3)
+    g, vocab = 5, 20
+    p = rng.integers(-3000, 0, (g + 1, vocab)).astype(np.int16)
+    am = p.argmax(axis=1)
+    for k in range(g + 1):
+        draft = am[:g].copy()
+        if k < g:
+            draft[k] = (draft[k] + 1) % vocab
+        d = v.verify(p, None, draft, greedy=True, inv_temp=0, words=None, lanes=4)
+        assert d.err == 0 and d.words == 0 and d.sample_beats == 0
+        assert d.n_accept == k and d.accept_bits == (1 << k) - 1 and d.rows == k + 1
+        assert d.next_token == am[k]  # the argmax at the first mismatch, or the bonus argmax of p_g
+    tie = np.full((1, vocab), -100, dtype=np.int16)
+    tie[0, [3, 7, 12]] = 50
+    tie[0, 0] = NEG
+    assert v.verify(tie, None, [], greedy=True, inv_temp=0, words=None, lanes=4).next_token == 3
+    neg = np.full((1, vocab), NEG, dtype=np.int16)
+    neg[0, 9] = -32767  # the lowest real code still beats -inf
+    assert v.verify(neg, None, [], greedy=True, inv_temp=256, words=None, lanes=4).next_token == 9
+
+
+# ------------------------------------------------------------------------------------------------
+# Edges and errors
+# ------------------------------------------------------------------------------------------------
+def test_gamma16_all_accept_and_reject_at_0():
+    vocab = 16
+    p = np.full((17, vocab), -2000, dtype=np.int16)
+    p[:, vocab - 1] = 0
+    q = p[:16].copy()
+    draft = np.full(16, vocab - 1)
+    rng = np.random.default_rng(8)
+    words = words_for(rng, 17)
+    d = v.verify(p, q, draft, greedy=False, inv_temp=256, words=words, lanes=4)
+    assert d == verify_n(p, q, draft.tolist(), False, 256, words, 4)
+    assert d.n_accept == 16 and d.accept_bits == 0xFFFF and d.rows == 33 and d.words == 17
+    # Rejection at position 0: the draft token has probability 0 under p.
+    p2 = p.copy()
+    p2[0, vocab - 1] = NEG
+    d = v.verify(p2, q, draft, greedy=False, inv_temp=256, words=words, lanes=4)
+    assert d.n_accept == 0 and d.accept_bits == 0 and d.rows == 2 and d.words == 2
+    assert d.last_ep == 0 and d.last_eq == 32768 and d.next_token != vocab - 1
+    assert d == verify_n(p2, q, draft.tolist(), False, 256, words, 4)
+    # gamma 17 > GAMMA_MAX
+    d = v.verify(np.zeros((18, vocab), np.int16), np.zeros((17, vocab), np.int16), np.zeros(17, int),
+                 greedy=False, inv_temp=256, words=words, lanes=4)
+    assert d == v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_GAMMA"), 0)
+    d = v.verify(np.zeros((3, vocab), np.int16), None, [0, 0], greedy=True, inv_temp=0, words=None,
+                 lanes=4, gamma_max=1)
+    assert d.err == errbit("BAD_GAMMA")
+
+
+def test_start_errors():
+    z = np.zeros((3, 10), dtype=np.int16)
+    kw = dict(words=[1, 2, 3], lanes=2)
+    assert v.verify(z, z[:2], [1, 10], greedy=False, inv_temp=256, **kw).err == errbit("BAD_TOKEN")
+    assert v.verify(z, z[:2], [9, 9], greedy=False, inv_temp=256, **kw).err == 0
+    assert v.verify(z, z[:2], [1, 2], greedy=False, inv_temp=0, **kw).err == errbit("BAD_TEMP")
+    assert v.verify(z, None, [0, 1], greedy=True, inv_temp=0, **kw).err == 0
+    assert v.verify(z, z[:2], [1, 2], greedy=False, inv_temp=256, vocab_max=9, **kw).err == errbit("BAD_VOCAB")
+    # The first failing check in spec order wins: BAD_GAMMA > BAD_VOCAB > BAD_TOKEN > BAD_TEMP.
+    d = v.verify(z, z[:2], [1, 99], greedy=False, inv_temp=0, vocab_max=9, gamma_max=1, **kw)
+    assert d.err == errbit("BAD_GAMMA")
+    d = v.verify(z, z[:2], [1, 99], greedy=False, inv_temp=0, vocab_max=9, **kw)
+    assert d.err == errbit("BAD_VOCAB")
+    d = v.verify(z, z[:2], [1, 99], greedy=False, inv_temp=0, **kw)
+    assert d.err == errbit("BAD_TOKEN")
+
+
+def test_empty_row():
+    vocab = 12
+    p = np.zeros((3, vocab), dtype=np.int16)
+    q = np.zeros((2, vocab), dtype=np.int16)
+    words = np.array([0, 0, 0], dtype=np.uint32)  # u = 0 always accepts when e_p > 0
+    p1 = p.copy()
+    p1[1] = NEG
+    d = v.verify(p1, q, [0, 0], greedy=False, inv_temp=256, words=words, lanes=4)
+    assert d.err == errbit("EMPTY_ROW") and d.n_accept == 1 and d.rows == 3 and d.words == 1
+    assert d == verify_n(p1, q, [0, 0], False, 256, words, 4)
+    q1 = q.copy()
+    q1[0] = NEG
+    d = v.verify(p, q1, [0, 0], greedy=False, inv_temp=256, words=words, lanes=4)
+    assert d.err == errbit("EMPTY_ROW") and d.rows == 2 and d.words == 0
+    d = v.verify(p1, None, [int(np.argmax(p[0])), 0], greedy=True, inv_temp=0, words=None, lanes=4)
+    assert d.err == errbit("EMPTY_ROW") and d.rows == 2 and d.n_accept == 1
+    assert v.row_stats(np.full(vocab, NEG, dtype=np.int64), 4) == (NEG, 0)
+    with pytest.raises(ValueError):
+        v.fixed_point_dist(np.full(vocab, NEG, dtype=np.int16), 256)
+
+
+def test_quantize():
+    x = np.array([[1.0, 0.5, -np.inf, -200.0, 0.0], [-np.inf] * 5])
+    c = v.quantize(x)
+    assert c.dtype == np.int16
+    assert c[0].tolist() == [0, -128, NEG, -32767, -256]
+    assert c[1].tolist() == [NEG] * 5
+    assert v.quantize(np.array([3.0, 3.0 - 1 / 512])).tolist() == [0, 0]  # half to even
+    with pytest.raises(ValueError, match="nan"):
+        v.quantize(np.array([[0.0, 1.0], [np.nan, 0.0]]))
+    with pytest.raises(ValueError, match=r"inf.*\(0, 2\)|\(0, 2\).*inf"):
+        v.quantize(np.array([[0.0, 1.0, np.inf]]))
+
+
+def test_fixed_point_dist():
+    z = np.array([0, -256, NEG, -512], dtype=np.int16)
+    d = v.fixed_point_dist(z, 256)
+    e = np.array([32768, exp_n(256), 0, exp_n(512)], dtype=float)
+    assert np.allclose(d, e / e.sum()) and d[2] == 0
+    assert np.allclose(v.fixed_point_dist(z, 0, greedy=True), d)
