@@ -7,6 +7,11 @@ from pathlib import Path
 # core name -> (module, top block, port factory, {param: (default, allowed values or None, doc)})
 CORES = {
     "rng": ("fpga.rng", "rng", {}),
+    "verifier": ("fpga.verifier", "verifier", {
+        "VOCAB_MAX": (64, None, "Largest VOCAB accepted: depth of the two on-chip row buffers (tokens)."),
+        "LANES": (4, {1, 2, 4, 8}, "Logit codes per stream beat (TDATA is 16 * LANES bits)."),
+        "GAMMA_MAX": (16, range(1, 17), "Largest GAMMA (draft tokens per round) accepted."),
+    }),
 }
 
 
