@@ -2,7 +2,8 @@
 
 The bit-level behaviour is docs/verifier.md; the golden model is ``hls_ref.verifier``. This is the
 simplest correct structure, not a timing-optimised one: one stream beat per cycle with the whole
-per-beat softmax update combinational, then one buffered beat per cycle in the sampling passes.
+per-beat softmax update combinational, then one buffered beat per cycle in the sampling passes (block-RAM
+row buffers with synchronous reads, see row_buffer).
 
 Internal code format: every logit is held *biased*, ``b = code + 32768`` (16-bit unsigned), so the -inf
 code -32768 is 0 and every max/distance is unsigned arithmetic (MyHDL's signed conversion pitfalls do
@@ -15,7 +16,7 @@ FSM::
     ROWEND  greedy: accept -> STREAM(p_{i+1}) | else NEXT_TOKEN = argmax -> DONE
             sampling p_i (i < g) -> STREAM(q_i); p_g -> TOTAL (weights e_p); q_i -> EXPX
     EXPX -> ACC1 -> ACC2: accept -> STREAM(p_{i+1}) | reject -> TOTAL (weights max(0, e_p S_q - e_q S_p))
-    TOTAL (ceil(V/L) beats) -> TDONE (take word) -> TCALC (t = u W >> 24) -> WALK (x // L + 1 beats) -> DONE
+    TOTAL (ceil(V/L) beats) -> TDONE (take word) -> TCALC (rem = t = u W >> 24) -> WALK (x // L + 1 beats) -> DONE
     any stream/start error -> ERR (sticky until CTRL.SOFT_RESET)
 """
 from __future__ import annotations
@@ -197,17 +198,17 @@ def lane_exp(first, zb, mnew, sum_in, sum_out):
 
 
 @block
-def lane_sample(first, zp, zq, m_p, m_q, s_p, s_q, diff_mode, c, t,
-                pw_in, pd_in, pe_in, cnt_in, pw_out, pd_out, pe_out, cnt_out):
-    """One buffered lane in the sampling passes: e_p, e_q, the rejection weight, prefix sums and the
-    count of lanes whose running sum ``c + pw`` is still <= t."""
-    ep = Signal(intbv(0)[16:])
-    eq = Signal(intbv(0)[16:])
+def lane_sample(first, zp, zq, m_p, m_q, s_p, s_q, diff_mode, rem,
+                pw_in, pd_in, pe_in, cnt_in, pw_out, pd_out, pe_out, cnt_out, ep, eq):
+    """One buffered lane in the sampling passes: e_p, e_q (also outputs), the rejection weight, prefix
+    sums and the count of lanes whose running sum is still <= t: with ``rem = t - c`` (c the sum of the
+    beats before this one) that is ``pw <= rem``, one comparator and no adder per lane."""
     a = Signal(intbv(0)[WL_W:])
     b = Signal(intbv(0)[WL_W:])
+    abias = Signal(intbv(0)[WL_W + 1:])
+    dab = Signal(intbv(0)[WL_W + 1:])
     w = Signal(intbv(0)[WL_W:])
     wsel = Signal(intbv(0)[WL_W:])
-    csum = Signal(intbv(0)[SUM_W + 2:])
     le = Signal(bool(0))
     exp_p = exp_unit(m_p, zp, ep)
     exp_q = exp_unit(m_q, zq, eq)
@@ -218,9 +219,17 @@ def lane_sample(first, zp, zq, m_p, m_q, s_p, s_q, diff_mode, c, t,
         b.next = eq * s_p
 
     @always_comb
+    def bias():
+        abias.next = a | (1 << WL_W)
+
+    @always_comb
+    def diff():
+        dab.next = abias - b           # 2**48 + a - b: bit 48 set iff a >= b
+
+    @always_comb
     def weight():
-        if a > b:
-            w.next = a - b
+        if dab[WL_W]:
+            w.next = dab[WL_W:]
         else:
             w.next = 0
 
@@ -245,12 +254,8 @@ def lane_sample(first, zp, zq, m_p, m_q, s_p, s_q, diff_mode, c, t,
             pe_out.next = pe_in + ep
 
     @always_comb
-    def running():
-        csum.next = c + pw_out
-
-    @always_comb
     def compare():
-        le.next = csum <= t
+        le.next = pw_out <= rem
 
     if first:
         @always_comb
@@ -267,7 +272,63 @@ def lane_sample(first, zp, zq, m_p, m_q, s_p, s_q, diff_mode, c, t,
             else:
                 cnt_out.next = cnt_in
 
-    return exp_p, exp_q, prods, weight, select, sums, running, compare, count
+    return exp_p, exp_q, prods, bias, diff, weight, select, sums, compare, count
+
+
+SPLIT = 1024     # buffer depth granule, see row_buffer
+
+
+@block
+def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
+    """One row buffer: DEPTH beats of DW bits, one write and one synchronous read port (block RAM).
+
+    A depth past a multiple of ``SPLIT`` is split into a main part of ``DEPTH - DEPTH % SPLIT`` beats and
+    a tail. Mapped whole, yosys builds 12568 x 64 bit (V = 50272, L = 4) from 13 x 2 RAMB36 of 1K x 36 and
+    a read mux; split, the main part is 24 RAMB36 and the tail one more, with half the mux LUTs.
+    """
+    MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
+    TAIL = DEPTH - MAIN
+    mem_a = [Signal(intbv(0)[DW:]) for _ in range(MAIN)]
+
+    if TAIL == 0:
+        @always(clk.posedge)
+        def write():
+            if we:
+                mem_a[waddr].next = din
+
+        @always(clk.posedge)
+        def read():
+            dout.next = mem_a[raddr]
+
+        return write, read
+
+    mem_b = [Signal(intbv(0)[DW:]) for _ in range(TAIL)]
+    rd_a = Signal(intbv(0)[DW:])
+    rd_b = Signal(intbv(0)[DW:])
+    sel = Signal(bool(0))
+
+    @always(clk.posedge)
+    def write():
+        if we:
+            if waddr < MAIN:
+                mem_a[waddr].next = din
+            else:
+                mem_b[waddr - MAIN].next = din
+
+    @always(clk.posedge)
+    def read():
+        rd_a.next = mem_a[raddr]
+        rd_b.next = mem_b[raddr - MAIN]     # out of range (unused) while raddr < MAIN
+        sel.next = raddr >= MAIN
+
+    @always_comb
+    def mux():
+        if sel:
+            dout.next = rd_b
+        else:
+            dout.next = rd_a
+
+    return write, read, mux
 
 
 @block
@@ -366,7 +427,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     lhs = Signal(intbv(0)[80:])
     rhs = Signal(intbv(0)[80:])
     diff_mode = Signal(bool(0))
-    w_d, w_e, w_tot, c, t = (Signal(intbv(0)[SUM_W:]) for _ in range(5))
+    w_d, w_e, w_tot, rem = (Signal(intbv(0)[SUM_W:]) for _ in range(4))   # rem = t - (walked sum)
     uw = Signal(intbv(0)[SUM_W + 24:])
     addr = Signal(intbv(0)[AW:])
     n_acc = Signal(intbv(0)[5:])
@@ -434,51 +495,64 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     insts += [beat_max, rescale, row_sum]
 
     # ---------------- row buffers ----------------
-    mem_p = [Signal(intbv(0)[DW:]) for _ in range(DEPTH)]
-    mem_q = [Signal(intbv(0)[DW:]) for _ in range(DEPTH)]
     rd_p = Signal(intbv(0)[DW:])
     rd_q = Signal(intbv(0)[DW:])
     we_p = Signal(bool(0))
     we_q = Signal(bool(0))
-
-    @always(clk.posedge)
-    def write_p():
-        if we_p:
-            mem_p[bidx].next = zbus
-
-    @always(clk.posedge)
-    def write_q():
-        if we_q:
-            mem_q[bidx].next = zbus
+    # Synchronous reads (block RAM): ``ra`` is the address ``addr`` will hold next cycle, so ``rd_*`` always
+    # shows the buffered beat at ``addr`` and the passes need no extra cycle.
+    ra = Signal(intbv(0)[AW - 1:])      # no spare bit: it only indexes the DEPTH-entry buffers
+    insts.append(row_buffer(clk, we_p, bidx, zbus, ra, rd_p, DEPTH, DW))
+    insts.append(row_buffer(clk, we_q, bidx, zbus, ra, rd_q, DEPTH, DW))
 
     @always_comb
-    def read_p():
-        rd_p.next = mem_p[addr]
+    def read_addr():
+        if state == ST_TOTAL or state == ST_WALK:
+            if addr == nb - 1:
+                ra.next = addr
+            else:
+                ra.next = addr + 1
+        elif state == ST_ROWEND or state == ST_ACC2 or state == ST_TCALC:
+            ra.next = 0
+        else:
+            ra.next = addr
 
-    @always_comb
-    def read_q():
-        rd_q.next = mem_q[addr]
-
-    insts += [write_p, write_q, read_p, read_q]
+    insts.append(read_addr)
 
     # ---------------- sampling lanes ----------------
     zp_l = [rd_p(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [rd_p]
     zq_l = [rd_q(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [rd_q]
+    # Lane 0's exp units also give e_p(x_i), e_q(x_i) from the captured codes in ST_EXPX (the sampling
+    # passes are idle then): two exp units fewer.
+    zp0 = Signal(intbv(0)[16:])
+    zq0 = Signal(intbv(0)[16:])
+    rp0, rq0 = zp_l[0], zq_l[0]     # plain names: a list named in a generator converts to a memory
+
+    @always_comb
+    def lane0_mux():
+        if state == ST_EXPX:
+            zp0.next = ztx_p
+            zq0.next = ztx_q
+        else:
+            zp0.next = rp0
+            zq0.next = rq0
+
+    insts.append(lane0_mux)
+    eps = [Signal(intbv(0)[16:]) for _ in range(L)]
+    eqs = [Signal(intbv(0)[16:]) for _ in range(L)]
     pws = [Signal(intbv(0)[WL_W + 4:]) for _ in range(L)]
     pds = [Signal(intbv(0)[WL_W + 4:]) for _ in range(L)]
     pes = [Signal(intbv(0)[20:]) for _ in range(L)]
     cnts = [Signal(intbv(0)[4:]) for _ in range(L)]
     for k in range(L):
         prev = k - 1 if k else 0
-        insts.append(lane_sample(k == 0, zp_l[k], zq_l[k], m_p, m_q, s_p, s_q, diff_mode, c, t,
-                                 pws[prev], pds[prev], pes[prev], cnts[prev], pws[k], pds[k], pes[k], cnts[k]))
+        insts.append(lane_sample(k == 0, zp0 if k == 0 else zp_l[k], zq0 if k == 0 else zq_l[k], m_p, m_q,
+                                 s_p, s_q, diff_mode, rem,
+                                 pws[prev], pds[prev], pes[prev], cnts[prev], pws[k], pds[k], pes[k], cnts[k],
+                                 eps[k], eqs[k]))
     pw_last, pd_last, pe_last, cnt_last = pws[L - 1], pds[L - 1], pes[L - 1], cnts[L - 1]
 
-    # e_p(x_i), e_q(x_i) from the captured codes
-    epx = Signal(intbv(0)[16:])
-    eqx = Signal(intbv(0)[16:])
-    insts.append(exp_unit(m_p, ztx_p, epx))
-    insts.append(exp_unit(m_q, ztx_q, eqx))
+    epx, eqx = eps[0], eqs[0]        # e_p(x_i), e_q(x_i) in ST_EXPX
 
     # ---------------- glue ----------------
     @always_comb
@@ -503,7 +577,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     @always_comb
     def tok_glue():
-        xtok.next = (drafts >> (i * 16)) & 0xFFFF
+        xtok.next = drafts[16:0]
         cap_en.next = i < gam
         jbase.next = bidx << LOG2L
 
@@ -587,7 +661,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 elif bad_bus != 0:
                     err.next = E_BAD_TOKEN
                     state.next = ST_ERR
-                elif not r_config[0] and r_itemp == 0:
+                elif not r_config[0] and (r_itemp == 0 or r_itemp > 0xFFFF):
                     err.next = E_BAD_TEMP
                     state.next = ST_ERR
                 else:
@@ -626,6 +700,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                     acc_bits.next = acc_bits | (1 << i)
                     n_acc.next = n_acc + 1
                     i.next = i + 1
+                    drafts.next = drafts >> 16
                     state.next = ST_STREAM
                 else:
                     next_tok.next = arg
@@ -669,6 +744,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 acc_bits.next = acc_bits | (1 << i)
                 n_acc.next = n_acc + 1
                 i.next = i + 1
+                drafts.next = drafts >> 16
                 state.next = ST_STREAM
             else:
                 diff_mode.next = 1
@@ -692,8 +768,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             words.next = words + 1
             state.next = ST_TCALC
         elif state == ST_TCALC:
-            t.next = uw >> 24
-            c.next = 0
+            rem.next = uw >> 24
             addr.next = 0
             state.next = ST_WALK
         elif state == ST_WALK:
@@ -701,7 +776,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 next_tok.next = (addr << LOG2L) + cnt_last
                 state.next = ST_DONE
             else:
-                c.next = c + pw_last
+                rem.next = rem - pw_last
                 addr.next = addr + 1
 
     insts.append(fsm)

@@ -206,6 +206,20 @@ class Decision:
     sample_beats: int
 
 
+class MissingRow(ValueError):
+    """:func:`verify` needs a row it was not given; carries the round's state up to that row.
+
+    The attributes are what the core's result registers show while it waits for that row: ``n_accept``,
+    ``accept_bits``, ``rows`` (rows consumed), ``words`` (RNG words taken) and ``last`` (``LAST_EP``,
+    ``LAST_EQ``, ``LAST_SP``, ``LAST_SQ``).
+    """
+
+    def __init__(self, msg: str, *, n_accept: int, accept_bits: int, rows: int, words: int,
+                 last: tuple[int, int, int, int]) -> None:
+        super().__init__(msg)
+        self.n_accept, self.accept_bits, self.rows, self.words, self.last = n_accept, accept_bits, rows, words, last
+
+
 def _sample(w: np.ndarray, u: int) -> int:
     """sample(w): the first x whose running sum of ``w`` exceeds ``t = (u * W) >> 24`` (W > 0)."""
     cs = np.cumsum(w, dtype=np.int64)         # <= 2**62, see the module docstring
@@ -243,9 +257,11 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
 
     Raises
     ------
+    MissingRow
+        A row the round needs was not given (a ``ValueError``; it carries the partial state).
     ValueError
-        If the round needs more RNG words than given, a needed row is missing, or a draft token does not
-        fit the 16-bit register field.
+        If the round needs more RNG words than given, or a draft token does not fit the 16-bit register
+        field.
     """
     p = np.asarray(p)
     if p.ndim != 2:
@@ -268,18 +284,21 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
         return stop(ERR_BAD_VOCAB)
     if g and draft.max() >= vocab:
         return stop(ERR_BAD_TOKEN)
-    if not greedy and int(inv_temp) == 0:
+    if not greedy and not 0 < int(inv_temp) <= 0xFFFF:
         return stop(ERR_BAD_TEMP)
 
     def row(arr, i: int, name: str) -> np.ndarray:
         if arr is None or i >= len(arr):
-            raise ValueError(f"the round needs row {name}_{i}, which was not given")
+            raise MissingRow(f"the round needs row {name}_{i}, which was not given", n_accept=n_accept,
+                             accept_bits=accept_bits, rows=rows, words=nw, last=tuple(last))
         r = np.asarray(arr[i], dtype=np.int64)
         if r.shape != (vocab,):
             raise ValueError(f"row {name}_{i} has shape {r.shape}, expected ({vocab},)")
         return r
 
     n_accept = accept_bits = rows = 0
+    nw = 0
+    last = [0, 0, 0, 0]  # ep, eq, sp, sq
     if greedy:
         for i in range(g + 1):
             z = row(p, i, "p")
@@ -294,8 +313,6 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
             return Decision(n_accept, a, accept_bits, rows, 0, 0, 0, 0, 0, 0, 0)
 
     nbeats = -(-vocab // lanes)
-    nw = 0
-    last = [0, 0, 0, 0]  # ep, eq, sp, sq
 
     def take() -> int:
         nonlocal nw
@@ -344,7 +361,7 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
     return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
 
 
-def quantize(logits: np.ndarray) -> np.ndarray:
+def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Host-side quantization of float logits to Q7.8 codes, per docs/verifier.md.
 
     Each row (last axis) has the max of its finite entries subtracted, then
@@ -355,10 +372,13 @@ def quantize(logits: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     logits : array_like of float, shape (..., V)
+    out : ndarray of int16, same shape, optional
+        Where to write the codes (a view into a DMA buffer, say); untouched if an error is raised.
 
     Returns
     -------
     ndarray of int16, same shape
+        ``out`` if given.
 
     Raises
     ------
@@ -378,7 +398,12 @@ def quantize(logits: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         codes = np.clip(np.round((x - mx) * (1 << LOGIT_FRAC)), -CODE_MAX, CODE_MAX)
     codes = np.where(fin, codes, NEG_INF)
-    return codes.astype(np.int16)
+    if out is None:
+        return codes.astype(np.int16)
+    if out.dtype != np.int16 or out.shape != x.shape:
+        raise ValueError(f"out must be int16 of shape {x.shape}, got {out.dtype} {out.shape}")
+    np.copyto(out, codes, casting="unsafe")
+    return out
 
 
 def fixed_point_dist(z_row: np.ndarray, inv_temp: int, greedy: bool = False) -> np.ndarray:

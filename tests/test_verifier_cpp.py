@@ -115,6 +115,7 @@ def test_start_errors_in_spec_order():
         (dict(vocab_max=8, inv_temp=0), [99, 0, 0, 0], "BAD_VOCAB"),
         (dict(inv_temp=0), [1, 99, 16, 0], "BAD_TOKEN"),
         (dict(inv_temp=0), draft, "BAD_TEMP"),
+        (dict(inv_temp=0x10000), draft, "BAD_TEMP"),
     ]
     for over, d, name in cases:
         kw = dict(greedy=False, inv_temp=256, words=words, lanes=4) | over

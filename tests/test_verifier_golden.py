@@ -14,14 +14,13 @@ import zlib
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from hls_ref import verifier as v
 from hls_ref.rng import xoshiro128pp
 from specdec.regmap import core
+from tb.verifier.lossless import ALPHA, chi2_pvalue, make_family
 
 NEG = -32768
-ALPHA = 1e-3
 ERR = core("verifier").reg("ERR")
 
 
@@ -87,7 +86,7 @@ def verify_n(p, q, draft, greedy, inv_temp, words, lanes, vocab_max=65536, gamma
     for i in range(g):
         if draft[i] >= vocab:
             return v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_TOKEN"), 0)
-    if not greedy and inv_temp == 0:
+    if not greedy and not 0 < inv_temp <= 0xFFFF:
         return v.Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, errbit("BAD_TEMP"), 0)
     n = bits = rows = 0
     if greedy:
@@ -279,43 +278,6 @@ def test_verify_needs_enough_words():
 # ------------------------------------------------------------------------------------------------
 # Losslessness
 # ------------------------------------------------------------------------------------------------
-def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    """Chi-square goodness of fit; bins with expected count < 5 are pooled into one bin."""
-    n = counts.sum()
-    exp = probs * n
-    zero = exp == 0
-    if counts[zero].any():
-        return 0.0  # a token of probability 0 came out
-    big = exp >= 5
-    obs_b, exp_b = list(counts[big]), list(exp[big])
-    small = ~big & ~zero
-    if small.any():
-        obs_b.append(counts[small].sum())
-        exp_b.append(exp[small].sum())
-    obs_b, exp_b = np.array(obs_b, dtype=float), np.array(exp_b)
-    if len(obs_b) < 2:
-        return 1.0
-    return float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
-
-
-def make_family(name: str, vocab: int, rng: np.random.Generator, g: int):
-    p = rng.integers(-1500, 1, (g + 1, vocab)).astype(np.int16)
-    q = rng.integers(-1500, 1, (g, vocab)).astype(np.int16)
-    if name == "equal":
-        q = p[:g].copy()
-    elif name == "disjoint":
-        half = vocab // 2
-        p[:, :half] = NEG
-        q[:, half:] = NEG
-    elif name == "peaked_p":
-        p = rng.integers(-12000, -6000, (g + 1, vocab)).astype(np.int16)
-        p[:, 1] = 0
-    elif name == "peaked_q":
-        q = rng.integers(-12000, -6000, (g, vocab)).astype(np.int16)
-        q[:, 2] = 0
-    return p, q
-
-
 def first_tokens(p, q, g: int, trials: int, inv_temp: int, lanes: int, rng) -> np.ndarray:
     vocab = p.shape[1]
     draws = np.stack([rng.choice(vocab, size=trials, p=v.fixed_point_dist(q[i], inv_temp)) for i in range(g)], 1)
@@ -441,6 +403,8 @@ def test_start_errors():
     assert v.verify(z, z[:2], [1, 10], greedy=False, inv_temp=256, **kw).err == errbit("BAD_TOKEN")
     assert v.verify(z, z[:2], [9, 9], greedy=False, inv_temp=256, **kw).err == 0
     assert v.verify(z, z[:2], [1, 2], greedy=False, inv_temp=0, **kw).err == errbit("BAD_TEMP")
+    assert v.verify(z, z[:2], [1, 2], greedy=False, inv_temp=0x10000, **kw).err == errbit("BAD_TEMP")
+    assert v.verify(z, z[:2], [1, 2], greedy=False, inv_temp=0xFFFF, **kw).err == 0
     assert v.verify(z, None, [0, 1], greedy=True, inv_temp=0, **kw).err == 0
     assert v.verify(z, z[:2], [1, 2], greedy=False, inv_temp=256, vocab_max=9, **kw).err == errbit("BAD_VOCAB")
     # The first failing check in spec order wins: BAD_GAMMA > BAD_VOCAB > BAD_TOKEN > BAD_TEMP.

@@ -235,7 +235,7 @@ int verifier_core(const int16_t *p, int p_rows, const int16_t *q, int q_rows, co
                 err = SPECDEC_VERIFIER_ERR_BAD_TOKEN;
                 break;
             }
-        if (!err && !greedy && inv_temp == 0) err = SPECDEC_VERIFIER_ERR_BAD_TEMP;
+        if (!err && !greedy && (inv_temp == 0 || inv_temp > 0xFFFF)) err = SPECDEC_VERIFIER_ERR_BAD_TEMP;
     }
     if (err) {
         result[RES_ERR] = err;

@@ -161,7 +161,7 @@
 #define SPECDEC_VERIFIER_ERR_BAD_TOKEN_LSB          3u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
 #define SPECDEC_VERIFIER_ERR_BAD_TOKEN_WIDTH        1u
 #define SPECDEC_VERIFIER_ERR_BAD_TOKEN_MASK         0x00000008u
-#define SPECDEC_VERIFIER_ERR_BAD_TEMP_LSB           4u  /* INV_TEMP is 0 in sampling mode (temperature 0: use greedy mode). */
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_LSB           4u  /* INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode. */
 #define SPECDEC_VERIFIER_ERR_BAD_TEMP_WIDTH         1u
 #define SPECDEC_VERIFIER_ERR_BAD_TEMP_MASK          0x00000010u
 #define SPECDEC_VERIFIER_ERR_SHORT_ROW_LSB          5u  /* TLAST came before the last beat of a row. */
@@ -384,7 +384,7 @@
 #define SPECDEC_VERIFIER_ERR_BAD_GAMMA              0x00000002u  /* GAMMA above the core's GAMMA_MAX. */
 #define SPECDEC_VERIFIER_ERR_BAD_VOCAB              0x00000004u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
 #define SPECDEC_VERIFIER_ERR_BAD_TOKEN              0x00000008u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
-#define SPECDEC_VERIFIER_ERR_BAD_TEMP               0x00000010u  /* INV_TEMP is 0 in sampling mode (temperature 0: use greedy mode). */
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP               0x00000010u  /* INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode. */
 #define SPECDEC_VERIFIER_ERR_SHORT_ROW              0x00000020u  /* TLAST came before the last beat of a row. */
 #define SPECDEC_VERIFIER_ERR_LONG_ROW               0x00000040u  /* The last beat of a row came without TLAST. */
 #define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA        0x00000080u  /* A stream beat arrived while the core expected none (stream longer than announced). */

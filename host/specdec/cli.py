@@ -6,6 +6,7 @@ without touching the others::
 
     specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
     specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
+    specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--json FILE]
 """
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     return cores, params
 
 
+def _write_json(path: str | None, obj) -> None:
+    """``--json FILE``: write ``obj`` there (nothing when no file was asked for)."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(obj, fh, indent=2)
+        print(f"wrote {path}")
+
+
 def _hw_build(args: argparse.Namespace) -> int:
     from specdec import hw
     cores, params = _selected(args)
@@ -75,10 +84,7 @@ def _hw_report(args: argparse.Namespace) -> int:
     cores, params = _selected(args)
     rows = hw.report(cores, {c: params for c in cores} if params else None, args.out_dir)
     print(hw.format_table(rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
-        print(f"wrote {args.json}")
+    _write_json(args.json, rows)
     return EXIT_OK
 
 
@@ -95,11 +101,41 @@ def _add_hw(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("hw", "report")] = _hw_report
 
 
+def _bench_verifier(args: argparse.Namespace) -> int:
+    from specdec import bench
+    try:
+        res = bench.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, args.vocab_max,
+                                   synth=not args.no_synth, sim=args.sim)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    print(bench.format_verifier(res))
+    _write_json(args.json, res)
+    return EXIT_OK
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    """``specdec bench ...``: measured benchmarks, JSON out."""
+    b = sub.add_parser("bench", help="benchmarks (measured figures, goals reported met or missed)")
+    b_sub = b.add_subparsers(dest="action", required=True, metavar="ACTION")
+    v = b_sub.add_parser("verifier", help="verifier RTL cycles vs the streaming bound, resources, projection "
+                                          "vs a numpy round")
+    v.add_argument("--vocab", type=int, default=50257, help="vocabulary size V (default 50257, GPT-2)")
+    v.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
+    v.add_argument("--lanes", type=int, default=4, help="codes per stream beat L (1, 2, 4, 8; default 4)")
+    v.add_argument("--vocab-max", type=int, default=None, help="the build's VOCAB_MAX (default: V)")
+    v.add_argument("--backend", default="sim", choices=("sim",), help="where cycles come from (the RTL sim)")
+    v.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
+    v.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
+    v.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
+    HANDLERS[("bench", "verifier")] = _bench_verifier
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The top-level parser with every command group."""
     parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding on an FPGA: tools.")
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     _add_hw(sub)
+    _add_bench(sub)
     return parser
 
 

@@ -283,7 +283,7 @@ def _verifier_map() -> CoreMap:
                 ("BAD_GAMMA", "GAMMA above the core's GAMMA_MAX."),
                 ("BAD_VOCAB", "VOCAB is 0 or above the core's VOCAB_MAX."),
                 ("BAD_TOKEN", "A draft token DRAFT[i], i < GAMMA, is not below VOCAB."),
-                ("BAD_TEMP", "INV_TEMP is 0 in sampling mode (temperature 0: use greedy mode)."),
+                ("BAD_TEMP", "INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode."),
                 ("SHORT_ROW", "TLAST came before the last beat of a row."),
                 ("LONG_ROW", "The last beat of a row came without TLAST."),
                 ("UNEXPECTED_DATA", "A stream beat arrived while the core expected none (stream longer than announced)."),

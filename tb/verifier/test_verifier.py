@@ -31,7 +31,7 @@ RESULTS = ("N_ACCEPT", "NEXT_TOKEN", "ACCEPT_BITS", "ROWS", "WORDS", "LAST_EP", 
            "LAST_SQ", "ERR")
 FIELDS = ("n_accept", "next_token", "accept_bits", "rows", "words", "last_ep", "last_eq", "last_sp",
           "last_sq", "err")
-ROUNDS = int(os.environ.get("VERIFIER_ROUNDS", "120"))
+ROUNDS = int(os.environ.get("VERIFIER_ROUNDS", "500"))   # per idle mode: 1,000 per build
 
 
 def emask(name: str) -> int:
@@ -50,6 +50,8 @@ class VerifierTB(AxilTB):
         self.lanes = param("LANES", 4)
         self.vocab_max = param("VOCAB_MAX", 64)
         self.gamma_max = param("GAMMA_MAX", 16)
+        # a STATUS read takes >= 4 cycles; the longest wait is a sample (two passes over the buffer)
+        self.poll_limit = 500 + 2 * -(-self.vocab_max // self.lanes)
         self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
         self.src.log.setLevel(logging.WARNING)
         if STIMULUS[idle]:
@@ -89,7 +91,7 @@ class VerifierTB(AxilTB):
 
     async def wait_position(self, i: int) -> dict:
         """Poll until position i is decided: accepted (N_ACCEPT > i) or the round stopped."""
-        for _ in range(500):
+        for _ in range(self.poll_limit):
             st = await self.read_fields("STATUS")
             if st["DONE"] or st["ERROR"]:
                 return st
@@ -98,7 +100,7 @@ class VerifierTB(AxilTB):
         raise AssertionError(f"position {i} never decided")
 
     async def wait_stop(self) -> dict:
-        for _ in range(500):
+        for _ in range(self.poll_limit):
             st = await self.read_fields("STATUS")
             if st["DONE"] or st["ERROR"] or not st["BUSY"]:
                 return st
@@ -307,6 +309,8 @@ async def error_cases(dut):
     await start_err(np.tile(rowp, (3, 1)), None, [0, v], True, 256, "BAD_TOKEN")
     # BAD_TEMP: sampling with INV_TEMP = 0 (greedy ignores it: checked by the recovery rounds)
     await start_err(np.tile(rowp, (2, 1)), np.tile(rowp, (1, 1)), [1], False, 0, "BAD_TEMP")
+    # ... and INV_TEMP above 65535 (outside Q8.8: the core must not silently use its low 16 bits)
+    await start_err(np.tile(rowp, (2, 1)), np.tile(rowp, (1, 1)), [1], False, 0x10000, "BAD_TEMP")
     # BAD_TOKEN before BAD_TEMP
     await start_err(np.tile(rowp, (2, 1)), np.tile(rowp, (1, 1)), [v], False, 0, "BAD_TOKEN")
 
@@ -352,6 +356,46 @@ async def error_cases(dut):
     assert (await tb.read_fields("STATUS"))["ERROR"] == 0
 
 
+FULL_VOCABS = (49152, 50257, 50272)
+
+
+def full_round(rng: np.random.Generator, vocab: int, g: int, kind: str):
+    """A round at a real vocabulary size: GPT-2-like logits (a few strong tokens, a long tail, a top-k mask)."""
+    gv = golden()
+    base = rng.standard_normal(vocab) * 2.0
+    base[rng.integers(0, vocab, 8)] += 12.0
+    p = [base + rng.standard_normal(vocab) * 0.5 for _ in range(g + 1)]
+    q = [base + rng.standard_normal(vocab) * 1.5 for _ in range(g)]
+    if kind == "topk":                      # top-k = 2000 on the draft: -inf everywhere else
+        for row in q:
+            row[np.argsort(row)[:-2000]] = -np.inf
+    p, q = gv.quantize(np.array(p)), gv.quantize(np.array(q)).reshape(g, vocab)
+    if kind == "greedy":
+        draft = [int(np.argmax(p[0])), (int(np.argmax(p[1])) + 1) % vocab][:g]
+    elif kind == "last":                    # draft token V-1, the buffers' last lane
+        draft = [vocab - 1] * g
+    else:
+        draft = []
+        for i in range(g):
+            w = gv.fixed_point_dist(q[i], 256)
+            draft.append(int(rng.choice(vocab, p=w)))
+    return p, q, draft
+
+
+@cocotb.test()
+async def full_vocab(dut):
+    """Rounds at V = 49152, 50257 and 50272 (those <= VOCAB_MAX), every register against the golden model."""
+    tb = await _tb(dut)
+    rng = np.random.default_rng(tb.lanes)
+    for vocab in [v for v in FULL_VOCABS if v <= tb.vocab_max]:
+        for kind, g in (("sample", 2), ("topk", 1), ("greedy", 2), ("last", 1)):
+            p, q, draft = full_round(rng, vocab, g, kind)
+            got = await tb.run_round(p, None if kind == "greedy" else q, draft, kind == "greedy", 256)
+            assert got["err"] == 0
+    tb.log.info("full vocabulary: active cycles / bound %s", [(v, round(r, 5)) for v, r in tb.ratios])
+    tb.log.info("paths: %s", tb.kinds)
+
+
 @pytest.mark.icarus
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier(sim, waves, lanes):
@@ -365,3 +409,25 @@ def test_verifier(sim, waves, lanes):
 def test_verifier_params(sim, waves, params):
     """Other build parameters: a vocabulary that is not a multiple of LANES, a smaller GAMMA_MAX."""
     harness.run("verifier", "tb.verifier.test_verifier", sim, params=params, waves=waves)
+
+
+def test_verifier_full_vocab(sim, waves):
+    """The build for GPT-2/OPT (VOCAB_MAX 50272, 4 lanes) at full vocabularies: block-RAM row buffers
+    split in a main part and a tail (fpga.verifier.row_buffer)."""
+    harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": 4, "VOCAB_MAX": 50272},
+                testcase="full_vocab", waves=waves)
+
+
+@pytest.mark.icarus
+def test_verifier_split_buffer(sim, waves):
+    """VOCAB_MAX 4200 at 4 lanes: 1050-beat buffers, split into 1024 + 26; V drawn up to 4200."""
+    harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": 4, "VOCAB_MAX": 4200},
+                testcase="random_rounds,error_cases", waves=waves, extra_env={"VERIFIER_ROUNDS": "40"})
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_verifier_10k(sim, waves, lanes):
+    """10,000 random rounds per build (5,000 per idle mode)."""
+    harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
+                testcase="random_rounds", waves=waves, extra_env={"VERIFIER_ROUNDS": "5000"})

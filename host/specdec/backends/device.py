@@ -4,6 +4,8 @@ from __future__ import annotations
 import struct
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 
 class RegisterDevice(ABC):
     """A pynq device (``REGISTER_RW``) that forwards 32-bit word accesses to ``read_word``/``write_word``."""
@@ -32,3 +34,25 @@ class RegisterDevice(ABC):
     @abstractmethod
     def write_word(self, address: int, value: int) -> None:
         """One 32-bit write at a byte address."""
+
+
+class RowStream(ABC):
+    """An AXI-Stream input of a core: one frame per :meth:`send`, TLAST on its last beat.
+
+    A driver asks the stream for its row buffers (:meth:`alloc`), so that a DMA stream can hand out
+    memory its engine reads from and rows go out without a copy.
+    """
+
+    def alloc(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A zeroed int16 buffer of ``shape`` whose contiguous rows :meth:`send` takes as they are."""
+        return np.zeros(shape, dtype=np.int16)
+
+    @abstractmethod
+    def send(self, codes: np.ndarray) -> None:
+        """Send ``codes`` (1-D int16, lane 0 of each beat first) as one frame and wait until it is taken.
+
+        Parameters
+        ----------
+        codes : ndarray of int16, shape (n,)
+            ``n`` a multiple of the core's lanes: ``n // lanes`` beats, TLAST on the last.
+        """

@@ -1,7 +1,8 @@
 """Golden backend: register-level models of the cores built on the golden models in ``hls_ref``.
 
 A model answers register accesses exactly as the RTL's AXI-Lite block does (SLVERR for a write to a
-read-only register, DECERR outside the map) and runs an operation to completion when it is started.
+read-only register, DECERR outside the map) and runs an operation to completion when it is started, or,
+for a streaming core, as its rows arrive (:meth:`GoldenDevice.stream`).
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from hls_ref import rng as rng_ref
+from hls_ref import verifier as ver_ref
 
 from ..errors import BusError
 from ..regmap import RESP_DECERR, RESP_SLVERR, CoreMap, core
-from .device import RegisterDevice
+from .device import RegisterDevice, RowStream
 
 
 class RegisterModel(ABC):
@@ -100,7 +102,129 @@ class RngModel(RegisterModel):
             self.done = True
 
 
-MODELS = {"rng": RngModel}
+class VerifierModel(RegisterModel):
+    """Register-level model of the verifier core over ``hls_ref.verifier``, with its row stream.
+
+    Each complete row reruns :func:`hls_ref.verifier.verify` on the rows received so far, fed with the
+    words the RNG state gives (peeked, not taken); while the round waits for a row, the partial state of
+    :class:`~hls_ref.verifier.MissingRow` is what the result registers show (``N_ACCEPT`` grows position
+    by position, as on the core). The RNG state advances by ``WORDS`` as they are taken and persists
+    across rounds and soft resets.
+
+    ``CYCLES_BUSY`` reports the cycle model's bound of docs/verifier.md (``ROWS * ceil(V / L)`` plus the
+    sampling beats once the round is done), and ``CYCLES_STALL`` is 0: the model has no clock, a beat is
+    never late. Both stay as they were when a round stops on an error.
+
+    Parameters
+    ----------
+    lanes, vocab_max, gamma_max : int
+        The build parameters ``LANES``, ``VOCAB_MAX`` and ``GAMMA_MAX``.
+    """
+
+    def __init__(self, lanes: int = 4, vocab_max: int = 64, gamma_max: int = 16) -> None:
+        super().__init__(core("verifier"))
+        if lanes not in (1, 2, 4, 8) or not 1 <= gamma_max <= 16 or not 1 <= vocab_max <= 65536:
+            raise ValueError(f"verifier model: lanes={lanes}, vocab_max={vocab_max}, gamma_max={gamma_max} "
+                             f"outside the core's parameter ranges (1/2/4/8, 1..65536, 1..16)")
+        self.lanes, self.vocab_max, self.gamma_max = lanes, vocab_max, gamma_max
+        self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(LANES=lanes, GAMMA_MAX=gamma_max)
+        self.ro["VOCAB_MAX"] = vocab_max
+        self.state = None  # RNG state; None = never seeded (the RTL's zero state: zero words)
+
+    # -- control ------------------------------------------------------------------------------------
+    def on_ctrl(self, bits: dict[str, int]) -> None:
+        if self.busy:  # START and LOAD_SEED are ignored inside a round
+            return
+        if bits["LOAD_SEED"]:
+            seed = [self.rw[f"SEED{i}"] for i in range(4)]
+            if not any(seed):
+                self.raise_err("SEED_ZERO")
+                self.done = False
+                return
+            self.state = np.array(seed, dtype=np.uint32)
+        if bits["START"]:
+            self._start()
+
+    def _start(self) -> None:
+        for name in ("N_ACCEPT", "NEXT_TOKEN", "ACCEPT_BITS", "ROWS", "WORDS", "LAST_EP", "LAST_EQ", "LAST_SP",
+                     "LAST_SQ", "CYCLES_BUSY", "CYCLES_STALL"):
+            self.ro[name] = 0
+        self.done = False
+        g, vocab = self.rw["GAMMA"], self.rw["VOCAB"]
+        if g > self.gamma_max:
+            self.raise_err("BAD_GAMMA")
+            return
+        self.draft = [(self.rw[f"DRAFT{k // 2}"] >> (16 * (k % 2))) & 0xFFFF for k in range(g)]
+        self.greedy = bool(self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])["GREEDY"])
+        self.inv_temp = self.rw["INV_TEMP"]
+        self.vocab = vocab
+        self.p, self.q = [], []
+        self.round_state = self.state
+        n = g + 2  # every word a round can take: one per position and one sample
+        self.words = (np.zeros(n, dtype=np.uint32) if self.state is None
+                      else rng_ref.xoshiro128pp(self.state, n)[0])
+        self.busy = True
+        self._evaluate(np.zeros((0, vocab), dtype=np.int16))
+
+    # -- stream ---------------------------------------------------------------------------------------
+    def frame(self, codes: np.ndarray) -> None:
+        """One AXI-Stream frame: ``codes`` in beats of ``lanes``, TLAST on the last beat only."""
+        codes = np.asarray(codes).ravel()
+        if codes.size == 0 or codes.size % self.lanes:
+            raise ValueError(f"a frame is whole beats of {self.lanes} codes, got {codes.size} codes")
+        beats = codes.size // self.lanes
+        if not self.busy:  # idle, done or in error: TREADY stays high and every beat is dropped
+            self.raise_err("UNEXPECTED_DATA")
+            return
+        nb = -(-self.vocab // self.lanes)
+        if beats != nb:  # TLAST early, or missing on the row's last beat (the rest arrive while in error)
+            self.raise_err("SHORT_ROW" if beats < nb else "LONG_ROW")
+            if beats > nb:
+                self.raise_err("UNEXPECTED_DATA")
+            self.busy = False
+            return
+        row = codes[:self.vocab].astype(np.int16)
+        want_q = not self.greedy and len(self.p) == len(self.q) + 1
+        (self.q if want_q else self.p).append(row)
+        self._evaluate(np.stack(self.p))
+
+    def _evaluate(self, p: np.ndarray) -> None:
+        """Run the round on the rows received so far; set the result registers to what the core shows."""
+        q = np.stack(self.q) if self.q else None
+        nb = -(-self.vocab // self.lanes)
+        try:
+            d = ver_ref.verify(p, q, self.draft, greedy=self.greedy, inv_temp=self.inv_temp, words=self.words,
+                               lanes=self.lanes, vocab_max=self.vocab_max, gamma_max=self.gamma_max)
+        except ver_ref.MissingRow as m:
+            self._set(m.n_accept, 0, m.accept_bits, m.rows, m.words, *m.last, m.rows * nb)
+            return
+        self.busy = False
+        if d.err and d.rows == 0:  # a start error: every result register stays 0
+            self.err |= d.err
+            return
+        self._set(d.n_accept, d.next_token, d.accept_bits, d.rows, d.words, d.last_ep, d.last_eq, d.last_sp,
+                  d.last_sq, d.rows * nb + (0 if d.err else d.sample_beats))
+        self.err |= d.err
+        self.done = not d.err
+
+    def _set(self, n_accept, next_token, accept_bits, rows, words, ep, eq, sp, sq, cycles) -> None:
+        self.ro.update(N_ACCEPT=n_accept, NEXT_TOKEN=next_token, ACCEPT_BITS=accept_bits, ROWS=rows,
+                       WORDS=words, LAST_EP=ep, LAST_EQ=eq, LAST_SP=sp, LAST_SQ=sq, CYCLES_BUSY=cycles)
+        if self.round_state is not None:
+            self.state = rng_ref.xoshiro128pp(self.round_state, words)[1]
+
+
+class GoldenStream(RowStream):
+    """The row stream of a golden model: each :meth:`send` is one frame, taken at once."""
+
+    def __init__(self, model: VerifierModel) -> None:
+        self.model = model
+
+    def send(self, codes: np.ndarray) -> None:
+        self.model.frame(codes)
+
+
+MODELS = {"rng": RngModel, "verifier": VerifierModel}
 
 
 class GoldenDevice(RegisterDevice):
@@ -110,16 +234,27 @@ class GoldenDevice(RegisterDevice):
     ----------
     cores : dict[int, str]
         Base address -> core name.
+    params : dict[int, dict], optional
+        Base address -> keyword arguments of that model (the build parameters, e.g.
+        ``{"lanes": 4, "vocab_max": 64}`` for the verifier).
     """
 
     name = "specdec-golden"
 
-    def __init__(self, cores: dict[int, str]) -> None:
+    def __init__(self, cores: dict[int, str], params: dict[int, dict] | None = None) -> None:
         self.models = {}
         for base, name in cores.items():
             if name not in MODELS:
                 raise KeyError(f"no golden model for core {name!r}; available: {sorted(MODELS)}")
-            self.models[base] = MODELS[name]()
+            self.models[base] = MODELS[name](**(params or {}).get(base, {}))
+
+    def stream(self, base: int = 0) -> GoldenStream:
+        """The row stream into the model at ``base`` (a core with a stream input)."""
+        m = self.models.get(base)
+        if not hasattr(m, "frame"):
+            raise KeyError(f"no streaming core at {base:#x}; cores: "
+                           f"{ {hex(b): m.cmap.name for b, m in self.models.items()} }")
+        return GoldenStream(m)
 
     def _find(self, address: int):
         for base, m in self.models.items():

@@ -8,14 +8,20 @@ Use inside a cocotb test::
 
     dev = SimDevice(axil_master)
     await bridge(lambda: exercise(Rng(description("rng", dev))))()
+
+:class:`SimStream` is the matching row stream (``s_axis``) for the verifier driver.
 """
 from __future__ import annotations
 
+import logging
+
+import numpy as np
 from cocotb.task import resume
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from ..errors import BusError
 from ..regmap import RESP_OKAY
-from .device import RegisterDevice
+from .device import RegisterDevice, RowStream
 
 
 class SimDevice(RegisterDevice):
@@ -45,3 +51,26 @@ class SimDevice(RegisterDevice):
         resp = self._write(address, value)
         if int(resp.resp) != RESP_OKAY:
             raise BusError("write", address, int(resp.resp))
+
+
+class SimStream(RowStream):
+    """Row stream over a cocotbext-axi ``AxiStreamSource`` on the toplevel's ``s_axis`` port.
+
+    Build it inside the cocotb test (the source starts coroutines); :meth:`send` is then called from the
+    driver's bridge thread and resumes a coroutine that sends one frame and waits until it is taken.
+    """
+
+    def __init__(self, dut, prefix: str = "s_axis") -> None:
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, prefix), dut.clk, dut.rst)
+        self.source.log.setLevel(logging.WARNING)
+        self._send = resume(self._asend)
+
+    async def _asend(self, data: bytes) -> None:
+        await self.source.send(AxiStreamFrame(tdata=data))
+        await self.source.wait()
+
+    def send(self, codes: np.ndarray) -> None:
+        data = np.ascontiguousarray(codes, dtype="<i2").tobytes()
+        if not data or len(data) % self.source.byte_lanes:
+            raise ValueError(f"a frame is whole beats of {self.source.byte_lanes} bytes, got {len(data)} bytes")
+        self._send(data)

@@ -5,5 +5,6 @@ board; off the board the same classes take a simulation or golden-model device (
 """
 from .base import SpecdecIP, pynq_registers, vlnv
 from .rng import Rng
+from .verifier import DmaStream, Result, Verifier
 
-__all__ = ["SpecdecIP", "Rng", "pynq_registers", "vlnv"]
+__all__ = ["SpecdecIP", "Rng", "Verifier", "Result", "DmaStream", "pynq_registers", "vlnv"]

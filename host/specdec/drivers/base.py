@@ -98,6 +98,19 @@ class SpecdecIP(DefaultIP):
     def start(self) -> None:
         self.write_fields("CTRL", START=1)
 
+    def seed(self, words) -> None:
+        """Load the xoshiro128++ state s[0..3] (cores with SEED0..3 and CTRL.LOAD_SEED); all zero raises
+        CoreError (SEED_ZERO). The state persists across operations and soft resets."""
+        if "SEED0" not in {r.name for r in self.cmap.registers}:
+            raise AttributeError(f"core {self.core_name!r} has no RNG seed registers")
+        words = [int(w) for w in words]
+        if len(words) != 4:
+            raise ValueError(f"seed needs 4 words, got {len(words)}")
+        for i, w in enumerate(words):
+            self.write_reg(f"SEED{i}", w)
+        self.write_fields("CTRL", LOAD_SEED=1)
+        self.check()
+
     def check(self) -> None:
         """Raise :class:`CoreError` with the decoded ERR bits if the core reports an error."""
         err = self.read_reg("ERR")

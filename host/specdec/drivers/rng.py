@@ -12,16 +12,6 @@ class Rng(SpecdecIP):
     core_name = "rng"
     bindto = [vlnv("rng")]
 
-    def seed(self, words) -> None:
-        """Load a 128-bit seed given as four 32-bit words s[0..3]; all zero raises CoreError (SEED_ZERO)."""
-        words = [int(w) for w in words]
-        if len(words) != 4:
-            raise ValueError(f"seed needs 4 words, got {len(words)}")
-        for i, w in enumerate(words):
-            self.write_reg(f"SEED{i}", w)
-        self.write_fields("CTRL", LOAD_SEED=1)
-        self.check()
-
     def step(self) -> int:
         """One step; returns the new 32-bit output."""
         self.write_fields("CTRL", STEP=1)

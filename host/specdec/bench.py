@@ -1,0 +1,142 @@
+"""Benchmarks behind ``specdec bench``: measured figures, written as JSON, goals reported as met or missed.
+
+``verifier``: one round of the verifier at (V, gamma, L) through the RTL under Verilator (cycles from the
+core's CYCLES_BUSY - CYCLES_STALL), the streaming bound, yosys resources for that parameter set, the
+projected verified positions per second, and the measured time of a plain numpy float32 round on this
+machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CLOCK_HZ = 150e6            # the projection's clock (the PYNQ-Z2 fabric target)
+GOALS = {"ratio": 1.05, "lut_pct": 15.0, "bram_pct": 35.0, "speedup_vs_numpy_l8": 8.0}
+
+
+def numpy_round(p: np.ndarray, q: np.ndarray, draft, rng: np.random.Generator) -> tuple[int, int]:
+    """Plain numpy float32 speculative-sampling round (the CPU reference the projection is compared with).
+
+    Softmax of each streamed row, the accept test ``u < p(x) / q(x)``, and a residual or bonus sample by
+    inverse CDF, rows consumed in the same order as the core.
+
+    Returns
+    -------
+    (n_accept, next_token)
+    """
+    def softmax(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    g = len(draft)
+    for i in range(g):
+        pi, qi = softmax(p[i]), softmax(q[i])
+        x = draft[i]
+        if rng.random() * qi[x] < pi[x]:
+            continue
+        w = np.maximum(pi - qi, 0)
+        cs = np.cumsum(w)
+        return i, int(np.searchsorted(cs, rng.random() * cs[-1], side="right"))
+    cs = np.cumsum(softmax(p[g]))
+    return g, int(np.searchsorted(cs, rng.random() * cs[-1], side="right"))
+
+
+def time_numpy(vocab: int, gamma: int, reps: int = 30, seed: int = 0) -> dict:
+    """Median wall time of :func:`numpy_round` on an all-accept round (gamma + 1 target rows, gamma draft
+    rows, one bonus sample: the same work as the RTL's all-accept round)."""
+    rng = np.random.default_rng(seed)
+    p = rng.standard_normal((gamma + 1, vocab)).astype(np.float32) * 3
+    q = p[:gamma].copy()
+    draft = [int(np.argmax(p[i])) for i in range(gamma)]
+    times = []
+    for _ in range(reps + 2):
+        t0 = time.perf_counter()
+        n, _ = numpy_round(p, q, draft, rng)
+        times.append(time.perf_counter() - t0)
+        assert n == gamma
+    return {"cpu_numpy_s": statistics.median(times[2:]), "cpu_numpy_reps": reps,
+            "cpu": platform.processor() or platform.machine(), "numpy": np.__version__}
+
+
+def rtl_cycles(vocab: int, gamma: int, lanes: int, vocab_max: int, sim: str = "verilator", seed: int = 0) -> dict:
+    """Run ``tb.verifier.bench_verifier`` on the RTL and return its per-scenario cycle counts."""
+    from tb import harness
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "bench.json"
+        harness.run("verifier", "tb.verifier.bench_verifier", sim,
+                    params={"LANES": lanes, "VOCAB_MAX": vocab_max, "GAMMA_MAX": 16},
+                    extra_env={"BENCH_OUT": str(out), "BENCH_VOCAB": str(vocab), "BENCH_GAMMA": str(gamma),
+                               "BENCH_SEED": str(seed)})
+        return json.loads(out.read_text())
+
+
+def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", vocab_max: int | None = None,
+                   synth: bool = True, sim: str = "verilator") -> dict:
+    """Measure one parameter set; see the module docstring. Raises ValueError on bad parameters."""
+    if backend != "sim":
+        raise ValueError(f"backend {backend!r}: the verifier benchmark counts RTL cycles, so only 'sim' "
+                         f"(the cocotb simulation) applies")
+    if lanes not in (1, 2, 4, 8):
+        raise ValueError(f"lanes={lanes} not in (1, 2, 4, 8)")
+    if not 1 <= gamma <= 16:
+        raise ValueError(f"gamma={gamma} outside 1..16")
+    vocab_max = vocab if vocab_max is None else vocab_max
+    if not 1 <= vocab <= vocab_max <= 65536:
+        raise ValueError(f"need 1 <= vocab ({vocab}) <= vocab_max ({vocab_max}) <= 65536")
+    t0 = time.perf_counter()
+    scen = rtl_cycles(vocab, gamma, lanes, vocab_max, sim)
+    sim_s = time.perf_counter() - t0
+    main = scen["all_accept"]
+    cyc = main["cycles"]
+    positions = main["target_positions"]
+    res = {"vocab": vocab, "gamma": gamma, "lanes": lanes, "vocab_max": vocab_max, "backend": f"sim:{sim}",
+           "cycles": cyc, "bound_cycles": main["bound_cycles"], "ratio": main["ratio"],
+           "positions_per_round": positions, "clock_hz": CLOCK_HZ,
+           "projected_positions_per_s": positions * CLOCK_HZ / cyc, "scenarios": scen,
+           "sim_wall_s": sim_s}
+    res.update(time_numpy(vocab, gamma))
+    res["cpu_positions_per_s"] = positions / res["cpu_numpy_s"]
+    res["speedup_vs_numpy"] = res["projected_positions_per_s"] / res["cpu_positions_per_s"]
+    if synth:
+        from specdec import hw
+        row = hw.report(["verifier"], {"verifier": {"VOCAB_MAX": str(vocab_max), "LANES": str(lanes)}})[0]
+        res.update({k: row[k] for k in ("lut", "lutram", "ff", "dsp", "bram36", "lut_pct", "bram_pct", "dsp_pct",
+                                         "arrival_ns", "arrival_note")})
+        if row["arrival_ns"]:       # an upper bound on fmax: logic only, no routing
+            res["fmax_logic_only_hz"] = 1e9 / row["arrival_ns"]
+            res["projected_positions_per_s_at_fmax_logic_only"] = positions * res["fmax_logic_only_hz"] / cyc
+    else:
+        res.update({"lut": None, "bram36": None})
+    goals = {"ratio <= 1.05": res["ratio"] <= GOALS["ratio"]}
+    if synth and lanes == 4:        # the issue's resource goal is for L = 4
+        goals["lut <= 15%"] = res["lut_pct"] <= GOALS["lut_pct"]
+        goals["bram36 <= 35%"] = res["bram_pct"] <= GOALS["bram_pct"]
+    if lanes == 8:
+        goals["projection >= 8x numpy at L=8"] = res["speedup_vs_numpy"] >= GOALS["speedup_vs_numpy_l8"]
+    res["goals_met"] = goals
+    res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    return res
+
+
+def format_verifier(res: dict) -> str:
+    """A short human summary of :func:`bench_verifier`'s result."""
+    lines = [f"verifier V={res['vocab']} gamma={res['gamma']} L={res['lanes']} (VOCAB_MAX {res['vocab_max']}, "
+             f"{res['backend']})"]
+    for name, s in res["scenarios"].items():
+        lines.append(f"  {name:10s} rows {s['rows']:2d}  cycles {s['cycles']:8d}  bound {s['bound_cycles']:8d}  "
+                     f"ratio {s['ratio']:.4f}  stall {s['cycles_stall']}")
+    lines.append(f"  projected {res['projected_positions_per_s']:,.0f} positions/s at {res['clock_hz'] / 1e6:.0f} MHz; "
+                 f"numpy float32 {res['cpu_numpy_s'] * 1e3:.2f} ms/round = {res['cpu_positions_per_s']:,.0f} "
+                 f"positions/s; x{res['speedup_vs_numpy']:.2f}")
+    if res.get("lut") is not None:
+        lines.append(f"  yosys: {res['lut']} LUT ({res['lut_pct']:.1f}%), {res['bram36']:g} BRAM36 "
+                     f"({res['bram_pct']:.1f}%), {res['dsp']} DSP; arrival {res['arrival_ns']} ns (logic only)")
+    lines.append("  goals: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in res["goals_met"].items()))
+    return "\n".join(lines)

@@ -1,0 +1,302 @@
+"""verifier driver: one speculative-decoding round per call, rows streamed from preallocated buffers.
+
+On a board::
+
+    ol = pynq.Overlay("specdec.bit")
+    ver = ol.verifier                              # bound through ``bindto``
+    ver.attach(DmaStream(ol.axi_dma_0))            # rows go out through the AXI DMA's MM2S channel
+    ver.seed([1, 2, 3, 4])
+    res = ver.verify(draft, p_logits, q_logits, temperature=0.8)
+    res.tokens                                     # accepted draft tokens + the next token
+
+Off the board the same class takes a golden or simulation device (``specdec.backends``) and the
+matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hls_ref.verifier import quantize
+
+from ..backends.device import RowStream
+from ..errors import CoreTimeout, SpecdecError
+from ..regmap import INV_TEMP_FRAC, LOGIT_NEG_INF, VERIFIER_MAX_GAMMA
+from .base import SpecdecIP, vlnv
+
+_RESULTS = {"n_accept": "N_ACCEPT", "next_token": "NEXT_TOKEN", "accept_bits": "ACCEPT_BITS", "rows": "ROWS",
+            "words": "WORDS", "last_ep": "LAST_EP", "last_eq": "LAST_EQ", "last_sp": "LAST_SP",
+            "last_sq": "LAST_SQ", "cycles_busy": "CYCLES_BUSY", "cycles_stall": "CYCLES_STALL"}
+_ROW_ALIGN = 32  # buffer rows start on 64-byte boundaries (DMA without data realignment)
+
+
+@dataclass(frozen=True)
+class Result:
+    """The result registers of one round (docs/verifier.md); ``draft`` is the draft it verified."""
+
+    n_accept: int
+    next_token: int
+    accept_bits: int
+    rows: int
+    words: int
+    last_ep: int
+    last_eq: int
+    last_sp: int
+    last_sq: int
+    cycles_busy: int
+    cycles_stall: int
+    draft: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens the round emits: the accepted draft prefix, then ``next_token``."""
+        return [*self.draft[:self.n_accept], self.next_token]
+
+
+def inv_temp(temperature: float) -> int:
+    """``INV_TEMP = round(256 / T)`` (Q8.8); T = 0 gives 0 (which the core refuses in sampling mode).
+
+    Raises
+    ------
+    ValueError
+        T is NaN or negative, or so small (large) that 256/T rounds above 65535 (to 0).
+    """
+    t = float(temperature)
+    if math.isnan(t) or t < 0:
+        raise ValueError(f"temperature {temperature!r} must be >= 0")
+    if t == 0:
+        return 0
+    v = round((1 << INV_TEMP_FRAC) / t)
+    if v > 0xFFFF:
+        raise ValueError(f"temperature {temperature!r} too small: INV_TEMP = round(256/T) = {v} > 65535")
+    if v == 0:
+        raise ValueError(f"temperature {temperature!r} too large: INV_TEMP = round(256/T) is 0")
+    return v
+
+
+class DmaStream(RowStream):
+    """Rows through an AXI DMA's MM2S channel: one transfer per row (the DMA sets TLAST at its end).
+
+    Row buffers come from ``allocator`` (``pynq.allocate``), so the driver quantizes straight into memory
+    the DMA reads; :meth:`send` transfers such a row as it is. A row from elsewhere is copied into a
+    scratch buffer first.
+
+    Parameters
+    ----------
+    dma : pynq.lib.dma.DMA
+        Any object with ``sendchannel.transfer(array)``, ``sendchannel.wait()`` and ``sendchannel.idle``.
+    allocator : callable, optional
+        ``allocator(shape=..., dtype=...)``; default ``pynq.allocate``.
+    poll_limit : int
+        ``idle`` polls before :class:`CoreTimeout` (pynq's own ``wait`` would spin forever).
+    """
+
+    def __init__(self, dma, allocator=None, poll_limit: int = 1_000_000) -> None:
+        if allocator is None:
+            from pynq import allocate as allocator
+        self.channel = dma.sendchannel
+        self.allocator = allocator
+        self.poll_limit = poll_limit
+        self._buffers: list[np.ndarray] = []
+        self._scratch: np.ndarray | None = None
+
+    def alloc(self, shape: tuple[int, ...]) -> np.ndarray:
+        buf = self.allocator(shape=shape, dtype=np.int16)
+        buf[...] = 0
+        self._buffers.append(buf)
+        return buf
+
+    def send(self, codes: np.ndarray) -> None:
+        if codes.ndim != 1 or codes.dtype != np.int16:
+            raise ValueError(f"a row is 1-D int16, got {codes.dtype} {codes.shape}")
+        ours = codes.flags.c_contiguous and any(np.shares_memory(codes, b) for b in self._buffers)
+        if not ours:
+            if self._scratch is None or self._scratch.size < codes.size:
+                self._scratch = self.allocator(shape=(codes.size,), dtype=np.int16)
+            self._scratch[:codes.size] = codes
+            codes = self._scratch[:codes.size]
+        self.channel.transfer(codes)
+        for _ in range(self.poll_limit):
+            if self.channel.idle:
+                break
+        else:
+            raise CoreTimeout(f"DMA send of {codes.nbytes} bytes not done after {self.poll_limit} polls")
+        self.channel.wait()
+
+
+class Verifier(SpecdecIP):
+    """Driver of the ``verifier`` core (golden model ``hls_ref.verifier``, RTL ``fpga.verifier``).
+
+    Rows are streamed from one preallocated int16 buffer of ``2 * gamma_max + 1`` rows (p_i in row
+    ``2i``, q_i in row ``2i + 1``), taken from the stream (:meth:`attach`) so that a DMA reads it in place.
+
+    Parameters
+    ----------
+    description : dict
+        pynq's IP description, or ``specdec.drivers.base.description`` off the board.
+    stream : RowStream, optional
+        The core's row stream; or :meth:`attach` one later (pynq binds the driver without it).
+    """
+
+    core_name = "verifier"
+    bindto = [vlnv("verifier")]
+
+    def __init__(self, description: dict, stream: RowStream | None = None) -> None:
+        super().__init__(description)
+        params = self.read_fields("PARAMS")
+        self._lanes, self._gamma_max = params["LANES"], params["GAMMA_MAX"]
+        self._vocab_max = self.read_reg("VOCAB_MAX")
+        self.stream: RowStream | None = None
+        self._buf: np.ndarray | None = None
+        if stream is not None:
+            self.attach(stream)
+
+    @property
+    def lanes(self) -> int:
+        """Logit codes per stream beat (``PARAMS.LANES``)."""
+        return self._lanes
+
+    @property
+    def gamma_max(self) -> int:
+        """Largest draft length the core takes (``PARAMS.GAMMA_MAX``)."""
+        return self._gamma_max
+
+    @property
+    def vocab_max(self) -> int:
+        """Largest vocabulary the core takes (``VOCAB_MAX``)."""
+        return self._vocab_max
+
+    def attach(self, stream: RowStream) -> None:
+        """Stream rows through ``stream``; allocates the row buffer from it."""
+        width = -(-self.vocab_max // self.lanes) * self.lanes
+        width = -(-width // _ROW_ALIGN) * _ROW_ALIGN
+        self.stream = stream
+        self._buf = stream.alloc((2 * self.gamma_max + 1, width))
+
+    # -- one round --------------------------------------------------------------------------------
+    def verify(self, draft, p_logits, q_logits=None, *, greedy: bool = False, temperature: float = 1.0) -> Result:
+        """Verify ``draft`` against the target rows (and the draft rows, in sampling mode).
+
+        Float logits are quantized on the host (``hls_ref.verifier.quantize``: each row shifted by its
+        max, -inf = masked); integer logits are taken as Q7.8 codes. Rows are streamed as the core asks
+        for them: after a rejection the remaining rows are not sent.
+
+        Parameters
+        ----------
+        draft : sequence of int, length g
+            Draft tokens x_0 .. x_{g-1}.
+        p_logits : array_like, shape (g+1, V)
+            Target rows p_0 .. p_g.
+        q_logits : array_like, shape (g, V)
+            Draft rows q_0 .. q_{g-1}; needed in sampling mode (may be None when g = 0), ignored in
+            greedy mode.
+        greedy : bool
+            Argmax verification (``CONFIG.GREEDY``).
+        temperature : float
+            Sampling temperature T, sent as ``INV_TEMP = round(256 / T)``; T = 0 lets the core raise
+            BAD_TEMP. Ignored in greedy mode.
+
+        Returns
+        -------
+        Result
+
+        Raises
+        ------
+        ValueError
+            Before anything reaches the core: shapes that do not match g and V, V = 0, a draft token
+            that does not fit 16 bits, a bad temperature, NaN or +inf logits, integer codes outside int16.
+        CoreError
+            The core's decoded error bits (BAD_GAMMA for g > gamma_max, BAD_VOCAB for V > vocab_max,
+            BAD_TOKEN for a token >= V, BAD_TEMP, EMPTY_ROW, stream errors). The core stays in error:
+            call :meth:`soft_reset` before the next round (configuration and RNG state survive it).
+        CoreTimeout
+            The core did not answer within ``poll_limit`` polls.
+        """
+        if self.stream is None:
+            raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
+        d = np.asarray(draft).ravel()
+        if d.size and not np.issubdtype(d.dtype, np.integer):
+            raise ValueError(f"draft tokens must be integers, got {d.dtype}: {d.tolist()}")
+        if d.size and (d.min() < 0 or d.max() > 0xFFFF):
+            raise ValueError(f"draft tokens must fit 16 bits, got {d.tolist()}")
+        draft = tuple(int(x) for x in d)
+        g = len(draft)
+        p = np.asarray(p_logits)
+        if p.ndim != 2 or p.shape[0] != g + 1 or p.shape[1] == 0:
+            raise ValueError(f"p_logits must have shape (g+1, V) = ({g + 1}, V >= 1) for g = {g} draft tokens, "
+                             f"got {p.shape}")
+        vocab = p.shape[1]
+        q = None
+        if not greedy and (g or q_logits is not None):
+            if q_logits is None:
+                raise ValueError(f"sampling mode needs q_logits of shape ({g}, {vocab}), got None")
+            q = np.asarray(q_logits)
+            if q.shape != (g, vocab):
+                raise ValueError(f"q_logits must have shape (g, V) = ({g}, {vocab}) to match p_logits {p.shape}, "
+                                 f"got {q.shape}")
+        itemp = None if greedy else inv_temp(temperature)
+        nb = -(-vocab // self.lanes)
+        width = nb * self.lanes
+        fits = g <= self.gamma_max and vocab <= self.vocab_max
+        buf = self._buf
+        if fits:  # quantize straight into the stream's buffer
+            _load(p, buf[0:2 * g + 1:2, :vocab])
+            if q is not None and g:
+                _load(q, buf[1:2 * g:2, :vocab])
+            buf[:2 * g + 1, vocab:width] = LOGIT_NEG_INF
+        else:  # the core refuses the round at START (BAD_GAMMA / BAD_VOCAB): validate only
+            _load(p, None)
+            if q is not None:
+                _load(q, None)
+
+        self.write_fields("CONFIG", GREEDY=int(greedy))
+        self.write_reg("GAMMA", g)
+        self.write_reg("VOCAB", vocab)
+        if itemp is not None:
+            self.write_reg("INV_TEMP", itemp)
+        n = min(g, VERIFIER_MAX_GAMMA)
+        padded = draft[:n] + (0,)
+        for k in range((n + 1) // 2):
+            self.write_fields(f"DRAFT{k}", LO=padded[2 * k], HI=padded[2 * k + 1])
+        self.start()
+        self.check()
+        if not fits:
+            raise SpecdecError(f"verifier: the core took a round of g={g}, V={vocab} beyond its gamma_max="
+                               f"{self.gamma_max}, vocab_max={self.vocab_max} without an error")
+        for i in range(g + 1):
+            self.stream.send(buf[2 * i, :width])
+            if q is not None and i < g:
+                self.check()  # an empty p_i stops the round: q_i is not sent
+                self.stream.send(buf[2 * i + 1, :width])
+            if i == g:
+                self.wait_done()
+            elif not self._wait_position(i):
+                break
+        return Result(**{f: self.read_reg(r) for f, r in _RESULTS.items()}, draft=draft)
+
+    def _wait_position(self, i: int) -> bool:
+        """Poll until position i is decided: True if accepted, False if the round is done."""
+        for _ in range(self.poll_limit):
+            if self.read_reg("N_ACCEPT") > i:
+                return True
+            s = self._status.decode(self.read_reg("STATUS"))
+            if s["ERROR"]:
+                self.check()
+            if s["DONE"]:
+                return False
+        raise CoreTimeout(f"verifier: position {i} not decided after {self.poll_limit} polls")
+
+
+def _load(a: np.ndarray, out: np.ndarray | None) -> None:
+    """Float logits -> quantized codes, integer codes -> as they are, into ``out`` (or only validated)."""
+    if np.issubdtype(a.dtype, np.floating):
+        quantize(a, out=out)
+    elif np.issubdtype(a.dtype, np.integer):
+        if a.dtype != np.int16 and a.size and (a.min() < -(1 << 15) or a.max() >= 1 << 15):
+            raise ValueError(f"integer logit codes must fit int16, got range {a.min()}..{a.max()}")
+        if out is not None:
+            np.copyto(out, a, casting="unsafe")
+    else:
+        raise ValueError(f"logits must be float (quantized here) or integer codes, got dtype {a.dtype}")

@@ -1,0 +1,51 @@
+"""``specdec bench verifier``: the measurement code runs end to end on a small build and rejects bad input.
+
+Figures are not asserted against goals here (benchmarks report them); only what must hold for any
+correct measurement: cycles >= the streaming bound, JSON keys present, the numpy reference is right.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specdec import bench
+from specdec.cli import main
+
+
+def test_numpy_round_reference():
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal((3, 50)).astype(np.float32)
+    # q = p: every draft passes, the bonus comes from p_2
+    n, x = bench.numpy_round(p, p[:2].copy(), [int(np.argmax(p[0])), 3], rng)
+    assert n == 2 and 0 <= x < 50
+    # the first draft token impossible under p: rejected at 0, the resample is never that token
+    p2 = p.copy()
+    p2[0, 7] = -np.inf
+    for _ in range(50):
+        n, x = bench.numpy_round(p2, p[:2].copy(), [7, 0], rng)
+        assert n == 0 and x != 7
+
+
+def test_bench_verifier_small(tmp_path):
+    out = tmp_path / "b.json"
+    assert main(["bench", "verifier", "--vocab", "64", "--gamma", "3", "--lanes", "4", "--no-synth",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    for key in ("cycles", "bound_cycles", "ratio", "lanes", "vocab", "gamma", "projected_positions_per_s",
+                "cpu_numpy_s", "lut", "bram36"):
+        assert key in res, key
+    assert res["vocab"] == 64 and res["gamma"] == 3 and res["lanes"] == 4
+    assert res["positions_per_round"] == 4                     # all-accept: gamma + 1 target positions
+    for s in res["scenarios"].values():
+        assert s["cycles"] >= s["bound_cycles"] > 0
+    assert res["scenarios"]["reject_0"]["n_accept"] == 0 and res["scenarios"]["all_accept"]["n_accept"] == 3
+    assert res["cpu_numpy_s"] > 0
+
+
+@pytest.mark.parametrize("argv", [["--lanes", "3"], ["--gamma", "0"], ["--gamma", "17"],
+                                  ["--vocab", "70000"], ["--vocab", "100", "--vocab-max", "64"]])
+def test_bench_verifier_bad_input(argv, capsys):
+    assert main(["bench", "verifier", "--no-synth", *argv]) == 2
+    assert "error" in capsys.readouterr().err
