@@ -206,18 +206,28 @@ class Decision:
     sample_beats: int
 
 
-class MissingRow(ValueError):
-    """:func:`verify` needs a row it was not given; carries the round's state up to that row.
-
-    The attributes are what the core's result registers show while it waits for that row: ``n_accept``,
-    ``accept_bits``, ``rows`` (rows consumed), ``words`` (RNG words taken) and ``last`` (``LAST_EP``,
-    ``LAST_EQ``, ``LAST_SP``, ``LAST_SQ``).
+@dataclass(frozen=True)
+class Need:
+    """What :func:`round_steps` waits for: row ``name``_``i`` (``"p"`` or ``"q"``), and the round's state up
+    to it, which is what the core's result registers show meanwhile: ``n_accept``, ``accept_bits``,
+    ``rows`` (rows consumed), ``words`` (RNG words taken) and ``last`` (LAST_EP, LAST_EQ, LAST_SP, LAST_SQ).
     """
 
-    def __init__(self, msg: str, *, n_accept: int, accept_bits: int, rows: int, words: int,
-                 last: tuple[int, int, int, int]) -> None:
-        super().__init__(msg)
-        self.n_accept, self.accept_bits, self.rows, self.words, self.last = n_accept, accept_bits, rows, words, last
+    name: str
+    i: int
+    n_accept: int
+    accept_bits: int
+    rows: int
+    words: int
+    last: tuple[int, int, int, int]
+
+
+class MissingRow(ValueError):
+    """:func:`verify` needs a row it was not given; ``need`` is the round's state up to that row."""
+
+    def __init__(self, need: Need) -> None:
+        super().__init__(f"the round needs row {need.name}_{need.i}, which was not given")
+        self.need = need
 
 
 def _sample(w: np.ndarray, u: int) -> int:
@@ -273,25 +283,52 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
         raise ValueError(f"draft tokens must fit 16 bits, got {draft.tolist()}")
     if lanes < 1:
         raise ValueError(f"lanes must be >= 1, got {lanes}")
+
+    err = start_error(g, vocab, draft, greedy=greedy, inv_temp=inv_temp, vocab_max=vocab_max,
+                      gamma_max=gamma_max)
+    if err:     # only the first failing check's bit; every result register 0
+        return Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, err, 0)
+    steps = round_steps(vocab, draft, greedy=greedy, inv_temp=inv_temp, words=words, lanes=lanes)
+    try:
+        need = next(steps)
+        while True:
+            arr = p if need.name == "p" else q
+            if arr is None or need.i >= len(arr):
+                raise MissingRow(need)
+            need = steps.send(arr[need.i])
+    except StopIteration as done:
+        return done.value
+
+
+def start_error(g: int, vocab: int, draft, *, greedy: bool, inv_temp: int, vocab_max: int, gamma_max: int) -> int:
+    """CTRL.START's checks in order (BAD_GAMMA, BAD_VOCAB, BAD_TOKEN, BAD_TEMP): the first failing bit, or 0.
+
+    ``draft`` is read only when ``g <= gamma_max`` (then it holds the g tokens).
+    """
+    if g > gamma_max:
+        return ERR_BAD_GAMMA
+    if not 1 <= vocab <= vocab_max:
+        return ERR_BAD_VOCAB
+    if g and max(int(x) for x in draft[:g]) >= vocab:
+        return ERR_BAD_TOKEN
+    if not greedy and not 0 < int(inv_temp) <= 0xFFFF:
+        return ERR_BAD_TEMP
+    return 0
+
+
+def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes: int):
+    """The round of :func:`verify` after its start checks, as a generator fed one row at a time.
+
+    Yields a :class:`Need` for each row the round consumes, in stream order, and takes the row (int
+    codes, shape (V,)) through ``send``; returns the :class:`Decision`. A register model drives it as rows
+    arrive, so each row is processed once.
+    """
+    draft = np.asarray(draft, dtype=np.int64).ravel()
+    g = draft.size
     words = np.zeros(0, dtype=np.uint32) if words is None else np.asarray(words, dtype=np.uint32).ravel()
 
-    def stop(err: int) -> Decision:
-        return Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, err, 0)
-
-    if g > gamma_max:
-        return stop(ERR_BAD_GAMMA)
-    if not 1 <= vocab <= vocab_max:
-        return stop(ERR_BAD_VOCAB)
-    if g and draft.max() >= vocab:
-        return stop(ERR_BAD_TOKEN)
-    if not greedy and not 0 < int(inv_temp) <= 0xFFFF:
-        return stop(ERR_BAD_TEMP)
-
-    def row(arr, i: int, name: str) -> np.ndarray:
-        if arr is None or i >= len(arr):
-            raise MissingRow(f"the round needs row {name}_{i}, which was not given", n_accept=n_accept,
-                             accept_bits=accept_bits, rows=rows, words=nw, last=tuple(last))
-        r = np.asarray(arr[i], dtype=np.int64)
+    def row(name: str, i: int):
+        r = np.asarray((yield Need(name, i, n_accept, accept_bits, rows, nw, tuple(last))), dtype=np.int64)
         if r.shape != (vocab,):
             raise ValueError(f"row {name}_{i} has shape {r.shape}, expected ({vocab},)")
         return r
@@ -301,7 +338,7 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
     last = [0, 0, 0, 0]  # ep, eq, sp, sq
     if greedy:
         for i in range(g + 1):
-            z = row(p, i, "p")
+            z = yield from row("p", i)
             rows += 1
             if (z == NEG_INF).all():
                 return Decision(n_accept, 0, accept_bits, rows, 0, 0, 0, 0, 0, ERR_EMPTY_ROW, 0)
@@ -326,12 +363,12 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
         return Decision(n_accept, 0, accept_bits, rows, nw, *last, ERR_EMPTY_ROW, 0)
 
     for i in range(g):
-        ztp = temper(row(p, i, "p"), inv_temp)
+        ztp = temper((yield from row("p", i)), inv_temp)
         rows += 1
         mp, sp = row_stats(ztp, lanes)
         if mp == NEG_INF:
             return empty()
-        ztq = temper(row(q, i, "q"), inv_temp)
+        ztq = temper((yield from row("q", i)), inv_temp)
         rows += 1
         mq, sq = row_stats(ztq, lanes)
         if mq == NEG_INF:
@@ -351,7 +388,7 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
         x_next = _sample(w, take())
         return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
 
-    ztp = temper(row(p, g, "p"), inv_temp)
+    ztp = temper((yield from row("p", g)), inv_temp)
     rows += 1
     mp, sp = row_stats(ztp, lanes)
     if mp == NEG_INF:

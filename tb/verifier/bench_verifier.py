@@ -35,17 +35,12 @@ async def bench(dut):
     await tb.seed(tb.state)
     vocab, g = int(os.environ["BENCH_VOCAB"]), int(os.environ["BENCH_GAMMA"])
     rng = np.random.default_rng(int(os.environ.get("BENCH_SEED", "0")))
-    nb = -(-vocab // tb.lanes)
     out = {}
     for name in ("all_accept", "reject_0", "typical"):
         p, q, draft = scenario(name, rng, vocab, g)
         got = await tb.run_round(p, q, draft, False, 256)       # asserts equality with the golden model
-        busy, stall = await tb.read("CYCLES_BUSY"), await tb.read("CYCLES_STALL")
         rows = got["rows"]
-        # the streaming bound: every streamed row at L codes per cycle, plus the sample's two passes
-        bound = rows * nb + nb + got["next_token"] // tb.lanes + 1
         out[name] = {"rows": rows, "target_positions": (rows + 1) // 2, "n_accept": got["n_accept"],
-                     "next_token": got["next_token"], "cycles_busy": busy, "cycles_stall": stall,
-                     "cycles": busy - stall, "bound_cycles": bound, "ratio": (busy - stall) / bound}
+                     "next_token": got["next_token"], **tb.last_cycles}
     with open(os.environ["BENCH_OUT"], "w") as fh:
         json.dump(out, fh, indent=2)

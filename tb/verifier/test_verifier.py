@@ -177,6 +177,8 @@ class VerifierTB(AxilTB):
                 assert active == model, f"active cycles {active} != model {model} (bound {bound})"
                 assert active >= bound
                 self.ratios.append((vocab, active / bound))
+                self.last_cycles = {"cycles_busy": busy, "cycles_stall": stall, "cycles": active,
+                                    "bound_cycles": bound, "ratio": active / bound}
         return got
 
 

@@ -105,10 +105,10 @@ class RngModel(RegisterModel):
 class VerifierModel(RegisterModel):
     """Register-level model of the verifier core over ``hls_ref.verifier``, with its row stream.
 
-    Each complete row reruns :func:`hls_ref.verifier.verify` on the rows received so far, fed with the
-    words the RNG state gives (peeked, not taken); while the round waits for a row, the partial state of
-    :class:`~hls_ref.verifier.MissingRow` is what the result registers show (``N_ACCEPT`` grows position
-    by position, as on the core). The RNG state advances by ``WORDS`` as they are taken and persists
+    A round is :func:`hls_ref.verifier.round_steps` fed one row per frame (each row is processed once),
+    with the words the RNG state gives (peeked, not taken); while it waits for a row, the state of its
+    :class:`~hls_ref.verifier.Need` is what the result registers show (``N_ACCEPT`` grows position by
+    position, as on the core). The RNG state advances by ``WORDS`` as they are taken and persists
     across rounds and soft resets.
 
     ``CYCLES_BUSY`` reports the cycle model's bound of docs/verifier.md (``ROWS * ceil(V / L)`` plus the
@@ -146,25 +146,25 @@ class VerifierModel(RegisterModel):
             self._start()
 
     def _start(self) -> None:
-        for name in ("N_ACCEPT", "NEXT_TOKEN", "ACCEPT_BITS", "ROWS", "WORDS", "LAST_EP", "LAST_EQ", "LAST_SP",
-                     "LAST_SQ", "CYCLES_BUSY", "CYCLES_STALL"):
-            self.ro[name] = 0
+        for name in self.ro:
+            if name not in ("PARAMS", "VOCAB_MAX"):
+                self.ro[name] = 0
         self.done = False
-        g, vocab = self.rw["GAMMA"], self.rw["VOCAB"]
-        if g > self.gamma_max:
-            self.raise_err("BAD_GAMMA")
+        g, self.vocab = self.rw["GAMMA"], self.rw["VOCAB"]
+        draft = [(self.rw[f"DRAFT{k // 2}"] >> (16 * (k % 2))) & 0xFFFF for k in range(min(g, 16))]
+        greedy = bool(self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])["GREEDY"])
+        err = ver_ref.start_error(g, self.vocab, draft, greedy=greedy, inv_temp=self.rw["INV_TEMP"],
+                                  vocab_max=self.vocab_max, gamma_max=self.gamma_max)
+        if err:     # every result register stays 0
+            self.err |= err
             return
-        self.draft = [(self.rw[f"DRAFT{k // 2}"] >> (16 * (k % 2))) & 0xFFFF for k in range(g)]
-        self.greedy = bool(self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])["GREEDY"])
-        self.inv_temp = self.rw["INV_TEMP"]
-        self.vocab = vocab
-        self.p, self.q = [], []
         self.round_state = self.state
-        n = g + 2  # every word a round can take: one per position and one sample
-        self.words = (np.zeros(n, dtype=np.uint32) if self.state is None
-                      else rng_ref.xoshiro128pp(self.state, n)[0])
+        n = g + 2   # every word a round can take: one per position and one sample
+        words = np.zeros(n, dtype=np.uint32) if self.state is None else rng_ref.xoshiro128pp(self.state, n)[0]
+        self.steps = ver_ref.round_steps(self.vocab, draft, greedy=greedy, inv_temp=self.rw["INV_TEMP"],
+                                         words=words, lanes=self.lanes)
         self.busy = True
-        self._evaluate(np.zeros((0, vocab), dtype=np.int16))
+        self._advance(None)
 
     # -- stream ---------------------------------------------------------------------------------------
     def frame(self, codes: np.ndarray) -> None:
@@ -183,29 +183,22 @@ class VerifierModel(RegisterModel):
                 self.raise_err("UNEXPECTED_DATA")
             self.busy = False
             return
-        row = codes[:self.vocab].astype(np.int16)
-        want_q = not self.greedy and len(self.p) == len(self.q) + 1
-        (self.q if want_q else self.p).append(row)
-        self._evaluate(np.stack(self.p))
+        self._advance(codes[:self.vocab].astype(np.int16))
 
-    def _evaluate(self, p: np.ndarray) -> None:
-        """Run the round on the rows received so far; set the result registers to what the core shows."""
-        q = np.stack(self.q) if self.q else None
+    def _advance(self, row: np.ndarray | None) -> None:
+        """Feed the round one row (None: start it); the result registers show what the core shows."""
         nb = -(-self.vocab // self.lanes)
         try:
-            d = ver_ref.verify(p, q, self.draft, greedy=self.greedy, inv_temp=self.inv_temp, words=self.words,
-                               lanes=self.lanes, vocab_max=self.vocab_max, gamma_max=self.gamma_max)
-        except ver_ref.MissingRow as m:
-            self._set(m.n_accept, 0, m.accept_bits, m.rows, m.words, *m.last, m.rows * nb)
-            return
-        self.busy = False
-        if d.err and d.rows == 0:  # a start error: every result register stays 0
+            n = next(self.steps) if row is None else self.steps.send(row)
+        except StopIteration as stop:
+            d = stop.value
+            self.busy = False
+            self._set(d.n_accept, d.next_token, d.accept_bits, d.rows, d.words, d.last_ep, d.last_eq, d.last_sp,
+                      d.last_sq, d.rows * nb + (0 if d.err else d.sample_beats))
             self.err |= d.err
+            self.done = not d.err
             return
-        self._set(d.n_accept, d.next_token, d.accept_bits, d.rows, d.words, d.last_ep, d.last_eq, d.last_sp,
-                  d.last_sq, d.rows * nb + (0 if d.err else d.sample_beats))
-        self.err |= d.err
-        self.done = not d.err
+        self._set(n.n_accept, 0, n.accept_bits, n.rows, n.words, *n.last, n.rows * nb)
 
     def _set(self, n_accept, next_token, accept_bits, rows, words, ep, eq, sp, sq, cycles) -> None:
         self.ro.update(N_ACCEPT=n_accept, NEXT_TOKEN=next_token, ACCEPT_BITS=accept_bits, ROWS=rows,

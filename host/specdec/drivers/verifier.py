@@ -15,7 +15,7 @@ matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -26,9 +26,6 @@ from ..errors import CoreTimeout, SpecdecError
 from ..regmap import INV_TEMP_FRAC, LOGIT_NEG_INF, VERIFIER_MAX_GAMMA
 from .base import SpecdecIP, vlnv
 
-_RESULTS = {"n_accept": "N_ACCEPT", "next_token": "NEXT_TOKEN", "accept_bits": "ACCEPT_BITS", "rows": "ROWS",
-            "words": "WORDS", "last_ep": "LAST_EP", "last_eq": "LAST_EQ", "last_sp": "LAST_SP",
-            "last_sq": "LAST_SQ", "cycles_busy": "CYCLES_BUSY", "cycles_stall": "CYCLES_STALL"}
 _ROW_ALIGN = 32  # buffer rows start on 64-byte boundaries (DMA without data realignment)
 
 
@@ -53,6 +50,10 @@ class Result:
     def tokens(self) -> list[int]:
         """The tokens the round emits: the accepted draft prefix, then ``next_token``."""
         return [*self.draft[:self.n_accept], self.next_token]
+
+
+# result field -> its register (the field name in upper case)
+_RESULTS = {f.name: f.name.upper() for f in fields(Result) if f.name != "draft"}
 
 
 def inv_temp(temperature: float) -> int:
