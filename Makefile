@@ -1,5 +1,5 @@
 # specdec: two commands on a fresh clone.
-#   make demo   the main job (today: hardware build + resource report; see README)
+#   make demo   the main job: the demo pair generates through the RTL simulation of the verifier
 #   make test   the whole suite (cocotb on Verilator, smoke subset on Icarus), < 20 min on 2 cores
 SHELL := /bin/bash
 VENV  := .venv
@@ -14,9 +14,11 @@ PYTEST_ARGS ?=
 setup:
 	@bash scripts/setup.sh --ml
 
+DEMO_PROMPT ?= HAMLET:\nTo be, or not to be, that is the question:\n
+DEMO_ARGS   ?= --gamma 4 --temperature 0.8 --top-p 0.95 --max-new-tokens 48 --seed 1
+
 demo: setup
-	$(VENV)/bin/specdec hw build
-	$(VENV)/bin/specdec hw report --json build/report.json
+	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' $(DEMO_ARGS)
 
 test: setup check-generated
 	$(PY) -m pytest -q -m "not long and not board and not vivado" $(PYTEST_ARGS)

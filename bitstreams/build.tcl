@@ -2,7 +2,7 @@
 # over AXI4-Lite, and write <board>/specdec.bit + specdec.hwh for pynq.Overlay.
 #
 #   specdec hw build                      # writes build/verilog/<core>.v first
-#   vivado -mode batch -source bitstreams/build.tcl -tclargs pynq-z2 rng
+#   vivado -mode batch -source bitstreams/build.tcl -tclargs pynq-z2 rng verifier
 #
 # Not run in this repository's CI (there is no Vivado here); the VLNV below is the one the pynq
 # drivers bind to (specdec.drivers.base.vlnv).
@@ -12,9 +12,9 @@ if {$board eq ""} { error "usage: -tclargs <pynq-z2|kv260|zcu104> <core> ..." }
 if {[llength $cores] == 0} { set cores {rng} }
 
 switch -- $board {
-  pynq-z2 { set part xc7z020clg400-1;       set ps processing_system7 }
-  kv260   { set part xck26-sfvc784-2LV-c;   set ps zynq_ultra_ps_e }
-  zcu104  { set part xczu7ev-ffvc1156-2-e;  set ps zynq_ultra_ps_e }
+  pynq-z2 { set part xc7z020clg400-1;       set ps processing_system7; set gp M_AXI_GP0;      set hp S_AXI_HP0 }
+  kv260   { set part xck26-sfvc784-2LV-c;   set ps zynq_ultra_ps_e;    set gp M_AXI_HPM0_FPD; set hp S_AXI_HP0_FPD }
+  zcu104  { set part xczu7ev-ffvc1156-2-e;  set ps zynq_ultra_ps_e;    set gp M_AXI_HPM0_FPD; set hp S_AXI_HP0_FPD }
   default { error "unknown board '$board'; valid: pynq-z2 kv260 zcu104" }
 }
 set root   [file normalize [file dirname [info script]]/..]
@@ -35,7 +35,11 @@ foreach core $cores {
   set_property name $core $c
   set_property version 1.0 $c
   ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $c
+  ipx::infer_bus_interfaces xilinx.com:interface:axis_rtl:1.0 $c
   ipx::associate_bus_interfaces -busif s_axil -clock clk $c
+  if {[ipx::get_bus_interfaces s_axis -of_objects $c] ne ""} {
+    ipx::associate_bus_interfaces -busif s_axis -clock clk $c
+  }
   ipx::save_core $c
   close_project
 }
@@ -50,7 +54,19 @@ apply_bd_automation -rule xilinx.com:bd_rule:[expr {$ps eq "processing_system7" 
     -config {apply_board_preset 1} $psi
 foreach core $cores {
   create_bd_cell -type ip -vlnv specdec.dev:specdec:$core:1.0 $core
-  apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config {Master /ps/M_AXI_GP0 Clk Auto} [get_bd_intf_pins $core/s_axil]
+  apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Master /ps/$gp Clk Auto" [get_bd_intf_pins $core/s_axil]
+}
+# 3. the verifier's logit rows: AXI DMA (MM2S only, simple mode) from pynq.allocate buffers in DDR through
+#    the PS's HP port into verifier/s_axis. The cell is named axi_dma: specdec.runtime.pynq_verifier reads
+#    Overlay.axi_dma. 64-bit stream = LANES (4) x 16-bit codes; 23-bit length register covers a
+#    50272-code row (100,544 bytes).
+if {[lsearch $cores verifier] >= 0} {
+  set dma [create_bd_cell -type ip -vlnv xilinx.com:ip:axi_dma axi_dma]
+  set_property -dict [list CONFIG.c_include_sg 0 CONFIG.c_include_s2mm 0 CONFIG.c_sg_length_width 23 \
+      CONFIG.c_m_axis_mm2s_tdata_width 64 CONFIG.c_mm2s_burst_size 64] $dma
+  apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Master /ps/$gp Clk Auto" [get_bd_intf_pins axi_dma/S_AXI_LITE]
+  apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Slave /ps/$hp Clk Auto" [get_bd_intf_pins axi_dma/M_AXI_MM2S]
+  connect_bd_intf_net [get_bd_intf_pins axi_dma/M_AXIS_MM2S] [get_bd_intf_pins verifier/s_axis]
 }
 validate_bd_design
 save_bd_design

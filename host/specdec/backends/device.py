@@ -41,7 +41,12 @@ class RowStream(ABC):
 
     A driver asks the stream for its row buffers (:meth:`alloc`), so that a DMA stream can hand out
     memory its engine reads from and rows go out without a copy.
+
+    ``compute_s`` counts the seconds a stream spent computing the core's answer inside :meth:`send` (a golden
+    model decides as rows arrive); a stream into real or simulated hardware leaves it at 0.
     """
+
+    compute_s: float = 0.0
 
     def alloc(self, shape: tuple[int, ...]) -> np.ndarray:
         """A zeroed int16 buffer of ``shape`` whose contiguous rows :meth:`send` takes as they are."""

@@ -6,6 +6,7 @@ for a streaming core, as its rows arrive (:meth:`GoldenDevice.stream`).
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -212,9 +213,12 @@ class GoldenStream(RowStream):
 
     def __init__(self, model: VerifierModel) -> None:
         self.model = model
+        self.compute_s = 0.0
 
     def send(self, codes: np.ndarray) -> None:
+        t0 = time.perf_counter()
         self.model.frame(codes)
+        self.compute_s += time.perf_counter() - t0
 
 
 MODELS = {"rng": RngModel, "verifier": VerifierModel}

@@ -15,6 +15,7 @@ matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -150,6 +151,8 @@ class Verifier(SpecdecIP):
         self._lanes, self._gamma_max = params["LANES"], params["GAMMA_MAX"]
         self._vocab_max = self.read_reg("VOCAB_MAX")
         self.stream: RowStream | None = None
+        #: The last round's seconds: host quantization, row transfer, and the core's decision (polling).
+        self.timing = {"quantize_s": 0.0, "transfer_s": 0.0, "verify_s": 0.0}
         self._buf: np.ndarray | None = None
         if stream is not None:
             self.attach(stream)
@@ -238,6 +241,7 @@ class Verifier(SpecdecIP):
                 raise ValueError(f"q_logits must have shape (g, V) = ({g}, {vocab}) to match p_logits {p.shape}, "
                                  f"got {q.shape}")
         itemp = None if greedy else inv_temp(temperature)
+        t_start = time.perf_counter()
         nb = -(-vocab // self.lanes)
         width = nb * self.lanes
         fits = g <= self.gamma_max and vocab <= self.vocab_max
@@ -251,6 +255,8 @@ class Verifier(SpecdecIP):
             _load(p, None)
             if q is not None:
                 _load(q, None)
+        t_quant = time.perf_counter()
+        send_s, compute0 = 0.0, self.stream.compute_s
 
         self.write_fields("CONFIG", GREEDY=int(greedy))
         self.write_reg("GAMMA", g)
@@ -267,15 +273,21 @@ class Verifier(SpecdecIP):
             raise SpecdecError(f"verifier: the core took a round of g={g}, V={vocab} beyond its gamma_max="
                                f"{self.gamma_max}, vocab_max={self.vocab_max} without an error")
         for i in range(g + 1):
+            t = time.perf_counter()
             self.stream.send(buf[2 * i, :width])
             if q is not None and i < g:
                 self.check()  # an empty p_i stops the round: q_i is not sent
                 self.stream.send(buf[2 * i + 1, :width])
+            send_s += time.perf_counter() - t
             if i == g:
                 self.wait_done()
             elif not self._wait_position(i):
                 break
-        return Result(**{f: self.read_reg(r) for f, r in _RESULTS.items()}, draft=draft)
+        result = Result(**{f: self.read_reg(r) for f, r in _RESULTS.items()}, draft=draft)
+        compute = self.stream.compute_s - compute0
+        self.timing = {"quantize_s": t_quant - t_start, "transfer_s": send_s - compute,
+                       "verify_s": time.perf_counter() - t_quant - send_s + compute}
+        return result
 
     def _wait_position(self, i: int) -> bool:
         """Poll until position i is decided: True if accepted, False if the round is done."""

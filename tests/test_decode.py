@@ -1,0 +1,238 @@
+"""The decode loop's parts (``specdec.decode``) and its losslessness under sampling.
+
+* ``mask_logits`` equals transformers' top-k / top-p warpers at V=50257.
+* ``lookup`` and ``GammaSchedule`` follow their documented rules.
+* Sampling through the whole loop (draft model, target, golden verifier): the distribution of the two new
+  tokens equals the target-only distribution, enumerated exactly in float64. Chi-square test at a
+  false-alarm rate of ``ALPHA`` = 1e-3 (bins with expected count < 5 pooled); the negative control (the same
+  samples against the draft's distribution) must reject, which shows the test has power.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import model_pairs
+from specdec import decode, runtime
+from specdec.decode import GammaSchedule, GenConfig, Sampling, lookup, mask_logits
+from tb.verifier.lossless import ALPHA, chi2_pvalue
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+V_GPT2 = 50257
+
+
+# ------------------------------------------------------------------------------------------------
+# mask_logits against transformers' warpers
+# ------------------------------------------------------------------------------------------------
+def rows(seed: int, n: int = 4, scale: float = 4.0) -> np.ndarray:
+    """Random float32 logits rows at GPT-2's vocabulary (no ties in practice)."""
+    return (np.random.default_rng(seed).standard_normal((n, V_GPT2)) * scale).astype(np.float32)
+
+
+def hf_mask(x: np.ndarray, warpers) -> np.ndarray:
+    """Which entries transformers' warpers keep (finite after warping)."""
+    scores = torch.from_numpy(x.copy())
+    for w in warpers:
+        scores = w(None, scores)
+    return torch.isfinite(scores).numpy()
+
+
+@pytest.mark.parametrize("k", [1, 5, 50, 1000])
+def test_mask_top_k_matches_transformers(k):
+    from transformers import TopKLogitsWarper
+    x = rows(k)
+    got = np.isfinite(mask_logits(x, Sampling(temperature=1.0, top_k=k)))
+    assert got.sum(axis=1).tolist() == [k] * len(x)
+    np.testing.assert_array_equal(got, hf_mask(x, [TopKLogitsWarper(k)]))
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 0.5), (1.5, 0.95), (1.0, 0.01)])
+def test_mask_top_p_matches_transformers(temperature, top_p):
+    from transformers import TopPLogitsWarper
+    x = rows(int(top_p * 100))
+    got = np.isfinite(mask_logits(x, Sampling(temperature=temperature, top_p=top_p)))
+    want = hf_mask(x / np.float32(temperature), [TopPLogitsWarper(top_p)])
+    assert got.any(axis=1).all()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mask_top_k_then_top_p_matches_transformers():
+    from transformers import TopKLogitsWarper, TopPLogitsWarper
+    x = rows(7, scale=1.0)
+    s = Sampling(temperature=0.8, top_k=40, top_p=0.6)
+    got = np.isfinite(mask_logits(x, s))
+    want = hf_mask(x / np.float32(0.8), [TopKLogitsWarper(40), TopPLogitsWarper(0.6)])
+    assert 1 < got.sum(axis=1).min() and got.sum(axis=1).max() < 40
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mask_greedy_and_off_leave_logits_alone():
+    x = rows(3)
+    np.testing.assert_array_equal(mask_logits(x, Sampling()), x)
+    np.testing.assert_array_equal(mask_logits(x, Sampling(temperature=1.0)), x)
+    np.testing.assert_array_equal(mask_logits(torch.from_numpy(x), Sampling(top_k=5)), x)   # greedy: no mask
+
+
+# ------------------------------------------------------------------------------------------------
+# prompt lookup
+# ------------------------------------------------------------------------------------------------
+def test_lookup_prefers_longest_ngram():
+    # the 1-gram [3] last occurs at index 5 (followed by 9), the 2-gram [2, 3] at index 1 (followed by 4)
+    ctx = [1, 2, 3, 4, 5, 3, 9, 2, 3]
+    assert lookup(ctx, 2, max_ngram=3) == [4, 5]
+    assert lookup(ctx, 2, max_ngram=1) == [9, 2]
+
+
+def test_lookup_takes_latest_match():
+    ctx = [7, 8, 1, 7, 8, 2, 7, 8]
+    assert lookup(ctx, 1) == [2]
+
+
+def test_lookup_returns_fewer_tokens_near_the_end():
+    ctx = [5, 6, 5]
+    assert lookup(ctx, 4) == [6, 5]
+
+
+@pytest.mark.parametrize("ctx,g", [([1, 2, 3, 4], 3), ([1], 3), ([1, 1, 2], 0)])
+def test_lookup_without_match_is_empty(ctx, g):
+    assert lookup(ctx, g) == []
+
+
+def test_prompt_lookup_q_is_a_point_mass():
+    tokens, q = decode.PromptLookup(vocab=10).propose([1, 2, 3, 1, 2], 2, Sampling(), None)
+    assert tokens == [3, 1]
+    assert q.shape == (2, 10)
+    assert np.isfinite(q).sum(axis=1).tolist() == [1, 1]
+    assert [int(np.argmax(r)) for r in q] == tokens
+
+
+# ------------------------------------------------------------------------------------------------
+# gamma schedule
+# ------------------------------------------------------------------------------------------------
+def test_gamma_auto_schedule_steps_and_bounds():
+    s = GammaSchedule("auto", gamma_max=8)
+    assert s.gamma == decode.AUTO_GAMMA_START == 4
+    s.update(4, 4)
+    assert s.gamma == 6
+    s.update(6, 6)
+    assert s.gamma == 8
+    s.update(8, 8)
+    assert s.gamma == 8                     # capped at gamma_max
+    s.update(3, 8)
+    assert s.gamma == 7
+    s.update(0, 7)
+    assert s.gamma == 6
+    s.update(0, 0)
+    assert s.gamma == 6                     # a round without drafts changes nothing
+    for _ in range(10):
+        s.update(0, s.gamma)
+    assert s.gamma == 1                     # never below 1
+
+
+def test_gamma_auto_start_capped_by_gamma_max():
+    assert GammaSchedule("auto", gamma_max=2).gamma == 2
+
+
+@pytest.mark.parametrize("gamma", [0, 3, 16])
+def test_gamma_constant_never_changes(gamma):
+    s = GammaSchedule(gamma, gamma_max=16)
+    for n_acc in (gamma, 0, gamma):
+        s.update(n_acc, gamma)
+        assert s.gamma == gamma
+
+
+def test_gamma_over_gamma_max_raises():
+    with pytest.raises(ValueError, match="GAMMA_MAX 16"):
+        GammaSchedule(17, gamma_max=16)
+
+
+# ------------------------------------------------------------------------------------------------
+# sampling is lossless through the whole loop
+# ------------------------------------------------------------------------------------------------
+V_SMALL = 8
+PROMPT = [1, 5, 2]
+N_SAMPLES = 2000        # generations per case (~8 s each on one core)
+INIT_STD = 0.1         # spread-out distributions: ~20-30 of the 64 outcomes above 1 %
+CASES = {"T1": Sampling(temperature=1.0), "T0.7-k5-p0.9": Sampling(temperature=0.7, top_k=5, top_p=0.9)}
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(torch_threads):
+    """(target, draft) CausalLMs: unrelated tiny GPT-2s over 8 tokens (2 layers vs 1), whose two-token
+    distributions differ by a total variation of ~0.3 (T=1) to ~0.7 (masked case)."""
+    from specdec.models import CausalLM
+    return (CausalLM(model_pairs.tiny_gpt2(V_SMALL, 2, seed=11, init_std=INIT_STD), "target"),
+            CausalLM(model_pairs.tiny_gpt2(V_SMALL, 1, seed=12, init_std=INIT_STD), "draft"))
+
+
+def exact_two_token_dist(lm, s: Sampling) -> np.ndarray:
+    """P(t1, t2) of target-only sampling after PROMPT, flattened (t1 * V + t2), by enumeration in float64."""
+    def dist(ctx):
+        lm.reset()
+        row = mask_logits(lm.forward(ctx)[-1], s).astype(np.float64)
+        return model_pairs.softmax64(row / s.temperature)
+    p1 = dist(PROMPT)
+    out = np.zeros((V_SMALL, V_SMALL))
+    for t1 in range(V_SMALL):
+        if p1[t1] > 0:
+            out[t1] = p1[t1] * dist(PROMPT + [t1])
+    return out.ravel()
+
+
+def sample_counts(target, draft, s: Sampling, n: int, seed: int) -> np.ndarray:
+    """Counts of the two new tokens over n speculative generations (gamma 2, golden verifier)."""
+    verifier = runtime.golden_verifier()
+    md = decode.ModelDraft(draft)
+    counts = np.zeros(V_SMALL * V_SMALL, dtype=np.int64)
+    for i in range(n):
+        verifier.seed(runtime.seed_words(seed, i))
+        cfg = GenConfig(max_new_tokens=2, gamma=2, sampling=s, seed=seed + i, stop_at_eos=False)
+        gen = decode.generate(target, md, verifier, PROMPT, cfg)
+        assert len(gen.tokens) == 2
+        counts[gen.tokens[0] * V_SMALL + gen.tokens[1]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sampling_through_loop_follows_target(tiny_pair, case):
+    """N_SAMPLES generations; chi-square at false-alarm rate ALPHA=1e-3 against the exact target
+    distribution must pass, against the draft's must reject (the test's power)."""
+    target, draft = tiny_pair
+    s = CASES[case]
+    p_target = exact_two_token_dist(target, s)
+    p_draft = exact_two_token_dist(draft, s)
+    assert 0.5 * np.abs(p_target - p_draft).sum() > 0.2          # the control is meaningful
+    assert (p_target > 0.01).sum() >= 10                         # not a near-deterministic target
+    counts = sample_counts(target, draft, s, N_SAMPLES, seed=100 * list(CASES).index(case))
+    assert counts.sum() == N_SAMPLES
+    assert counts[p_target == 0].sum() == 0                      # masked outcomes never come out
+    assert chi2_pvalue(counts, p_target) > ALPHA
+    assert chi2_pvalue(counts, p_draft) < ALPHA
+
+
+def test_masked_tokens_never_come_out(tiny_pair):
+    """With top_k=1 sampling is greedy in effect: every run emits the target's argmax chain."""
+    target, draft = tiny_pair
+    s = Sampling(temperature=1.0, top_k=1)
+    p = exact_two_token_dist(target, s)
+    want = int(np.argmax(p))
+    got = sample_counts(target, draft, s, 20, seed=5)
+    assert got[want] == 20
+
+
+def test_greedy_whole_loop_equals_argmax_chain(tiny_pair):
+    target, draft = tiny_pair
+    verifier = runtime.golden_verifier()
+    cfg = GenConfig(max_new_tokens=12, gamma=3, stop_at_eos=False)
+    gen = decode.generate(target, decode.ModelDraft(draft), verifier, PROMPT, cfg)
+    ref = decode.generate(target, None, None, PROMPT, GenConfig(12, 0, stop_at_eos=False))
+    ctx, want = list(PROMPT), []
+    for _ in range(12):
+        target.reset()
+        want.append(int(torch.argmax(target.forward(ctx)[-1])))
+        ctx.append(want[-1])
+    assert gen.tokens == ref.tokens == want

