@@ -15,7 +15,7 @@ setup:
 	@bash scripts/setup.sh --ml
 
 DEMO_PROMPT ?= HAMLET:\nTo be, or not to be, that is the question:\n
-DEMO_ARGS   ?= --gamma 4 --temperature 0.8 --top-p 0.95 --max-new-tokens 48 --seed 1
+DEMO_ARGS   ?= --gamma 4 --max-new-tokens 48      # greedy; add --temperature 0.8 --top-p 0.95 to sample
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' $(DEMO_ARGS)

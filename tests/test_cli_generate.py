@@ -111,3 +111,19 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
 def test_bench_e2e_bad_gammas_exit_2(gammas, message, capsys):
     assert exit_code(["bench", "e2e", "--gammas", gammas]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_pynq_backend_without_a_board_fails_clearly(gpt2_dirs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "missing.bit"))
+    argv = ["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--backend", "pynq",
+            "--max-new-tokens", "4"]
+    assert exit_code(argv) == 1
+    err = capsys.readouterr().err
+    assert "missing.bit" in err and "--backend ref" in err
+
+
+def test_escaped_newline_in_prompt(gpt2_dirs, capsys):
+    argv = ["generate", "--prompt", "ROMEO:\\nBut soft", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1],
+            "--max-new-tokens", "4"]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:\nBut soft")

@@ -71,13 +71,15 @@ class GenConfig:
 def mask_logits(logits, s: Sampling) -> np.ndarray:
     """float32 rows with top-k / top-p applied (masked entries -inf); the same function serves p and q.
 
+    Without masking (greedy, or neither top-k nor top-p) the rows come back uncopied, as a view.
+
     Top-p keeps the smallest set of most likely tokens whose probability at temperature T reaches
     ``top_p`` (always at least one token).
     """
     x = logits.detach().cpu().numpy() if hasattr(logits, "detach") else np.asarray(logits)
-    x = np.array(x, dtype=np.float32, copy=True)
     if s.greedy or (s.top_k == 0 and s.top_p >= 1):
-        return x
+        return np.asarray(x, dtype=np.float32)       # nothing to mask: no copy (callers only read it)
+    x = np.array(x, dtype=np.float32, copy=True)
     vocab = x.shape[-1]
     if 0 < s.top_k < vocab:
         kth = np.partition(x, vocab - s.top_k, axis=-1)[..., vocab - s.top_k, None]
@@ -115,7 +117,7 @@ class ModelDraft:
             self.lm.forward(context[:-1])
 
     def propose(self, context: list[int], g: int, s: Sampling, rng: np.random.Generator):
-        """g tokens and their masked rows q (float32, shape (g, V))."""
+        """g tokens and their masked rows q (float32, shape (g, V); None when greedy)."""
         if g == 0:
             return [], None
         logits = self.lm.forward(context[self.lm.length:])[-1:]
@@ -127,7 +129,7 @@ class ModelDraft:
             rows.append(row)
             if i + 1 < g:
                 logits = self.lm.forward(tokens[-1:])
-        return tokens, np.stack(rows)
+        return tokens, None if s.greedy else np.stack(rows)     # greedy verification reads no q
 
     def commit(self, valid: int) -> None:
         """The first ``valid`` tokens of the context are final: drop cache entries past them."""

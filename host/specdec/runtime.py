@@ -185,7 +185,9 @@ def run_sim(job: dict, sim: str = "verilator") -> dict:
         harness.run("verifier", "tb.verifier.decode_sim", sim, params=CORE_PARAMS,
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
-                               "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
+                               "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                               # cocotbext-axi's cocotb-2 deprecation notices, once per access otherwise
+                               "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning")})
         if not out_file.is_file():
             raise RuntimeError(f"the {sim} simulation ended without a result; see its log above")
         return json.loads(out_file.read_text())
