@@ -16,7 +16,8 @@ import model_pairs  # noqa: E402
 
 @pytest.fixture(scope="session")
 def torch_threads():
-    """One torch thread (use it in every model test): the tests share the machine with other jobs."""
+    """One torch thread in every model test: tiny models gain nothing from more, and a 2-core CI box
+    oversubscribed by torch threads slows every test."""
     try:
         import torch
     except ImportError:
