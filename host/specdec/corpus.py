@@ -89,7 +89,3 @@ def read_prompts(path: str | Path) -> list[str]:
     if not prompts:
         raise ValueError(f"prompt file {str(path)!r} holds no prompts")
     return prompts
-
-
-def write_prompts(path: str | Path, prompts: list[str]) -> None:
-    Path(path).write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")

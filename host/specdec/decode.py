@@ -94,12 +94,10 @@ def mask_logits(logits, s: Sampling) -> np.ndarray:
     return x
 
 
-def choose(row: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
-    """A token from one masked row: its argmax when greedy, else a sample from the distribution the
-    verifier's fixed-point arithmetic gives that row (so draft proposals follow exactly the q it tests)."""
-    if s.greedy:
-        return int(np.argmax(row))
-    dist = fixed_point_dist(quantize(row), inv_temp(s.temperature))
+def sample_codes(codes: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
+    """A sample from the distribution the verifier's fixed-point arithmetic gives a row of codes, so draft
+    proposals follow exactly the q the core tests them against."""
+    dist = fixed_point_dist(codes, inv_temp(s.temperature))
     return int(rng.choice(len(dist), p=dist))
 
 
@@ -117,7 +115,7 @@ class ModelDraft:
             self.lm.forward(context[:-1])
 
     def propose(self, context: list[int], g: int, s: Sampling, rng: np.random.Generator):
-        """g tokens and their masked rows q (float32, shape (g, V); None when greedy)."""
+        """g tokens and their rows q as Q7.8 codes (int16, shape (g, V); None when greedy)."""
         if g == 0:
             return [], None
         logits = self.lm.forward(context[self.lm.length:])[-1:]
@@ -125,11 +123,14 @@ class ModelDraft:
         for i in range(g):
             _check_finite(logits[-1:], self.lm.name or "draft")
             row = mask_logits(logits[-1], s)
-            tokens.append(choose(row, s, rng))
-            rows.append(row)
+            if s.greedy:
+                tokens.append(int(np.argmax(row)))
+            else:       # quantized once: the driver streams these codes as they are
+                rows.append(quantize(row))
+                tokens.append(sample_codes(rows[-1], s, rng))
             if i + 1 < g:
                 logits = self.lm.forward(tokens[-1:])
-        return tokens, None if s.greedy else np.stack(rows)     # greedy verification reads no q
+        return tokens, np.stack(rows) if rows else None     # greedy verification reads no q
 
     def commit(self, valid: int) -> None:
         """The first ``valid`` tokens of the context are final: drop cache entries past them."""
@@ -219,9 +220,6 @@ class Generation:
     wall_s: float
     stopped_at_eos: bool
 
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.wall_s if self.wall_s else 0.0
 
 
 def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfig) -> Generation:
