@@ -11,6 +11,10 @@ CORES = {
         "VOCAB_MAX": (64, None, "Largest VOCAB accepted: depth of the two on-chip row buffers (tokens)."),
         "LANES": (4, {1, 2, 4, 8}, "Logit codes per stream beat (TDATA is 16 * LANES bits)."),
         "GAMMA_MAX": (16, range(1, 17), "Largest GAMMA (draft tokens per round) accepted."),
+        "TREE_MAX": (64, range(1, 65), "Largest NODES (token-tree nodes, root included) accepted in tree mode."),
+    }),
+    "treemask": ("fpga.treemask", "treemask", {
+        "NODES_MAX": (64, range(1, 65), "Largest NODES (tree nodes, root included) accepted."),
     }),
 }
 

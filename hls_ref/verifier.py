@@ -55,6 +55,7 @@ ERR_BAD_VOCAB = err_mask("BAD_VOCAB")
 ERR_BAD_TOKEN = err_mask("BAD_TOKEN")
 ERR_BAD_TEMP = err_mask("BAD_TEMP")
 ERR_EMPTY_ROW = err_mask("EMPTY_ROW")
+ERR_BAD_TREE = err_mask("BAD_TREE")
 
 
 def exp_q15(d: np.ndarray) -> np.ndarray:
@@ -204,6 +205,8 @@ class Decision:
     last_sq: int
     err: int
     sample_beats: int
+    path: int = 0       # tree mode: bit j = node j on the accepted path (PATH_HI:PATH_LO)
+    node: int = 0       # tree mode: the last node of the accepted path (CUR_NODE)
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ class Need:
     rows: int
     words: int
     last: tuple[int, int, int, int]
+    path: int = 0
 
 
 class MissingRow(ValueError):
@@ -396,6 +400,158 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
     last[2] = sp
     x_next = _sample(_weights(ztp, mp), take())
     return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tree mode (CONFIG.TREE = 1)
+# ------------------------------------------------------------------------------------------------
+
+def tree_start_error(parents, tokens, vocab: int, *, greedy: bool, inv_temp: int, vocab_max: int,
+                     tree_max: int) -> int:
+    """CTRL.START's checks in tree mode, in order: BAD_TREE (N = 0 or N > tree_max, or a node i >= 1 whose
+    parent is not below i), BAD_VOCAB, BAD_TOKEN (a token of node 1..N-1 not below V), BAD_TEMP.
+
+    ``parents[0]`` and ``tokens[0]`` (the root's) are ignored."""
+    n = len(parents)
+    if not 1 <= n <= tree_max or any(int(parents[i]) >= i for i in range(1, n)):
+        return ERR_BAD_TREE
+    if not 1 <= vocab <= vocab_max:
+        return ERR_BAD_VOCAB
+    if n > 1 and max(int(t) for t in tokens[1:n]) >= vocab:
+        return ERR_BAD_TOKEN
+    if not greedy and not 0 < int(inv_temp) <= 0xFFFF:
+        return ERR_BAD_TEMP
+    return 0
+
+
+def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int,
+                vocab_max: int = 65536, tree_max: int = 64) -> Decision:
+    """One tree-mode round, bit-exact with docs/verifier.md ("Tree mode").
+
+    Parameters
+    ----------
+    rows : mapping or sequence of int16 rows, indexable by node
+        ``rows[v]`` is the target row p_v (logit codes, shape (V,)) at node v: the target's distribution of
+        the token after the path root..v. Only the rows of the walked path are read.
+    parents, tokens : sequence of int, length N
+        The tree: parent and draft token of each node (node 0's are ignored).
+    greedy, inv_temp, words, lanes, vocab_max, tree_max :
+        As :func:`verify`; ``tree_max`` is the core's ``TREE_MAX``.
+
+    Returns
+    -------
+    Decision
+        ``n_accept`` the path length (root excluded), ``path`` its node bits, ``node`` its last node,
+        ``next_token`` the token after it.
+
+    Raises
+    ------
+    MissingRow
+        A row the walk needs is not in ``rows``.
+    """
+    parents = [int(p) for p in parents]
+    tokens = [int(t) for t in tokens]
+    if len(tokens) != len(parents):
+        raise ValueError(f"a tree needs one token per node: {len(parents)} parents, {len(tokens)} tokens")
+    if any(not 0 <= p <= 0xFF for p in parents[1:]) or any(not 0 <= t <= 0xFFFF for t in tokens[1:]):
+        raise ValueError("tree parents must fit 8 bits and tokens 16 bits")
+    if lanes < 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
+    first = rows[0] if len(parents) else None
+    vocab = int(np.asarray(first).shape[-1]) if first is not None else 0
+    err = tree_start_error(parents, tokens, vocab, greedy=greedy, inv_temp=inv_temp, vocab_max=vocab_max,
+                           tree_max=tree_max)
+    if err:
+        return Decision(0, 0, 0, 0, 0, 0, 0, 0, 0, err, 0)
+    steps = tree_steps(vocab, parents, tokens, greedy=greedy, inv_temp=inv_temp, words=words, lanes=lanes)
+    try:
+        need = next(steps)
+        while True:
+            try:
+                row = rows[need.i]
+            except (IndexError, KeyError):
+                raise MissingRow(need) from None
+            need = steps.send(row)
+    except StopIteration as done:
+        return done.value
+
+
+def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int):
+    """The tree round of :func:`verify_tree` after its start checks, as a generator fed one row at a time.
+
+    Yields a :class:`Need` ``("p", v)`` for the row of each node v the walk reaches (``path`` holds the
+    accepted nodes so far), takes the row through ``send`` and returns the :class:`Decision`.
+
+    At node v, after its row: greedy mode takes the first child (in node order) whose token is the row's
+    argmax. Sampling mode tries the children in node order with recursive rejection sampling against
+    point-mass draft distributions: child c with token x is accepted when ``u * S' < e_p(x) * 2**24``,
+    where ``S' = S_p - R`` (0 if R >= S_p) and R is the sum of e_p over the children rejected so far at
+    v; a rejected child's token is removed (its weight becomes 0). When no child is accepted, NEXT_TOKEN is
+    sampled from the weights left (e_p with the rejected tokens removed; at a leaf, e_p itself).
+    """
+    parents = [int(p) for p in parents]
+    tokens = [int(t) for t in tokens]
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for j in range(1, n):
+        kids[parents[j]].append(j)
+    words = np.zeros(0, dtype=np.uint32) if words is None else np.asarray(words, dtype=np.uint32).ravel()
+    nbeats = -(-vocab // lanes)
+    v = 0
+    n_accept = path = rows = nw = 0
+    last = [0, 0, 0, 0]
+
+    def take() -> int:
+        nonlocal nw
+        if nw >= words.size:
+            raise ValueError(f"the round needs more than the {words.size} RNG words given")
+        u = int(words[nw]) >> (32 - U_BITS)
+        nw += 1
+        return u
+
+    def done(next_token: int, err: int = 0, beats: int = 0) -> Decision:
+        return Decision(n_accept, next_token, (1 << n_accept) - 1, rows, nw, *last, err, beats, path, v)
+
+    while True:
+        r = np.asarray((yield Need("p", v, n_accept, (1 << n_accept) - 1, rows, nw, tuple(last), path)),
+                       dtype=np.int64)
+        if r.shape != (vocab,):
+            raise ValueError(f"row p of node {v} has shape {r.shape}, expected ({vocab},)")
+        rows += 1
+        if greedy:
+            if (r == NEG_INF).all():
+                return done(0, ERR_EMPTY_ROW)
+            a = int(np.argmax(r))
+            nxt = next((c for c in kids[v] if tokens[c] == a), None)
+            if nxt is None:
+                return done(a)
+        else:
+            zt = temper(r, inv_temp)
+            mp, sp = row_stats(zt, lanes)
+            if mp == NEG_INF:
+                return done(0, ERR_EMPTY_ROW)
+            last = [0, 0, sp, 0]
+            w = _weights(zt, mp)
+            removed = 0
+            nxt = None
+            for c in kids[v]:
+                x = tokens[c]
+                e = int(w[x])
+                s_left = sp - removed if sp > removed else 0
+                last = [e, 0, s_left, 0]
+                if take() * s_left < e << U_BITS:
+                    nxt = c
+                    break
+                removed += e
+                w[x] = 0
+            if nxt is None:
+                if not w.any():
+                    return done(0, ERR_EMPTY_ROW)
+                x_next = _sample(w, take())
+                return done(x_next, 0, nbeats + x_next // lanes + 1)
+        v = nxt
+        n_accept += 1
+        path |= 1 << v
 
 
 def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -107,10 +107,10 @@
 #define SPECDEC_RNG_ERR_SEED_ZERO                   0x00000001u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
 
 /* ==== core verifier: Speculative-decoding verifier: streams target rows p_i and draft rows q_i of fixed-point logits, computes a streaming softmax per row, accepts draft token x_i when u < p(x_i)/q(x_i) (no divider), resamples the first rejected position from norm(max(0, p - q)) or samples the bonus token from p_gamma over an on-chip row buffer. Greedy mode compares the target's argmax with the draft. */
-#define SPECDEC_VERIFIER_ID_HASH                    0x47418C57u  /* value of the ID register */
-#define SPECDEC_VERIFIER_NUM_REGS                   33u
-#define SPECDEC_VERIFIER_SPAN                       0x84u  /* bytes of register space */
-#define SPECDEC_VERIFIER_ADDR_WIDTH                 8u  /* AXI4-Lite address bits */
+#define SPECDEC_VERIFIER_ID_HASH                    0x2E661311u  /* value of the ID register */
+#define SPECDEC_VERIFIER_NUM_REGS                   85u
+#define SPECDEC_VERIFIER_SPAN                       0x154u  /* bytes of register space */
+#define SPECDEC_VERIFIER_ADDR_WIDTH                 9u  /* AXI4-Lite address bits */
 
 /* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
 #define SPECDEC_VERIFIER_ID_OFFSET                  0x00u
@@ -173,9 +173,12 @@
 #define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_LSB    7u  /* A stream beat arrived while the core expected none (stream longer than announced). */
 #define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_WIDTH  1u
 #define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_MASK   0x00000080u
-#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_LSB          8u  /* Every logit of a row is -inf: no distribution to sample from. */
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_LSB          8u  /* Every logit of a row is -inf, or (tree mode) every weight left after the rejected children is 0: no distribution to sample from. */
 #define SPECDEC_VERIFIER_ERR_EMPTY_ROW_WIDTH        1u
 #define SPECDEC_VERIFIER_ERR_EMPTY_ROW_MASK         0x00000100u
+#define SPECDEC_VERIFIER_ERR_BAD_TREE_LSB           9u  /* Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a parent not below i. */
+#define SPECDEC_VERIFIER_ERR_BAD_TREE_WIDTH         1u
+#define SPECDEC_VERIFIER_ERR_BAD_TREE_MASK          0x00000200u
 
 /* CONFIG (rw) @ 0x10: Round configuration. */
 #define SPECDEC_VERIFIER_CONFIG_OFFSET              0x10u
@@ -184,6 +187,9 @@
 #define SPECDEC_VERIFIER_CONFIG_GREEDY_LSB          0u  /* 1: greedy (argmax) verification, only target rows are streamed; 0: sampling. */
 #define SPECDEC_VERIFIER_CONFIG_GREEDY_WIDTH        1u
 #define SPECDEC_VERIFIER_CONFIG_GREEDY_MASK         0x00000001u
+#define SPECDEC_VERIFIER_CONFIG_TREE_LSB            1u  /* 1: verify the token tree NODES / TREE_PARENT* / TREE_TOKEN* (GAMMA and DRAFT* are ignored; only target rows are streamed, one per node on the walked path). */
+#define SPECDEC_VERIFIER_CONFIG_TREE_WIDTH          1u
+#define SPECDEC_VERIFIER_CONFIG_TREE_MASK           0x00000002u
 
 /* GAMMA (rw) @ 0x14: Draft tokens this round (0 = plain sampling of the next token). */
 #define SPECDEC_VERIFIER_GAMMA_OFFSET               0x14u
@@ -308,8 +314,637 @@
 #define SPECDEC_VERIFIER_SEED3_RESET                0x00000000u
 #define SPECDEC_VERIFIER_SEED3_ACCESS               SPECDEC_ACCESS_RW
 
-/* PARAMS (ro) @ 0x50: Build parameters of this instance. */
-#define SPECDEC_VERIFIER_PARAMS_OFFSET              0x50u
+/* NODES (rw) @ 0x50: Tree mode: nodes of the tree, root included (1..TREE_MAX). */
+#define SPECDEC_VERIFIER_NODES_OFFSET               0x50u
+#define SPECDEC_VERIFIER_NODES_RESET                0x00000001u
+#define SPECDEC_VERIFIER_NODES_ACCESS               SPECDEC_ACCESS_RW
+
+/* TREE_PARENT0 (rw) @ 0x54: Parents of nodes 0..3, one byte each (node 0 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT0_OFFSET        0x54u
+#define SPECDEC_VERIFIER_TREE_PARENT0_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT0_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT0_P0_LSB        0u  /* parent of node 0 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT0_P1_LSB        8u  /* parent of node 1 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P2_LSB        16u  /* parent of node 2 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P3_LSB        24u  /* parent of node 3 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P3_MASK       0xFF000000u
+
+/* TREE_PARENT1 (rw) @ 0x58: Parents of nodes 4..7, one byte each (node 4 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT1_OFFSET        0x58u
+#define SPECDEC_VERIFIER_TREE_PARENT1_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT1_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT1_P0_LSB        0u  /* parent of node 4 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT1_P1_LSB        8u  /* parent of node 5 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P2_LSB        16u  /* parent of node 6 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P3_LSB        24u  /* parent of node 7 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P3_MASK       0xFF000000u
+
+/* TREE_PARENT2 (rw) @ 0x5C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT2_OFFSET        0x5Cu
+#define SPECDEC_VERIFIER_TREE_PARENT2_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT2_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT2_P0_LSB        0u  /* parent of node 8 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT2_P1_LSB        8u  /* parent of node 9 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P2_LSB        16u  /* parent of node 10 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P3_LSB        24u  /* parent of node 11 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P3_MASK       0xFF000000u
+
+/* TREE_PARENT3 (rw) @ 0x60: Parents of nodes 12..15, one byte each (node 12 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT3_OFFSET        0x60u
+#define SPECDEC_VERIFIER_TREE_PARENT3_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT3_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT3_P0_LSB        0u  /* parent of node 12 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT3_P1_LSB        8u  /* parent of node 13 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P2_LSB        16u  /* parent of node 14 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P3_LSB        24u  /* parent of node 15 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P3_MASK       0xFF000000u
+
+/* TREE_PARENT4 (rw) @ 0x64: Parents of nodes 16..19, one byte each (node 16 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT4_OFFSET        0x64u
+#define SPECDEC_VERIFIER_TREE_PARENT4_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT4_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT4_P0_LSB        0u  /* parent of node 16 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT4_P1_LSB        8u  /* parent of node 17 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P2_LSB        16u  /* parent of node 18 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P3_LSB        24u  /* parent of node 19 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P3_MASK       0xFF000000u
+
+/* TREE_PARENT5 (rw) @ 0x68: Parents of nodes 20..23, one byte each (node 20 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT5_OFFSET        0x68u
+#define SPECDEC_VERIFIER_TREE_PARENT5_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT5_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT5_P0_LSB        0u  /* parent of node 20 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT5_P1_LSB        8u  /* parent of node 21 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P2_LSB        16u  /* parent of node 22 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P3_LSB        24u  /* parent of node 23 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P3_MASK       0xFF000000u
+
+/* TREE_PARENT6 (rw) @ 0x6C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT6_OFFSET        0x6Cu
+#define SPECDEC_VERIFIER_TREE_PARENT6_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT6_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT6_P0_LSB        0u  /* parent of node 24 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT6_P1_LSB        8u  /* parent of node 25 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P2_LSB        16u  /* parent of node 26 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P3_LSB        24u  /* parent of node 27 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P3_MASK       0xFF000000u
+
+/* TREE_PARENT7 (rw) @ 0x70: Parents of nodes 28..31, one byte each (node 28 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT7_OFFSET        0x70u
+#define SPECDEC_VERIFIER_TREE_PARENT7_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT7_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT7_P0_LSB        0u  /* parent of node 28 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT7_P1_LSB        8u  /* parent of node 29 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P2_LSB        16u  /* parent of node 30 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P3_LSB        24u  /* parent of node 31 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P3_MASK       0xFF000000u
+
+/* TREE_PARENT8 (rw) @ 0x74: Parents of nodes 32..35, one byte each (node 32 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT8_OFFSET        0x74u
+#define SPECDEC_VERIFIER_TREE_PARENT8_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT8_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT8_P0_LSB        0u  /* parent of node 32 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT8_P1_LSB        8u  /* parent of node 33 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P2_LSB        16u  /* parent of node 34 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P3_LSB        24u  /* parent of node 35 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P3_MASK       0xFF000000u
+
+/* TREE_PARENT9 (rw) @ 0x78: Parents of nodes 36..39, one byte each (node 36 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT9_OFFSET        0x78u
+#define SPECDEC_VERIFIER_TREE_PARENT9_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT9_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT9_P0_LSB        0u  /* parent of node 36 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P0_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P0_MASK       0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT9_P1_LSB        8u  /* parent of node 37 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P1_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P1_MASK       0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P2_LSB        16u  /* parent of node 38 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P2_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P2_MASK       0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P3_LSB        24u  /* parent of node 39 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P3_WIDTH      8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P3_MASK       0xFF000000u
+
+/* TREE_PARENT10 (rw) @ 0x7C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT10_OFFSET       0x7Cu
+#define SPECDEC_VERIFIER_TREE_PARENT10_RESET        0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT10_ACCESS       SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT10_P0_LSB       0u  /* parent of node 40 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P0_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P0_MASK      0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT10_P1_LSB       8u  /* parent of node 41 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P1_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P1_MASK      0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P2_LSB       16u  /* parent of node 42 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P2_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P2_MASK      0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P3_LSB       24u  /* parent of node 43 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P3_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P3_MASK      0xFF000000u
+
+/* TREE_PARENT11 (rw) @ 0x80: Parents of nodes 44..47, one byte each (node 44 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT11_OFFSET       0x80u
+#define SPECDEC_VERIFIER_TREE_PARENT11_RESET        0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT11_ACCESS       SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT11_P0_LSB       0u  /* parent of node 44 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P0_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P0_MASK      0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT11_P1_LSB       8u  /* parent of node 45 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P1_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P1_MASK      0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P2_LSB       16u  /* parent of node 46 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P2_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P2_MASK      0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P3_LSB       24u  /* parent of node 47 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P3_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P3_MASK      0xFF000000u
+
+/* TREE_PARENT12 (rw) @ 0x84: Parents of nodes 48..51, one byte each (node 48 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT12_OFFSET       0x84u
+#define SPECDEC_VERIFIER_TREE_PARENT12_RESET        0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT12_ACCESS       SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT12_P0_LSB       0u  /* parent of node 48 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P0_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P0_MASK      0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT12_P1_LSB       8u  /* parent of node 49 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P1_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P1_MASK      0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P2_LSB       16u  /* parent of node 50 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P2_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P2_MASK      0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P3_LSB       24u  /* parent of node 51 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P3_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P3_MASK      0xFF000000u
+
+/* TREE_PARENT13 (rw) @ 0x88: Parents of nodes 52..55, one byte each (node 52 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT13_OFFSET       0x88u
+#define SPECDEC_VERIFIER_TREE_PARENT13_RESET        0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT13_ACCESS       SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT13_P0_LSB       0u  /* parent of node 52 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P0_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P0_MASK      0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT13_P1_LSB       8u  /* parent of node 53 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P1_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P1_MASK      0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P2_LSB       16u  /* parent of node 54 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P2_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P2_MASK      0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P3_LSB       24u  /* parent of node 55 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P3_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P3_MASK      0xFF000000u
+
+/* TREE_PARENT14 (rw) @ 0x8C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT14_OFFSET       0x8Cu
+#define SPECDEC_VERIFIER_TREE_PARENT14_RESET        0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT14_ACCESS       SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT14_P0_LSB       0u  /* parent of node 56 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P0_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P0_MASK      0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT14_P1_LSB       8u  /* parent of node 57 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P1_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P1_MASK      0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P2_LSB       16u  /* parent of node 58 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P2_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P2_MASK      0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P3_LSB       24u  /* parent of node 59 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P3_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P3_MASK      0xFF000000u
+
+/* TREE_PARENT15 (rw) @ 0x90: Parents of nodes 60..63, one byte each (node 60 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_VERIFIER_TREE_PARENT15_OFFSET       0x90u
+#define SPECDEC_VERIFIER_TREE_PARENT15_RESET        0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT15_ACCESS       SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT15_P0_LSB       0u  /* parent of node 60 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P0_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P0_MASK      0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT15_P1_LSB       8u  /* parent of node 61 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P1_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P1_MASK      0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P2_LSB       16u  /* parent of node 62 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P2_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P2_MASK      0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P3_LSB       24u  /* parent of node 63 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P3_WIDTH     8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P3_MASK      0xFF000000u
+
+/* TREE_TOKEN0 (rw) @ 0x94: Draft tokens of nodes 0 (bits 15:0) and 1 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN0_OFFSET         0x94u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_LSB         0u  /* token of node 0 */
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_LSB         16u  /* token of node 1 */
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN1 (rw) @ 0x98: Draft tokens of nodes 2 (bits 15:0) and 3 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN1_OFFSET         0x98u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_LSB         0u  /* token of node 2 */
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_LSB         16u  /* token of node 3 */
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN2 (rw) @ 0x9C: Draft tokens of nodes 4 (bits 15:0) and 5 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN2_OFFSET         0x9Cu
+#define SPECDEC_VERIFIER_TREE_TOKEN2_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_LSB         0u  /* token of node 4 */
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_LSB         16u  /* token of node 5 */
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN3 (rw) @ 0xA0: Draft tokens of nodes 6 (bits 15:0) and 7 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN3_OFFSET         0xA0u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_LSB         0u  /* token of node 6 */
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_LSB         16u  /* token of node 7 */
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN4 (rw) @ 0xA4: Draft tokens of nodes 8 (bits 15:0) and 9 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN4_OFFSET         0xA4u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_LSB         0u  /* token of node 8 */
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_LSB         16u  /* token of node 9 */
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN5 (rw) @ 0xA8: Draft tokens of nodes 10 (bits 15:0) and 11 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN5_OFFSET         0xA8u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_LSB         0u  /* token of node 10 */
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_LSB         16u  /* token of node 11 */
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN6 (rw) @ 0xAC: Draft tokens of nodes 12 (bits 15:0) and 13 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN6_OFFSET         0xACu
+#define SPECDEC_VERIFIER_TREE_TOKEN6_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_LSB         0u  /* token of node 12 */
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_LSB         16u  /* token of node 13 */
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN7 (rw) @ 0xB0: Draft tokens of nodes 14 (bits 15:0) and 15 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN7_OFFSET         0xB0u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_LSB         0u  /* token of node 14 */
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_LSB         16u  /* token of node 15 */
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN8 (rw) @ 0xB4: Draft tokens of nodes 16 (bits 15:0) and 17 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN8_OFFSET         0xB4u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_LSB         0u  /* token of node 16 */
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_LSB         16u  /* token of node 17 */
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN9 (rw) @ 0xB8: Draft tokens of nodes 18 (bits 15:0) and 19 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN9_OFFSET         0xB8u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_RESET          0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_ACCESS         SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_LSB         0u  /* token of node 18 */
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_MASK        0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_LSB         16u  /* token of node 19 */
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_WIDTH       16u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_MASK        0xFFFF0000u
+
+/* TREE_TOKEN10 (rw) @ 0xBC: Draft tokens of nodes 20 (bits 15:0) and 21 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN10_OFFSET        0xBCu
+#define SPECDEC_VERIFIER_TREE_TOKEN10_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_LSB        0u  /* token of node 20 */
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_LSB        16u  /* token of node 21 */
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN11 (rw) @ 0xC0: Draft tokens of nodes 22 (bits 15:0) and 23 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN11_OFFSET        0xC0u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_LSB        0u  /* token of node 22 */
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_LSB        16u  /* token of node 23 */
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN12 (rw) @ 0xC4: Draft tokens of nodes 24 (bits 15:0) and 25 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN12_OFFSET        0xC4u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_LSB        0u  /* token of node 24 */
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_LSB        16u  /* token of node 25 */
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN13 (rw) @ 0xC8: Draft tokens of nodes 26 (bits 15:0) and 27 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN13_OFFSET        0xC8u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_LSB        0u  /* token of node 26 */
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_LSB        16u  /* token of node 27 */
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN14 (rw) @ 0xCC: Draft tokens of nodes 28 (bits 15:0) and 29 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN14_OFFSET        0xCCu
+#define SPECDEC_VERIFIER_TREE_TOKEN14_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_LSB        0u  /* token of node 28 */
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_LSB        16u  /* token of node 29 */
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN15 (rw) @ 0xD0: Draft tokens of nodes 30 (bits 15:0) and 31 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN15_OFFSET        0xD0u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_LSB        0u  /* token of node 30 */
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_LSB        16u  /* token of node 31 */
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN16 (rw) @ 0xD4: Draft tokens of nodes 32 (bits 15:0) and 33 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN16_OFFSET        0xD4u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_LSB        0u  /* token of node 32 */
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_LSB        16u  /* token of node 33 */
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN17 (rw) @ 0xD8: Draft tokens of nodes 34 (bits 15:0) and 35 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN17_OFFSET        0xD8u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_LSB        0u  /* token of node 34 */
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_LSB        16u  /* token of node 35 */
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN18 (rw) @ 0xDC: Draft tokens of nodes 36 (bits 15:0) and 37 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN18_OFFSET        0xDCu
+#define SPECDEC_VERIFIER_TREE_TOKEN18_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_LSB        0u  /* token of node 36 */
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_LSB        16u  /* token of node 37 */
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN19 (rw) @ 0xE0: Draft tokens of nodes 38 (bits 15:0) and 39 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN19_OFFSET        0xE0u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_LSB        0u  /* token of node 38 */
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_LSB        16u  /* token of node 39 */
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN20 (rw) @ 0xE4: Draft tokens of nodes 40 (bits 15:0) and 41 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN20_OFFSET        0xE4u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_LSB        0u  /* token of node 40 */
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_LSB        16u  /* token of node 41 */
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN21 (rw) @ 0xE8: Draft tokens of nodes 42 (bits 15:0) and 43 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN21_OFFSET        0xE8u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_LSB        0u  /* token of node 42 */
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_LSB        16u  /* token of node 43 */
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN22 (rw) @ 0xEC: Draft tokens of nodes 44 (bits 15:0) and 45 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN22_OFFSET        0xECu
+#define SPECDEC_VERIFIER_TREE_TOKEN22_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_LSB        0u  /* token of node 44 */
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_LSB        16u  /* token of node 45 */
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN23 (rw) @ 0xF0: Draft tokens of nodes 46 (bits 15:0) and 47 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN23_OFFSET        0xF0u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_LSB        0u  /* token of node 46 */
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_LSB        16u  /* token of node 47 */
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN24 (rw) @ 0xF4: Draft tokens of nodes 48 (bits 15:0) and 49 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN24_OFFSET        0xF4u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_LSB        0u  /* token of node 48 */
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_LSB        16u  /* token of node 49 */
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN25 (rw) @ 0xF8: Draft tokens of nodes 50 (bits 15:0) and 51 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN25_OFFSET        0xF8u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_LSB        0u  /* token of node 50 */
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_LSB        16u  /* token of node 51 */
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN26 (rw) @ 0xFC: Draft tokens of nodes 52 (bits 15:0) and 53 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN26_OFFSET        0xFCu
+#define SPECDEC_VERIFIER_TREE_TOKEN26_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_LSB        0u  /* token of node 52 */
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_LSB        16u  /* token of node 53 */
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN27 (rw) @ 0x100: Draft tokens of nodes 54 (bits 15:0) and 55 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN27_OFFSET        0x100u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_LSB        0u  /* token of node 54 */
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_LSB        16u  /* token of node 55 */
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN28 (rw) @ 0x104: Draft tokens of nodes 56 (bits 15:0) and 57 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN28_OFFSET        0x104u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_LSB        0u  /* token of node 56 */
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_LSB        16u  /* token of node 57 */
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN29 (rw) @ 0x108: Draft tokens of nodes 58 (bits 15:0) and 59 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN29_OFFSET        0x108u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_LSB        0u  /* token of node 58 */
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_LSB        16u  /* token of node 59 */
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN30 (rw) @ 0x10C: Draft tokens of nodes 60 (bits 15:0) and 61 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN30_OFFSET        0x10Cu
+#define SPECDEC_VERIFIER_TREE_TOKEN30_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_LSB        0u  /* token of node 60 */
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_LSB        16u  /* token of node 61 */
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_MASK       0xFFFF0000u
+
+/* TREE_TOKEN31 (rw) @ 0x110: Draft tokens of nodes 62 (bits 15:0) and 63 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+#define SPECDEC_VERIFIER_TREE_TOKEN31_OFFSET        0x110u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_RESET         0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_ACCESS        SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_LSB        0u  /* token of node 62 */
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_MASK       0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_LSB        16u  /* token of node 63 */
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_WIDTH      16u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_MASK       0xFFFF0000u
+
+/* PARAMS (ro) @ 0x114: Build parameters of this instance. */
+#define SPECDEC_VERIFIER_PARAMS_OFFSET              0x114u
 #define SPECDEC_VERIFIER_PARAMS_RESET               0x00000000u
 #define SPECDEC_VERIFIER_PARAMS_ACCESS              SPECDEC_ACCESS_RO
 #define SPECDEC_VERIFIER_PARAMS_LANES_LSB           0u  /* Logits per stream beat. */
@@ -318,66 +953,84 @@
 #define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_LSB       4u  /* Largest GAMMA accepted. */
 #define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_WIDTH     5u
 #define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_MASK      0x000001F0u
+#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_LSB        9u  /* Largest NODES accepted in tree mode. */
+#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_WIDTH      7u
+#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_MASK       0x0000FE00u
 
-/* VOCAB_MAX (ro) @ 0x54: Largest VOCAB accepted (row buffer depth). */
-#define SPECDEC_VERIFIER_VOCAB_MAX_OFFSET           0x54u
+/* VOCAB_MAX (ro) @ 0x118: Largest VOCAB accepted (row buffer depth). */
+#define SPECDEC_VERIFIER_VOCAB_MAX_OFFSET           0x118u
 #define SPECDEC_VERIFIER_VOCAB_MAX_RESET            0x00000000u
 #define SPECDEC_VERIFIER_VOCAB_MAX_ACCESS           SPECDEC_ACCESS_RO
 
-/* N_ACCEPT (ro) @ 0x58: Draft tokens accepted in the last round. */
-#define SPECDEC_VERIFIER_N_ACCEPT_OFFSET            0x58u
+/* N_ACCEPT (ro) @ 0x11C: Draft tokens accepted in the last round (tree mode: nodes on the accepted path, root excluded). */
+#define SPECDEC_VERIFIER_N_ACCEPT_OFFSET            0x11Cu
 #define SPECDEC_VERIFIER_N_ACCEPT_RESET             0x00000000u
 #define SPECDEC_VERIFIER_N_ACCEPT_ACCESS            SPECDEC_ACCESS_RO
 
-/* NEXT_TOKEN (ro) @ 0x5C: The token emitted after the accepted prefix (resampled, argmax or bonus). */
-#define SPECDEC_VERIFIER_NEXT_TOKEN_OFFSET          0x5Cu
+/* NEXT_TOKEN (ro) @ 0x120: The token emitted after the accepted prefix (resampled, argmax or bonus). */
+#define SPECDEC_VERIFIER_NEXT_TOKEN_OFFSET          0x120u
 #define SPECDEC_VERIFIER_NEXT_TOKEN_RESET           0x00000000u
 #define SPECDEC_VERIFIER_NEXT_TOKEN_ACCESS          SPECDEC_ACCESS_RO
 
-/* ACCEPT_BITS (ro) @ 0x60: Bit i: position i was tested and accepted. */
-#define SPECDEC_VERIFIER_ACCEPT_BITS_OFFSET         0x60u
+/* ACCEPT_BITS (ro) @ 0x124: Bit i: position i was tested and accepted (tree mode: depth i + 1 of the path). */
+#define SPECDEC_VERIFIER_ACCEPT_BITS_OFFSET         0x124u
 #define SPECDEC_VERIFIER_ACCEPT_BITS_RESET          0x00000000u
 #define SPECDEC_VERIFIER_ACCEPT_BITS_ACCESS         SPECDEC_ACCESS_RO
 
-/* ROWS (ro) @ 0x64: Rows consumed this round (target and draft). */
-#define SPECDEC_VERIFIER_ROWS_OFFSET                0x64u
+/* ROWS (ro) @ 0x128: Rows consumed this round (target and draft). */
+#define SPECDEC_VERIFIER_ROWS_OFFSET                0x128u
 #define SPECDEC_VERIFIER_ROWS_RESET                 0x00000000u
 #define SPECDEC_VERIFIER_ROWS_ACCESS                SPECDEC_ACCESS_RO
 
-/* WORDS (ro) @ 0x68: RNG words consumed this round. */
-#define SPECDEC_VERIFIER_WORDS_OFFSET               0x68u
+/* WORDS (ro) @ 0x12C: RNG words consumed this round. */
+#define SPECDEC_VERIFIER_WORDS_OFFSET               0x12Cu
 #define SPECDEC_VERIFIER_WORDS_RESET                0x00000000u
 #define SPECDEC_VERIFIER_WORDS_ACCESS               SPECDEC_ACCESS_RO
 
-/* LAST_EP (ro) @ 0x6C: e_p(x) = EXP(m_p - z_p[x]) of the last tested position (Q1.15). */
-#define SPECDEC_VERIFIER_LAST_EP_OFFSET             0x6Cu
+/* LAST_EP (ro) @ 0x130: e_p(x) = EXP(m_p - z_p[x]) of the last tested position (Q1.15). */
+#define SPECDEC_VERIFIER_LAST_EP_OFFSET             0x130u
 #define SPECDEC_VERIFIER_LAST_EP_RESET              0x00000000u
 #define SPECDEC_VERIFIER_LAST_EP_ACCESS             SPECDEC_ACCESS_RO
 
-/* LAST_EQ (ro) @ 0x70: e_q(x) of the last tested position (Q1.15). */
-#define SPECDEC_VERIFIER_LAST_EQ_OFFSET             0x70u
+/* LAST_EQ (ro) @ 0x134: e_q(x) of the last tested position (Q1.15). */
+#define SPECDEC_VERIFIER_LAST_EQ_OFFSET             0x134u
 #define SPECDEC_VERIFIER_LAST_EQ_RESET              0x00000000u
 #define SPECDEC_VERIFIER_LAST_EQ_ACCESS             SPECDEC_ACCESS_RO
 
-/* LAST_SP (ro) @ 0x74: Running sum S_p of the last target row. */
-#define SPECDEC_VERIFIER_LAST_SP_OFFSET             0x74u
+/* LAST_SP (ro) @ 0x138: Running sum S_p of the last target row. */
+#define SPECDEC_VERIFIER_LAST_SP_OFFSET             0x138u
 #define SPECDEC_VERIFIER_LAST_SP_RESET              0x00000000u
 #define SPECDEC_VERIFIER_LAST_SP_ACCESS             SPECDEC_ACCESS_RO
 
-/* LAST_SQ (ro) @ 0x78: Running sum S_q of the last draft row. */
-#define SPECDEC_VERIFIER_LAST_SQ_OFFSET             0x78u
+/* LAST_SQ (ro) @ 0x13C: Running sum S_q of the last draft row. */
+#define SPECDEC_VERIFIER_LAST_SQ_OFFSET             0x13Cu
 #define SPECDEC_VERIFIER_LAST_SQ_RESET              0x00000000u
 #define SPECDEC_VERIFIER_LAST_SQ_ACCESS             SPECDEC_ACCESS_RO
 
-/* CYCLES_BUSY (ro) @ 0x7C: Clock cycles BUSY this round. */
-#define SPECDEC_VERIFIER_CYCLES_BUSY_OFFSET         0x7Cu
+/* CYCLES_BUSY (ro) @ 0x140: Clock cycles BUSY this round. */
+#define SPECDEC_VERIFIER_CYCLES_BUSY_OFFSET         0x140u
 #define SPECDEC_VERIFIER_CYCLES_BUSY_RESET          0x00000000u
 #define SPECDEC_VERIFIER_CYCLES_BUSY_ACCESS         SPECDEC_ACCESS_RO
 
-/* CYCLES_STALL (ro) @ 0x80: BUSY cycles spent waiting for a stream beat. */
-#define SPECDEC_VERIFIER_CYCLES_STALL_OFFSET        0x80u
+/* CYCLES_STALL (ro) @ 0x144: BUSY cycles spent waiting for a stream beat. */
+#define SPECDEC_VERIFIER_CYCLES_STALL_OFFSET        0x144u
 #define SPECDEC_VERIFIER_CYCLES_STALL_RESET         0x00000000u
 #define SPECDEC_VERIFIER_CYCLES_STALL_ACCESS        SPECDEC_ACCESS_RO
+
+/* CUR_NODE (ro) @ 0x148: Tree mode: the node whose target row the core takes next (while BUSY), or the last node of the accepted path (when DONE); 0 in chain mode. */
+#define SPECDEC_VERIFIER_CUR_NODE_OFFSET            0x148u
+#define SPECDEC_VERIFIER_CUR_NODE_RESET             0x00000000u
+#define SPECDEC_VERIFIER_CUR_NODE_ACCESS            SPECDEC_ACCESS_RO
+
+/* PATH_LO (ro) @ 0x14C: Tree mode: bit j set when node j (1..31) is on the accepted path. */
+#define SPECDEC_VERIFIER_PATH_LO_OFFSET             0x14Cu
+#define SPECDEC_VERIFIER_PATH_LO_RESET              0x00000000u
+#define SPECDEC_VERIFIER_PATH_LO_ACCESS             SPECDEC_ACCESS_RO
+
+/* PATH_HI (ro) @ 0x150: Tree mode: bit j set when node 32 + j is on the accepted path. */
+#define SPECDEC_VERIFIER_PATH_HI_OFFSET             0x150u
+#define SPECDEC_VERIFIER_PATH_HI_RESET              0x00000000u
+#define SPECDEC_VERIFIER_PATH_HI_ACCESS             SPECDEC_ACCESS_RO
 
 /* verifier error bits (masks of ERR) */
 #define SPECDEC_VERIFIER_ERR_SEED_ZERO              0x00000001u  /* LOAD_SEED with an all-zero seed. */
@@ -388,14 +1041,387 @@
 #define SPECDEC_VERIFIER_ERR_SHORT_ROW              0x00000020u  /* TLAST came before the last beat of a row. */
 #define SPECDEC_VERIFIER_ERR_LONG_ROW               0x00000040u  /* The last beat of a row came without TLAST. */
 #define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA        0x00000080u  /* A stream beat arrived while the core expected none (stream longer than announced). */
-#define SPECDEC_VERIFIER_ERR_EMPTY_ROW              0x00000100u  /* Every logit of a row is -inf: no distribution to sample from. */
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW              0x00000100u  /* Every logit of a row is -inf, or (tree mode) every weight left after the rejected children is 0: no distribution to sample from. */
+#define SPECDEC_VERIFIER_ERR_BAD_TREE               0x00000200u  /* Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a parent not below i. */
 
-/* stream s_axis (in, 128 bits): Logit rows, LANES codes per beat (element j = beat*LANES + lane; lanes past VOCAB carry -inf), TLAST on each row's last beat. Order: p_0, q_0, p_1, q_1, ..., p_gamma (greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE). */
+/* stream s_axis (in, 128 bits): Logit rows, LANES codes per beat (element j = beat*LANES + lane; lanes past VOCAB carry -inf), TLAST on each row's last beat. Order: p_0, q_0, p_1, q_1, ..., p_gamma (greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE). Tree mode: p of node 0, then p of each node CUR_NODE names, until DONE. */
 #define SPECDEC_VERIFIER_STREAM_S_AXIS_WIDTH        128u
 #define SPECDEC_VERIFIER_STREAM_S_AXIS_DIR          SPECDEC_DIR_IN
 #define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_LSB    0u  /* Q7.8 logit code; -32768 = -inf */
 #define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_WIDTH  16u
 #define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_COUNT  8u
 #define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_SIGNED 1u
+
+/* ==== core treemask: Tree-attention mask generator: from the parent array of an N-node token tree (node 0 the root, parent(i) < i) it streams the N x N ancestor mask, row i = row parent(i) with bit i set, one row per cycle, each with the node's depth (its position id after the root). */
+#define SPECDEC_TREEMASK_ID_HASH                    0x1F2FD1FEu  /* value of the ID register */
+#define SPECDEC_TREEMASK_NUM_REGS                   26u
+#define SPECDEC_TREEMASK_SPAN                       0x68u  /* bytes of register space */
+#define SPECDEC_TREEMASK_ADDR_WIDTH                 8u  /* AXI4-Lite address bits */
+
+/* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
+#define SPECDEC_TREEMASK_ID_OFFSET                  0x00u
+#define SPECDEC_TREEMASK_ID_RESET                   0x00000000u
+#define SPECDEC_TREEMASK_ID_ACCESS                  SPECDEC_ACCESS_RO
+
+/* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
+#define SPECDEC_TREEMASK_CTRL_OFFSET                0x04u
+#define SPECDEC_TREEMASK_CTRL_RESET                 0x00000000u
+#define SPECDEC_TREEMASK_CTRL_ACCESS                SPECDEC_ACCESS_PULSE
+#define SPECDEC_TREEMASK_CTRL_START_LSB             0u  /* Start an operation. */
+#define SPECDEC_TREEMASK_CTRL_START_WIDTH           1u
+#define SPECDEC_TREEMASK_CTRL_START_MASK            0x00000001u
+#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_LSB        1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_WIDTH      1u
+#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_MASK       0x00000002u
+
+/* STATUS (ro) @ 0x08: Core state. */
+#define SPECDEC_TREEMASK_STATUS_OFFSET              0x08u
+#define SPECDEC_TREEMASK_STATUS_RESET               0x00000000u
+#define SPECDEC_TREEMASK_STATUS_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_STATUS_BUSY_LSB            0u  /* An operation is running. */
+#define SPECDEC_TREEMASK_STATUS_BUSY_WIDTH          1u
+#define SPECDEC_TREEMASK_STATUS_BUSY_MASK           0x00000001u
+#define SPECDEC_TREEMASK_STATUS_DONE_LSB            1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_TREEMASK_STATUS_DONE_WIDTH          1u
+#define SPECDEC_TREEMASK_STATUS_DONE_MASK           0x00000002u
+#define SPECDEC_TREEMASK_STATUS_ERROR_LSB           2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_TREEMASK_STATUS_ERROR_WIDTH         1u
+#define SPECDEC_TREEMASK_STATUS_ERROR_MASK          0x00000004u
+
+/* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
+#define SPECDEC_TREEMASK_ERR_OFFSET                 0x0Cu
+#define SPECDEC_TREEMASK_ERR_RESET                  0x00000000u
+#define SPECDEC_TREEMASK_ERR_ACCESS                 SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_ERR_BAD_NODES_LSB          0u  /* NODES is 0 or above the core's NODES_MAX. */
+#define SPECDEC_TREEMASK_ERR_BAD_NODES_WIDTH        1u
+#define SPECDEC_TREEMASK_ERR_BAD_NODES_MASK         0x00000001u
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT_LSB         1u  /* A node i in 1..NODES-1 has a parent not below i. */
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT_WIDTH       1u
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT_MASK        0x00000002u
+
+/* NODES (rw) @ 0x10: Nodes N of the tree, root included (1..NODES_MAX). */
+#define SPECDEC_TREEMASK_NODES_OFFSET               0x10u
+#define SPECDEC_TREEMASK_NODES_RESET                0x00000001u
+#define SPECDEC_TREEMASK_NODES_ACCESS               SPECDEC_ACCESS_RW
+
+/* PARENT0 (rw) @ 0x14: Parents of nodes 0..3, one byte each (node 0 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT0_OFFSET             0x14u
+#define SPECDEC_TREEMASK_PARENT0_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT0_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT0_P0_LSB             0u  /* parent of node 0 */
+#define SPECDEC_TREEMASK_PARENT0_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT0_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT0_P1_LSB             8u  /* parent of node 1 */
+#define SPECDEC_TREEMASK_PARENT0_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT0_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT0_P2_LSB             16u  /* parent of node 2 */
+#define SPECDEC_TREEMASK_PARENT0_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT0_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT0_P3_LSB             24u  /* parent of node 3 */
+#define SPECDEC_TREEMASK_PARENT0_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT0_P3_MASK            0xFF000000u
+
+/* PARENT1 (rw) @ 0x18: Parents of nodes 4..7, one byte each (node 4 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT1_OFFSET             0x18u
+#define SPECDEC_TREEMASK_PARENT1_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT1_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT1_P0_LSB             0u  /* parent of node 4 */
+#define SPECDEC_TREEMASK_PARENT1_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT1_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT1_P1_LSB             8u  /* parent of node 5 */
+#define SPECDEC_TREEMASK_PARENT1_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT1_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT1_P2_LSB             16u  /* parent of node 6 */
+#define SPECDEC_TREEMASK_PARENT1_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT1_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT1_P3_LSB             24u  /* parent of node 7 */
+#define SPECDEC_TREEMASK_PARENT1_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT1_P3_MASK            0xFF000000u
+
+/* PARENT2 (rw) @ 0x1C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT2_OFFSET             0x1Cu
+#define SPECDEC_TREEMASK_PARENT2_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT2_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT2_P0_LSB             0u  /* parent of node 8 */
+#define SPECDEC_TREEMASK_PARENT2_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT2_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT2_P1_LSB             8u  /* parent of node 9 */
+#define SPECDEC_TREEMASK_PARENT2_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT2_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT2_P2_LSB             16u  /* parent of node 10 */
+#define SPECDEC_TREEMASK_PARENT2_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT2_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT2_P3_LSB             24u  /* parent of node 11 */
+#define SPECDEC_TREEMASK_PARENT2_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT2_P3_MASK            0xFF000000u
+
+/* PARENT3 (rw) @ 0x20: Parents of nodes 12..15, one byte each (node 12 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT3_OFFSET             0x20u
+#define SPECDEC_TREEMASK_PARENT3_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT3_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT3_P0_LSB             0u  /* parent of node 12 */
+#define SPECDEC_TREEMASK_PARENT3_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT3_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT3_P1_LSB             8u  /* parent of node 13 */
+#define SPECDEC_TREEMASK_PARENT3_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT3_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT3_P2_LSB             16u  /* parent of node 14 */
+#define SPECDEC_TREEMASK_PARENT3_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT3_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT3_P3_LSB             24u  /* parent of node 15 */
+#define SPECDEC_TREEMASK_PARENT3_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT3_P3_MASK            0xFF000000u
+
+/* PARENT4 (rw) @ 0x24: Parents of nodes 16..19, one byte each (node 16 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT4_OFFSET             0x24u
+#define SPECDEC_TREEMASK_PARENT4_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT4_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT4_P0_LSB             0u  /* parent of node 16 */
+#define SPECDEC_TREEMASK_PARENT4_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT4_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT4_P1_LSB             8u  /* parent of node 17 */
+#define SPECDEC_TREEMASK_PARENT4_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT4_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT4_P2_LSB             16u  /* parent of node 18 */
+#define SPECDEC_TREEMASK_PARENT4_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT4_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT4_P3_LSB             24u  /* parent of node 19 */
+#define SPECDEC_TREEMASK_PARENT4_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT4_P3_MASK            0xFF000000u
+
+/* PARENT5 (rw) @ 0x28: Parents of nodes 20..23, one byte each (node 20 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT5_OFFSET             0x28u
+#define SPECDEC_TREEMASK_PARENT5_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT5_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT5_P0_LSB             0u  /* parent of node 20 */
+#define SPECDEC_TREEMASK_PARENT5_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT5_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT5_P1_LSB             8u  /* parent of node 21 */
+#define SPECDEC_TREEMASK_PARENT5_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT5_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT5_P2_LSB             16u  /* parent of node 22 */
+#define SPECDEC_TREEMASK_PARENT5_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT5_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT5_P3_LSB             24u  /* parent of node 23 */
+#define SPECDEC_TREEMASK_PARENT5_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT5_P3_MASK            0xFF000000u
+
+/* PARENT6 (rw) @ 0x2C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT6_OFFSET             0x2Cu
+#define SPECDEC_TREEMASK_PARENT6_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT6_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT6_P0_LSB             0u  /* parent of node 24 */
+#define SPECDEC_TREEMASK_PARENT6_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT6_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT6_P1_LSB             8u  /* parent of node 25 */
+#define SPECDEC_TREEMASK_PARENT6_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT6_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT6_P2_LSB             16u  /* parent of node 26 */
+#define SPECDEC_TREEMASK_PARENT6_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT6_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT6_P3_LSB             24u  /* parent of node 27 */
+#define SPECDEC_TREEMASK_PARENT6_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT6_P3_MASK            0xFF000000u
+
+/* PARENT7 (rw) @ 0x30: Parents of nodes 28..31, one byte each (node 28 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT7_OFFSET             0x30u
+#define SPECDEC_TREEMASK_PARENT7_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT7_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT7_P0_LSB             0u  /* parent of node 28 */
+#define SPECDEC_TREEMASK_PARENT7_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT7_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT7_P1_LSB             8u  /* parent of node 29 */
+#define SPECDEC_TREEMASK_PARENT7_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT7_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT7_P2_LSB             16u  /* parent of node 30 */
+#define SPECDEC_TREEMASK_PARENT7_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT7_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT7_P3_LSB             24u  /* parent of node 31 */
+#define SPECDEC_TREEMASK_PARENT7_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT7_P3_MASK            0xFF000000u
+
+/* PARENT8 (rw) @ 0x34: Parents of nodes 32..35, one byte each (node 32 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT8_OFFSET             0x34u
+#define SPECDEC_TREEMASK_PARENT8_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT8_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT8_P0_LSB             0u  /* parent of node 32 */
+#define SPECDEC_TREEMASK_PARENT8_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT8_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT8_P1_LSB             8u  /* parent of node 33 */
+#define SPECDEC_TREEMASK_PARENT8_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT8_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT8_P2_LSB             16u  /* parent of node 34 */
+#define SPECDEC_TREEMASK_PARENT8_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT8_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT8_P3_LSB             24u  /* parent of node 35 */
+#define SPECDEC_TREEMASK_PARENT8_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT8_P3_MASK            0xFF000000u
+
+/* PARENT9 (rw) @ 0x38: Parents of nodes 36..39, one byte each (node 36 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT9_OFFSET             0x38u
+#define SPECDEC_TREEMASK_PARENT9_RESET              0x00000000u
+#define SPECDEC_TREEMASK_PARENT9_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT9_P0_LSB             0u  /* parent of node 36 */
+#define SPECDEC_TREEMASK_PARENT9_P0_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT9_P0_MASK            0x000000FFu
+#define SPECDEC_TREEMASK_PARENT9_P1_LSB             8u  /* parent of node 37 */
+#define SPECDEC_TREEMASK_PARENT9_P1_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT9_P1_MASK            0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT9_P2_LSB             16u  /* parent of node 38 */
+#define SPECDEC_TREEMASK_PARENT9_P2_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT9_P2_MASK            0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT9_P3_LSB             24u  /* parent of node 39 */
+#define SPECDEC_TREEMASK_PARENT9_P3_WIDTH           8u
+#define SPECDEC_TREEMASK_PARENT9_P3_MASK            0xFF000000u
+
+/* PARENT10 (rw) @ 0x3C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT10_OFFSET            0x3Cu
+#define SPECDEC_TREEMASK_PARENT10_RESET             0x00000000u
+#define SPECDEC_TREEMASK_PARENT10_ACCESS            SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT10_P0_LSB            0u  /* parent of node 40 */
+#define SPECDEC_TREEMASK_PARENT10_P0_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT10_P0_MASK           0x000000FFu
+#define SPECDEC_TREEMASK_PARENT10_P1_LSB            8u  /* parent of node 41 */
+#define SPECDEC_TREEMASK_PARENT10_P1_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT10_P1_MASK           0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT10_P2_LSB            16u  /* parent of node 42 */
+#define SPECDEC_TREEMASK_PARENT10_P2_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT10_P2_MASK           0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT10_P3_LSB            24u  /* parent of node 43 */
+#define SPECDEC_TREEMASK_PARENT10_P3_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT10_P3_MASK           0xFF000000u
+
+/* PARENT11 (rw) @ 0x40: Parents of nodes 44..47, one byte each (node 44 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT11_OFFSET            0x40u
+#define SPECDEC_TREEMASK_PARENT11_RESET             0x00000000u
+#define SPECDEC_TREEMASK_PARENT11_ACCESS            SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT11_P0_LSB            0u  /* parent of node 44 */
+#define SPECDEC_TREEMASK_PARENT11_P0_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT11_P0_MASK           0x000000FFu
+#define SPECDEC_TREEMASK_PARENT11_P1_LSB            8u  /* parent of node 45 */
+#define SPECDEC_TREEMASK_PARENT11_P1_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT11_P1_MASK           0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT11_P2_LSB            16u  /* parent of node 46 */
+#define SPECDEC_TREEMASK_PARENT11_P2_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT11_P2_MASK           0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT11_P3_LSB            24u  /* parent of node 47 */
+#define SPECDEC_TREEMASK_PARENT11_P3_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT11_P3_MASK           0xFF000000u
+
+/* PARENT12 (rw) @ 0x44: Parents of nodes 48..51, one byte each (node 48 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT12_OFFSET            0x44u
+#define SPECDEC_TREEMASK_PARENT12_RESET             0x00000000u
+#define SPECDEC_TREEMASK_PARENT12_ACCESS            SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT12_P0_LSB            0u  /* parent of node 48 */
+#define SPECDEC_TREEMASK_PARENT12_P0_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT12_P0_MASK           0x000000FFu
+#define SPECDEC_TREEMASK_PARENT12_P1_LSB            8u  /* parent of node 49 */
+#define SPECDEC_TREEMASK_PARENT12_P1_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT12_P1_MASK           0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT12_P2_LSB            16u  /* parent of node 50 */
+#define SPECDEC_TREEMASK_PARENT12_P2_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT12_P2_MASK           0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT12_P3_LSB            24u  /* parent of node 51 */
+#define SPECDEC_TREEMASK_PARENT12_P3_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT12_P3_MASK           0xFF000000u
+
+/* PARENT13 (rw) @ 0x48: Parents of nodes 52..55, one byte each (node 52 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT13_OFFSET            0x48u
+#define SPECDEC_TREEMASK_PARENT13_RESET             0x00000000u
+#define SPECDEC_TREEMASK_PARENT13_ACCESS            SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT13_P0_LSB            0u  /* parent of node 52 */
+#define SPECDEC_TREEMASK_PARENT13_P0_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT13_P0_MASK           0x000000FFu
+#define SPECDEC_TREEMASK_PARENT13_P1_LSB            8u  /* parent of node 53 */
+#define SPECDEC_TREEMASK_PARENT13_P1_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT13_P1_MASK           0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT13_P2_LSB            16u  /* parent of node 54 */
+#define SPECDEC_TREEMASK_PARENT13_P2_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT13_P2_MASK           0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT13_P3_LSB            24u  /* parent of node 55 */
+#define SPECDEC_TREEMASK_PARENT13_P3_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT13_P3_MASK           0xFF000000u
+
+/* PARENT14 (rw) @ 0x4C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT14_OFFSET            0x4Cu
+#define SPECDEC_TREEMASK_PARENT14_RESET             0x00000000u
+#define SPECDEC_TREEMASK_PARENT14_ACCESS            SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT14_P0_LSB            0u  /* parent of node 56 */
+#define SPECDEC_TREEMASK_PARENT14_P0_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT14_P0_MASK           0x000000FFu
+#define SPECDEC_TREEMASK_PARENT14_P1_LSB            8u  /* parent of node 57 */
+#define SPECDEC_TREEMASK_PARENT14_P1_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT14_P1_MASK           0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT14_P2_LSB            16u  /* parent of node 58 */
+#define SPECDEC_TREEMASK_PARENT14_P2_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT14_P2_MASK           0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT14_P3_LSB            24u  /* parent of node 59 */
+#define SPECDEC_TREEMASK_PARENT14_P3_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT14_P3_MASK           0xFF000000u
+
+/* PARENT15 (rw) @ 0x50: Parents of nodes 60..63, one byte each (node 60 in bits 7:0); node 0's byte is ignored (the root). */
+#define SPECDEC_TREEMASK_PARENT15_OFFSET            0x50u
+#define SPECDEC_TREEMASK_PARENT15_RESET             0x00000000u
+#define SPECDEC_TREEMASK_PARENT15_ACCESS            SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT15_P0_LSB            0u  /* parent of node 60 */
+#define SPECDEC_TREEMASK_PARENT15_P0_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT15_P0_MASK           0x000000FFu
+#define SPECDEC_TREEMASK_PARENT15_P1_LSB            8u  /* parent of node 61 */
+#define SPECDEC_TREEMASK_PARENT15_P1_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT15_P1_MASK           0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT15_P2_LSB            16u  /* parent of node 62 */
+#define SPECDEC_TREEMASK_PARENT15_P2_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT15_P2_MASK           0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT15_P3_LSB            24u  /* parent of node 63 */
+#define SPECDEC_TREEMASK_PARENT15_P3_WIDTH          8u
+#define SPECDEC_TREEMASK_PARENT15_P3_MASK           0xFF000000u
+
+/* PARAMS (ro) @ 0x54: Build parameters of this instance. */
+#define SPECDEC_TREEMASK_PARAMS_OFFSET              0x54u
+#define SPECDEC_TREEMASK_PARAMS_RESET               0x00000000u
+#define SPECDEC_TREEMASK_PARAMS_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_LSB       0u  /* Largest NODES accepted. */
+#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_WIDTH     7u
+#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_MASK      0x0000007Fu
+
+/* ROWS (ro) @ 0x58: Mask rows sent this operation. */
+#define SPECDEC_TREEMASK_ROWS_OFFSET                0x58u
+#define SPECDEC_TREEMASK_ROWS_RESET                 0x00000000u
+#define SPECDEC_TREEMASK_ROWS_ACCESS                SPECDEC_ACCESS_RO
+
+/* MAX_DEPTH (ro) @ 0x5C: Largest depth in the tree (0 for the root alone). */
+#define SPECDEC_TREEMASK_MAX_DEPTH_OFFSET           0x5Cu
+#define SPECDEC_TREEMASK_MAX_DEPTH_RESET            0x00000000u
+#define SPECDEC_TREEMASK_MAX_DEPTH_ACCESS           SPECDEC_ACCESS_RO
+
+/* CYCLES_BUSY (ro) @ 0x60: Clock cycles BUSY this operation (START to DONE). */
+#define SPECDEC_TREEMASK_CYCLES_BUSY_OFFSET         0x60u
+#define SPECDEC_TREEMASK_CYCLES_BUSY_RESET          0x00000000u
+#define SPECDEC_TREEMASK_CYCLES_BUSY_ACCESS         SPECDEC_ACCESS_RO
+
+/* CYCLES_STALL (ro) @ 0x64: BUSY cycles in which a row waited for m_axis TREADY. */
+#define SPECDEC_TREEMASK_CYCLES_STALL_OFFSET        0x64u
+#define SPECDEC_TREEMASK_CYCLES_STALL_RESET         0x00000000u
+#define SPECDEC_TREEMASK_CYCLES_STALL_ACCESS        SPECDEC_ACCESS_RO
+
+/* treemask error bits (masks of ERR) */
+#define SPECDEC_TREEMASK_ERR_BAD_NODES              0x00000001u  /* NODES is 0 or above the core's NODES_MAX. */
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT             0x00000002u  /* A node i in 1..NODES-1 has a parent not below i. */
+
+/* stream m_axis (out, 128 bits): One word per node, in node order, TLAST on node N-1: its ancestor mask (bit j set when node j is node i or one of its ancestors) and its depth. */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_WIDTH        128u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DIR          SPECDEC_DIR_OUT
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_LSB     0u  /* ancestor-or-self bits, bit j = node j */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_WIDTH   64u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_COUNT   1u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_SIGNED  0u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_LSB    64u  /* depth of the node (root 0) */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_WIDTH  8u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_COUNT  1u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_SIGNED 0u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_LSB     72u  /* the node's index i */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_WIDTH   8u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_COUNT   1u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_SIGNED  0u
 
 #endif /* SPECDEC_REGS_H */

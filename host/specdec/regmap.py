@@ -271,6 +271,30 @@ EXP_FRAC = 15             # exp values are Q1.15: exp(0) = 32768
 U_BITS = 24               # uniform u = RNG word >> 8, compared as u / 2**24
 VERIFIER_MAX_GAMMA = 16
 
+# Token trees (treemask core, verifier tree mode). Node 0 is the root (the last token already chosen); node
+# i >= 1 has a parent index below i, so a parent array in node order is a topological order.
+TREE_MAX_NODES = 64       # largest tree any build accepts (the NODES_MAX / TREE_MAX parameters are <= this)
+TREE_PARENT_BITS = 8      # one parent index per byte, 4 per register
+TREE_TOKEN_BITS = 16      # one token per half word, 2 per register
+
+
+def _tree_registers(b: "MapBuilder", prefix: str, tokens: bool) -> None:
+    """NODES and the parent (and token) arrays of a tree, in the layout both tree cores share."""
+    per = 32 // TREE_PARENT_BITS
+    for k in range(TREE_MAX_NODES // per):
+        b.add(f"{prefix}PARENT{k}", "rw", f"Parents of nodes {per * k}..{per * k + per - 1}, one byte each "
+              f"(node {per * k} in bits 7:0); node 0's byte is ignored (the root).",
+              fields=[Field(f"P{j}", TREE_PARENT_BITS * j, TREE_PARENT_BITS, f"parent of node {per * k + j}")
+                      for j in range(per)])
+    if not tokens:
+        return
+    per = 32 // TREE_TOKEN_BITS
+    for k in range(TREE_MAX_NODES // per):
+        b.add(f"{prefix}TOKEN{k}", "rw", f"Draft tokens of nodes {per * k} (bits 15:0) and {per * k + 1} "
+              "(bits 31:16); node 0's token is ignored (the root's token was chosen last round).",
+              fields=[Field(f"T{j}", TREE_TOKEN_BITS * j, TREE_TOKEN_BITS, f"token of node {per * k + j}")
+                      for j in range(per)])
+
 
 def _verifier_map() -> CoreMap:
     b = MapBuilder(
@@ -287,11 +311,16 @@ def _verifier_map() -> CoreMap:
                 ("SHORT_ROW", "TLAST came before the last beat of a row."),
                 ("LONG_ROW", "The last beat of a row came without TLAST."),
                 ("UNEXPECTED_DATA", "A stream beat arrived while the core expected none (stream longer than announced)."),
-                ("EMPTY_ROW", "Every logit of a row is -inf: no distribution to sample from.")],
+                ("EMPTY_ROW", "Every logit of a row is -inf, or (tree mode) every weight left after the rejected "
+                              "children is 0: no distribution to sample from."),
+                ("BAD_TREE", "Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a "
+                             "parent not below i.")],
         ctrl=[("LOAD_SEED", "Load the RNG state from SEED0..3.")],
     )
     b.add("CONFIG", "rw", "Round configuration.", fields=[
-        Field("GREEDY", 0, 1, "1: greedy (argmax) verification, only target rows are streamed; 0: sampling.")])
+        Field("GREEDY", 0, 1, "1: greedy (argmax) verification, only target rows are streamed; 0: sampling."),
+        Field("TREE", 1, 1, "1: verify the token tree NODES / TREE_PARENT* / TREE_TOKEN* (GAMMA and DRAFT* "
+                            "are ignored; only target rows are streamed, one per node on the walked path).")])
     b.add("GAMMA", "rw", "Draft tokens this round (0 = plain sampling of the next token).", reset=0)
     b.add("VOCAB", "rw", "Vocabulary size V of the rows streamed (1..VOCAB_MAX).", reset=0)
     b.add("INV_TEMP", "rw", "1/temperature, unsigned Q8.8 (256 = 1.0); 0 is an error in sampling mode.", reset=256)
@@ -300,12 +329,16 @@ def _verifier_map() -> CoreMap:
             Field("LO", 0, 16, f"x_{2 * k}"), Field("HI", 16, 16, f"x_{2 * k + 1}")])
     for i in range(4):
         b.add(f"SEED{i}", "rw", f"RNG state word s[{i}] loaded by CTRL.LOAD_SEED.")
+    b.add("NODES", "rw", "Tree mode: nodes of the tree, root included (1..TREE_MAX).", reset=1)
+    _tree_registers(b, "TREE_", tokens=True)
     b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
-        Field("LANES", 0, 4, "Logits per stream beat."), Field("GAMMA_MAX", 4, 5, "Largest GAMMA accepted.")])
+        Field("LANES", 0, 4, "Logits per stream beat."), Field("GAMMA_MAX", 4, 5, "Largest GAMMA accepted."),
+        Field("TREE_MAX", 9, 7, "Largest NODES accepted in tree mode.")])
     b.add("VOCAB_MAX", "ro", "Largest VOCAB accepted (row buffer depth).")
-    b.add("N_ACCEPT", "ro", "Draft tokens accepted in the last round.")
+    b.add("N_ACCEPT", "ro", "Draft tokens accepted in the last round (tree mode: nodes on the accepted path, root "
+                            "excluded).")
     b.add("NEXT_TOKEN", "ro", "The token emitted after the accepted prefix (resampled, argmax or bonus).")
-    b.add("ACCEPT_BITS", "ro", "Bit i: position i was tested and accepted.")
+    b.add("ACCEPT_BITS", "ro", "Bit i: position i was tested and accepted (tree mode: depth i + 1 of the path).")
     b.add("ROWS", "ro", "Rows consumed this round (target and draft).")
     b.add("WORDS", "ro", "RNG words consumed this round.")
     b.add("LAST_EP", "ro", "e_p(x) = EXP(m_p - z_p[x]) of the last tested position (Q1.15).")
@@ -314,15 +347,49 @@ def _verifier_map() -> CoreMap:
     b.add("LAST_SQ", "ro", "Running sum S_q of the last draft row.")
     b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY this round.")
     b.add("CYCLES_STALL", "ro", "BUSY cycles spent waiting for a stream beat.")
+    b.add("CUR_NODE", "ro", "Tree mode: the node whose target row the core takes next (while BUSY), or the last "
+                            "node of the accepted path (when DONE); 0 in chain mode.")
+    b.add("PATH_LO", "ro", "Tree mode: bit j set when node j (1..31) is on the accepted path.")
+    b.add("PATH_HI", "ro", "Tree mode: bit j set when node 32 + j is on the accepted path.")
     b.stream(StreamFormat("s_axis", "in", 8 * LOGIT_BITS,
                           "Logit rows, LANES codes per beat (element j = beat*LANES + lane; lanes past VOCAB carry "
                           "-inf), TLAST on each row's last beat. Order: p_0, q_0, p_1, q_1, ..., p_gamma "
-                          "(greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE).",
+                          "(greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE). Tree mode: "
+                          "p of node 0, then p of each node CUR_NODE names, until DONE.",
                           (StreamField("LOGIT", 0, LOGIT_BITS, "Q7.8 logit code; -32768 = -inf", count=8, signed=True),)))
     return b.build()
 
 
-CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map())}
+TREEMASK_MASK_BITS = TREE_MAX_NODES
+
+
+def _treemask_map() -> CoreMap:
+    b = MapBuilder(
+        "treemask",
+        "Tree-attention mask generator: from the parent array of an N-node token tree (node 0 the root, "
+        "parent(i) < i) it streams the N x N ancestor mask, row i = row parent(i) with bit i set, one row per "
+        "cycle, each with the node's depth (its position id after the root).",
+        errors=[("BAD_NODES", "NODES is 0 or above the core's NODES_MAX."),
+                ("BAD_PARENT", "A node i in 1..NODES-1 has a parent not below i.")],
+    )
+    b.add("NODES", "rw", "Nodes N of the tree, root included (1..NODES_MAX).", reset=1)
+    _tree_registers(b, "", tokens=False)
+    b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
+        Field("NODES_MAX", 0, 7, "Largest NODES accepted.")])
+    b.add("ROWS", "ro", "Mask rows sent this operation.")
+    b.add("MAX_DEPTH", "ro", "Largest depth in the tree (0 for the root alone).")
+    b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY this operation (START to DONE).")
+    b.add("CYCLES_STALL", "ro", "BUSY cycles in which a row waited for m_axis TREADY.")
+    b.stream(StreamFormat("m_axis", "out", 128,
+                          "One word per node, in node order, TLAST on node N-1: its ancestor mask (bit j set when "
+                          "node j is node i or one of its ancestors) and its depth.",
+                          (StreamField("MASK", 0, TREEMASK_MASK_BITS, "ancestor-or-self bits, bit j = node j"),
+                           StreamField("DEPTH", 64, 8, "depth of the node (root 0)"),
+                           StreamField("NODE", 72, 8, "the node's index i"))))
+    return b.build()
+
+
+CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map())}
 
 
 def core(name: str) -> CoreMap:
