@@ -47,13 +47,18 @@ class AxilTB:
         Toplevel with ``clk``, ``rst`` and ``s_axil_*`` ports.
     cmap : CoreMap
         The core's register map.
+    prefix : str
+        The register port's signal prefix (a toplevel holding several cores names each port).
+    clock : bool
+        Start the clock (False for a second port on a toplevel whose clock already runs).
     """
 
-    def __init__(self, dut, cmap: CoreMap, period_ns: int = 10) -> None:
+    def __init__(self, dut, cmap: CoreMap, period_ns: int = 10, prefix: str = "s_axil", clock: bool = True) -> None:
         self.dut, self.cmap = dut, cmap
         self.log = logging.getLogger("cocotb.tb")
-        Clock(dut.clk, period_ns, unit="ns").start()
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        if clock:
+            Clock(dut.clk, period_ns, unit="ns").start()
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, prefix), dut.clk, dut.rst)
         # cocotbext-axi logs every transaction at INFO under cocotb.<toplevel>.s_axil: keep warnings only
         self.axil.write_if.log.setLevel(logging.WARNING)
         self.axil.read_if.log.setLevel(logging.WARNING)

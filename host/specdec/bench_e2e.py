@@ -19,7 +19,7 @@ from . import corpus, runtime
 from .decode import GenConfig
 
 GOALS = {"speedup": 1.5, "host_fraction": 0.05}
-BREAKDOWN = ("draft_s", "target_s", "quantize_transfer_s", "verify_s", "host_s")
+BREAKDOWN = ("draft_s", "target_s", "mask_s", "quantize_transfer_s", "verify_s", "host_s")
 HELD_OUT_SEED = 1234
 
 
@@ -49,35 +49,57 @@ def default_prompts(n: int) -> list[str]:
     return corpus.sample_passages(n, held_out=True, seed=HELD_OUT_SEED)
 
 
-def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None = None) -> dict:
-    """Measure every gamma on ``job['prompts']``; see the module docstring."""
+def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None = None,
+        trees: list[dict] | None = None) -> dict:
+    """Measure every gamma, and every token tree in ``trees`` (job ``tree`` entries), on ``job['prompts']``;
+    see the module docstring.
+
+    Each tree row is compared with the chains at equal target cost: a tree of N nodes makes the target
+    score N positions per call, as a chain of gamma = N - 1 does.
+    """
     from tqdm import tqdm
     pair = pair or runtime.open_pair(job.get("target"), job.get("draft"))
-    verifier = runtime.golden_verifier() if backend == "ref" else runtime.pynq_verifier()
+    if backend == "ref":
+        verifier, masker = runtime.golden_verifier(), runtime.golden_masker()
+    else:
+        verifier, masker = runtime.pynq_cores()
     prompts = [runtime.encode(pair.tokenizer, p) for p in job["prompts"]]
+    labels = list(gammas)
     cfgs = {g: runtime.config({**job, "gamma": g}) for g in gammas}
+    drafters = {}
+    specs = {}
+    for spec in trees or []:
+        spec = runtime.check_tree(spec)
+        label = f"{spec['kind']}-{spec['budget']}"
+        drafters[label] = runtime.tree_drafter(pair, spec)
+        specs[label] = spec
+        cfgs[label] = runtime.config({**job, "tree": spec})
+        labels.append(label)
     # warm-up (untimed): first calls into torch and numpy allocate
     runtime.generate_one(pair, verifier, prompts[0], GenConfig(4, gammas[-1], cfgs[gammas[-1]].sampling))
-    gens: dict = {g: [] for g in gammas}
+    gens: dict = {k: [] for k in labels}
     t0 = time.time()
-    with tqdm(total=len(prompts) * len(gammas), desc="bench e2e", unit="gen", file=sys.stderr,
+    with tqdm(total=len(prompts) * len(labels), desc="bench e2e", unit="gen", file=sys.stderr,
               disable=not sys.stderr.isatty() and os.environ.get("SPECDEC_PROGRESS") != "1") as bar:
         for i, ids in enumerate(prompts):
-            for g in gammas:
-                gens[g].append(runtime.generate_one(pair, verifier, ids, cfgs[g], i))
+            for k in labels:
+                gens[k].append(runtime.generate_one(pair, verifier, ids, cfgs[k], i, drafters.get(k), masker))
                 bar.update(1)
     rows = []
     base = runtime.summarize(gens[0])["tokens_per_s"]
-    for g in gammas:
-        s = runtime.summarize(gens[g])
-        rows.append({"gamma": g, "tokens_per_s": s["tokens_per_s"],
-                     "speedup": s["tokens_per_s"] / base if base else None,
-                     **{k: s[k] for k in ("acceptance", "tokens_per_call", "per_position_acceptance",
-                                          "breakdown", "host_fraction", "target_calls", "new_tokens",
-                                          "wall_s", "verifier_cycles")}})
-    spec = [r for r in rows if r["gamma"] != 0]
-    best = max(spec, key=lambda r: r["speedup"] or 0) if spec else None
-    same = all(gens[g][i].tokens == gens[0][i].tokens for g in gammas for i in range(len(prompts)))
+    for k in labels:
+        s = runtime.summarize(gens[k])
+        tree = specs.get(k)
+        rows.append({"gamma": k, "mode": tree["kind"] if tree else "chain",
+                     "positions_per_call": tree["budget"] if tree else (k + 1 if k != "auto" else None),
+                     "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / base if base else None,
+                     **{key: s[key] for key in ("acceptance", "tokens_per_call", "per_position_acceptance",
+                                                "breakdown", "host_fraction", "target_calls", "new_tokens",
+                                                "wall_s", "verifier_cycles", "verifier_cycles_per_round",
+                                                "mask_cycles_per_round")}})
+    spec_rows = [r for r in rows if r["gamma"] != 0]
+    best = max(spec_rows, key=lambda r: r["speedup"] or 0) if spec_rows else None
+    same = all(gens[k][i].tokens == gens[0][i].tokens for k in labels for i in range(len(prompts)))
     res = {"target": pair.target_name, "draft": pair.draft_name, "backend": backend,
            "prompts": len(prompts), "max_new_tokens": job["max_new_tokens"], "sampling": job["sampling"],
            "seed": job.get("seed", 0), "rows": rows, "bench_wall_s": time.time() - t0,
@@ -85,26 +107,54 @@ def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None
            "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None,
            "host": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "cpu": platform.processor() or platform.machine()}}
+    if specs:
+        res["trees"] = specs
+        res["tree_vs_chain"] = tree_vs_chain(rows)
     if best:
         res["goals_met"] = {f"speedup >= {GOALS['speedup']}x at best gamma": best["speedup"] >= GOALS["speedup"],
                             f"host overhead <= {GOALS['host_fraction']:.0%} of a round at best gamma":
                                 best["host_fraction"] <= GOALS["host_fraction"]}
+        for c in res.get("tree_vs_chain", []):
+            res["goals_met"][f"{c['tree']}: tokens/call above the best chain at equal target cost"] = c["higher"]
     return res
+
+
+def tree_vs_chain(rows: list[dict]) -> list[dict]:
+    """Each tree row against the best measured chain (tokens per target call) whose calls score at most as
+    many positions as the tree's (gamma + 1 <= N): equal or lower target cost."""
+    out = []
+    chains = [r for r in rows if r["mode"] == "chain" and r["gamma"] not in (0, "auto")]
+    for r in rows:
+        if r["mode"] == "chain":
+            continue
+        fair = [c for c in chains if c["positions_per_call"] <= r["positions_per_call"]]
+        best = max(fair, key=lambda c: c["tokens_per_call"]) if fair else None
+        out.append({"tree": r["gamma"], "nodes": r["positions_per_call"], "tokens_per_call": r["tokens_per_call"],
+                    "best_chain_gamma": best["gamma"] if best else None,
+                    "best_chain_tokens_per_call": best["tokens_per_call"] if best else None,
+                    "higher": bool(best) and r["tokens_per_call"] > best["tokens_per_call"],
+                    "speedup": r["speedup"], "best_chain_speedup": best["speedup"] if best else None})
+    return out
 
 
 def format_table(res: dict) -> str:
     """HADES Table I's layout plus acceptance, tokens per call and the host share of a round."""
     lines = [f"target {res['target']}  draft {res['draft']}  backend {res['backend']}  "
              f"{res['prompts']} prompts x {res['max_new_tokens']} new tokens",
-             f"{'gamma':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'tok/call':>9} {'round ms':>9} "
-             f"{'draft':>6} {'target':>7} {'q+xfer':>7} {'verify':>7} {'host':>6}"]
+             f"{'gamma':>10} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'tok/call':>9} {'round ms':>9} "
+             f"{'draft':>6} {'target':>7} {'mask':>6} {'q+xfer':>7} {'verify':>7} {'host':>6} "
+             f"{'ver cyc':>8} {'mask cyc':>8}"]
     for r in res["rows"]:
         b = r["breakdown"]
-        rd = sum(b[k] for k in BREAKDOWN)
+        rd = sum(b.get(k, 0.0) for k in BREAKDOWN)
         acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
-        lines.append(f"{r['gamma']!s:>5} {r['tokens_per_s']:8.2f} {r['speedup']:7.2f}x {acc:>7} "
+        lines.append(f"{r['gamma']!s:>10} {r['tokens_per_s']:8.2f} {r['speedup']:7.2f}x {acc:>7} "
                      f"{r['tokens_per_call']:9.2f} {rd * 1e3:9.1f} " +
-                     " ".join(f"{b['fractions'][k]:6.1%}" for k in BREAKDOWN))
+                     " ".join(f"{b['fractions'].get(k, 0.0):6.1%}" for k in BREAKDOWN) +
+                     f" {r.get('verifier_cycles_per_round', 0):8.0f} {r.get('mask_cycles_per_round', 0):8.0f}")
+    for c in res.get("tree_vs_chain", []):
+        lines.append(f"{c['tree']}: {c['tokens_per_call']:.2f} tokens/call vs best chain at equal target cost "
+                     f"(gamma {c['best_chain_gamma']}): {c['best_chain_tokens_per_call'] or 0:.2f}")
     for goal, ok in res.get("goals_met", {}).items():
         lines.append(f"goal {goal}: {'met' if ok else 'MISSED'}")
     return "\n".join(lines)
@@ -143,7 +193,7 @@ def plot(res: dict, out_dir: str | os.PathLike) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4))
     bottom = [0.0] * len(rows)
     for k in BREAKDOWN:
-        vals = [r["breakdown"][k] * 1e3 for r in rows]
+        vals = [r["breakdown"].get(k, 0.0) * 1e3 for r in rows]
         ax.bar(labels, vals, bottom=bottom, label=k.removesuffix("_s").replace("_", "+"))
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set(xlabel="gamma", ylabel="mean round time (ms)", title=title)

@@ -7,9 +7,12 @@ without touching the others::
     specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
     specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
     specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--json FILE]
+    specdec bench treemask [--nodes 1,8,16,32,64] [--nodes-max 64] [--out FILE]
     specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
                      [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
-    specdec bench e2e [--gammas 0,2,4,8,16] [--prompts FILE] [--json FILE] [--plot DIR]
+                     [--tree static|eagle|sequoia] [--tree-budget N] [--tree-depth D] [--tree-topk K]
+    specdec bench e2e [--gammas 0,2,4,8,16] [--tree static,eagle,sequoia] [--tree-budget N] [--prompts FILE]
+                      [--json FILE] [--plot DIR]
 """
 from __future__ import annotations
 
@@ -116,6 +119,22 @@ def _bench_verifier(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _bench_treemask(args: argparse.Namespace) -> int:
+    from specdec import bench
+    try:
+        nodes = [int(x) for x in args.nodes.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--nodes {args.nodes!r}: expected comma-separated integers, e.g. 1,8,16,32,64") from None
+    try:
+        res = bench.treemask(nodes, args.out, nodes_max=args.nodes_max, sim=args.sim, synth=not args.no_synth)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    print(bench.format_treemask(res))
+    if args.out:
+        print(f"wrote {args.out}")
+    return EXIT_OK
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     """``specdec bench ...``: measured benchmarks, JSON out."""
     b = sub.add_parser("bench", help="benchmarks (measured figures, goals reported met or missed)")
@@ -131,6 +150,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     v.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
     HANDLERS[("bench", "verifier")] = _bench_verifier
+    t = b_sub.add_parser("treemask", help="treemask RTL cycles per tree size vs the N + 1 model, resources")
+    t.add_argument("--nodes", default="1,8,16,32,64", help="comma-separated tree sizes N (default 1,8,16,32,64)")
+    t.add_argument("--nodes-max", type=int, default=64, help="the build's NODES_MAX (default 64)")
+    t.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
+    t.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
+    t.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
+    HANDLERS[("bench", "treemask")] = _bench_treemask
     e = b_sub.add_parser("e2e", help="end-to-end decoding speed vs gamma (HADES Table I), acceptance, breakdown")
     e.add_argument("--gammas", default="0,2,4,8,16", help="comma-separated gammas; 0 = target-only baseline; "
                                                            "'auto' allowed (default 0,2,4,8,16)")
@@ -138,6 +164,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                                                      "Shakespeare passages")
     e.add_argument("--n-prompts", type=_positive, default=8, help="held-out passages when no --prompts (default 8)")
     _model_args(e)
+    _tree_args(e, multi=True)
     e.add_argument("--backend", default="ref", choices=("ref", "pynq"), help="verifier backend (default ref)")
     e.add_argument("--json", metavar="FILE", help="write the results as JSON")
     e.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
@@ -177,10 +204,35 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def _job(args: argparse.Namespace, prompts: list[str], gamma) -> dict:
-    return {"target": args.target, "draft": args.draft, "prompts": prompts, "gamma": gamma,
-            "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-            "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}}
+def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
+    from specdec import runtime
+    d = runtime.TREE_DEFAULTS
+    if multi:
+        p.add_argument("--tree", default=None, metavar="KINDS",
+                       help=f"also run token trees: comma-separated of {', '.join(runtime.TREE_KINDS)}")
+    else:
+        p.add_argument("--tree", default=None, choices=runtime.TREE_KINDS,
+                       help="token-tree speculation: static (paths), eagle (EAGLE-2 dynamic) or sequoia (DP topology)")
+    p.add_argument("--tree-budget", type=int, default=d["budget"],
+                   help=f"tree nodes, root included (2..{runtime.CORE_PARAMS['TREE_MAX']}; default {d['budget']})")
+    p.add_argument("--tree-depth", type=int, default=d["depth"], help=f"largest tree depth (default {d['depth']})")
+    p.add_argument("--tree-topk", type=int, default=d["topk"],
+                   help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d['topk']})")
+
+
+def _tree_spec(args: argparse.Namespace, kind: str | None) -> dict | None:
+    if not kind:
+        return None
+    return {"kind": kind, "budget": args.tree_budget, "depth": args.tree_depth, "topk": args.tree_topk}
+
+
+def _job(args: argparse.Namespace, prompts: list[str], gamma, tree: str | None = None) -> dict:
+    job = {"target": args.target, "draft": args.draft, "prompts": prompts, "gamma": gamma,
+           "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+           "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}}
+    if tree:
+        job["tree"] = _tree_spec(args, tree)
+    return job
 
 
 def _check_job(job: dict) -> None:
@@ -197,13 +249,19 @@ def _check_job(job: dict) -> None:
     g = job["gamma"]
     if g != "auto" and g > runtime.CORE_PARAMS["GAMMA_MAX"]:
         raise UsageError(f"gamma {g} exceeds the verifier core's GAMMA_MAX {runtime.CORE_PARAMS['GAMMA_MAX']}")
+    try:
+        runtime.check_tree(job.get("tree"))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if job.get("tree") and job.get("draft") == runtime.PROMPT_LOOKUP:
+        raise UsageError("tree speculation drafts with a model: --draft prompt-lookup cannot build trees")
 
 
 def _generate(args: argparse.Namespace) -> int:
     from specdec import runtime
     from specdec.errors import SpecdecError
     prompt = args.prompt.replace("\\n", "\n")       # a typed backslash-n is a newline
-    job = _job(args, [prompt], args.gamma)
+    job = _job(args, [prompt], args.gamma, args.tree)
     _check_job(job)
     try:
         res = runtime.run(job, args.backend)
@@ -227,6 +285,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--prompt", required=True, help="the prompt text (a typed \\n is a newline)")
     _model_args(g)
     g.add_argument("--gamma", type=_gamma, default=4, help="draft tokens per round, or auto (default 4)")
+    _tree_args(g)
     g.add_argument("--backend", default="ref", choices=runtime.BACKENDS,
                    help="verifier: ref (golden model), sim (RTL in Verilator), pynq (a board)")
     g.add_argument("--json", metavar="FILE", help="also write tokens, rounds and stats as JSON")
@@ -242,7 +301,12 @@ def _bench_e2e(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     job = _job(args, prompts, 0)
     _check_job({**job, "gamma": max(g for g in gammas if g != "auto") if any(g != "auto" for g in gammas) else 0})
-    res = bench_e2e.run(job, gammas, args.backend)
+    trees = []
+    for kind in (args.tree.split(",") if args.tree else []):
+        spec = _tree_spec(args, kind.strip())
+        _check_job({**job, "tree": spec})
+        trees.append(spec)
+    res = bench_e2e.run(job, gammas, args.backend, trees=trees)
     print(bench_e2e.format_table(res))
     _write_json(args.json, res)
     if args.plot:

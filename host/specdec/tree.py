@@ -86,3 +86,430 @@ class Tree:
         while out[-1]:
             out.append(self.parents[out[-1]])
         return out[::-1]
+
+
+# --- tree drafting ----------------------------------------------------------------------------------------
+#
+# A drafter proposes a Tree from a draft CausalLM, one draft forward per depth. The root (the context's last
+# token) goes through a plain forward and becomes committed in the draft cache; every drafted node whose
+# children are wanted is appended by forward_tree as a pending entry, seeing the committed context and its
+# pending ancestors, at position (its depth - 1) after the root's. Children of a node are the draft's
+# top-ranked tokens there: rank order is a stable descending sort of the logits (ties: lower token id first).
+
+
+def _check_budget(budget: int, name: str = "budget") -> int:
+    if isinstance(budget, bool) or int(budget) != budget or not 1 <= budget <= TREE_MAX_NODES:
+        raise ValueError(f"{name} must be a node count in 1..{TREE_MAX_NODES} (root included), got {budget!r}")
+    return int(budget)
+
+
+def _check_positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def ranked(logits, k: int) -> np.ndarray:
+    """The ``k`` highest-ranked tokens of one logits row, best first (ties: lower token id first)."""
+    row = np.asarray(logits.detach().numpy() if hasattr(logits, "detach") else logits, dtype=np.float64)
+    if k >= row.size:
+        return np.argsort(-row, kind="stable")
+    cand = np.flatnonzero(row >= np.partition(row, row.size - k)[row.size - k])   # the top k and ties
+    return cand[np.argsort(-row[cand], kind="stable")][:k]
+
+
+def _log_softmax(logits) -> np.ndarray:
+    row = np.asarray(logits.detach().numpy() if hasattr(logits, "detach") else logits, dtype=np.float64)
+    z = row - row.max()
+    return z - np.log(np.exp(z).sum())
+
+
+class TreeDrafter:
+    """Base of the tree drafters: the draft cache bookkeeping shared by every builder.
+
+    Subclasses implement :meth:`_draft`. The loop calls :meth:`start` once, then per round
+    :meth:`propose` and :meth:`commit`.
+
+    After :meth:`commit`, the drafted entries on the path the next context confirms are kept in the draft
+    cache (:meth:`CausalLM.commit_path`) at the next :meth:`propose`, which only forwards the rest.
+    """
+
+    name = "tree"
+
+    def __init__(self, lm) -> None:
+        self.lm = lm
+        self._last: Tree | None = None     # the tree of the previous round
+        self._pidx: dict[int, int] = {}    # node of that tree -> its pending entry in the draft cache
+        self._root_pos = 0                 # context position of that tree's root
+        self._valid: int | None = None     # what commit() declared final
+
+    def start(self, context: list[int]) -> None:
+        """Prefill the draft cache with ``context[:-1]`` (the last token is the first tree's root)."""
+        self.lm.reset()
+        self._last, self._pidx, self._valid = None, {}, None
+        if len(context) > 1:
+            self.lm.forward(context[:-1])
+
+    def propose(self, context: list[int], budget: int | None = None) -> Tree:
+        """A draft tree rooted at ``context[-1]`` of at most ``budget`` nodes (default: the builder's size)."""
+        if not context:
+            raise ValueError("propose needs a non-empty context (its last token is the root)")
+        budget = self.size if budget is None else min(self.size, _check_budget(budget))
+        self._sync(context)
+        root_logits = self.lm.forward(context[self.lm.length:])[-1]
+        self._root_pos = len(context) - 1
+        tree, pidx = self._draft(context[-1], root_logits, budget)
+        self._last, self._pidx = tree, pidx
+        return tree
+
+    def commit(self, valid: int) -> None:
+        """The first ``valid`` tokens of the context are final.
+
+        Entries past them are dropped now; drafted entries of the previous tree that may lie on the
+        accepted path stay pending until the next :meth:`propose` sees which path the context took.
+        """
+        if valid < 0:
+            raise ValueError(f"commit needs valid >= 0, got {valid}")
+        if valid <= self.lm.length:
+            self.lm.rollback(valid)
+            self._pidx = {}
+        self._valid = valid
+
+    def _sync(self, context: list[int]) -> None:
+        """Keep the pending entries of the previous tree's path that ``context`` confirms; drop the rest."""
+        lm = self.lm
+        if lm.pending:
+            keep, node = [], 0
+            limit = min(self._valid if self._valid is not None else 0, len(context) - 1)
+            tree = self._last
+            for pos in range(self._root_pos + 1, limit):
+                nxt = [c for c in tree.children(node) if tree.tokens[c] == context[pos] and c in self._pidx]
+                if not nxt:
+                    break
+                node = nxt[0]
+                keep.append(self._pidx[node])
+            lm.commit_path(keep)
+        if self._valid is not None:
+            lm.rollback(min(lm.length, self._valid))
+        lm.rollback(min(lm.length, len(context) - 1))
+        self._valid, self._pidx = None, {}
+
+    def _forward_nodes(self, nodes, parents, tokens, pidx: dict[int, int]):
+        """Draft logits of tree ``nodes`` (all of whose non-root ancestors are pending), one forward_tree
+        call; records their pending indices in ``pidx``."""
+        lm = self.lm
+        p0, n = lm.pending, len(nodes)
+        mask = np.zeros((n, p0 + n), dtype=bool)
+        depth = np.zeros(n, dtype=np.int64)
+        for i, v in enumerate(nodes):
+            pidx[v] = p0 + i
+        for i, v in enumerate(nodes):
+            a = v
+            while a:                    # the root is committed: always visible
+                mask[i, pidx[a]] = True
+                depth[i] += 1
+                a = parents[a]
+            depth[i] -= 1               # depth 1 sits right after the root
+        return lm.forward_tree([tokens[v] for v in nodes], mask, depth)
+
+    def _draft(self, root: int, root_logits, budget: int) -> tuple[Tree, dict[int, int]]:
+        raise NotImplementedError
+
+
+class TopologyTree(TreeDrafter):
+    """A fixed topology: node i >= 1 is its parent's ``ranks[i]``-th most likely draft token.
+
+    Parameters
+    ----------
+    lm : CausalLM
+        The draft model.
+    parents : sequence of int
+        The parent array (checked like the cores do; at most TREE_MAX_NODES nodes).
+    ranks : sequence of int
+        Rank of each node among its parent's draft tokens (``ranks[0]`` ignored); siblings have distinct ranks.
+    """
+
+    name = "topology"
+
+    def __init__(self, lm, parents, ranks) -> None:
+        super().__init__(lm)
+        self.parents = (-1,) + check_parents((0,) + tuple(parents[1:]))[1:]
+        ranks = tuple(int(r) for r in ranks)
+        if len(ranks) != len(self.parents) or min(ranks[1:], default=0) < 0:
+            raise ValueError(f"ranks must give one rank >= 0 per node ({len(self.parents)}), got {ranks}")
+        seen = set()
+        for i in range(1, len(ranks)):
+            if (self.parents[i], ranks[i]) in seen:
+                raise ValueError(f"node {i} repeats rank {ranks[i]} among the children of node {self.parents[i]}")
+            seen.add((self.parents[i], ranks[i]))
+        self.ranks = ranks
+        self.size = len(self.parents)
+
+    def _draft(self, root, root_logits, budget):
+        parents, ranks = self.parents[:budget], self.ranks[:budget]     # node order: a prefix is a tree
+        depth = Tree(parents, [0] * budget).depth()
+        tokens = [root] + [0] * (budget - 1)
+        logits, pidx = {0: root_logits}, {}
+        for d in range(1, int(depth.max(initial=0)) + 1):
+            level = [i for i in range(budget) if depth[i] == d]
+            for i in level:
+                tokens[i] = int(ranked(logits[parents[i]], ranks[i] + 1)[ranks[i]])
+            inner = [i for i in level if any(parents[j] == i for j in range(i + 1, budget))]
+            if inner:
+                for i, row in zip(inner, self._forward_nodes(inner, parents, tokens, pidx)):
+                    logits[i] = row
+        return Tree(parents, tokens), pidx
+
+
+#: The rank prior of :func:`default_paths`: the chance that a parent's rank-k draft token is the one the
+#: target takes (a generic shape: most mass on rank 0, a geometric tail).
+DEFAULT_RANK_PRIOR = (0.6, 0.15, 0.08, 0.05, 0.03, 0.02, 0.015, 0.01)
+
+
+def default_paths(budget: int, depth: int) -> list[tuple[int, ...]]:
+    """A Medusa-style static tree of ``budget`` nodes (root included) and depth <= ``depth``: the paths with
+    the highest prior probability, the product of :data:`DEFAULT_RANK_PRIOR` along the path (ties: shorter,
+    then lower ranks first). Every ancestor of a kept path scores at least as high, so the set is a tree.
+    """
+    budget, depth = _check_budget(budget), _check_positive(depth, "depth")
+    prior = DEFAULT_RANK_PRIOR
+    frontier = [(-prior[k], (k,)) for k in range(len(prior))]
+    out: list[tuple[int, ...]] = []
+    import heapq
+    heapq.heapify(frontier)
+    while frontier and len(out) < budget - 1:
+        neg, path = heapq.heappop(frontier)
+        out.append(path)
+        if len(path) < depth:
+            for k in range(len(prior)):
+                heapq.heappush(frontier, (neg * prior[k], path + (k,)))
+    return out
+
+
+class StaticTree(TopologyTree):
+    """A static tree from Medusa/vLLM paths: the node of path ``(..., k)`` is its parent's k-th most likely
+    draft token (nodes numbered as :func:`parents_from_paths` does)."""
+
+    name = "static"
+
+    def __init__(self, lm, paths) -> None:
+        paths = [tuple(int(k) for k in p) for p in paths]
+        parents = parents_from_paths(paths)
+        order = sorted(paths, key=lambda p: (len(p), p))
+        super().__init__(lm, parents, (0,) + tuple(p[-1] for p in order))
+        self.paths = order
+
+
+class EagleTree(TreeDrafter):
+    """EAGLE-2's dynamic draft tree (context-aware expansion and reranking).
+
+    Expansion: the root's ``topk`` draft tokens form depth 1. At each next depth the ``topk`` nodes of the
+    latest depth with the highest cumulative draft log-probability (sum of the draft's log-softmax along
+    the path) are forwarded together (one draft forward) and each gives its ``topk`` children. After
+    ``depth`` depths, reranking keeps the ``budget - 1`` non-root nodes of highest cumulative log-probability
+    (ties: earlier created first). A child never scores above its parent, so the kept set is closed under
+    ancestors; the kept nodes are numbered in creation order, so parents precede children.
+
+    Parameters
+    ----------
+    lm : CausalLM
+        The draft model.
+    budget : int
+        Nodes of the tree, root included (1..TREE_MAX_NODES); fewer when expansion creates fewer candidates.
+    depth : int
+        Expansion steps (>= 1): the tree's maximum depth.
+    topk : int
+        Nodes expanded per depth, and children per expanded node (>= 1).
+    """
+
+    name = "eagle"
+
+    def __init__(self, lm, budget: int, depth: int, topk: int) -> None:
+        super().__init__(lm)
+        self.size = _check_budget(budget)
+        self.depth = _check_positive(depth, "depth")
+        self.topk = _check_positive(topk, "topk")
+
+    def _draft(self, root, root_logits, budget):
+        k = self.topk
+        par, tok, score = [-1], [root], [0.0]        # candidates in creation order; 0 is the root
+        pidx, logits = {}, {0: root_logits}
+        frontier = [0]
+        for d in range(1, self.depth + 1):
+            level = []
+            for v in frontier:
+                lp = _log_softmax(logits[v])
+                for t in ranked(logits[v], k):
+                    par.append(v)
+                    tok.append(int(t))
+                    score.append(score[v] + float(lp[t]))
+                    level.append(len(par) - 1)
+            if d == self.depth or budget <= 1:
+                break
+            frontier = sorted(level, key=lambda c: (-score[c], c))[:k]
+            frontier.sort()
+            for v, row in zip(frontier, self._forward_nodes(frontier, par, tok, pidx)):
+                logits[v] = row
+        chosen = sorted(range(1, len(par)), key=lambda c: (-score[c], c))[:budget - 1]
+        kept = {0}
+        for c in sorted(chosen, key=lambda c: (-score[c], c)):
+            if par[c] not in kept:      # cannot happen (a child scores <= its parent); guard the invariant
+                raise AssertionError(f"EAGLE rerank kept node {c} without its parent {par[c]}")
+            kept.add(c)
+        order = sorted(kept)            # creation order: parents first
+        new = {c: i for i, c in enumerate(order)}
+        tree = Tree([-1] + [new[par[c]] for c in order[1:]], [tok[c] for c in order])
+        return tree, {new[c]: p for c, p in pidx.items() if c in new}
+
+
+# --- Sequoia ----------------------------------------------------------------------------------------------
+
+
+def _check_acceptance(acceptance) -> np.ndarray:
+    acc = np.asarray(acceptance, dtype=np.float64).reshape(-1)
+    if acc.size == 0:
+        raise ValueError("acceptance vector is empty: give at least one rank's acceptance rate")
+    bad = np.flatnonzero(~((acc >= 0) & (acc <= 1)))
+    if bad.size:
+        raise ValueError(f"acceptance[{bad[0]}] = {acc[bad[0]]} is outside [0, 1]")
+    return acc
+
+
+def child_probabilities(acceptance) -> np.ndarray:
+    """m[k]: probability that a node's rank-k child is the accepted one, given the node was accepted.
+
+    ``acceptance[k]`` is conditional (rank k accepted given ranks < k rejected), so
+    ``m[k] = acceptance[k] * prod_{j<k} (1 - acceptance[j])``.
+    """
+    acc = _check_acceptance(acceptance)
+    return acc * np.concatenate([[1.0], np.cumprod(1 - acc)[:-1]])
+
+
+def tree_value(parents, acceptance) -> float:
+    """Expected number of accepted non-root nodes of the tree ``parents`` whose i-th child of a node (in
+    node order) is the draft's rank-i token: the sum over nodes of the product of ``m[rank]`` along the
+    path (:func:`child_probabilities`); a child of rank >= len(acceptance) is never accepted."""
+    m = child_probabilities(acceptance)
+    parents = list(parents)
+    reach, nchild, total = [1.0], [0] * len(parents), 0.0
+    for i in range(1, len(parents)):
+        r = nchild[parents[i]]
+        nchild[parents[i]] += 1
+        reach.append(reach[parents[i]] * (m[r] if r < m.size else 0.0))
+        total += reach[i]
+    return total
+
+
+def sequoia_topology(acceptance, budget: int, max_depth: int) -> tuple[int, ...]:
+    """Sequoia's optimal tree: the parent array maximising :func:`tree_value` under the positional
+    acceptance model, with at most ``budget`` nodes (root included) and depth at most ``max_depth``.
+
+    Dynamic program over (nodes, depth): ``T[d][n]`` is the best value of a subtree of at most n nodes
+    (its root included) and depth <= d; its root's children take ranks 0, 1, ... in order and a knapsack
+    over ranks shares the n - 1 nodes among their subtrees. A node is added only where it raises the
+    expected value (a rank-k child also needs its siblings of ranks < k; ranks >= len(acceptance) are
+    never accepted), so the tree may be smaller than ``budget``; among equal values the smaller tree wins.
+    Nodes are numbered by depth, then by rank path, so parents precede children.
+    """
+    m = child_probabilities(acceptance)
+    budget = _check_budget(budget)
+    max_depth = _check_positive(max_depth, "max_depth")
+    d_max = min(max_depth, budget - 1)
+    kmax = min(m.size, budget - 1)
+    # T[d][n] for n = 0..budget (n = 0 unused), choice[d][n] = list of child subtree sizes
+    s_idx = np.arange(budget)[:, None]                  # nodes shared by the children
+    t_idx = np.arange(1, budget + 1)[None, :] if budget > 1 else np.ones((1, 1), dtype=np.int64)
+    t_idx = t_idx[:, :max(budget - 1, 1)]              # nodes of one child's subtree: 1..budget-1
+    t_ok = t_idx <= s_idx
+    T = [np.zeros(budget + 1)]
+    choice = [[[] for _ in range(budget + 1)]]
+    for d in range(1, d_max + 1):
+        prev = T[-1]
+        # H[k][s]: best over children of ranks >= k sharing at most s nodes (ranks used contiguously);
+        # a max-plus convolution over t, the nodes of the rank-k child's subtree
+        H = np.zeros((kmax + 1, budget))
+        arg = np.zeros((kmax + 1, budget), dtype=np.int64)     # 0: no child of rank k
+        for k in range(kmax - 1, -1, -1):
+            vals = np.where(t_ok, m[k] * (1.0 + prev[t_idx]) + H[k + 1][np.maximum(s_idx - t_idx, 0)], -np.inf)
+            best = vals.argmax(axis=1)                  # first maximum: the smallest subtree among ties
+            top = vals[np.arange(budget), best]
+            take = top > 1e-15                          # a child worth nothing is left out
+            H[k] = np.where(take, top, 0.0)
+            arg[k] = np.where(take, t_idx[0, best], 0)
+        cur = np.zeros(budget + 1)
+        ch = [[] for _ in range(budget + 1)]
+        for n in range(1, budget + 1):
+            cur[n] = H[0][n - 1] if kmax else 0.0
+            s, k, sizes = n - 1, 0, []
+            while k < kmax and s > 0 and arg[k][s]:
+                sizes.append(int(arg[k][s]))
+                s -= arg[k][s]
+                k += 1
+            ch[n] = sizes
+        T.append(cur)
+        choice.append(ch)
+    # unfold: each entry (path of ranks, depth budget d, size n)
+    paths, todo = [], [((), d_max, budget)]
+    while todo:
+        path, d, n = todo.pop()
+        for r, size in enumerate(choice[d][n] if d else []):
+            paths.append(path + (r,))
+            todo.append((path + (r,), d - 1, size))
+    return parents_from_paths(paths)
+
+
+class SequoiaTree(TopologyTree):
+    """A draft tree on Sequoia's topology (:func:`sequoia_topology`): the i-th child of a node is the
+    draft's rank-i token there."""
+
+    name = "sequoia"
+
+    def __init__(self, lm, acceptance, budget: int, max_depth: int) -> None:
+        parents = sequoia_topology(acceptance, budget, max_depth)
+        ranks, nchild = [0], [0] * len(parents)
+        for i in range(1, len(parents)):
+            ranks.append(nchild[parents[i]])
+            nchild[parents[i]] += 1
+        super().__init__(lm, parents, ranks)
+        self.acceptance = _check_acceptance(acceptance)
+
+
+def measure_acceptance(target, draft, contexts, k: int) -> np.ndarray:
+    """Sequoia's acceptance vector, measured with greedy target decisions.
+
+    At every position of every context, the target's greedy next token is located among the draft's
+    tokens sorted by its logits at the same position (stable descending sort, as the builders rank): its
+    rank r. ``acceptance[j]`` estimates P(r = j | r >= j): the probability that the draft's rank-j token
+    is accepted given ranks < j were rejected.
+
+    Parameters
+    ----------
+    target, draft : CausalLM
+        Their caches are reset before each context and left reset.
+    contexts : iterable of sequence of int
+        Token contexts; all their positions are scored.
+    k : int
+        Length of the result (ranks 0..k-1).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape (k,), values in [0, 1]; 0 where no position reached rank j.
+    """
+    k = _check_positive(k, "k")
+    counts = np.zeros(k + 1, dtype=np.int64)       # counts[k]: rank >= k
+    for ctx in contexts:
+        ctx = list(ctx)
+        if not ctx:
+            continue
+        target.reset()                  # one at a time: target and draft may be the same CausalLM
+        want = target.forward(ctx).argmax(-1).numpy()
+        draft.reset()
+        dl = draft.forward(ctx).double().numpy()
+        for row, a in zip(dl, want):
+            r = int((row > row[a]).sum() + (row[:a] == row[a]).sum())
+            counts[min(r, k)] += 1
+    target.reset()
+    draft.reset()
+    reached = counts[::-1].cumsum()[::-1][:k]      # positions with rank >= j
+    return np.where(reached > 0, counts[:k] / np.maximum(reached, 1), 0.0)

@@ -4,6 +4,9 @@
 ``tb.harness``: the job (JSON, ``SPECDEC_JOB``) is the same one ``specdec.runtime.execute`` runs on the
 golden model; the result goes to ``SPECDEC_RESULT``. The driver runs unchanged in a thread
 (``cocotb.task.bridge``); every register access and row advances simulated time.
+
+A job with a token tree runs on the ``system`` toplevel (``fpga.system``): the verifier on ``ver_axil`` /
+``s_axis`` and the treemask core on ``tm_axil`` / ``m_axis``, both drivers in the same thread.
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import cocotb
 from cocotb.task import bridge
 
 from specdec import runtime
-from specdec.backends.sim import SimDevice, SimStream
-from specdec.drivers import Verifier
+from specdec.backends.sim import SimDevice, SimSink, SimStream
+from specdec.drivers import TreeMask, Verifier
 from specdec.drivers.base import description
 from specdec.regmap import core
 from tb.common import AxilTB
@@ -26,14 +29,19 @@ from tb.common import AxilTB
 async def decode_job(dut):
     """Run the job file's prompts through the decode loop with this RTL verifier."""
     job = json.loads(Path(os.environ["SPECDEC_JOB"]).read_text())
-    tb = AxilTB(dut, core("verifier"))
+    tree = bool(job.get("tree"))
+    tb = AxilTB(dut, core("verifier"), prefix="ver_axil" if tree else "s_axil")
     stream = SimStream(dut)
+    if tree:
+        tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
+        sink = SimSink(dut, "m_axis")
     await tb.reset()
 
     def run() -> dict:
         drv = Verifier(description("verifier", SimDevice(tb.axil)), stream)
-        return runtime.execute(job, drv if job.get("gamma", 4) != 0 else None,
-                               progress=lambda i, n: tb.log.info("prompt %d/%d done", i, n))
+        masker = TreeMask(description("treemask", SimDevice(tm.axil)), sink) if tree else None
+        return runtime.execute(job, drv if job.get("gamma", 4) != 0 or tree else None,
+                               progress=lambda i, n: tb.log.info("prompt %d/%d done", i, n), masker=masker)
 
     result = await bridge(run)()
     result["backend"] = f"sim:{cocotb.SIM_NAME}"

@@ -24,7 +24,7 @@ from hls_ref.verifier import quantize
 
 from ..backends.device import RowStream
 from ..errors import CoreTimeout, SpecdecError
-from ..regmap import INV_TEMP_FRAC, LOGIT_NEG_INF, VERIFIER_MAX_GAMMA
+from ..regmap import INV_TEMP_FRAC, LOGIT_NEG_INF, TREE_MAX_NODES, VERIFIER_MAX_GAMMA
 from .base import SpecdecIP, vlnv
 
 _ROW_ALIGN = 32  # buffer rows start on 64-byte boundaries (DMA without data realignment)
@@ -55,6 +55,32 @@ class Result:
 
 # result field -> its register (the field name in upper case)
 _RESULTS = {f.name: f.name.upper() for f in fields(Result) if f.name != "draft"}
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    """The result registers of one tree-mode round (docs/verifier.md, "Tree mode").
+
+    ``path`` is the accepted path's nodes after the root, in order (PATH_HI:PATH_LO), ``node`` its last
+    node (CUR_NODE, 0 when nothing was accepted), ``tree_tokens`` the tree's tokens it verified.
+    """
+
+    n_accept: int
+    next_token: int
+    path: tuple[int, ...]
+    node: int
+    rows: int
+    words: int
+    last_ep: int
+    last_sp: int
+    cycles_busy: int
+    cycles_stall: int
+    tree_tokens: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens the round emits: those of the accepted path, then ``next_token``."""
+        return [self.tree_tokens[v] for v in self.path] + [self.next_token]
 
 
 def inv_temp(temperature: float) -> int:
@@ -148,7 +174,7 @@ class Verifier(SpecdecIP):
     def __init__(self, description: dict, stream: RowStream | None = None) -> None:
         super().__init__(description)
         params = self.read_fields("PARAMS")
-        self._lanes, self._gamma_max = params["LANES"], params["GAMMA_MAX"]
+        self._lanes, self._gamma_max, self._tree_max = params["LANES"], params["GAMMA_MAX"], params["TREE_MAX"]
         self._vocab_max = self.read_reg("VOCAB_MAX")
         self.stream: RowStream | None = None
         #: The last round's seconds: host quantization, row transfer, and the core's decision (polling).
@@ -166,6 +192,11 @@ class Verifier(SpecdecIP):
     def gamma_max(self) -> int:
         """Largest draft length the core takes (``PARAMS.GAMMA_MAX``)."""
         return self._gamma_max
+
+    @property
+    def tree_max(self) -> int:
+        """Largest token tree (nodes, root included) the core takes in tree mode (``PARAMS.TREE_MAX``)."""
+        return self._tree_max
 
     @property
     def vocab_max(self) -> int:
@@ -258,7 +289,7 @@ class Verifier(SpecdecIP):
         t_quant = time.perf_counter()
         send_s, compute0 = 0.0, self.stream.compute_s
 
-        self.write_fields("CONFIG", GREEDY=int(greedy))
+        self.write_fields("CONFIG", GREEDY=int(greedy), TREE=0)
         self.write_reg("GAMMA", g)
         self.write_reg("VOCAB", vocab)
         if itemp is not None:
@@ -287,6 +318,107 @@ class Verifier(SpecdecIP):
         compute = self.stream.compute_s - compute0
         self.timing = {"quantize_s": t_quant - t_start, "transfer_s": send_s - compute,
                        "verify_s": time.perf_counter() - t_quant - send_s + compute}
+        return result
+
+    # -- one tree round ----------------------------------------------------------------------------
+    def verify_tree(self, parents, tokens, p_logits, *, greedy: bool = False,
+                    temperature: float = 1.0) -> TreeResult:
+        """Verify a token tree against the target's rows at its nodes (``CONFIG.TREE``).
+
+        The core walks the tree from the root: it asks for the row of each node it reaches (``CUR_NODE``),
+        which is quantized and streamed only then, so a round streams one row per node on the accepted
+        path plus one.
+
+        Parameters
+        ----------
+        parents : sequence of int, length N
+            ``parents[i] < i`` for i >= 1; ``parents[0]`` (the root's) is ignored.
+        tokens : sequence of int, length N
+            Each node's draft token; ``tokens[0]`` (the root, already chosen) is ignored.
+        p_logits : array_like, shape (N, V)
+            Row v: the target's logits for the token after the path root..v (float, quantized here, or
+            int16 codes).
+        greedy, temperature :
+            As :meth:`verify`.
+
+        Returns
+        -------
+        TreeResult
+
+        Raises
+        ------
+        ValueError
+            Before anything reaches the core: shapes, parents that do not fit 8 bits, tokens that do not
+            fit 16 bits, a bad temperature, NaN or +inf logits.
+        CoreError
+            BAD_TREE (N = 0 or over TREE_MAX, a parent not below its child), BAD_VOCAB, BAD_TOKEN,
+            BAD_TEMP, EMPTY_ROW, stream errors; the core stays in error until :meth:`soft_reset`.
+        """
+        if self.stream is None:
+            raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
+        par = [int(x) for x in np.asarray(parents).ravel()]
+        tok = [int(x) for x in np.asarray(tokens).ravel()]
+        n = len(par)
+        if len(tok) != n:
+            raise ValueError(f"a tree needs one token per node: {n} parents, {len(tok)} tokens")
+        if any(not 0 <= x <= 0xFF for x in par[1:]):
+            raise ValueError(f"tree parents must fit 8 bits (0..255), got {par}")
+        if any(not 0 <= x <= 0xFFFF for x in tok[1:]):
+            raise ValueError(f"tree tokens must fit 16 bits, got {tok}")
+        p = np.asarray(p_logits)
+        if p.ndim != 2 or p.shape[0] != n or p.shape[1] == 0:
+            raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for an {n}-node tree, got {p.shape}")
+        vocab = p.shape[1]
+        itemp = None if greedy else inv_temp(temperature)
+        t_start = time.perf_counter()
+        width = -(-vocab // self.lanes) * self.lanes
+        fits = 1 <= n <= min(self.tree_max, TREE_MAX_NODES) and vocab <= self.vocab_max
+        if not fits:    # the core refuses the round at START (BAD_TREE / BAD_VOCAB): validate only
+            _load(p, None)
+        quant_s = time.perf_counter() - t_start
+        send_s, compute0 = 0.0, self.stream.compute_s
+
+        self.write_fields("CONFIG", GREEDY=int(greedy), TREE=1)
+        self.write_reg("VOCAB", vocab)
+        if itemp is not None:
+            self.write_reg("INV_TEMP", itemp)
+        self.write_reg("NODES", n)
+        m = min(n, TREE_MAX_NODES)
+        padded = [0] + par[1:m] + [0] * 3
+        for k in range(-(-m // 4)):
+            self.write_fields(f"TREE_PARENT{k}", **{f"P{j}": padded[4 * k + j] for j in range(4)})
+        padded = [0] + tok[1:m] + [0]
+        for k in range(-(-m // 2)):
+            self.write_fields(f"TREE_TOKEN{k}", T0=padded[2 * k], T1=padded[2 * k + 1])
+        self.start()
+        self.check()
+        if not fits:
+            raise SpecdecError(f"verifier: the core took a tree of N={n}, V={vocab} beyond its tree_max="
+                               f"{self.tree_max}, vocab_max={self.vocab_max} without an error")
+        buf = self._buf
+        v, k = 0, 0
+        while True:
+            t = time.perf_counter()
+            row = buf[k % 2]
+            _load(p[v:v + 1], row[None, :vocab])
+            row[vocab:width] = LOGIT_NEG_INF
+            t1 = time.perf_counter()
+            quant_s += t1 - t
+            self.stream.send(row[:width])
+            send_s += time.perf_counter() - t1
+            if not self._wait_position(k):
+                break
+            v = self.read_reg("CUR_NODE")
+            k += 1
+        regs = {r: self.read_reg(r) for r in ("N_ACCEPT", "NEXT_TOKEN", "CUR_NODE", "PATH_LO", "PATH_HI", "ROWS",
+                                               "WORDS", "LAST_EP", "LAST_SP", "CYCLES_BUSY", "CYCLES_STALL")}
+        bits = regs["PATH_LO"] | regs["PATH_HI"] << 32
+        result = TreeResult(regs["N_ACCEPT"], regs["NEXT_TOKEN"], tuple(j for j in range(64) if bits >> j & 1),
+                            regs["CUR_NODE"], regs["ROWS"], regs["WORDS"], regs["LAST_EP"], regs["LAST_SP"],
+                            regs["CYCLES_BUSY"], regs["CYCLES_STALL"], tree_tokens=tuple(tok))
+        compute = self.stream.compute_s - compute0
+        self.timing = {"quantize_s": quant_s, "transfer_s": send_s - compute,
+                       "verify_s": time.perf_counter() - t_start - quant_s - send_s + compute}
         return result
 
     def _wait_position(self, i: int) -> bool:

@@ -1,0 +1,163 @@
+"""Tree speculation through the whole loop (``specdec.decode.tree_round``) on config-built GPT-2 and OPT
+pairs: draft tree -> treemask core -> target tree forward -> verifier tree walk -> cache commit.
+
+Greedy tree decoding must be token-identical to target-only greedy decoding (Hugging Face ``generate``) on
+the same prompts as the chain proofs (tests/test_runtime.py), for every builder, on the golden cores
+(``ref``) and on the RTL of both cores in Verilator (``sim``). Each run also checks that it exercised
+both accepted paths and rejections, and that the mask and tree-verify cycles were recorded.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import model_pairs
+from specdec import decode, runtime, tree
+from specdec.decode import GenConfig, Sampling
+from specdec.errors import CoreError
+
+from test_runtime import N_LONG, N_NEW, N_QUICK, Reference, assert_identical, greedy_job, sim_available
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+#: Sequoia's acceptance vector for these tests (the calibrated one is tested on its own).
+ACCEPTANCE = [0.5, 0.2, 0.1, 0.05]
+KINDS = {"static": {}, "eagle": {}, "sequoia": {"acceptance": ACCEPTANCE}}
+
+
+@pytest.fixture(scope="module")
+def refs(gpt2_pair, opt_pair):
+    return {"gpt2": Reference(gpt2_pair), "opt": Reference(opt_pair)}
+
+
+def tree_job(dirs, prompts, kind: str, budget: int = 16, n_new: int = N_NEW, **extra) -> dict:
+    return {**greedy_job(dirs, prompts, 4, n_new),
+            "tree": {"kind": kind, "budget": budget, "depth": 6, "topk": 4, **KINDS[kind], **extra}}
+
+
+def assert_tree_exercised(res: dict) -> None:
+    """Accepted paths of at least three lengths (walks stopped at different depths, so rejections and deep
+    accepts both happened), and the cores' cycles recorded for every round."""
+    rounds = [r for g in res["generations"] for r in g["rounds"]]
+    lengths = {r["n_accept"] for r in rounds}
+    assert len(lengths) >= 3 and max(lengths) >= 2, f"accepted path lengths {sorted(lengths)}: a weak test"
+    assert all(r["cycles"] > 0 and r["mask_cycles"] > 0 for r in rounds)
+    assert all(model_pairs.is_varied(g["tokens"]) for g in res["generations"])
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_tree_greedy_identity_ref_quick(family, kind, request, refs):
+    """N_QUICK prompts x 64 tokens, trees of 16 nodes on the golden cores, equal HF greedy."""
+    dirs, pair = request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair")
+    res = runtime.run(tree_job(dirs, model_pairs.prompts(N_QUICK), kind), "ref", pair)
+    assert_identical(res, refs[family])
+    assert_tree_exercised(res)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_tree_greedy_identity_ref_50(family, kind, request, refs):
+    """N_LONG prompts x 64 tokens, trees of 16 nodes (and 64 for EAGLE) on the golden cores, equal HF greedy."""
+    dirs, pair = request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair")
+    res = runtime.run(tree_job(dirs, model_pairs.prompts(N_LONG), kind), "ref", pair)
+    assert_identical(res, refs[family])
+    assert_tree_exercised(res)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_tree_greedy_identity_full_budget(family, request, refs):
+    """Trees of the full 64 nodes (the xc7z020 limit), depth 8, equal HF greedy."""
+    dirs, pair = request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair")
+    job = tree_job(dirs, model_pairs.prompts(3), "eagle", budget=64, n_new=32, depth=8, topk=8)
+    res = runtime.run(job, "ref", pair)
+    assert_identical(res, refs[family], 32)
+    rounds = [r for g in res["generations"] for r in g["rounds"]]
+    assert max(r["g"] for r in rounds) == 63
+
+
+def test_tree_greedy_identity_sim(gpt2_dirs, refs):
+    """Two prompts x 16 tokens through the RTL verifier and treemask core (one toplevel) equal HF greedy."""
+    if not sim_available():
+        pytest.skip("verilator not found")
+    res = runtime.run_sim(tree_job(gpt2_dirs, model_pairs.prompts(2), "eagle", n_new=16))
+    assert res["backend"].startswith("sim:")
+    assert_identical(res, refs["gpt2"], 16)
+    rounds = [r for g in res["generations"] for r in g["rounds"]]
+    assert all(r["cycles"] > 0 and r["mask_cycles"] > 0 for r in rounds)
+    assert res["summary"]["accepted"] > 0
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_tree_greedy_identity_sim_long(kind, gpt2_dirs, refs):
+    """5 prompts x 64 tokens through both RTL cores, each builder, equal HF greedy."""
+    if not sim_available():
+        pytest.skip("verilator not found")
+    res = runtime.run_sim(tree_job(gpt2_dirs, model_pairs.prompts(5), kind))
+    assert_identical(res, refs["gpt2"])
+    assert_tree_exercised(res)
+
+
+def test_tree_sampling_runs_and_is_reproducible(gpt2_dirs, gpt2_pair):
+    """Sampling with trees: the same seed gives the same tokens, another seed other tokens."""
+    job = tree_job(gpt2_dirs, model_pairs.prompts(2), "eagle", n_new=24)
+    job["sampling"] = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
+    a = runtime.run(job, "ref", gpt2_pair)
+    b = runtime.run(job, "ref", gpt2_pair)
+    c = runtime.run({**job, "seed": 7}, "ref", gpt2_pair)
+    tok = [g["tokens"] for g in a["generations"]]
+    assert tok == [g["tokens"] for g in b["generations"]]
+    assert tok != [g["tokens"] for g in c["generations"]]
+    assert all(len(t) == 24 for t in tok)
+
+
+def test_sequoia_calibrates_when_no_vector_given(gpt2_dirs, gpt2_pair):
+    job = tree_job(gpt2_dirs, model_pairs.prompts(1), "sequoia", n_new=8)
+    del job["tree"]["acceptance"]
+    res = runtime.run(job, "ref", gpt2_pair)
+    acc = res["tree"]["acceptance"]
+    assert len(acc) == 4 and all(0 <= a <= 1 for a in acc)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: clear errors
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec,message", [
+    ({"kind": "bushy"}, "tree kind 'bushy'"),
+    ({"kind": "eagle", "budget": 65}, "tree budget must be an integer in 2..64"),
+    ({"kind": "eagle", "budget": 1}, "tree budget"),
+    ({"kind": "eagle", "depth": 0}, "tree depth"),
+    ({"kind": "eagle", "topk": 64}, "tree topk"),
+])
+def test_bad_tree_specs_raise(spec, message):
+    with pytest.raises(ValueError, match=message):
+        runtime.check_tree(spec)
+
+
+def test_tree_budget_over_core_limit_raises(gpt2_pair):
+    """A budget the config accepts but a smaller core build does not: refused before any round."""
+    v = runtime.golden_verifier({"TREE_MAX": 8})
+    m = runtime.golden_masker()
+    drafter = tree.EagleTree(gpt2_pair.draft.lm, 16, 4, 4)
+    with pytest.raises(ValueError, match="tree budget 16 exceeds the cores' limits: verifier TREE_MAX 8"):
+        decode.generate(gpt2_pair.target, drafter, v, [1, 2, 3], GenConfig(8, tree_budget=16), m)
+
+
+def test_tree_without_masker_raises(gpt2_pair):
+    drafter = tree.EagleTree(gpt2_pair.draft.lm, 8, 4, 4)
+    with pytest.raises(ValueError, match="treemask driver"):
+        decode.generate(gpt2_pair.target, drafter, runtime.golden_verifier(), [1, 2, 3], GenConfig(8, tree_budget=8))
+
+
+def test_malformed_tree_is_a_core_error():
+    """A parent not below its child reaches the verifier only through the driver: BAD_TREE, then recovery."""
+    v = runtime.golden_verifier({"VOCAB_MAX": 64})
+    v.seed([1, 2, 3, 4])
+    p = np.zeros((3, 50), dtype=np.float32)
+    with pytest.raises(CoreError, match="BAD_TREE"):
+        v.verify_tree([-1, 0, 2], [0, 1, 2], p)
+    v.soft_reset()
+    assert v.verify_tree([-1, 0, 1], [0, 1, 2], p, greedy=True).next_token == 0
