@@ -2,7 +2,7 @@
 # over AXI4-Lite, and write <board>/specdec.bit + specdec.hwh for pynq.Overlay.
 #
 #   specdec hw build                      # writes build/verilog/<core>.v first
-#   vivado -mode batch -source bitstreams/build.tcl -tclargs pynq-z2 rng verifier
+#   vivado -mode batch -source bitstreams/build.tcl -tclargs pynq-z2 rng verifier treemask
 #
 # Not run in this repository's CI (there is no Vivado here); the VLNV below is the one the pynq
 # drivers bind to (specdec.drivers.base.vlnv).
@@ -37,8 +37,10 @@ foreach core $cores {
   ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $c
   ipx::infer_bus_interfaces xilinx.com:interface:axis_rtl:1.0 $c
   ipx::associate_bus_interfaces -busif s_axil -clock clk $c
-  if {[ipx::get_bus_interfaces s_axis -of_objects $c] ne ""} {
-    ipx::associate_bus_interfaces -busif s_axis -clock clk $c
+  foreach bus {s_axis m_axis} {
+    if {[ipx::get_bus_interfaces $bus -of_objects $c] ne ""} {
+      ipx::associate_bus_interfaces -busif $bus -clock clk $c
+    }
   }
   ipx::save_core $c
   close_project
@@ -67,6 +69,17 @@ if {[lsearch $cores verifier] >= 0} {
   apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Master /ps/$gp Clk Auto" [get_bd_intf_pins axi_dma/S_AXI_LITE]
   apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Slave /ps/$hp Clk Auto" [get_bd_intf_pins axi_dma/M_AXI_MM2S]
   connect_bd_intf_net [get_bd_intf_pins axi_dma/M_AXIS_MM2S] [get_bd_intf_pins verifier/s_axis]
+}
+# 4. the treemask core's mask rows: a second AXI DMA (S2MM only) from treemask/m_axis into a
+#    pynq.allocate buffer. The cell is named axi_dma_mask (specdec.runtime.pynq_cores reads it); 128-bit
+#    words, at most 64 per tree (1 KiB).
+if {[lsearch $cores treemask] >= 0} {
+  set dmam [create_bd_cell -type ip -vlnv xilinx.com:ip:axi_dma axi_dma_mask]
+  set_property -dict [list CONFIG.c_include_sg 0 CONFIG.c_include_mm2s 0 CONFIG.c_sg_length_width 14 \
+      CONFIG.c_s_axis_s2mm_tdata_width 128 CONFIG.c_s2mm_burst_size 16] $dmam
+  apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Master /ps/$gp Clk Auto" [get_bd_intf_pins axi_dma_mask/S_AXI_LITE]
+  apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Slave /ps/$hp Clk Auto" [get_bd_intf_pins axi_dma_mask/M_AXI_S2MM]
+  connect_bd_intf_net [get_bd_intf_pins treemask/m_axis] [get_bd_intf_pins axi_dma_mask/S_AXIS_S2MM]
 }
 validate_bd_design
 save_bd_design

@@ -17,6 +17,10 @@ CORES = {
         "NODES_MAX": (64, range(1, 65), "Largest NODES (tree nodes, root included) accepted."),
     }),
 }
+# Toplevels that hold several cores (simulation of the whole loop; not a core of their own).
+SYSTEMS = {
+    "system": ("fpga.system", "system", {**CORES["verifier"][2], **CORES["treemask"][2]}),
+}
 
 # Parameter overrides for the logic-depth (abc9 + sta) run. yosys 0.23's abc9 aborts on a design with
 # RAMB36E1 cells, so a verifier with block-RAM row buffers is timed on the same datapath with VOCAB_MAX 64
@@ -24,11 +28,18 @@ CORES = {
 TIMING_PARAMS = {"verifier": {"VOCAB_MAX": 64}}
 
 
+def _entry(core: str):
+    """(module, top block, parameter spec) of a core or a system toplevel."""
+    if core in CORES:
+        return CORES[core]
+    if core in SYSTEMS:
+        return SYSTEMS[core]
+    raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)} (and toplevels {sorted(SYSTEMS)})")
+
+
 def params_for(core: str, given: dict[str, str] | None = None) -> dict[str, int]:
     """Validated parameters for ``core``: defaults overridden by ``given`` (strings from the CLI)."""
-    if core not in CORES:
-        raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)}")
-    spec = CORES[core][2]
+    spec = _entry(core)[2]
     out = {k: v[0] for k, v in spec.items()}
     for key, raw in (given or {}).items():
         if key not in spec:
@@ -46,7 +57,7 @@ def params_for(core: str, given: dict[str, str] | None = None) -> dict[str, int]
 
 def toplevel_name(core: str, params: dict[str, int]) -> str:
     """Verilog module name: the core name, suffixed with non-default parameters."""
-    spec = CORES[core][2]
+    spec = _entry(core)[2]
     suffix = "".join(f"_{k.lower()}{v}" for k, v in sorted(params.items()) if v != spec[k][0])
     return core + suffix
 
@@ -54,7 +65,7 @@ def toplevel_name(core: str, params: dict[str, int]) -> str:
 def convert(core: str, params: dict[str, int] | None = None, out_dir: str | Path = "build/verilog") -> Path:
     """Convert ``core`` with ``params`` to ``out_dir/<toplevel>.v``; returns the file's path."""
     params = params_for(core, {k: str(v) for k, v in (params or {}).items()})
-    modname, top, _ = CORES[core]
+    modname, top, _ = _entry(core)
     mod = importlib.import_module(modname)
     name = toplevel_name(core, params)
     out_dir = Path(out_dir)

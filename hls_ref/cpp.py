@@ -2,8 +2,8 @@
 
 :func:`load` builds ``build/cpp/lib<core>-<digest>.so`` once, where the digest covers the source, every
 header under ``hls_ref/include`` and the compiler flags, so an edit to any of them rebuilds and an
-unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`, :func:`verifier_round`)
-sit on top.
+unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`, :func:`verifier_round`,
+:func:`verifier_tree_round`, :func:`treemask_run`) sit on top.
 """
 from __future__ import annotations
 
@@ -231,6 +231,10 @@ def _verifier() -> ctypes.CDLL:
                                    ctypes.c_int, ctypes.c_int, ctypes.c_int, _u32p, ctypes.c_int, ctypes.c_int,
                                    ctypes.c_int, _u32p]
     lib.verifier_round.restype = ctypes.c_int
+    lib.verifier_tree_round.argtypes = [_i16p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint8), _u16p, ctypes.c_int,
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _u32p, ctypes.c_int,
+                                        ctypes.c_int, ctypes.c_int, _u32p]
+    lib.verifier_tree_round.restype = ctypes.c_int
     lib.verifier_tables.argtypes = [_u32p, _u32p]
     lib.verifier_tables.restype = None
     lib.verifier_exp.argtypes = [ctypes.c_int32]
@@ -323,6 +327,71 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     return {k: int(v) for k, v in zip(VERIFIER_FIELDS, result)}
 
 
+#: Keys of :func:`verifier_tree_round`'s result: :data:`VERIFIER_FIELDS`, then PATH_LO, PATH_HI, CUR_NODE.
+VERIFIER_TREE_FIELDS = VERIFIER_FIELDS + ("path_lo", "path_hi", "node")
+
+
+def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int,
+                        vocab_max: int = 65536, tree_max: int = 64) -> dict:
+    """One tree-mode round from the C++ reference (docs/verifier.md, "Tree mode").
+
+    Parameters
+    ----------
+    rows : array_like of int16, shape (n_rows, V)
+        ``rows[v]`` is the target row of node v (only the rows of the walked path are read).
+    parents, tokens : sequence of int, length N
+        The tree (node 0's entries are ignored; ``parents[0]`` may be -1). Parents must fit 8 bits and
+        tokens 16 bits (the register fields).
+    greedy, inv_temp, words, lanes :
+        As :func:`verifier_round`.
+    vocab_max, tree_max : int
+        The instance's ``VOCAB_MAX`` and ``TREE_MAX`` (1..64).
+
+    Returns
+    -------
+    dict
+        :data:`VERIFIER_TREE_FIELDS`: the chain fields, plus ``path_lo``, ``path_hi`` (the accepted nodes'
+        bits) and ``node`` (CUR_NODE: the path's last node).
+
+    Raises
+    ------
+    ValueError
+        The round needed more RNG words than given, or the row of a node ``rows`` does not hold, or an
+        argument is out of range.
+    """
+    r_arr = _rows(rows, "rows")
+    vocab = r_arr.shape[1]
+    par = [int(x) for x in np.asarray(parents).reshape(-1)]
+    tok = [int(x) for x in np.asarray(tokens).reshape(-1)]
+    if len(par) != len(tok):
+        raise ValueError(f"a tree needs one token per node: {len(par)} parents, {len(tok)} tokens")
+    if len(par) > 65:
+        raise ValueError(f"a tree register set holds at most 64 nodes (65 to test BAD_TREE), got {len(par)}")
+    if any(not 0 <= x <= 0xFF for x in par[1:]) or any(not 0 <= x <= 0xFFFF for x in tok[1:]):
+        raise ValueError("tree parents must fit 8 bits and tokens 16 bits")
+    p_arr = np.array([0] + par[1:], dtype=np.uint8)
+    t_arr = np.array([0] + tok[1:], dtype=np.uint16)
+    w = [] if words is None else [int(x) for x in np.asarray(words).reshape(-1)]
+    if any(not 0 <= x <= 0xFFFFFFFF for x in w):
+        raise ValueError("RNG words must fit 32 bits")
+    w_arr = np.array(w if w else [0], dtype=np.uint32)
+    inv_temp = int(inv_temp)
+    if not 0 <= inv_temp <= 0x7FFFFFFF:
+        raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
+    result = np.zeros(len(VERIFIER_TREE_FIELDS), dtype=np.uint32)
+    rc = _verifier().verifier_tree_round(
+        r_arr.ctypes.data_as(_i16p), r_arr.shape[0], p_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+        t_arr.ctypes.data_as(_u16p), len(par), vocab, int(lanes), int(bool(greedy)), inv_temp, u32_ptr(w_arr),
+        len(w), int(vocab_max), int(tree_max), u32_ptr(result))
+    if rc == -1:
+        raise ValueError(f"the round needed more RNG words than the {len(w)} given")
+    if rc == -2:
+        raise ValueError(f"the round needed the row of a node past the {r_arr.shape[0]} rows given")
+    if rc != 0:
+        raise ValueError(f"bad arguments: lanes={lanes}, vocab_max={vocab_max}, tree_max={tree_max}")
+    return {k: int(v) for k, v in zip(VERIFIER_TREE_FIELDS, result)}
+
+
 def verifier_tables() -> tuple[np.ndarray, np.ndarray]:
     """The exp tables ``EH[256]`` and ``EL[16]`` as compiled into the C++ reference."""
     eh = np.zeros(256, dtype=np.uint32)
@@ -339,3 +408,76 @@ def verifier_exp(d: int) -> int:
 def verifier_id_hash() -> int:
     """``SPECDEC_VERIFIER_ID_HASH`` as compiled into the library."""
     return int(_verifier().verifier_id_hash())
+
+
+# ------------------------------------------------------------------------------------------------
+# treemask
+# ------------------------------------------------------------------------------------------------
+
+_u64p = ctypes.POINTER(ctypes.c_uint64)
+
+
+@functools.lru_cache(maxsize=None)
+def _treemask() -> ctypes.CDLL:
+    lib = load("treemask")
+    lib.treemask_run.argtypes = [ctypes.c_uint32, _u32p, ctypes.c_uint32, _u64p, _u32p]
+    lib.treemask_run.restype = ctypes.c_int
+    lib.treemask_parent_regs.argtypes = []
+    lib.treemask_parent_regs.restype = ctypes.c_uint32
+    lib.treemask_id_hash.argtypes = []
+    lib.treemask_id_hash.restype = ctypes.c_uint32
+    return lib
+
+
+def treemask_words(parents, nodes_max: int = 64) -> tuple[list[int], dict]:
+    """One tree through the C++ reference: the m_axis words and ``rows, max_depth, err, cycles``.
+
+    Parameters
+    ----------
+    parents : sequence of int, length N (may be 0 or above 64: NODES is written, the PARENT registers
+        hold the first 64 entries)
+        ``parents[0]`` (the root's) is ignored; the others must fit the 8-bit PARENT fields.
+    nodes_max : int
+        The build's ``NODES_MAX`` (1..64).
+
+    Returns
+    -------
+    words : list of int
+        One 128-bit word per node (empty on error).
+    result : dict
+        ``rows, max_depth, err, cycles`` (the cycle model's CYCLES_BUSY).
+    """
+    from specdec.regmap import core
+    reg = core("treemask").reg("PARENT0")
+    per = len(reg.fields)
+    lib = _treemask()
+    nregs = int(lib.treemask_parent_regs())
+    vals = [0] + [int(p) for p in list(parents)[1:nregs * per]]
+    regs = np.zeros(nregs, dtype=np.uint32)
+    for k in range(-(-len(vals) // per)):
+        regs[k] = reg.encode(**{f"P{j}": v for j, v in enumerate(vals[per * k:per * k + per])})
+    if not 1 <= int(nodes_max) <= nregs * per:
+        raise ValueError(f"nodes_max={nodes_max} outside 1..{nregs * per}")
+    n = len(parents)
+    if not 0 <= n <= 0xFFFFFFFF:
+        raise ValueError(f"{n} nodes do not fit the 32-bit NODES register")
+    out = np.zeros(2 * nregs * per, dtype=np.uint64)
+    result = np.zeros(4, dtype=np.uint32)
+    lib.treemask_run(n, u32_ptr(regs), int(nodes_max), out.ctypes.data_as(_u64p), u32_ptr(result))
+    res = dict(zip(("rows", "max_depth", "err", "cycles"), (int(v) for v in result)))
+    words = [int(out[2 * k]) | (int(out[2 * k + 1]) << 64) for k in range(res["rows"])]
+    return words, res
+
+
+def treemask_run(parents, nodes_max: int = 64) -> tuple[list[int], list[int], int, int]:
+    """The tree's mask rows (bit j of ``rows[i]``: node j is node i or an ancestor), depths, MAX_DEPTH and
+    ERR bits from the C++ reference (empty rows and depths on error). See :func:`treemask_words`."""
+    from hls_ref.treemask import unpack_word
+    words, res = treemask_words(parents, nodes_max)
+    fields = [unpack_word(w) for w in words]
+    return [f[2] for f in fields], [f[1] for f in fields], res["max_depth"], res["err"]
+
+
+def treemask_id_hash() -> int:
+    """``SPECDEC_TREEMASK_ID_HASH`` as compiled into the library."""
+    return int(_treemask().treemask_id_hash())

@@ -66,11 +66,14 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     params = params_for(core, {k: str(v) for k, v in (params or {}).items()})
     top = toplevel_name(core, params)
     src = _verilog(core, params)
-    build_args = ["-Wno-fatal", "-Wno-WIDTH", "-Wno-UNUSED", "-O2"] if sim == "verilator" else []
+    # --output-split 0: a large design (the verifier with tree mode) otherwise turns on Verilator's parallel
+    # build, whose precompiled-header rule the PyPI wheel's verilated.mk breaks (empty CFG_CXXFLAGS_PCH_I)
+    build_args = (["-Wno-fatal", "-Wno-WIDTH", "-Wno-UNUSED", "-O2", "--output-split", "0"] if sim == "verilator"
+                  else [])
     build_dir = BUILD / sim / (top + ("-waves" if waves else ""))
     stamp_text = hashlib.sha256(src.read_bytes() + repr((build_args, waves)).encode()).hexdigest()
     stamp = build_dir / ".stamp"
-    exe = build_dir / ("Vtop" if sim == "verilator" else "sim.vvp")
+    exe = build_dir / (top if sim == "verilator" else "sim.vvp")     # cocotb names the binary after the toplevel
     runner = get_runner(sim)
     if not (stamp.exists() and stamp.read_text() == stamp_text and exe.exists()):
         if build_dir.exists():

@@ -336,7 +336,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT0_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT0_P3_MASK       0xFF000000u
 
-/* TREE_PARENT1 (rw) @ 0x58: Parents of nodes 4..7, one byte each (node 4 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT1 (rw) @ 0x58: Parents of nodes 4..7, one byte each (node 4 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT1_OFFSET        0x58u
 #define SPECDEC_VERIFIER_TREE_PARENT1_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT1_ACCESS        SPECDEC_ACCESS_RW
@@ -353,7 +353,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT1_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT1_P3_MASK       0xFF000000u
 
-/* TREE_PARENT2 (rw) @ 0x5C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT2 (rw) @ 0x5C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT2_OFFSET        0x5Cu
 #define SPECDEC_VERIFIER_TREE_PARENT2_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT2_ACCESS        SPECDEC_ACCESS_RW
@@ -370,7 +370,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT2_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT2_P3_MASK       0xFF000000u
 
-/* TREE_PARENT3 (rw) @ 0x60: Parents of nodes 12..15, one byte each (node 12 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT3 (rw) @ 0x60: Parents of nodes 12..15, one byte each (node 12 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT3_OFFSET        0x60u
 #define SPECDEC_VERIFIER_TREE_PARENT3_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT3_ACCESS        SPECDEC_ACCESS_RW
@@ -387,7 +387,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT3_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT3_P3_MASK       0xFF000000u
 
-/* TREE_PARENT4 (rw) @ 0x64: Parents of nodes 16..19, one byte each (node 16 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT4 (rw) @ 0x64: Parents of nodes 16..19, one byte each (node 16 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT4_OFFSET        0x64u
 #define SPECDEC_VERIFIER_TREE_PARENT4_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT4_ACCESS        SPECDEC_ACCESS_RW
@@ -404,7 +404,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT4_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT4_P3_MASK       0xFF000000u
 
-/* TREE_PARENT5 (rw) @ 0x68: Parents of nodes 20..23, one byte each (node 20 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT5 (rw) @ 0x68: Parents of nodes 20..23, one byte each (node 20 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT5_OFFSET        0x68u
 #define SPECDEC_VERIFIER_TREE_PARENT5_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT5_ACCESS        SPECDEC_ACCESS_RW
@@ -421,7 +421,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT5_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT5_P3_MASK       0xFF000000u
 
-/* TREE_PARENT6 (rw) @ 0x6C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT6 (rw) @ 0x6C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT6_OFFSET        0x6Cu
 #define SPECDEC_VERIFIER_TREE_PARENT6_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT6_ACCESS        SPECDEC_ACCESS_RW
@@ -438,7 +438,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT6_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT6_P3_MASK       0xFF000000u
 
-/* TREE_PARENT7 (rw) @ 0x70: Parents of nodes 28..31, one byte each (node 28 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT7 (rw) @ 0x70: Parents of nodes 28..31, one byte each (node 28 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT7_OFFSET        0x70u
 #define SPECDEC_VERIFIER_TREE_PARENT7_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT7_ACCESS        SPECDEC_ACCESS_RW
@@ -455,7 +455,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT7_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT7_P3_MASK       0xFF000000u
 
-/* TREE_PARENT8 (rw) @ 0x74: Parents of nodes 32..35, one byte each (node 32 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT8 (rw) @ 0x74: Parents of nodes 32..35, one byte each (node 32 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT8_OFFSET        0x74u
 #define SPECDEC_VERIFIER_TREE_PARENT8_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT8_ACCESS        SPECDEC_ACCESS_RW
@@ -472,7 +472,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT8_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT8_P3_MASK       0xFF000000u
 
-/* TREE_PARENT9 (rw) @ 0x78: Parents of nodes 36..39, one byte each (node 36 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT9 (rw) @ 0x78: Parents of nodes 36..39, one byte each (node 36 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT9_OFFSET        0x78u
 #define SPECDEC_VERIFIER_TREE_PARENT9_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT9_ACCESS        SPECDEC_ACCESS_RW
@@ -489,7 +489,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT9_P3_WIDTH      8u
 #define SPECDEC_VERIFIER_TREE_PARENT9_P3_MASK       0xFF000000u
 
-/* TREE_PARENT10 (rw) @ 0x7C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT10 (rw) @ 0x7C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT10_OFFSET       0x7Cu
 #define SPECDEC_VERIFIER_TREE_PARENT10_RESET        0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT10_ACCESS       SPECDEC_ACCESS_RW
@@ -506,7 +506,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT10_P3_WIDTH     8u
 #define SPECDEC_VERIFIER_TREE_PARENT10_P3_MASK      0xFF000000u
 
-/* TREE_PARENT11 (rw) @ 0x80: Parents of nodes 44..47, one byte each (node 44 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT11 (rw) @ 0x80: Parents of nodes 44..47, one byte each (node 44 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT11_OFFSET       0x80u
 #define SPECDEC_VERIFIER_TREE_PARENT11_RESET        0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT11_ACCESS       SPECDEC_ACCESS_RW
@@ -523,7 +523,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT11_P3_WIDTH     8u
 #define SPECDEC_VERIFIER_TREE_PARENT11_P3_MASK      0xFF000000u
 
-/* TREE_PARENT12 (rw) @ 0x84: Parents of nodes 48..51, one byte each (node 48 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT12 (rw) @ 0x84: Parents of nodes 48..51, one byte each (node 48 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT12_OFFSET       0x84u
 #define SPECDEC_VERIFIER_TREE_PARENT12_RESET        0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT12_ACCESS       SPECDEC_ACCESS_RW
@@ -540,7 +540,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT12_P3_WIDTH     8u
 #define SPECDEC_VERIFIER_TREE_PARENT12_P3_MASK      0xFF000000u
 
-/* TREE_PARENT13 (rw) @ 0x88: Parents of nodes 52..55, one byte each (node 52 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT13 (rw) @ 0x88: Parents of nodes 52..55, one byte each (node 52 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT13_OFFSET       0x88u
 #define SPECDEC_VERIFIER_TREE_PARENT13_RESET        0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT13_ACCESS       SPECDEC_ACCESS_RW
@@ -557,7 +557,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT13_P3_WIDTH     8u
 #define SPECDEC_VERIFIER_TREE_PARENT13_P3_MASK      0xFF000000u
 
-/* TREE_PARENT14 (rw) @ 0x8C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT14 (rw) @ 0x8C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT14_OFFSET       0x8Cu
 #define SPECDEC_VERIFIER_TREE_PARENT14_RESET        0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT14_ACCESS       SPECDEC_ACCESS_RW
@@ -574,7 +574,7 @@
 #define SPECDEC_VERIFIER_TREE_PARENT14_P3_WIDTH     8u
 #define SPECDEC_VERIFIER_TREE_PARENT14_P3_MASK      0xFF000000u
 
-/* TREE_PARENT15 (rw) @ 0x90: Parents of nodes 60..63, one byte each (node 60 in bits 7:0); node 0's byte is ignored (the root). */
+/* TREE_PARENT15 (rw) @ 0x90: Parents of nodes 60..63, one byte each (node 60 in bits 7:0). */
 #define SPECDEC_VERIFIER_TREE_PARENT15_OFFSET       0x90u
 #define SPECDEC_VERIFIER_TREE_PARENT15_RESET        0x00000000u
 #define SPECDEC_VERIFIER_TREE_PARENT15_ACCESS       SPECDEC_ACCESS_RW
@@ -602,7 +602,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN0_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN0_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN1 (rw) @ 0x98: Draft tokens of nodes 2 (bits 15:0) and 3 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN1 (rw) @ 0x98: Draft tokens of nodes 2 (bits 15:0) and 3 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN1_OFFSET         0x98u
 #define SPECDEC_VERIFIER_TREE_TOKEN1_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN1_ACCESS         SPECDEC_ACCESS_RW
@@ -613,7 +613,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN1_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN1_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN2 (rw) @ 0x9C: Draft tokens of nodes 4 (bits 15:0) and 5 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN2 (rw) @ 0x9C: Draft tokens of nodes 4 (bits 15:0) and 5 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN2_OFFSET         0x9Cu
 #define SPECDEC_VERIFIER_TREE_TOKEN2_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN2_ACCESS         SPECDEC_ACCESS_RW
@@ -624,7 +624,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN2_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN2_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN3 (rw) @ 0xA0: Draft tokens of nodes 6 (bits 15:0) and 7 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN3 (rw) @ 0xA0: Draft tokens of nodes 6 (bits 15:0) and 7 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN3_OFFSET         0xA0u
 #define SPECDEC_VERIFIER_TREE_TOKEN3_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN3_ACCESS         SPECDEC_ACCESS_RW
@@ -635,7 +635,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN3_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN3_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN4 (rw) @ 0xA4: Draft tokens of nodes 8 (bits 15:0) and 9 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN4 (rw) @ 0xA4: Draft tokens of nodes 8 (bits 15:0) and 9 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN4_OFFSET         0xA4u
 #define SPECDEC_VERIFIER_TREE_TOKEN4_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN4_ACCESS         SPECDEC_ACCESS_RW
@@ -646,7 +646,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN4_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN4_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN5 (rw) @ 0xA8: Draft tokens of nodes 10 (bits 15:0) and 11 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN5 (rw) @ 0xA8: Draft tokens of nodes 10 (bits 15:0) and 11 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN5_OFFSET         0xA8u
 #define SPECDEC_VERIFIER_TREE_TOKEN5_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN5_ACCESS         SPECDEC_ACCESS_RW
@@ -657,7 +657,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN5_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN5_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN6 (rw) @ 0xAC: Draft tokens of nodes 12 (bits 15:0) and 13 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN6 (rw) @ 0xAC: Draft tokens of nodes 12 (bits 15:0) and 13 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN6_OFFSET         0xACu
 #define SPECDEC_VERIFIER_TREE_TOKEN6_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN6_ACCESS         SPECDEC_ACCESS_RW
@@ -668,7 +668,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN6_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN6_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN7 (rw) @ 0xB0: Draft tokens of nodes 14 (bits 15:0) and 15 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN7 (rw) @ 0xB0: Draft tokens of nodes 14 (bits 15:0) and 15 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN7_OFFSET         0xB0u
 #define SPECDEC_VERIFIER_TREE_TOKEN7_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN7_ACCESS         SPECDEC_ACCESS_RW
@@ -679,7 +679,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN7_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN7_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN8 (rw) @ 0xB4: Draft tokens of nodes 16 (bits 15:0) and 17 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN8 (rw) @ 0xB4: Draft tokens of nodes 16 (bits 15:0) and 17 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN8_OFFSET         0xB4u
 #define SPECDEC_VERIFIER_TREE_TOKEN8_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN8_ACCESS         SPECDEC_ACCESS_RW
@@ -690,7 +690,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN8_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN8_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN9 (rw) @ 0xB8: Draft tokens of nodes 18 (bits 15:0) and 19 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN9 (rw) @ 0xB8: Draft tokens of nodes 18 (bits 15:0) and 19 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN9_OFFSET         0xB8u
 #define SPECDEC_VERIFIER_TREE_TOKEN9_RESET          0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN9_ACCESS         SPECDEC_ACCESS_RW
@@ -701,7 +701,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN9_T1_WIDTH       16u
 #define SPECDEC_VERIFIER_TREE_TOKEN9_T1_MASK        0xFFFF0000u
 
-/* TREE_TOKEN10 (rw) @ 0xBC: Draft tokens of nodes 20 (bits 15:0) and 21 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN10 (rw) @ 0xBC: Draft tokens of nodes 20 (bits 15:0) and 21 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN10_OFFSET        0xBCu
 #define SPECDEC_VERIFIER_TREE_TOKEN10_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN10_ACCESS        SPECDEC_ACCESS_RW
@@ -712,7 +712,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN10_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN10_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN11 (rw) @ 0xC0: Draft tokens of nodes 22 (bits 15:0) and 23 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN11 (rw) @ 0xC0: Draft tokens of nodes 22 (bits 15:0) and 23 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN11_OFFSET        0xC0u
 #define SPECDEC_VERIFIER_TREE_TOKEN11_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN11_ACCESS        SPECDEC_ACCESS_RW
@@ -723,7 +723,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN11_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN11_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN12 (rw) @ 0xC4: Draft tokens of nodes 24 (bits 15:0) and 25 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN12 (rw) @ 0xC4: Draft tokens of nodes 24 (bits 15:0) and 25 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN12_OFFSET        0xC4u
 #define SPECDEC_VERIFIER_TREE_TOKEN12_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN12_ACCESS        SPECDEC_ACCESS_RW
@@ -734,7 +734,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN12_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN12_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN13 (rw) @ 0xC8: Draft tokens of nodes 26 (bits 15:0) and 27 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN13 (rw) @ 0xC8: Draft tokens of nodes 26 (bits 15:0) and 27 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN13_OFFSET        0xC8u
 #define SPECDEC_VERIFIER_TREE_TOKEN13_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN13_ACCESS        SPECDEC_ACCESS_RW
@@ -745,7 +745,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN13_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN13_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN14 (rw) @ 0xCC: Draft tokens of nodes 28 (bits 15:0) and 29 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN14 (rw) @ 0xCC: Draft tokens of nodes 28 (bits 15:0) and 29 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN14_OFFSET        0xCCu
 #define SPECDEC_VERIFIER_TREE_TOKEN14_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN14_ACCESS        SPECDEC_ACCESS_RW
@@ -756,7 +756,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN14_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN14_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN15 (rw) @ 0xD0: Draft tokens of nodes 30 (bits 15:0) and 31 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN15 (rw) @ 0xD0: Draft tokens of nodes 30 (bits 15:0) and 31 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN15_OFFSET        0xD0u
 #define SPECDEC_VERIFIER_TREE_TOKEN15_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN15_ACCESS        SPECDEC_ACCESS_RW
@@ -767,7 +767,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN15_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN15_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN16 (rw) @ 0xD4: Draft tokens of nodes 32 (bits 15:0) and 33 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN16 (rw) @ 0xD4: Draft tokens of nodes 32 (bits 15:0) and 33 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN16_OFFSET        0xD4u
 #define SPECDEC_VERIFIER_TREE_TOKEN16_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN16_ACCESS        SPECDEC_ACCESS_RW
@@ -778,7 +778,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN16_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN16_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN17 (rw) @ 0xD8: Draft tokens of nodes 34 (bits 15:0) and 35 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN17 (rw) @ 0xD8: Draft tokens of nodes 34 (bits 15:0) and 35 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN17_OFFSET        0xD8u
 #define SPECDEC_VERIFIER_TREE_TOKEN17_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN17_ACCESS        SPECDEC_ACCESS_RW
@@ -789,7 +789,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN17_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN17_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN18 (rw) @ 0xDC: Draft tokens of nodes 36 (bits 15:0) and 37 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN18 (rw) @ 0xDC: Draft tokens of nodes 36 (bits 15:0) and 37 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN18_OFFSET        0xDCu
 #define SPECDEC_VERIFIER_TREE_TOKEN18_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN18_ACCESS        SPECDEC_ACCESS_RW
@@ -800,7 +800,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN18_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN18_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN19 (rw) @ 0xE0: Draft tokens of nodes 38 (bits 15:0) and 39 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN19 (rw) @ 0xE0: Draft tokens of nodes 38 (bits 15:0) and 39 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN19_OFFSET        0xE0u
 #define SPECDEC_VERIFIER_TREE_TOKEN19_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN19_ACCESS        SPECDEC_ACCESS_RW
@@ -811,7 +811,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN19_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN19_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN20 (rw) @ 0xE4: Draft tokens of nodes 40 (bits 15:0) and 41 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN20 (rw) @ 0xE4: Draft tokens of nodes 40 (bits 15:0) and 41 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN20_OFFSET        0xE4u
 #define SPECDEC_VERIFIER_TREE_TOKEN20_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN20_ACCESS        SPECDEC_ACCESS_RW
@@ -822,7 +822,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN20_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN20_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN21 (rw) @ 0xE8: Draft tokens of nodes 42 (bits 15:0) and 43 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN21 (rw) @ 0xE8: Draft tokens of nodes 42 (bits 15:0) and 43 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN21_OFFSET        0xE8u
 #define SPECDEC_VERIFIER_TREE_TOKEN21_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN21_ACCESS        SPECDEC_ACCESS_RW
@@ -833,7 +833,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN21_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN21_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN22 (rw) @ 0xEC: Draft tokens of nodes 44 (bits 15:0) and 45 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN22 (rw) @ 0xEC: Draft tokens of nodes 44 (bits 15:0) and 45 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN22_OFFSET        0xECu
 #define SPECDEC_VERIFIER_TREE_TOKEN22_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN22_ACCESS        SPECDEC_ACCESS_RW
@@ -844,7 +844,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN22_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN22_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN23 (rw) @ 0xF0: Draft tokens of nodes 46 (bits 15:0) and 47 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN23 (rw) @ 0xF0: Draft tokens of nodes 46 (bits 15:0) and 47 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN23_OFFSET        0xF0u
 #define SPECDEC_VERIFIER_TREE_TOKEN23_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN23_ACCESS        SPECDEC_ACCESS_RW
@@ -855,7 +855,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN23_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN23_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN24 (rw) @ 0xF4: Draft tokens of nodes 48 (bits 15:0) and 49 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN24 (rw) @ 0xF4: Draft tokens of nodes 48 (bits 15:0) and 49 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN24_OFFSET        0xF4u
 #define SPECDEC_VERIFIER_TREE_TOKEN24_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN24_ACCESS        SPECDEC_ACCESS_RW
@@ -866,7 +866,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN24_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN24_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN25 (rw) @ 0xF8: Draft tokens of nodes 50 (bits 15:0) and 51 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN25 (rw) @ 0xF8: Draft tokens of nodes 50 (bits 15:0) and 51 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN25_OFFSET        0xF8u
 #define SPECDEC_VERIFIER_TREE_TOKEN25_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN25_ACCESS        SPECDEC_ACCESS_RW
@@ -877,7 +877,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN25_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN25_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN26 (rw) @ 0xFC: Draft tokens of nodes 52 (bits 15:0) and 53 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN26 (rw) @ 0xFC: Draft tokens of nodes 52 (bits 15:0) and 53 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN26_OFFSET        0xFCu
 #define SPECDEC_VERIFIER_TREE_TOKEN26_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN26_ACCESS        SPECDEC_ACCESS_RW
@@ -888,7 +888,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN26_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN26_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN27 (rw) @ 0x100: Draft tokens of nodes 54 (bits 15:0) and 55 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN27 (rw) @ 0x100: Draft tokens of nodes 54 (bits 15:0) and 55 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN27_OFFSET        0x100u
 #define SPECDEC_VERIFIER_TREE_TOKEN27_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN27_ACCESS        SPECDEC_ACCESS_RW
@@ -899,7 +899,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN27_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN27_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN28 (rw) @ 0x104: Draft tokens of nodes 56 (bits 15:0) and 57 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN28 (rw) @ 0x104: Draft tokens of nodes 56 (bits 15:0) and 57 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN28_OFFSET        0x104u
 #define SPECDEC_VERIFIER_TREE_TOKEN28_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN28_ACCESS        SPECDEC_ACCESS_RW
@@ -910,7 +910,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN28_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN28_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN29 (rw) @ 0x108: Draft tokens of nodes 58 (bits 15:0) and 59 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN29 (rw) @ 0x108: Draft tokens of nodes 58 (bits 15:0) and 59 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN29_OFFSET        0x108u
 #define SPECDEC_VERIFIER_TREE_TOKEN29_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN29_ACCESS        SPECDEC_ACCESS_RW
@@ -921,7 +921,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN29_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN29_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN30 (rw) @ 0x10C: Draft tokens of nodes 60 (bits 15:0) and 61 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN30 (rw) @ 0x10C: Draft tokens of nodes 60 (bits 15:0) and 61 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN30_OFFSET        0x10Cu
 #define SPECDEC_VERIFIER_TREE_TOKEN30_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN30_ACCESS        SPECDEC_ACCESS_RW
@@ -932,7 +932,7 @@
 #define SPECDEC_VERIFIER_TREE_TOKEN30_T1_WIDTH      16u
 #define SPECDEC_VERIFIER_TREE_TOKEN30_T1_MASK       0xFFFF0000u
 
-/* TREE_TOKEN31 (rw) @ 0x110: Draft tokens of nodes 62 (bits 15:0) and 63 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
+/* TREE_TOKEN31 (rw) @ 0x110: Draft tokens of nodes 62 (bits 15:0) and 63 (bits 31:16). */
 #define SPECDEC_VERIFIER_TREE_TOKEN31_OFFSET        0x110u
 #define SPECDEC_VERIFIER_TREE_TOKEN31_RESET         0x00000000u
 #define SPECDEC_VERIFIER_TREE_TOKEN31_ACCESS        SPECDEC_ACCESS_RW
@@ -1121,7 +1121,7 @@
 #define SPECDEC_TREEMASK_PARENT0_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT0_P3_MASK            0xFF000000u
 
-/* PARENT1 (rw) @ 0x18: Parents of nodes 4..7, one byte each (node 4 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT1 (rw) @ 0x18: Parents of nodes 4..7, one byte each (node 4 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT1_OFFSET             0x18u
 #define SPECDEC_TREEMASK_PARENT1_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT1_ACCESS             SPECDEC_ACCESS_RW
@@ -1138,7 +1138,7 @@
 #define SPECDEC_TREEMASK_PARENT1_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT1_P3_MASK            0xFF000000u
 
-/* PARENT2 (rw) @ 0x1C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT2 (rw) @ 0x1C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT2_OFFSET             0x1Cu
 #define SPECDEC_TREEMASK_PARENT2_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT2_ACCESS             SPECDEC_ACCESS_RW
@@ -1155,7 +1155,7 @@
 #define SPECDEC_TREEMASK_PARENT2_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT2_P3_MASK            0xFF000000u
 
-/* PARENT3 (rw) @ 0x20: Parents of nodes 12..15, one byte each (node 12 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT3 (rw) @ 0x20: Parents of nodes 12..15, one byte each (node 12 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT3_OFFSET             0x20u
 #define SPECDEC_TREEMASK_PARENT3_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT3_ACCESS             SPECDEC_ACCESS_RW
@@ -1172,7 +1172,7 @@
 #define SPECDEC_TREEMASK_PARENT3_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT3_P3_MASK            0xFF000000u
 
-/* PARENT4 (rw) @ 0x24: Parents of nodes 16..19, one byte each (node 16 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT4 (rw) @ 0x24: Parents of nodes 16..19, one byte each (node 16 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT4_OFFSET             0x24u
 #define SPECDEC_TREEMASK_PARENT4_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT4_ACCESS             SPECDEC_ACCESS_RW
@@ -1189,7 +1189,7 @@
 #define SPECDEC_TREEMASK_PARENT4_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT4_P3_MASK            0xFF000000u
 
-/* PARENT5 (rw) @ 0x28: Parents of nodes 20..23, one byte each (node 20 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT5 (rw) @ 0x28: Parents of nodes 20..23, one byte each (node 20 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT5_OFFSET             0x28u
 #define SPECDEC_TREEMASK_PARENT5_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT5_ACCESS             SPECDEC_ACCESS_RW
@@ -1206,7 +1206,7 @@
 #define SPECDEC_TREEMASK_PARENT5_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT5_P3_MASK            0xFF000000u
 
-/* PARENT6 (rw) @ 0x2C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT6 (rw) @ 0x2C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT6_OFFSET             0x2Cu
 #define SPECDEC_TREEMASK_PARENT6_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT6_ACCESS             SPECDEC_ACCESS_RW
@@ -1223,7 +1223,7 @@
 #define SPECDEC_TREEMASK_PARENT6_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT6_P3_MASK            0xFF000000u
 
-/* PARENT7 (rw) @ 0x30: Parents of nodes 28..31, one byte each (node 28 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT7 (rw) @ 0x30: Parents of nodes 28..31, one byte each (node 28 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT7_OFFSET             0x30u
 #define SPECDEC_TREEMASK_PARENT7_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT7_ACCESS             SPECDEC_ACCESS_RW
@@ -1240,7 +1240,7 @@
 #define SPECDEC_TREEMASK_PARENT7_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT7_P3_MASK            0xFF000000u
 
-/* PARENT8 (rw) @ 0x34: Parents of nodes 32..35, one byte each (node 32 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT8 (rw) @ 0x34: Parents of nodes 32..35, one byte each (node 32 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT8_OFFSET             0x34u
 #define SPECDEC_TREEMASK_PARENT8_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT8_ACCESS             SPECDEC_ACCESS_RW
@@ -1257,7 +1257,7 @@
 #define SPECDEC_TREEMASK_PARENT8_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT8_P3_MASK            0xFF000000u
 
-/* PARENT9 (rw) @ 0x38: Parents of nodes 36..39, one byte each (node 36 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT9 (rw) @ 0x38: Parents of nodes 36..39, one byte each (node 36 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT9_OFFSET             0x38u
 #define SPECDEC_TREEMASK_PARENT9_RESET              0x00000000u
 #define SPECDEC_TREEMASK_PARENT9_ACCESS             SPECDEC_ACCESS_RW
@@ -1274,7 +1274,7 @@
 #define SPECDEC_TREEMASK_PARENT9_P3_WIDTH           8u
 #define SPECDEC_TREEMASK_PARENT9_P3_MASK            0xFF000000u
 
-/* PARENT10 (rw) @ 0x3C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT10 (rw) @ 0x3C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT10_OFFSET            0x3Cu
 #define SPECDEC_TREEMASK_PARENT10_RESET             0x00000000u
 #define SPECDEC_TREEMASK_PARENT10_ACCESS            SPECDEC_ACCESS_RW
@@ -1291,7 +1291,7 @@
 #define SPECDEC_TREEMASK_PARENT10_P3_WIDTH          8u
 #define SPECDEC_TREEMASK_PARENT10_P3_MASK           0xFF000000u
 
-/* PARENT11 (rw) @ 0x40: Parents of nodes 44..47, one byte each (node 44 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT11 (rw) @ 0x40: Parents of nodes 44..47, one byte each (node 44 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT11_OFFSET            0x40u
 #define SPECDEC_TREEMASK_PARENT11_RESET             0x00000000u
 #define SPECDEC_TREEMASK_PARENT11_ACCESS            SPECDEC_ACCESS_RW
@@ -1308,7 +1308,7 @@
 #define SPECDEC_TREEMASK_PARENT11_P3_WIDTH          8u
 #define SPECDEC_TREEMASK_PARENT11_P3_MASK           0xFF000000u
 
-/* PARENT12 (rw) @ 0x44: Parents of nodes 48..51, one byte each (node 48 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT12 (rw) @ 0x44: Parents of nodes 48..51, one byte each (node 48 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT12_OFFSET            0x44u
 #define SPECDEC_TREEMASK_PARENT12_RESET             0x00000000u
 #define SPECDEC_TREEMASK_PARENT12_ACCESS            SPECDEC_ACCESS_RW
@@ -1325,7 +1325,7 @@
 #define SPECDEC_TREEMASK_PARENT12_P3_WIDTH          8u
 #define SPECDEC_TREEMASK_PARENT12_P3_MASK           0xFF000000u
 
-/* PARENT13 (rw) @ 0x48: Parents of nodes 52..55, one byte each (node 52 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT13 (rw) @ 0x48: Parents of nodes 52..55, one byte each (node 52 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT13_OFFSET            0x48u
 #define SPECDEC_TREEMASK_PARENT13_RESET             0x00000000u
 #define SPECDEC_TREEMASK_PARENT13_ACCESS            SPECDEC_ACCESS_RW
@@ -1342,7 +1342,7 @@
 #define SPECDEC_TREEMASK_PARENT13_P3_WIDTH          8u
 #define SPECDEC_TREEMASK_PARENT13_P3_MASK           0xFF000000u
 
-/* PARENT14 (rw) @ 0x4C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT14 (rw) @ 0x4C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT14_OFFSET            0x4Cu
 #define SPECDEC_TREEMASK_PARENT14_RESET             0x00000000u
 #define SPECDEC_TREEMASK_PARENT14_ACCESS            SPECDEC_ACCESS_RW
@@ -1359,7 +1359,7 @@
 #define SPECDEC_TREEMASK_PARENT14_P3_WIDTH          8u
 #define SPECDEC_TREEMASK_PARENT14_P3_MASK           0xFF000000u
 
-/* PARENT15 (rw) @ 0x50: Parents of nodes 60..63, one byte each (node 60 in bits 7:0); node 0's byte is ignored (the root). */
+/* PARENT15 (rw) @ 0x50: Parents of nodes 60..63, one byte each (node 60 in bits 7:0). */
 #define SPECDEC_TREEMASK_PARENT15_OFFSET            0x50u
 #define SPECDEC_TREEMASK_PARENT15_RESET             0x00000000u
 #define SPECDEC_TREEMASK_PARENT15_ACCESS            SPECDEC_ACCESS_RW

@@ -4,6 +4,9 @@
 core's CYCLES_BUSY - CYCLES_STALL), the streaming bound, yosys resources for that parameter set, the
 projected verified positions per second, and the measured time of a plain numpy float32 round on this
 machine.
+
+``treemask``: the treemask core's RTL cycles per tree size N under Verilator against its cycle model
+(``hls_ref.treemask.cycles``), and its yosys resources.
 """
 from __future__ import annotations
 
@@ -139,4 +142,78 @@ def format_verifier(res: dict) -> str:
         lines.append(f"  yosys: {res['lut']} LUT ({res['lut_pct']:.1f}%), {res['bram36']:g} BRAM36 "
                      f"({res['bram_pct']:.1f}%), {res['dsp']} DSP; arrival {res['arrival_ns']} ns (logic only)")
     lines.append("  goals: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in res["goals_met"].items()))
+    return "\n".join(lines)
+
+
+def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None, nodes_max: int = 64,
+             sim: str = "verilator", synth: bool = True) -> dict:
+    """RTL cycles of the treemask core per tree size against its cycle model, and its yosys resources.
+
+    Runs ``tb.treemask.bench_treemask`` (one random tree per N, checked against the golden model, TREADY
+    always high) on the RTL build with ``NODES_MAX = nodes_max``.
+
+    Parameters
+    ----------
+    nodes : sequence of int
+        Tree sizes N, each in 1..nodes_max.
+    out : str or Path, optional
+        Also write the result there as JSON.
+    nodes_max : int
+        The build's NODES_MAX (1..64).
+    sim : {"verilator", "icarus"}
+    synth : bool
+        Add the yosys ``synth_xilinx`` resources of that build (``specdec.hw.report``).
+
+    Returns
+    -------
+    dict
+        ``nodes_max, backend, per_n`` ({N: nodes, cycles_busy, cycles_stall, cycles, model_cycles, ratio,
+        max_depth}), ``model`` (the formula), ``resources`` (lut, lutram, ff, carry4, dsp, bram36, lut_pct,
+        arrival_ns, arrival_note; None without ``synth``), ``sim_wall_s``, ``host``.
+
+    Raises
+    ------
+    ValueError
+        An N outside 1..nodes_max, or nodes_max outside 1..64.
+    """
+    from hls_ref.treemask import cycles as model_cycles
+    from specdec.regmap import TREE_MAX_NODES
+    from tb import harness
+    nodes = [int(n) for n in nodes]
+    if not 1 <= nodes_max <= TREE_MAX_NODES:
+        raise ValueError(f"nodes_max={nodes_max} outside 1..{TREE_MAX_NODES}")
+    bad = [n for n in nodes if not 1 <= n <= nodes_max]
+    if bad or not nodes:
+        raise ValueError(f"tree sizes {bad or nodes} outside 1..{nodes_max} (NODES_MAX)")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.json"
+        harness.run("treemask", "tb.treemask.bench_treemask", sim, params={"NODES_MAX": nodes_max},
+                    extra_env={"BENCH_OUT": str(path), "BENCH_NODES": ",".join(map(str, nodes))})
+        per_n = json.loads(path.read_text())
+    res = {"core": "treemask", "nodes_max": nodes_max, "backend": f"sim:{sim}",
+           "model": f"cycles(N) = N + {model_cycles(0)} (hls_ref.treemask.cycles)", "per_n": per_n,
+           "sim_wall_s": time.perf_counter() - t0, "resources": None}
+    if synth:
+        from specdec import hw
+        row = hw.report(["treemask"], {"treemask": {"NODES_MAX": str(nodes_max)}})[0]
+        res["resources"] = {k: row[k] for k in ("toplevel", "lut", "lutram", "ff", "carry4", "dsp", "bram36",
+                                                 "lut_pct", "ff_pct", "arrival_ns", "arrival_note")}
+    res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    if out:
+        Path(out).write_text(json.dumps(res, indent=2))
+    return res
+
+
+def format_treemask(res: dict) -> str:
+    """A short human summary of :func:`treemask`'s result."""
+    lines = [f"treemask NODES_MAX={res['nodes_max']} ({res['backend']}); model {res['model']}"]
+    for s in res["per_n"].values():
+        lines.append(f"  N={s['nodes']:3d}  cycles {s['cycles']:4d}  model {s['model_cycles']:4d}  "
+                     f"ratio {s['ratio']:.3f}  stall {s['cycles_stall']}")
+    r = res.get("resources")
+    if r:
+        lines.append(f"  yosys: {r['lut']} LUT ({r['lut_pct']:.2f}%), {r['lutram']} LUTRAM, {r['ff']} FF, "
+                     f"{r['carry4']} CARRY4, {r['bram36']:g} BRAM36, {r['dsp']} DSP; arrival {r['arrival_ns']} ns "
+                     f"(logic only)")
     return "\n".join(lines)

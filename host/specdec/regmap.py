@@ -283,7 +283,7 @@ def _tree_registers(b: "MapBuilder", prefix: str, tokens: bool) -> None:
     per = 32 // TREE_PARENT_BITS
     for k in range(TREE_MAX_NODES // per):
         b.add(f"{prefix}PARENT{k}", "rw", f"Parents of nodes {per * k}..{per * k + per - 1}, one byte each "
-              f"(node {per * k} in bits 7:0); node 0's byte is ignored (the root).",
+              f"(node {per * k} in bits 7:0)" + ("; node 0's byte is ignored (the root)." if k == 0 else "."),
               fields=[Field(f"P{j}", TREE_PARENT_BITS * j, TREE_PARENT_BITS, f"parent of node {per * k + j}")
                       for j in range(per)])
     if not tokens:
@@ -291,7 +291,8 @@ def _tree_registers(b: "MapBuilder", prefix: str, tokens: bool) -> None:
     per = 32 // TREE_TOKEN_BITS
     for k in range(TREE_MAX_NODES // per):
         b.add(f"{prefix}TOKEN{k}", "rw", f"Draft tokens of nodes {per * k} (bits 15:0) and {per * k + 1} "
-              "(bits 31:16); node 0's token is ignored (the root's token was chosen last round).",
+              "(bits 31:16)" + ("; node 0's token is ignored (the root's token was chosen last round)."
+                                if k == 0 else "."),
               fields=[Field(f"T{j}", TREE_TOKEN_BITS * j, TREE_TOKEN_BITS, f"token of node {per * k + j}")
                       for j in range(per)])
 

@@ -160,7 +160,7 @@ def pynq_cores(bitstream: str | os.PathLike | None = None):
     if hasattr(ol, "treemask"):
         from .drivers.treemask import DmaSink
         masker = ol.treemask
-        masker.attach(DmaSink(ol.axi_dma_mask, pynq.allocate))
+        masker.attach(DmaSink(ol.axi_dma_mask, allocator=pynq.allocate))
     return drv, masker
 
 

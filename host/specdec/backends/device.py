@@ -61,3 +61,16 @@ class RowStream(ABC):
         codes : ndarray of int16, shape (n,)
             ``n`` a multiple of the core's lanes: ``n // lanes`` beats, TLAST on the last.
         """
+
+
+class WordSink(ABC):
+    """An AXI-Stream output of a core: :meth:`recv` returns the next frame's words.
+
+    Each word is a Python int of the stream's width (bit 0 = TDATA bit 0), in arrival order; a frame
+    ends at the beat with TLAST. A sink never hangs its caller: when no frame comes it raises
+    :class:`~specdec.errors.CoreTimeout`.
+    """
+
+    @abstractmethod
+    def recv(self) -> list[int]:
+        """Wait for the next frame (until its TLAST beat) and return its words."""

@@ -12,11 +12,13 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from hls_ref import rng as rng_ref
+from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
 
-from ..errors import BusError
-from ..regmap import RESP_DECERR, RESP_SLVERR, CoreMap, core
-from .device import RegisterDevice, RowStream
+from ..errors import BusError, CoreTimeout
+from ..regmap import (RESP_DECERR, RESP_SLVERR, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, CoreMap,
+                      core)
+from .device import RegisterDevice, RowStream, WordSink
 
 
 class RegisterModel(ABC):
@@ -106,7 +108,8 @@ class RngModel(RegisterModel):
 class VerifierModel(RegisterModel):
     """Register-level model of the verifier core over ``hls_ref.verifier``, with its row stream.
 
-    A round is :func:`hls_ref.verifier.round_steps` fed one row per frame (each row is processed once),
+    A round is :func:`hls_ref.verifier.round_steps` (tree mode: :func:`~hls_ref.verifier.tree_steps`) fed
+    one row per frame (each row is processed once),
     with the words the RNG state gives (peeked, not taken); while it waits for a row, the state of its
     :class:`~hls_ref.verifier.Need` is what the result registers show (``N_ACCEPT`` grows position by
     position, as on the core). The RNG state advances by ``WORDS`` as they are taken and persists
@@ -118,19 +121,22 @@ class VerifierModel(RegisterModel):
 
     Parameters
     ----------
-    lanes, vocab_max, gamma_max : int
-        The build parameters ``LANES``, ``VOCAB_MAX`` and ``GAMMA_MAX``.
+    lanes, vocab_max, gamma_max, tree_max : int
+        The build parameters ``LANES``, ``VOCAB_MAX``, ``GAMMA_MAX`` and ``TREE_MAX``.
     """
 
-    def __init__(self, lanes: int = 4, vocab_max: int = 64, gamma_max: int = 16) -> None:
+    def __init__(self, lanes: int = 4, vocab_max: int = 64, gamma_max: int = 16, tree_max: int = 64) -> None:
         super().__init__(core("verifier"))
-        if lanes not in (1, 2, 4, 8) or not 1 <= gamma_max <= 16 or not 1 <= vocab_max <= 65536:
-            raise ValueError(f"verifier model: lanes={lanes}, vocab_max={vocab_max}, gamma_max={gamma_max} "
-                             f"outside the core's parameter ranges (1/2/4/8, 1..65536, 1..16)")
-        self.lanes, self.vocab_max, self.gamma_max = lanes, vocab_max, gamma_max
-        self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(LANES=lanes, GAMMA_MAX=gamma_max)
+        if (lanes not in (1, 2, 4, 8) or not 1 <= gamma_max <= 16 or not 1 <= vocab_max <= 65536
+                or not 1 <= tree_max <= TREE_MAX_NODES):
+            raise ValueError(f"verifier model: lanes={lanes}, vocab_max={vocab_max}, gamma_max={gamma_max}, "
+                             f"tree_max={tree_max} outside the core's parameter ranges (1/2/4/8, 1..65536, "
+                             f"1..16, 1..{TREE_MAX_NODES})")
+        self.lanes, self.vocab_max, self.gamma_max, self.tree_max = lanes, vocab_max, gamma_max, tree_max
+        self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(LANES=lanes, GAMMA_MAX=gamma_max, TREE_MAX=tree_max)
         self.ro["VOCAB_MAX"] = vocab_max
         self.state = None  # RNG state; None = never seeded (the RTL's zero state: zero words)
+        self.tree_mode = False
 
     # -- control ------------------------------------------------------------------------------------
     def on_ctrl(self, bits: dict[str, int]) -> None:
@@ -152,20 +158,45 @@ class VerifierModel(RegisterModel):
                 self.ro[name] = 0
         self.done = False
         g, self.vocab = self.rw["GAMMA"], self.rw["VOCAB"]
-        draft = [(self.rw[f"DRAFT{k // 2}"] >> (16 * (k % 2))) & 0xFFFF for k in range(min(g, 16))]
-        greedy = bool(self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])["GREEDY"])
-        err = ver_ref.start_error(g, self.vocab, draft, greedy=greedy, inv_temp=self.rw["INV_TEMP"],
-                                  vocab_max=self.vocab_max, gamma_max=self.gamma_max)
+        config = self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])
+        greedy, tree = bool(config["GREEDY"]), bool(config["TREE"])
+        self.tree_mode = tree
+        itemp = self.rw["INV_TEMP"]
+        if tree:
+            parents, tokens = self.tree_registers()
+            err = ver_ref.tree_start_error(parents, tokens, self.vocab, greedy=greedy, inv_temp=itemp,
+                                           vocab_max=self.vocab_max, tree_max=self.tree_max)
+            n = len(parents) + 1    # a word per child tested on the walk, and one sample
+        else:
+            draft = [(self.rw[f"DRAFT{k // 2}"] >> (16 * (k % 2))) & 0xFFFF for k in range(min(g, 16))]
+            err = ver_ref.start_error(g, self.vocab, draft, greedy=greedy, inv_temp=itemp,
+                                      vocab_max=self.vocab_max, gamma_max=self.gamma_max)
+            n = g + 2   # every word a round can take: one per position and one sample
         if err:     # every result register stays 0
             self.err |= err
             return
         self.round_state = self.state
-        n = g + 2   # every word a round can take: one per position and one sample
         words = np.zeros(n, dtype=np.uint32) if self.state is None else rng_ref.xoshiro128pp(self.state, n)[0]
-        self.steps = ver_ref.round_steps(self.vocab, draft, greedy=greedy, inv_temp=self.rw["INV_TEMP"],
-                                         words=words, lanes=self.lanes)
+        if tree:
+            self.steps = ver_ref.tree_steps(self.vocab, parents, tokens, greedy=greedy, inv_temp=itemp,
+                                            words=words, lanes=self.lanes)
+        else:
+            self.steps = ver_ref.round_steps(self.vocab, draft, greedy=greedy, inv_temp=itemp, words=words,
+                                             lanes=self.lanes)
         self.busy = True
         self._advance(None)
+
+    def tree_registers(self) -> tuple[list[int], list[int]]:
+        """The tree the registers hold: NODES parents and tokens (at most TREE_MAX_NODES of each; a NODES
+        beyond that is refused by the start check before the lists are read)."""
+        n = min(self.rw["NODES"], TREE_MAX_NODES)
+        pb, tb = 32 // TREE_PARENT_BITS, 32 // TREE_TOKEN_BITS
+        parents = [(self.rw[f"TREE_PARENT{i // pb}"] >> (TREE_PARENT_BITS * (i % pb))) & 0xFF for i in range(n)]
+        tokens = [(self.rw[f"TREE_TOKEN{i // tb}"] >> (TREE_TOKEN_BITS * (i % tb))) & 0xFFFF for i in range(n)]
+        if self.rw["NODES"] > TREE_MAX_NODES:       # NODES > TREE_MAX: BAD_TREE, whatever the arrays hold
+            parents += [0] * (self.rw["NODES"] - n)
+            tokens += [0] * (self.rw["NODES"] - n)
+        return parents, tokens
 
     # -- stream ---------------------------------------------------------------------------------------
     def frame(self, codes: np.ndarray) -> None:
@@ -195,15 +226,18 @@ class VerifierModel(RegisterModel):
             d = stop.value
             self.busy = False
             self._set(d.n_accept, d.next_token, d.accept_bits, d.rows, d.words, d.last_ep, d.last_eq, d.last_sp,
-                      d.last_sq, d.rows * nb + (0 if d.err else d.sample_beats))
+                      d.last_sq, d.rows * nb + (0 if d.err else d.sample_beats), d.path, d.node)
             self.err |= d.err
             self.done = not d.err
             return
-        self._set(n.n_accept, 0, n.accept_bits, n.rows, n.words, *n.last, n.rows * nb)
+        self._set(n.n_accept, 0, n.accept_bits, n.rows, n.words, *n.last, n.rows * nb, n.path,
+                  n.i if self.tree_mode else 0)
 
-    def _set(self, n_accept, next_token, accept_bits, rows, words, ep, eq, sp, sq, cycles) -> None:
+    def _set(self, n_accept, next_token, accept_bits, rows, words, ep, eq, sp, sq, cycles, path=0,
+             node=0) -> None:
         self.ro.update(N_ACCEPT=n_accept, NEXT_TOKEN=next_token, ACCEPT_BITS=accept_bits, ROWS=rows,
-                       WORDS=words, LAST_EP=ep, LAST_EQ=eq, LAST_SP=sp, LAST_SQ=sq, CYCLES_BUSY=cycles)
+                       WORDS=words, LAST_EP=ep, LAST_EQ=eq, LAST_SP=sp, LAST_SQ=sq, CYCLES_BUSY=cycles,
+                       CUR_NODE=node, PATH_LO=path & 0xFFFFFFFF, PATH_HI=path >> 32)
         if self.round_state is not None:
             self.state = rng_ref.xoshiro128pp(self.round_state, words)[1]
 
@@ -221,7 +255,65 @@ class GoldenStream(RowStream):
         self.compute_s += time.perf_counter() - t0
 
 
-MODELS = {"rng": RngModel, "verifier": VerifierModel}
+class TreemaskModel(RegisterModel):
+    """Register-level model of the treemask core over ``hls_ref.treemask``, with its word stream.
+
+    CTRL.START (idle or done, no error) clears ROWS, MAX_DEPTH and the cycle counters, then checks NODES
+    (BAD_NODES) and the PARENT fields of nodes 1..NODES-1 (BAD_PARENT), as the RTL does; a good tree is
+    run at once: its N words are queued as one frame for :class:`GoldenSink`, ``ROWS = N``, ``CYCLES_BUSY``
+    is the cycle model ``hls_ref.treemask.cycles(N)`` and ``CYCLES_STALL`` 0 (the model has no clock).
+
+    Parameters
+    ----------
+    nodes_max : int
+        The build parameter ``NODES_MAX`` (1..64).
+    """
+
+    def __init__(self, nodes_max: int = 64) -> None:
+        super().__init__(core("treemask"))
+        if not 1 <= nodes_max <= TREE_MAX_NODES:
+            raise ValueError(f"treemask model: nodes_max={nodes_max} outside 1..{TREE_MAX_NODES}")
+        self.nodes_max = nodes_max
+        self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(NODES_MAX=nodes_max)
+        self.frames: list[list[int]] = []
+
+    def parents(self, n: int) -> list[int]:
+        """The PARENT fields of nodes 0..n-1 as the registers hold them."""
+        per = len(self.cmap.reg("PARENT0").fields)
+        return [self.cmap.reg(f"PARENT{k // per}").decode(self.rw[f"PARENT{k // per}"])[f"P{k % per}"]
+                for k in range(n)]
+
+    def on_ctrl(self, bits: dict[str, int]) -> None:
+        if not bits["START"]:
+            return
+        self.ro.update(ROWS=0, MAX_DEPTH=0, CYCLES_BUSY=0, CYCLES_STALL=0)
+        self.done = False
+        n = self.rw["NODES"]
+        if not 1 <= n <= self.nodes_max:
+            self.raise_err("BAD_NODES")
+            return
+        m = tm_ref.tree_mask(self.parents(n), self.nodes_max)
+        if m.err:
+            self.err |= m.err
+            return
+        self.frames.append(tm_ref.stream_words(m))
+        self.ro.update(ROWS=n, MAX_DEPTH=m.max_depth, CYCLES_BUSY=tm_ref.cycles(n))
+        self.done = True
+
+
+class GoldenSink(WordSink):
+    """The word stream out of a golden model: :meth:`recv` takes the oldest frame it produced."""
+
+    def __init__(self, model: TreemaskModel) -> None:
+        self.model = model
+
+    def recv(self) -> list[int]:
+        if not self.model.frames:
+            raise CoreTimeout(f"{self.model.cmap.name}: no frame on the output stream (the core sent nothing)")
+        return self.model.frames.pop(0)
+
+
+MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel}
 
 
 class GoldenDevice(RegisterDevice):
@@ -252,6 +344,14 @@ class GoldenDevice(RegisterDevice):
             raise KeyError(f"no streaming core at {base:#x}; cores: "
                            f"{ {hex(b): m.cmap.name for b, m in self.models.items()} }")
         return GoldenStream(m)
+
+    def sink(self, base: int = 0) -> GoldenSink:
+        """The word stream out of the model at ``base`` (a core with a stream output)."""
+        m = self.models.get(base)
+        if not hasattr(m, "frames"):
+            raise KeyError(f"no core with an output stream at {base:#x}; cores: "
+                           f"{ {hex(b): m.cmap.name for b, m in self.models.items()} }")
+        return GoldenSink(m)
 
     def _find(self, address: int):
         for base, m in self.models.items():

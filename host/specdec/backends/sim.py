@@ -9,7 +9,8 @@ Use inside a cocotb test::
     dev = SimDevice(axil_master)
     await bridge(lambda: exercise(Rng(description("rng", dev))))()
 
-:class:`SimStream` is the matching row stream (``s_axis``) for the verifier driver.
+:class:`SimStream` is the matching row stream (``s_axis``) for the verifier driver, :class:`SimSink` the word
+stream (``m_axis``) out of the treemask core.
 """
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ import logging
 
 import numpy as np
 from cocotb.task import resume
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from ..errors import BusError
+from ..errors import BusError, CoreTimeout
 from ..regmap import RESP_OKAY
-from .device import RegisterDevice, RowStream
+from .device import RegisterDevice, RowStream, WordSink
 
 
 class SimDevice(RegisterDevice):
@@ -74,3 +75,33 @@ class SimStream(RowStream):
         if not data or len(data) % self.source.byte_lanes:
             raise ValueError(f"a frame is whole beats of {self.source.byte_lanes} bytes, got {len(data)} bytes")
         self._send(data)
+
+
+class SimSink(WordSink):
+    """Word stream over a cocotbext-axi ``AxiStreamSink`` on the toplevel's ``m_axis`` port.
+
+    Build it inside the cocotb test (the sink starts coroutines; it takes every beat the core offers, or
+    follows ``pause`` as backpressure); :meth:`recv` is then called from the driver's bridge thread and
+    resumes a coroutine that waits for one frame, at most ``timeout_us`` of simulated time.
+    """
+
+    def __init__(self, dut, prefix: str = "m_axis", timeout_us: float = 1000.0) -> None:
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, prefix), dut.clk, dut.rst)
+        self.sink.log.setLevel(logging.WARNING)
+        self.timeout_us = timeout_us
+        self._recv = resume(self._arecv)
+
+    async def _arecv(self):
+        from cocotb.triggers import SimTimeoutError, with_timeout
+        try:
+            return await with_timeout(self.sink.recv(), self.timeout_us, "us")
+        except SimTimeoutError:
+            return None
+
+    def recv(self) -> list[int]:
+        frame = self._recv()
+        if frame is None:
+            raise CoreTimeout(f"no frame on the output stream within {self.timeout_us} us of simulated time")
+        nb = self.sink.byte_lanes
+        data = bytes(frame.tdata)
+        return [int.from_bytes(data[k:k + nb], "little") for k in range(0, len(data), nb)]

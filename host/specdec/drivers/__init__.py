@@ -5,6 +5,7 @@ board; off the board the same classes take a simulation or golden-model device (
 """
 from .base import SpecdecIP, pynq_registers, vlnv
 from .rng import Rng
+from .treemask import DmaSink, TreeMask
 from .verifier import DmaStream, Result, Verifier
 
-__all__ = ["SpecdecIP", "Rng", "Verifier", "Result", "DmaStream", "pynq_registers", "vlnv"]
+__all__ = ["SpecdecIP", "Rng", "Verifier", "Result", "DmaStream", "TreeMask", "DmaSink", "pynq_registers", "vlnv"]

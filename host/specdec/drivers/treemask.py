@@ -1,0 +1,159 @@
+"""treemask driver: the tree-attention mask and depths of a token tree, one call per tree.
+
+On a board::
+
+    ol = pynq.Overlay("specdec.bit")
+    tm = ol.treemask                               # bound through ``bindto``
+    tm.attach(DmaSink(ol.axi_dma_1))               # mask words come back through the DMA's S2MM channel
+    mask, depth = tm.masks(tree.parents)           # (N, N) bool, (N,) int64
+    tm.cycles                                      # CYCLES_BUSY of that call
+
+Off the board the same class takes a golden or simulation device (``specdec.backends``) and the matching
+sink (``GoldenDevice.sink``, ``specdec.backends.sim.SimSink``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hls_ref.treemask import unpack_word
+
+from ..backends.device import WordSink
+from ..errors import CoreTimeout, SpecdecError
+from ..regmap import TREE_MAX_NODES, core
+from ..tree import check_parents
+from .base import SpecdecIP, vlnv
+
+WORD_BYTES = core("treemask").stream("m_axis").width // 8   # bytes per m_axis word
+
+
+class DmaSink(WordSink):
+    """Words through an AXI DMA's S2MM channel: one transfer per frame, ended by the core's TLAST.
+
+    The receive buffer (``max_words`` words of ``word_bytes``) comes from ``allocator``
+    (``pynq.allocate``) once; :meth:`recv` arms the channel, waits (bounded) until the frame is in and
+    returns its words, as many as the channel reports it ``transferred``.
+
+    Parameters
+    ----------
+    dma : pynq.lib.dma.DMA
+        Any object with ``recvchannel.transfer(array)``, ``.wait()``, ``.idle`` and ``.transferred``.
+    allocator : callable, optional
+        ``allocator(shape=..., dtype=...)``; default ``pynq.allocate``.
+    max_words : int
+        Longest frame (the core's NODES_MAX; default the largest any build has).
+    word_bytes : int
+        Bytes per stream word (default the m_axis width / 8).
+    poll_limit : int
+        ``idle`` polls before :class:`CoreTimeout` (pynq's own ``wait`` would spin forever).
+    """
+
+    def __init__(self, dma, allocator=None, max_words: int = TREE_MAX_NODES, word_bytes: int = WORD_BYTES,
+                 poll_limit: int = 1_000_000) -> None:
+        if allocator is None:
+            from pynq import allocate as allocator
+        if max_words < 1 or word_bytes < 1:
+            raise ValueError(f"max_words={max_words} and word_bytes={word_bytes} must be >= 1")
+        self.channel = dma.recvchannel
+        self.word_bytes, self.poll_limit = word_bytes, poll_limit
+        self.buffer = allocator(shape=(max_words * word_bytes,), dtype=np.uint8)
+
+    def recv(self) -> list[int]:
+        self.channel.transfer(self.buffer)
+        for _ in range(self.poll_limit):
+            if self.channel.idle:
+                break
+        else:
+            raise CoreTimeout(f"DMA receive not done after {self.poll_limit} polls (no TLAST from the core)")
+        self.channel.wait()
+        nbytes = int(getattr(self.channel, "transferred", 0) or 0)
+        if nbytes % self.word_bytes:
+            raise SpecdecError(f"DMA received {nbytes} bytes, not whole {self.word_bytes}-byte words")
+        data = bytes(self.buffer[:nbytes])
+        wb = self.word_bytes
+        return [int.from_bytes(data[k:k + wb], "little") for k in range(0, nbytes, wb)]
+
+
+class TreeMask(SpecdecIP):
+    """Driver of the ``treemask`` core (golden model ``hls_ref.treemask``, RTL ``fpga.treemask``).
+
+    Parameters
+    ----------
+    description : dict
+        pynq's IP description, or ``specdec.drivers.base.description`` off the board.
+    sink : WordSink, optional
+        The core's word stream; or :meth:`attach` one later (pynq binds the driver without it).
+    """
+
+    core_name = "treemask"
+    bindto = [vlnv("treemask")]
+
+    def __init__(self, description: dict, sink: WordSink | None = None) -> None:
+        super().__init__(description)
+        self._nodes_max = self.read_fields("PARAMS")["NODES_MAX"]
+        self.sink: WordSink | None = sink
+        #: CYCLES_BUSY of the last :meth:`masks` call (N + 1 plus any stall cycles on the RTL).
+        self.cycles = 0
+        self._parent_reg = self.cmap.reg("PARENT0")
+
+    @property
+    def nodes_max(self) -> int:
+        """Largest tree the core takes (``PARAMS.NODES_MAX``)."""
+        return self._nodes_max
+
+    def attach(self, sink: WordSink) -> None:
+        """Receive the mask words through ``sink``."""
+        self.sink = sink
+
+    def write_tree(self, parents) -> int:
+        """Write NODES and the PARENT registers of ``parents`` (node 0's byte 0); returns N."""
+        n = len(parents)
+        per = len(self._parent_reg.fields)
+        vals = [0] + [int(p) for p in parents[1:]]
+        for k in range(-(-n // per)):
+            chunk = vals[per * k:per * k + per]
+            self.write_fields(f"PARENT{k}", **{f"P{j}": v for j, v in enumerate(chunk)})
+        self.write_reg("NODES", n)
+        return n
+
+    def masks(self, parents) -> tuple[np.ndarray, np.ndarray]:
+        """The ancestor-or-self mask and the depths of the tree with ``parents``.
+
+        Parameters
+        ----------
+        parents : sequence of int, length N
+            ``parents[i] < i`` for i >= 1; ``parents[0]`` (the root's, e.g. -1) is ignored.
+
+        Returns
+        -------
+        mask : ndarray of bool, shape (N, N)
+            ``mask[i, j]`` when node j is node i or one of its ancestors.
+        depth : ndarray of int64, shape (N,)
+            Depth of each node (root 0).
+
+        Raises
+        ------
+        ValueError
+            N outside 1..NODES_MAX, or a parent not below its child (checked before the core is touched).
+        CoreError
+            The core reported an error (the decoded ERR bits).
+        """
+        if self.sink is None:
+            raise SpecdecError("treemask: no word sink attached (call attach(sink) first)")
+        parents = check_parents((0,) + tuple(parents[1:]) if len(parents) else (), self.nodes_max)
+        n = self.write_tree(parents)
+        self.start()
+        if self.read_fields("STATUS")["ERROR"]:
+            self.check()
+        words = self.sink.recv()
+        self.wait_done()
+        self.cycles = self.read_reg("CYCLES_BUSY")
+        if len(words) != n:
+            raise SpecdecError(f"treemask: {len(words)} words for a {n}-node tree")
+        fields = [unpack_word(w) for w in words]
+        nodes = [f[0] for f in fields]
+        if nodes != list(range(n)):
+            raise SpecdecError(f"treemask: words carry nodes {nodes}, expected 0..{n - 1} in order")
+        bits = np.array([f[2] for f in fields], dtype=np.uint64)
+        mask = ((bits[:, None] >> np.arange(n, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+        depth = np.array([f[1] for f in fields], dtype=np.int64)
+        return mask, depth

@@ -1,0 +1,81 @@
+"""treemask driver: the shared checks on the golden backend, a fake DMA sink, and the host-side API."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hls_ref import treemask as golden
+from specdec.backends.golden import GoldenDevice
+from specdec.drivers import DmaSink, TreeMask
+from specdec.drivers.base import description
+from specdec.drivers.treemask import WORD_BYTES
+from specdec.errors import CoreTimeout
+from tb.treemask.driver_checks import check_treemask_driver, core_error
+
+
+def golden_treemask(nodes_max: int = 64) -> tuple[TreeMask, GoldenDevice]:
+    dev = GoldenDevice({0: "treemask"}, params={0: {"nodes_max": nodes_max}})
+    return TreeMask(description("treemask", dev), dev.sink(0)), dev
+
+
+@pytest.mark.parametrize("nodes_max", [64, 8, 1])
+def test_driver_on_golden_model(nodes_max):
+    drv, _ = golden_treemask(nodes_max)
+    assert drv.nodes_max == nodes_max
+    check_treemask_driver(drv, exact_cycles=True)
+
+
+def test_cycles_and_error_recovery_on_golden():
+    drv, dev = golden_treemask(8)
+    drv.masks([-1, 0, 1])
+    assert drv.cycles == golden.cycles(3)
+    core_error(drv, [-1, 0, 2], ["BAD_PARENT"])
+    assert not dev.models[0].frames                # nothing was streamed
+    mask, depth = drv.masks([-1, 0, 1, 1])
+    assert mask.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]] and depth.tolist() == [0, 1, 2, 2]
+
+
+def test_golden_sink_without_frame_times_out():
+    _, dev = golden_treemask()
+    with pytest.raises(CoreTimeout):
+        dev.sink(0).recv()
+
+
+def test_no_sink_attached():
+    dev = GoldenDevice({0: "treemask"})
+    drv = TreeMask(description("treemask", dev))
+    with pytest.raises(Exception, match="attach"):
+        drv.masks([-1, 0])
+    drv.attach(dev.sink(0))
+    assert drv.masks([-1, 0])[1].tolist() == [0, 1]
+
+
+class FakeDma:
+    """An AXI DMA whose S2MM channel copies the golden model's next frame into the armed buffer."""
+
+    def __init__(self, sink) -> None:
+        self.recvchannel = self
+        self.sink, self.idle, self.transferred, self.armed = sink, True, 0, None
+
+    def transfer(self, array, start: int = 0, nbytes: int = 0) -> None:
+        self.armed = array
+
+    def wait(self) -> None:
+        words = self.sink.recv()
+        data = b"".join(w.to_bytes(WORD_BYTES, "little") for w in words)
+        self.armed[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.transferred = len(data)
+
+
+def test_driver_through_fake_dma():
+    dev = GoldenDevice({0: "treemask"}, params={0: {"nodes_max": 64}})
+    allocated = []
+
+    def allocate(shape, dtype):
+        allocated.append(np.zeros(shape, dtype=dtype))
+        return allocated[-1]
+
+    sink = DmaSink(FakeDma(dev.sink(0)), allocator=allocate)
+    assert allocated[0].nbytes == 64 * WORD_BYTES == 64 * 16
+    drv = TreeMask(description("treemask", dev), sink)
+    check_treemask_driver(drv, sizes=(1, 2, 17, 64), exact_cycles=True)
