@@ -127,3 +127,62 @@ def test_escaped_newline_in_prompt(gpt2_dirs, capsys):
             "--max-new-tokens", "4"]
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.startswith("ROMEO:\nBut soft")
+
+
+# ------------------------------------------------------------------------------------------------
+# Token trees on the command line
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["static", "eagle", "sequoia"])
+def test_generate_tree_greedy_equals_chain(kind, gpt2_dirs, tmp_path, capsys):
+    """``--tree KIND`` prints the same greedy text as the chain (both equal target-only greedy decoding)."""
+    base = ["generate", "--prompt", "ROMEO:\\nBut soft", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1],
+            "--max-new-tokens", "12"]
+    assert cli.main(base) == 0
+    chain = capsys.readouterr().out
+    out = tmp_path / "tree.json"
+    assert cli.main(base + ["--tree", kind, "--tree-budget", "12", "--json", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == chain + f"wrote {out}\n"
+    assert "tokens/target call" in cap.err
+    res = json.loads(out.read_text())
+    assert res["tree"]["kind"] == kind and res["tree"]["budget"] == 12
+    rounds = res["generations"][0]["rounds"]
+    assert all(r["g"] <= 11 and r["mask_cycles"] > 0 for r in rounds)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--tree", "bushy"], "invalid choice"),
+    (["--tree", "eagle", "--tree-budget", "65"], "tree budget must be an integer in 2..64"),
+    (["--tree", "eagle", "--tree-budget", "1"], "tree budget must be an integer in 2..64"),
+    (["--tree", "eagle", "--tree-depth", "0"], "tree depth"),
+    (["--tree", "static", "--draft", "prompt-lookup"], "drafts with a model"),
+])
+def test_generate_tree_usage_errors(extra, message, capsys):
+    code = exit_code(["generate", "--prompt", "x"] + extra)
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_e2e_trees(gpt2_dirs, tmp_path):
+    """Trees run beside the chains; each tree row is compared with the best chain at equal target cost."""
+    out = tmp_path / "e2e.json"
+    argv = ["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gammas", "0,3,7",
+            "--tree", "eagle,static", "--tree-budget", "8", "--n-prompts", "2", "--max-new-tokens", "8",
+            "--json", str(out)]
+    assert cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    assert [r["gamma"] for r in res["rows"]] == [0, 3, 7, "eagle-8", "static-8"]
+    assert [r["mode"] for r in res["rows"]] == ["chain", "chain", "chain", "eagle", "static"]
+    assert res["greedy_outputs_identical_across_gammas"] is True
+    cmp = {c["tree"]: c for c in res["tree_vs_chain"]}
+    assert set(cmp) == {"eagle-8", "static-8"}
+    for c in cmp.values():
+        assert c["best_chain_gamma"] in (3, 7) and c["nodes"] == 8
+        assert c["higher"] == (c["tokens_per_call"] > c["best_chain_tokens_per_call"])
+    tree_rows = [r for r in res["rows"] if r["mode"] != "chain"]
+    assert all(r["mask_cycles_per_round"] == 9 and r["verifier_cycles_per_round"] > 0 for r in tree_rows)
+
+
+def test_bench_e2e_bad_tree_kind_exit_2(capsys):
+    assert exit_code(["bench", "e2e", "--tree", "eagle,bushy"]) == 2
+    assert "tree kind 'bushy'" in capsys.readouterr().err

@@ -260,7 +260,7 @@ def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfi
     if min(prompt) < 0 or max(prompt) >= target.vocab:
         raise ValueError(f"prompt token ids must lie in 0..{target.vocab - 1}, got {min(prompt)}..{max(prompt)}")
     s = cfg.sampling
-    baseline = cfg.gamma == 0
+    baseline = cfg.gamma == 0 and not cfg.tree_budget
     if not baseline and (draft is None or verifier is None):
         raise ValueError(f"gamma={cfg.gamma} needs a draft source and a verifier")
     if cfg.tree_budget:

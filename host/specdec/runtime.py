@@ -211,7 +211,7 @@ def generate_one(pair: Pair, verifier, ids: list[int], cfg: GenConfig, index: in
     """Prompt ``index`` of a job: the verifier's RNG and the draft's sampler seeded from (seed, index).
 
     Tree speculation (``cfg.tree_budget``) drafts with ``drafter`` and takes masks from ``masker``."""
-    if verifier is not None and cfg.gamma != 0:
+    if verifier is not None and (cfg.gamma != 0 or cfg.tree_budget):
         verifier.seed(seed_words(cfg.seed, index))
     return generate(pair.target, drafter if cfg.tree_budget else pair.draft, verifier, ids,
                     GenConfig(cfg.max_new_tokens, cfg.gamma, cfg.sampling, cfg.seed + index, cfg.stop_at_eos,
