@@ -10,7 +10,7 @@ code -32768 is 0 and every max/distance is unsigned arithmetic (MyHDL's signed c
 not arise). The temperature is applied on the stream lane with unsigned magnitudes and a floor/ceil
 split, which equals ``clip((z * INV_TEMP) >> 8, -32767, 32767)`` for both signs.
 
-FSM::
+FSM (chain mode, CONFIG.TREE = 0)::
 
     IDLE --START ok--> STREAM(p_0) --last beat--> ROWEND
     ROWEND  greedy: accept -> STREAM(p_{i+1}) | else NEXT_TOKEN = argmax -> DONE
@@ -18,14 +18,31 @@ FSM::
     EXPX -> ACC1 -> ACC2: accept -> STREAM(p_{i+1}) | reject -> TOTAL (weights max(0, e_p S_q - e_q S_p))
     TOTAL (ceil(V/L) beats) -> TDONE (take word) -> TCALC (rem = t = u W >> 24) -> WALK (x // L + 1 beats) -> DONE
     any stream/start error -> ERR (sticky until CTRL.SOFT_RESET)
+
+Tree mode (CONFIG.TREE = 1; CUR = CUR_NODE, the node whose row is streamed)::
+
+    IDLE --START ok--> STREAM(p_0) --last beat--> ROWEND
+    ROWEND  greedy: first child c of CUR (node order) with token == argmax: CUR = c -> STREAM
+                    | none: NEXT_TOKEN = argmax -> DONE
+            sampling: m_p, S_p, R = 0, tried = 0 -> TPICK
+    TPICK   c = first untried child of CUR (priority encoder over the child mask), x = token(c) -> TREAD
+            | none -> TOTAL (weights e_p over the buffer, the rejected tokens zeroed)
+    TREAD   buffer read of beat x >> log2(L)                       (synchronous read: data in TEXP)
+    TEXP    e = EXP(m_p - lane x % L of the beat), S' = S_p - R (0 if R >= S_p), take a word
+    TACC    accept (u S' < e << 24): CUR = c -> STREAM
+            | reject: R += e, write the beat back with lane x % L = -inf -> TPICK
+    TDONE   W = 0 -> EMPTY_ROW (no word); else as in chain mode
+
+The tree registers (NODES, TREE_PARENT*, TREE_TOKEN*) are read at START (checks) and, except NODES,
+which is latched, while the round runs: the host must not write them while BUSY.
 """
 from __future__ import annotations
 
 import math
 
-from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always_seq, block, intbv
+from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always_seq, block, concat, intbv
 
-from specdec.regmap import core
+from specdec.regmap import TREE_MAX_NODES, core
 
 from .axil import AxiLite, axil_regs, register_signals
 from .rng import xoshiro128pp
@@ -35,7 +52,7 @@ EL = tuple(int(round(32768 * math.exp(-1.0 * j / 256.0))) for j in range(16))
 
 # FSM states
 ST_IDLE, ST_STREAM, ST_ROWEND, ST_EXPX, ST_ACC1, ST_ACC2, ST_TOTAL, ST_TDONE, ST_TCALC, ST_WALK, \
-    ST_DONE, ST_ERR = range(12)
+    ST_DONE, ST_ERR, ST_TPICK, ST_TREAD, ST_TEXP, ST_TACC = range(16)
 
 SUM_W = 64      # total weight W and running sums (the golden model bounds them by 2**62)
 WL_W = 48       # one lane's rejection weight (<= 2**46)
@@ -343,8 +360,61 @@ def token_check(K, tok, gamma, vocab, bad):
 
 
 @block
+def tree_node(J, parent, token, r_nodes, r_vocab, n_nodes, cur, arg, tried, bad_par, bad_tok, kid, hit):
+    """Node J of the tree (J >= 1): start checks on the live registers, child tests on the latched NODES.
+
+    ``bad_par``: J < NODES and parent >= J (BAD_TREE); ``bad_tok``: J < NODES and token >= VOCAB (BAD_TOKEN);
+    ``kid``: an untried child of node ``cur``; ``hit``: a child of ``cur`` whose token is ``arg`` (greedy).
+    """
+
+    @always_comb
+    def start_checks():
+        bad_par.next = J < r_nodes and parent >= J
+        bad_tok.next = J < r_nodes and token >= r_vocab
+
+    @always_comb
+    def children():
+        kid.next = J < n_nodes and parent == cur and not tried
+        hit.next = J < n_nodes and parent == cur and token == arg
+
+    return start_checks, children
+
+
+@block
+def first_set(bus, N, found, idx):
+    """Priority encoder: ``idx`` = the lowest set bit of ``bus`` (N bits), ``found`` = any bit set."""
+
+    @always_comb
+    def enc():
+        f = False
+        k = intbv(0)[6:]
+        for j in range(N):
+            if not f and bus[j]:
+                f = True
+                k[:] = j
+        found.next = f
+        idx.next = k
+
+    return enc
+
+
+@block
+def lane_clear(K, xlane, din, dout):
+    """Lane K of a buffered beat, or -inf (biased 0) when K is the lane of the rejected token."""
+
+    @always_comb
+    def clr():
+        if xlane == K:
+            dout.next = 0
+        else:
+            dout.next = din
+
+    return clr
+
+
+@block
 def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
-             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16):
+             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64):
     """Verifier IP.
 
     Parameters
@@ -355,11 +425,19 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         Register port (``specdec.regmap.core("verifier")``).
     s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast : Signal
         Logit rows, LANES 16-bit codes per beat (lane 0 in bits 15:0), TLAST on each row's last beat.
-    VOCAB_MAX, LANES, GAMMA_MAX : int
-        Row buffer depth (tokens), codes per beat (1, 2, 4, 8), largest GAMMA.
+    VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX : int
+        Row buffer depth (tokens), codes per beat (1, 2, 4, 8), largest GAMMA, largest NODES in tree mode.
     """
     L = LANES
-    assert L in (1, 2, 4, 8) and 1 <= GAMMA_MAX <= 16 and 1 <= VOCAB_MAX <= 65536
+    if L not in (1, 2, 4, 8):
+        raise ValueError(f"verifier: LANES={L} not in (1, 2, 4, 8)")
+    if not 1 <= GAMMA_MAX <= 16:
+        raise ValueError(f"verifier: GAMMA_MAX={GAMMA_MAX} outside 1..16")
+    if not 1 <= VOCAB_MAX <= 65536:
+        raise ValueError(f"verifier: VOCAB_MAX={VOCAB_MAX} outside 1..65536")
+    if not 1 <= TREE_MAX <= TREE_MAX_NODES:
+        raise ValueError(f"verifier: TREE_MAX={TREE_MAX} outside 1..{TREE_MAX_NODES}")
+    NT = max(TREE_MAX, 2)       # node cells 1..NT-1 (a 1-node build keeps one, never live)
     LOG2L = L.bit_length() - 1
     DEPTH = -(-VOCAB_MAX // L)
     AW = max(1, (DEPTH - 1).bit_length()) + 1       # beat index width (one spare bit)
@@ -374,11 +452,14 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     st = cmap.reg("STATUS")
     st_busy, st_done, st_err = (st.field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
     errf = cmap.reg("ERR")
-    E_SEED_ZERO, E_BAD_GAMMA, E_BAD_VOCAB, E_BAD_TOKEN, E_BAD_TEMP, E_SHORT, E_LONG, E_UNEXP, E_EMPTY = (
-        errf.field(n).mask for n in ("SEED_ZERO", "BAD_GAMMA", "BAD_VOCAB", "BAD_TOKEN", "BAD_TEMP",
-                                     "SHORT_ROW", "LONG_ROW", "UNEXPECTED_DATA", "EMPTY_ROW"))
+    E_SEED_ZERO, E_BAD_GAMMA, E_BAD_VOCAB, E_BAD_TOKEN, E_BAD_TEMP, E_SHORT, E_LONG, E_UNEXP, E_EMPTY, \
+        E_BAD_TREE = (errf.field(n).mask for n in ("SEED_ZERO", "BAD_GAMMA", "BAD_VOCAB", "BAD_TOKEN", "BAD_TEMP",
+                                                   "SHORT_ROW", "LONG_ROW", "UNEXPECTED_DATA", "EMPTY_ROW",
+                                                   "BAD_TREE"))
+    cfg = cmap.reg("CONFIG")
+    bit_greedy, bit_tree = cfg.field("GREEDY").lsb, cfg.field("TREE").lsb
     pr = cmap.reg("PARAMS")
-    PARAMS_VAL = pr.encode(LANES=L, GAMMA_MAX=GAMMA_MAX)
+    PARAMS_VAL = pr.encode(LANES=L, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX)
 
     regfile = axil_regs(clk, rst, s_axil, cmap, regs)
 
@@ -386,9 +467,10 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     r_config, r_gamma, r_vocab, r_itemp = (regs[n] for n in ("CONFIG", "GAMMA", "VOCAB", "INV_TEMP"))
     seed0, seed1, seed2, seed3 = (regs[f"SEED{k}"] for k in range(4))
     (r_status, r_err, r_params, r_vmax, r_nacc, r_next, r_bits, r_rows, r_words, r_lep, r_leq, r_lsp,
-     r_lsq, r_cbusy, r_cstall) = (regs[n] for n in (
+     r_lsq, r_cbusy, r_cstall, r_cur, r_plo, r_phi, r_nodes) = (regs[n] for n in (
         "STATUS", "ERR", "PARAMS", "VOCAB_MAX", "N_ACCEPT", "NEXT_TOKEN", "ACCEPT_BITS", "ROWS", "WORDS",
-        "LAST_EP", "LAST_EQ", "LAST_SP", "LAST_SQ", "CYCLES_BUSY", "CYCLES_STALL"))
+        "LAST_EP", "LAST_EQ", "LAST_SP", "LAST_SQ", "CYCLES_BUSY", "CYCLES_STALL", "CUR_NODE", "PATH_LO",
+        "PATH_HI", "NODES"))
 
     insts = [regfile]
 
@@ -430,9 +512,9 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     w_d, w_e, w_tot, rem = (Signal(intbv(0)[SUM_W:]) for _ in range(4))   # rem = t - (walked sum)
     uw = Signal(intbv(0)[SUM_W + 24:])
     addr = Signal(intbv(0)[AW:])
-    n_acc = Signal(intbv(0)[5:])
+    n_acc = Signal(intbv(0)[7:])
     next_tok = Signal(intbv(0)[18:])
-    acc_bits = Signal(intbv(0)[16:])
+    acc_bits = Signal(intbv(0)[32:])
     rows = Signal(intbv(0)[32:])
     words = Signal(intbv(0)[32:])
     lep, leq = (Signal(intbv(0)[16:]) for _ in range(2))
@@ -440,6 +522,16 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     cbusy, cstall = (Signal(intbv(0)[32:]) for _ in range(2))
     beat = Signal(bool(0))
     jbase = Signal(intbv(0)[18:])
+    # tree mode
+    tree = Signal(bool(0))
+    n_nodes = Signal(intbv(0)[7:])      # NODES latched at START
+    cur = Signal(intbv(0)[6:])          # CUR_NODE
+    path = Signal(intbv(0)[64:])        # PATH_HI:PATH_LO
+    tried = Signal(intbv(0)[NT - 1:])   # bit j - 1: node j (a child of cur) already tested
+    csel = Signal(intbv(0)[6:])         # the child under test
+    xsel = Signal(intbv(0)[16:])        # its token
+    rsum = Signal(intbv(0)[33:])        # R: e_p of the children rejected at cur
+    s_left = Signal(intbv(0)[32:])      # S' = S_p - R, 0 if R >= S_p
 
     # ---------------- start-time token check ----------------
     dwords = [regs[f"DRAFT{k}"] for k in range(8)]
@@ -452,6 +544,35 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         insts.append(token_check(k, toks[k], r_gamma, r_vocab, bads[k]))
     bad_bus = ConcatSignal(*reversed(bads))
     draft_bus = ConcatSignal(*reversed(dwords))
+
+    # ---------------- tree: start checks, child mask, priority encoders ----------------
+    pwords = [regs[f"TREE_PARENT{k}"] for k in range(TREE_MAX_NODES // 4)]
+    twords = [regs[f"TREE_TOKEN{k}"] for k in range(TREE_MAX_NODES // 2)]
+    tok_bus = ConcatSignal(*reversed(twords))           # token of node j in bits 16 j + 15 .. 16 j
+    bad_par = [Signal(bool(0)) for _ in range(NT)]
+    bad_ttok = [Signal(bool(0)) for _ in range(NT)]
+    kids = [Signal(bool(0)) for _ in range(NT)]
+    hits = [Signal(bool(0)) for _ in range(NT)]
+    for j in range(1, NT):
+        insts.append(tree_node(j, pwords[j // 4](8 * (j % 4) + 8, 8 * (j % 4)),
+                               twords[j // 2](16 * (j % 2) + 16, 16 * (j % 2)), r_nodes, r_vocab, n_nodes, cur,
+                               arg, tried(j - 1), bad_par[j], bad_ttok[j], kids[j], hits[j]))
+    # bit j = node j; bit 0 (the root) is a constant 0
+    bad_par_bus, bad_ttok_bus, kid_bus, hit_bus = (ConcatSignal(*reversed(v[1:]), intbv(0)[1:])
+                                                   for v in (bad_par, bad_ttok, kids, hits))
+    kid_found, hit_found = Signal(bool(0)), Signal(bool(0))
+    kid_idx, hit_idx = Signal(intbv(0)[6:]), Signal(intbv(0)[6:])
+    insts.append(first_set(kid_bus, NT, kid_found, kid_idx))
+    insts.append(first_set(hit_bus, NT, hit_found, hit_idx))
+    tsh = Signal(intbv(0)[11:])         # 16 * kid_idx: the token's bit offset in tok_bus
+    kid_tok = Signal(intbv(0)[16:])
+
+    @always_comb
+    def kid_token():
+        tsh.next = kid_idx * 16
+        kid_tok.next = (tok_bus >> tsh) & 0xFFFF
+
+    insts.append(kid_token)
 
     # ---------------- stream lanes ----------------
     lane_raw = [s_axis_tdata(16 * (k + 1), 16 * k) for k in range(L)]
@@ -499,10 +620,16 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     rd_q = Signal(intbv(0)[DW:])
     we_p = Signal(bool(0))
     we_q = Signal(bool(0))
+    wa_p = Signal(intbv(0)[AW - 1:])    # p buffer write port: the stream, or TACC's write-back of x's beat
+    din_p = Signal(intbv(0)[DW:])
+    xbeat = Signal(intbv(0)[AW:])       # beat of the token under test, x >> log2(L)
+    xlane = Signal(intbv(0)[4:])        # its lane, x % L
+    xsh = Signal(intbv(0)[8:])          # 16 * xlane
+    zsel = Signal(intbv(0)[16:])        # its buffered code (lane select of rd_p)
     # Synchronous reads (block RAM): ``ra`` is the address ``addr`` will hold next cycle, so ``rd_*`` always
     # shows the buffered beat at ``addr`` and the passes need no extra cycle.
     ra = Signal(intbv(0)[AW - 1:])      # no spare bit: it only indexes the DEPTH-entry buffers
-    insts.append(row_buffer(clk, we_p, bidx, zbus, ra, rd_p, DEPTH, DW))
+    insts.append(row_buffer(clk, we_p, wa_p, din_p, ra, rd_p, DEPTH, DW))
     insts.append(row_buffer(clk, we_q, bidx, zbus, ra, rd_q, DEPTH, DW))
 
     @always_comb
@@ -512,12 +639,38 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 ra.next = addr
             else:
                 ra.next = addr + 1
-        elif state == ST_ROWEND or state == ST_ACC2 or state == ST_TCALC:
+        elif state == ST_ROWEND or state == ST_ACC2 or state == ST_TCALC or state == ST_TPICK:
             ra.next = 0
+        elif state == ST_TREAD or state == ST_TEXP or state == ST_TACC:
+            ra.next = xbeat
         else:
             ra.next = addr
 
     insts.append(read_addr)
+
+    # tree mode: lane select of the token under test, and the beat written back with that lane at -inf
+    cleared = [Signal(intbv(0)[16:]) for _ in range(L)]
+    for k in range(L):
+        insts.append(lane_clear(k, xlane, rd_p(16 * (k + 1), 16 * k) if L > 1 else rd_p, cleared[k]))
+    cleared_bus = ConcatSignal(*reversed(cleared)) if L > 1 else cleared[0]
+
+    @always_comb
+    def tree_lane():
+        xbeat.next = xsel >> LOG2L
+        xlane.next = xsel & (L - 1)
+        xsh.next = (xsel & (L - 1)) * 16
+        zsel.next = (rd_p >> xsh) & 0xFFFF
+
+    @always_comb
+    def p_write_port():
+        if state == ST_TACC:
+            wa_p.next = xbeat
+            din_p.next = cleared_bus
+        else:
+            wa_p.next = bidx
+            din_p.next = zbus
+
+    insts += [tree_lane, p_write_port]
 
     # ---------------- sampling lanes ----------------
     zp_l = [rd_p(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [rd_p]
@@ -533,6 +686,9 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         if state == ST_EXPX:
             zp0.next = ztx_p
             zq0.next = ztx_q
+        elif state == ST_TEXP:
+            zp0.next = zsel
+            zq0.next = rq0
         else:
             zp0.next = rp0
             zq0.next = rq0
@@ -567,13 +723,15 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                               or state == ST_ERR)
         beat.next = s_axis_tvalid and (state == ST_STREAM or state == ST_IDLE or state == ST_DONE
                                        or state == ST_ERR)
-        we_p.next = s_axis_tvalid and state == ST_STREAM and not kind_q
+        # TACC writes x's beat back with x at -inf; on an accept the next row overwrites it anyway
+        we_p.next = (s_axis_tvalid and state == ST_STREAM and not kind_q) or state == ST_TACC
         we_q.next = s_axis_tvalid and state == ST_STREAM and kind_q
 
     @always_comb
     def rng_glue():
         load.next = cmd[bit_load] and not cmd[bit_soft] and not busy and err == 0 and not seed_zero
-        step.next = state == ST_EXPX or state == ST_TDONE
+        step.next = (state == ST_EXPX or state == ST_TEXP
+                     or (state == ST_TDONE and not (tree and not diff_mode and w_e == 0)))
 
     @always_comb
     def tok_glue():
@@ -581,11 +739,23 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         cap_en.next = i < gam
         jbase.next = bidx << LOG2L
 
+    t_lhs = Signal(intbv(0)[56:])
+    t_rhs = Signal(intbv(0)[40:])
+
     @always_comb
     def accept_glue():
         lhs.next = u_reg * a1
         rhs.next = b1 << 24
         uw.next = (rout >> 8) * w_tot
+        t_lhs.next = (rout >> 8) * lsp         # tree: u * S' (S' is in LAST_SP during TACC)
+        t_rhs.next = lep << 24                 # e << 24
+
+    @always_comb
+    def tree_glue():
+        if s_p > rsum:
+            s_left.next = s_p - rsum
+        else:
+            s_left.next = 0
 
     @always_comb
     def regs_out():
@@ -602,8 +772,11 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         r_lsq.next = lsq
         r_cbusy.next = cbusy
         r_cstall.next = cstall
+        r_cur.next = cur
+        r_plo.next = path[32:0]
+        r_phi.next = path[64:32]
 
-    insts += [seed_glue, busy_glue, rng_glue, tok_glue, accept_glue, regs_out]
+    insts += [seed_glue, busy_glue, rng_glue, tok_glue, accept_glue, tree_glue, regs_out]
 
     @always_seq(clk.posedge, reset=rst)
     def consts():
@@ -640,9 +813,13 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 lsq.next = 0
                 cbusy.next = 0
                 cstall.next = 0
+                cur.next = 0
+                path.next = 0
+                n_nodes.next = r_nodes[7:0]
+                tree.next = r_config[bit_tree]
                 vocab.next = r_vocab[18:0]
                 gam.next = r_gamma[5:0]
-                greedy.next = r_config[0]
+                greedy.next = r_config[bit_greedy]
                 itemp.next = r_itemp[16:0]
                 drafts.next = draft_bus
                 i.next = 0
@@ -652,16 +829,19 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 ssum.next = 0
                 ztx.next = 0
                 arg.next = 0
-                if r_gamma > GAMMA_MAX:
+                if r_config[bit_tree] and (r_nodes == 0 or r_nodes > TREE_MAX or bad_par_bus != 0):
+                    err.next = E_BAD_TREE
+                    state.next = ST_ERR
+                elif not r_config[bit_tree] and r_gamma > GAMMA_MAX:
                     err.next = E_BAD_GAMMA
                     state.next = ST_ERR
                 elif r_vocab == 0 or r_vocab > VOCAB_MAX:
                     err.next = E_BAD_VOCAB
                     state.next = ST_ERR
-                elif bad_bus != 0:
+                elif (r_config[bit_tree] and bad_ttok_bus != 0) or (not r_config[bit_tree] and bad_bus != 0):
                     err.next = E_BAD_TOKEN
                     state.next = ST_ERR
-                elif not r_config[0] and (r_itemp == 0 or r_itemp > 0xFFFF):
+                elif not r_config[bit_greedy] and (r_itemp == 0 or r_itemp > 0xFFFF):
                     err.next = E_BAD_TEMP
                     state.next = ST_ERR
                 else:
@@ -695,6 +875,24 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             if m_run == 0:
                 err.next = err | E_EMPTY
                 state.next = ST_ERR
+            elif tree and greedy:
+                if hit_found:
+                    acc_bits.next = concat(acc_bits[31:0], True)
+                    n_acc.next = n_acc + 1
+                    cur.next = hit_idx
+                    path.next[hit_idx] = 1
+                    state.next = ST_STREAM
+                else:
+                    next_tok.next = arg
+                    state.next = ST_DONE
+            elif tree:
+                m_p.next = m_run
+                s_p.next = ssum
+                lep.next = 0
+                lsp.next = ssum
+                rsum.next = 0
+                tried.next = 0
+                state.next = ST_TPICK
             elif greedy:
                 if i < gam and arg == xtok:
                     acc_bits.next = acc_bits | (1 << i)
@@ -752,6 +950,35 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 w_d.next = 0
                 w_e.next = 0
                 state.next = ST_TOTAL
+        elif state == ST_TPICK:
+            if kid_found:
+                csel.next = kid_idx
+                xsel.next = kid_tok
+                tried.next[kid_idx - 1] = 1
+                state.next = ST_TREAD
+            else:
+                diff_mode.next = 0
+                addr.next = 0
+                w_d.next = 0
+                w_e.next = 0
+                state.next = ST_TOTAL
+        elif state == ST_TREAD:
+            state.next = ST_TEXP
+        elif state == ST_TEXP:
+            lep.next = epx
+            lsp.next = s_left
+            words.next = words + 1
+            state.next = ST_TACC
+        elif state == ST_TACC:
+            if t_lhs < t_rhs:
+                acc_bits.next = concat(acc_bits[31:0], True)
+                n_acc.next = n_acc + 1
+                cur.next = csel
+                path.next[csel] = 1
+                state.next = ST_STREAM
+            else:
+                rsum.next = rsum + lep
+                state.next = ST_TPICK
         elif state == ST_TOTAL:
             w_d.next = w_d + pd_last
             w_e.next = w_e + pe_last
@@ -760,13 +987,17 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             else:
                 addr.next = addr + 1
         elif state == ST_TDONE:
-            if diff_mode and w_d != 0:
-                w_tot.next = w_d
+            if tree and not diff_mode and w_e == 0:
+                err.next = err | E_EMPTY       # tree: every weight left after the rejected children is 0
+                state.next = ST_ERR
             else:
-                diff_mode.next = 0
-                w_tot.next = w_e
-            words.next = words + 1
-            state.next = ST_TCALC
+                if diff_mode and w_d != 0:
+                    w_tot.next = w_d
+                else:
+                    diff_mode.next = 0
+                    w_tot.next = w_e
+                words.next = words + 1
+                state.next = ST_TCALC
         elif state == ST_TCALC:
             rem.next = uw >> 24
             addr.next = 0
@@ -783,7 +1014,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     return insts
 
 
-def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16):
+def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64):
     """Top-level signals of :func:`verifier` for conversion and simulation."""
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(core("verifier").addr_width),
             Signal(intbv(0)[16 * LANES:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)))

@@ -476,6 +476,26 @@ def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, la
         return done.value
 
 
+def _tree_bits(n_accept: int) -> int:
+    """ACCEPT_BITS in tree mode: ``(1 << n_accept) - 1``, as the 32-bit register holds it (all ones past
+    depth 32)."""
+    return ((1 << n_accept) - 1) & 0xFFFFFFFF
+
+
+def tree_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
+    """``CYCLES_BUSY - CYCLES_STALL`` of a completed tree round on fpga/verifier.py (docs/verifier.md).
+
+    ``rows * (ceil(V / L) + 1)`` (one cycle per beat, one per row end) in greedy mode; sampling adds four
+    cycles per tested child (TPICK, TREAD, TEXP, TACC: ``words - 1`` of them), one for the TPICK that
+    finds no child left, and the sample: TDONE, TCALC and ``sample_beats`` (``ceil(V / L)`` + ``x // L + 1``).
+    """
+    nb = -(-int(vocab) // int(lanes))
+    base = d.rows * (nb + 1)
+    if greedy:
+        return base
+    return base + 4 * (d.words - 1) + 3 + d.sample_beats
+
+
 def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int):
     """The tree round of :func:`verify_tree` after its start checks, as a generator fed one row at a time.
 
@@ -488,6 +508,7 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
     where ``S' = S_p - R`` (0 if R >= S_p) and R is the sum of e_p over the children rejected so far at
     v; a rejected child's token is removed (its weight becomes 0). When no child is accepted, NEXT_TOKEN is
     sampled from the weights left (e_p with the rejected tokens removed; at a leaf, e_p itself).
+    ACCEPT_BITS is ``(1 << n_accept) - 1`` truncated to the register's 32 bits.
     """
     parents = [int(p) for p in parents]
     tokens = [int(t) for t in tokens]
@@ -510,10 +531,10 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
         return u
 
     def done(next_token: int, err: int = 0, beats: int = 0) -> Decision:
-        return Decision(n_accept, next_token, (1 << n_accept) - 1, rows, nw, *last, err, beats, path, v)
+        return Decision(n_accept, next_token, _tree_bits(n_accept), rows, nw, *last, err, beats, path, v)
 
     while True:
-        r = np.asarray((yield Need("p", v, n_accept, (1 << n_accept) - 1, rows, nw, tuple(last), path)),
+        r = np.asarray((yield Need("p", v, n_accept, _tree_bits(n_accept), rows, nw, tuple(last), path)),
                        dtype=np.int64)
         if r.shape != (vocab,):
             raise ValueError(f"row p of node {v} has shape {r.shape}, expected ({vocab},)")

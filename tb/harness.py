@@ -84,5 +84,6 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     env = {"COCOTB_REWRITE_ASSERTION_FILES": "*/tb/*/test_*.py", "SPECDEC_CORE": core}
     env.update({f"PARAM_{k}": str(v) for k, v in params.items()})
     env.update(extra_env or {})
-    runner.test(hdl_toplevel=top, test_module=test_module, build_dir=build_dir, testcase=testcase,
-                waves=waves, extra_env=env, timescale=("1ns", "1ps") if sim == "icarus" else None)
+    # hdl_toplevel_lang: a runner that skipped build() (cached) cannot infer it from the sources
+    runner.test(hdl_toplevel=top, hdl_toplevel_lang="verilog", test_module=test_module, build_dir=build_dir,
+                testcase=testcase, waves=waves, extra_env=env, timescale=("1ns", "1ps") if sim == "icarus" else None)

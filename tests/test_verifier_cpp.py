@@ -176,3 +176,140 @@ def test_directed_corners():
     # Extreme temperatures: INV_TEMP = 1 squashes, 65535 clips to +-32767.
     for inv_temp in (1, 65535):
         compare(base, base[:2], [0, 1], greedy=False, inv_temp=inv_temp, words=words, lanes=lanes)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tree mode
+# ------------------------------------------------------------------------------------------------
+
+TREE_FIELDS = cpp.VERIFIER_TREE_FIELDS
+
+
+def random_tree(rng: np.random.Generator, n: int, vocab: int, *, greedy: bool, inv_temp: int, mask_frac: float,
+                empty: bool = False):
+    """Rows (n, V), parents and tokens of a random tree whose tokens often follow their parent's row (long
+    paths), with duplicate sibling tokens."""
+    style = rng.choice(["random", "deep", "wide", "chain"])
+    parents = [0]
+    for j in range(1, n):
+        parents.append({"random": int(rng.integers(j)), "deep": max(0, j - int(rng.integers(1, 3))),
+                        "wide": int(rng.integers(min(j, 2))), "chain": j - 1}[style])
+    scale = rng.choice([0.5, 2.0, 6.0, 40.0])
+    rows = quantize(rng.normal(0.0, scale, size=(n, vocab)))
+    mask = rng.random(rows.shape) < mask_frac
+    mask[np.arange(n), rows.argmax(axis=1)] = False
+    rows[mask] = LOGIT_NEG_INF
+    if empty:
+        rows[int(rng.integers(n))] = LOGIT_NEG_INF
+    tokens = [0]
+    for j in range(1, n):
+        r = rows[parents[j]]
+        sibs = [tokens[k] for k in range(1, j) if parents[k] == parents[j]]
+        u = rng.random()
+        if sibs and u < 0.15:
+            tokens.append(int(rng.choice(sibs)))
+        elif u < 0.75 and (r != LOGIT_NEG_INF).any():
+            if greedy:
+                tokens.append(int(r.argmax()))
+            else:
+                tokens.append(int(rng.choice(vocab, p=golden().fixed_point_dist(r, inv_temp))))
+        else:
+            tokens.append(int(rng.integers(vocab)))
+    return rows, parents, tokens
+
+
+def compare_tree(rows, parents, tokens, **kw) -> dict:
+    want = golden().verify_tree(rows, parents, tokens, **kw)
+    got = cpp.verifier_tree_round(rows, parents, tokens, **kw)
+    want_d = {k: int(getattr(want, k)) for k in FIELDS}
+    want_d.update(path_lo=want.path & 0xFFFFFFFF, path_hi=want.path >> 32, node=want.node)
+    assert got == want_d, f"C++ {got} != golden {want_d} for parents={parents} tokens={tokens} kw={kw}"
+    return got
+
+
+def test_tree_random_rounds():
+    """C++ == golden on random trees: N 1..64, sibling duplicates, greedy and sampling, temperatures,
+    -inf masks, empty rows."""
+    rng = np.random.default_rng(20261122)
+    seen = set()
+    deepest = 0
+    for _ in range(700):
+        n = int(rng.choice([1, 2, int(rng.integers(1, 65)), int(rng.integers(1, 65)), 64]))
+        vocab = int(rng.integers(1, 65))
+        lanes = int(rng.choice([1, 2, 4, 8]))
+        greedy = bool(rng.random() < 0.35)
+        inv_temp = int(rng.choice([256, 256, int(rng.integers(1, 1024)), 65535, 1]))
+        rows, parents, tokens = random_tree(rng, n, vocab, greedy=greedy, inv_temp=inv_temp,
+                                            mask_frac=float(rng.choice([0.0, 0.3, 0.8])),
+                                            empty=bool(rng.random() < 0.03))
+        words = rng.integers(0, 1 << 32, size=n + 1, dtype=np.uint64).astype(np.uint32)
+        got = compare_tree(rows, parents, tokens, greedy=greedy, inv_temp=inv_temp, words=words, lanes=lanes)
+        deepest = max(deepest, got["n_accept"])
+        seen.add((greedy, got["err"] != 0, got["n_accept"] > 0, got["words"] > got["n_accept"] + 1))
+    assert deepest >= 5
+    # both modes accept and stop; sampling rejects children before sampling; EMPTY_ROW happens
+    assert {(True, False, True, False), (False, False, True, True), (False, False, False, True)} <= seen
+    assert any(err for _, err, _, _ in seen)
+
+
+def test_tree_start_errors_in_spec_order():
+    rng = np.random.default_rng(5)
+    rows, parents, tokens = random_tree(rng, 6, 16, greedy=False, inv_temp=256, mask_frac=0.0)
+    kw = dict(greedy=False, inv_temp=256, words=[1, 2, 3], lanes=4, vocab_max=16, tree_max=8)
+    bad = [  # (parents, tokens, overrides, expected ERR)
+        ([], [], {}, "BAD_TREE"),                                                # N = 0
+        ([0] * 9, [0] * 9, {}, "BAD_TREE"),                                      # N = TREE_MAX + 1
+        ([0, 0, 2], [0, 1, 1], {}, "BAD_TREE"),                                  # parent == i
+        ([0, 0, 1, 7], [0, 1, 1, 1], {}, "BAD_TREE"),                            # parent > i
+        ([0, 0, 2], [0, 1, 1], {"vocab_max": 8}, "BAD_TREE"),                    # before BAD_VOCAB
+        (parents, tokens, {"vocab_max": 8}, "BAD_VOCAB"),
+        (parents, tokens[:-1] + [16], {"inv_temp": 0}, "BAD_TOKEN"),             # before BAD_TEMP
+        (parents, tokens, {"inv_temp": 0}, "BAD_TEMP"),
+        (parents, tokens, {"inv_temp": 0x10000}, "BAD_TEMP"),
+    ]
+    for par, tok, over, name in bad:
+        r = rows if par else rows[:1]
+        got = compare_tree(r, par, tok, **(kw | over))
+        assert got["err"] == core("verifier").reg("ERR").field(name).mask, (name, got)
+        assert all(v == 0 for k, v in got.items() if k != "err"), got
+    # Not errors: greedy ignores INV_TEMP; node 0's token is never checked
+    got = compare_tree(rows, parents, [60000] + tokens[1:], **(kw | {"greedy": True, "inv_temp": 0}))
+    assert got["err"] == 0
+
+
+def test_tree_rejects_then_samples_without_the_rejected_tokens():
+    """Duplicate siblings: a rejected token has weight 0 for its duplicates and for the final sample."""
+    vocab = 8
+    row = np.full(vocab, -300, dtype=np.int16)
+    row[3] = 0
+    rows = np.stack([row, row, row])
+    # u = 2**24 - 1 rejects any child whose e < S' (here S' > e for token 3 since other tokens carry weight)
+    words = [0xFFFFFFFF] * 4
+    got = compare_tree(rows, [0, 0, 0, 0], [0, 3, 3, 3], greedy=False, inv_temp=256, words=words, lanes=4)
+    assert got["n_accept"] == 0 and got["words"] == 4 and got["next_token"] != 3 and got["last_ep"] == 0
+    # greedy: the first child with the argmax token wins, duplicates after it are never reached
+    got = compare_tree(rows, [0, 0, 0, 1], [0, 5, 3, 3], greedy=True, inv_temp=256, words=None, lanes=4)
+    assert (got["n_accept"], got["node"], got["path_lo"], got["next_token"]) == (1, 2, 0b100, 3)
+
+
+def test_tree_words_and_rows_run_out():
+    rng = np.random.default_rng(9)
+    rows, parents, tokens = random_tree(rng, 5, 16, greedy=False, inv_temp=256, mask_frac=0.0)
+    with pytest.raises(ValueError, match="RNG words"):
+        cpp.verifier_tree_round(rows, parents, tokens, greedy=False, inv_temp=256, words=[], lanes=4)
+    chain = [0, 0, 1]
+    toks = [0, int(rows[0].argmax()), int(rows[1].argmax())]
+    with pytest.raises(ValueError, match="row of a node"):
+        cpp.verifier_tree_round(rows[:1], chain, toks, greedy=True, inv_temp=256, words=None, lanes=4)
+
+
+def test_tree_full_vocab_64_nodes():
+    """V = 50257 with a 64-node tree, greedy and sampling (argmax chains make the paths long)."""
+    rng = np.random.default_rng(50257)
+    vocab, n = 50257, 64
+    for greedy, inv_temp in ((True, 256), (False, 256), (False, 200)):
+        rows, parents, tokens = random_tree(rng, n, vocab, greedy=greedy, inv_temp=inv_temp, mask_frac=0.0)
+        words = rng.integers(0, 1 << 32, size=n + 1, dtype=np.uint64).astype(np.uint32)
+        got = compare_tree(rows, parents, tokens, greedy=greedy, inv_temp=inv_temp, words=words, lanes=4,
+                           vocab_max=50272)
+        assert got["err"] == 0

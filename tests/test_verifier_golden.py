@@ -458,3 +458,73 @@ def test_fixed_point_dist():
     e = np.array([32768, exp_n(256), 0, exp_n(512)], dtype=float)
     assert np.allclose(d, e / e.sum()) and d[2] == 0
     assert np.allclose(v.fixed_point_dist(z, 0, greedy=True), d)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tree mode
+# ------------------------------------------------------------------------------------------------
+from tb.verifier.lossless import TREE_PARENTS, check_tree_lossless, make_tree_case, tree_emitted  # noqa: E402
+
+
+def tree_tokens_emitted(rows, tokens, trials: int, inv_temp: int, lanes: int, rng) -> list[list[int]]:
+    words = many_words(rng, trials, len(TREE_PARENTS) + 1)
+    out = []
+    for t in range(trials):
+        d = v.verify_tree(rows, TREE_PARENTS, tokens, greedy=False, inv_temp=inv_temp, words=words[t], lanes=lanes)
+        assert d.err == 0
+        out.append(tree_emitted(d.path, d.next_token, tokens))
+    return out
+
+
+@pytest.mark.parametrize("vocab,inv_temp,lanes,trials", [(12, 256, 4, 20_000), (10, 384, 1, 12_000)])
+def test_tree_lossless(vocab, inv_temp, lanes, trials):
+    """Recursive rejection sampling over a tree with point-mass drafts is lossless: the first emitted token
+    follows p of the root and, given the first is the token of root child c, the second follows p of c
+    (chi-square, alpha = 1e-3), with a duplicate sibling among the root's children."""
+    rng = np.random.default_rng(vocab * 7 + inv_temp)
+    rows, tokens = make_tree_case(vocab, rng, inv_temp)
+    emitted = tree_tokens_emitted(rows, tokens, trials, inv_temp, lanes, rng)
+    pvals = check_tree_lossless(emitted, rows, tokens, inv_temp)
+    assert {"first", "second|node1", "second|node2"} <= set(pvals), pvals
+    # Negative controls: the first token is not distributed as a child's p, nor the second as the root's
+    first = np.bincount([e[0] for e in emitted], minlength=vocab)
+    assert chi2_pvalue(first, v.fixed_point_dist(rows[1], inv_temp)) < ALPHA
+    second = np.bincount([e[1] for e in emitted if e[0] == tokens[1]], minlength=vocab)
+    assert chi2_pvalue(second, v.fixed_point_dist(rows[0], inv_temp)) < ALPHA
+    # The duplicate child (node 3) is never accepted, and every path is a path of the tree
+    paths = {tuple(e[:-1]) for e in emitted}
+    assert paths <= {(), (tokens[1],), (tokens[2],), (tokens[1], tokens[4]), (tokens[1], tokens[5])}, paths
+
+
+def test_tree_greedy_is_greedy_decoding():
+    """Greedy tree rounds emit exactly what greedy decoding along the tree emits."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        vocab = int(rng.integers(2, 20))
+        rows, tokens = make_tree_case(vocab, rng, 256)
+        tokens = list(tokens)
+        for j in range(1, len(tokens)):      # hit the parent's argmax half of the time
+            if rng.random() < 0.5:
+                tokens[j] = int(np.argmax(rows[TREE_PARENTS[j]]))
+        d = v.verify_tree(rows, TREE_PARENTS, tokens, greedy=True, inv_temp=256, words=None, lanes=4)
+        node, want = 0, []
+        while True:
+            a = int(np.argmax(rows[node]))
+            want.append(a)
+            kids = [c for c in range(1, len(tokens)) if TREE_PARENTS[c] == node and tokens[c] == a]
+            if not kids:
+                break
+            node = kids[0]
+        assert tree_emitted(d.path, d.next_token, tokens) == want
+        assert d.node == node and d.words == 0 and d.rows == len(want)
+        assert v.tree_rtl_cycles(d, vocab, 4, True) == d.rows * (-(-vocab // 4) + 1)
+
+
+def test_tree_accept_bits_register_width():
+    """ACCEPT_BITS holds (1 << N_ACCEPT) - 1 in 32 bits: a 40-deep greedy chain reads all ones."""
+    vocab, n = 8, 41
+    rows = np.full((n, vocab), -500, dtype=np.int16)
+    rows[:, 3] = 0
+    d = v.verify_tree(rows, [0] + list(range(n - 1)), [0] + [3] * (n - 1), greedy=True, inv_temp=256,
+                      words=None, lanes=4)
+    assert d.n_accept == 40 and d.accept_bits == 0xFFFFFFFF and d.path == ((1 << 41) - 2) and d.node == 40

@@ -30,6 +30,7 @@ static const int EL_SIZE = 16;             // EL[j] = round(2^15 exp(-j / 256))
 static const int EXP_RANGE = EH_SIZE * EL_SIZE;  // EXP(d) = 0 for d >= 4096
 static const int MAX_GAMMA = 16;           // VERIFIER_MAX_GAMMA: ACCEPT_BITS and DRAFT0..7 hold 16 tokens
 static const int MAX_VOCAB = 65536;        // VOCAB_MAX ceiling: 16-bit tokens, S fits 32 bits
+static const int MAX_NODES = 64;           // TREE_MAX_NODES: TREE_PARENT0..15 / TREE_TOKEN0..31 hold 64 nodes
 
 typedef unsigned __int128 u128;
 
@@ -37,6 +38,9 @@ enum {
     RES_N_ACCEPT = 0, RES_NEXT_TOKEN, RES_ACCEPT_BITS, RES_ROWS, RES_WORDS, RES_LAST_EP, RES_LAST_EQ,
     RES_LAST_SP, RES_LAST_SQ, RES_ERR, RES_SAMPLE_BEATS, RES_COUNT
 };
+
+// Tree rounds return RES_COUNT words, then PATH_LO, PATH_HI and CUR_NODE.
+enum { RES_PATH_LO = RES_COUNT, RES_PATH_HI, RES_NODE, RES_TREE_COUNT };
 
 // ---- exp tables (ROMs in hardware) --------------------------------------------------------------
 
@@ -181,6 +185,7 @@ total_loop:
         mode = 0;
         total = total_p;
     }
+    if (total == 0) return -1;  // tree mode, every weight removed: no word taken (EMPTY_ROW)
     // Pass 2: the walk.
     const uint64_t u = take_u(ws);
     const uint64_t t = (uint64_t)(((u128)u * total) >> U_BITS);
@@ -326,6 +331,113 @@ int verifier_core(const int16_t *p, int p_rows, const int16_t *q, int q_rows, co
     return ws.short_ ? -1 : 0;
 }
 
+// ---- tree mode (CONFIG.TREE = 1) -------------------------------------------------------------------
+
+// CTRL.START's tree checks in order: BAD_TREE, BAD_VOCAB, BAD_TOKEN (nodes 1..N-1), BAD_TEMP.
+static uint32_t tree_start_error(const uint8_t *parents, const uint16_t *tokens, int nodes, int vocab, int greedy,
+                                 uint32_t inv_temp, int vocab_max, int tree_max) {
+    if (nodes < 1 || nodes > tree_max) return SPECDEC_VERIFIER_ERR_BAD_TREE;
+    for (int i = 1; i < nodes; ++i)
+        if ((int)parents[i] >= i) return SPECDEC_VERIFIER_ERR_BAD_TREE;
+    if (vocab < 1 || vocab > vocab_max) return SPECDEC_VERIFIER_ERR_BAD_VOCAB;
+    for (int i = 1; i < nodes; ++i)
+        if ((int)tokens[i] >= vocab) return SPECDEC_VERIFIER_ERR_BAD_TOKEN;
+    if (!greedy && (inv_temp == 0 || inv_temp > 0xFFFF)) return SPECDEC_VERIFIER_ERR_BAD_TEMP;
+    return 0;
+}
+
+// One tree round. rows: row-major [n_rows, vocab], row v = the target row of node v (only the walked path's
+// rows are read). parents/tokens: [nodes] (node 0's ignored). result: RES_TREE_COUNT words. Returns 0, -1
+// when the round needed more than n_words RNG words, -2 when it needed a row v >= n_rows, -3 on bad call
+// arguments.
+int verifier_tree_core(const int16_t *rows, int n_rows, const uint8_t *parents, const uint16_t *tokens, int nodes,
+                       int vocab, int lanes, int greedy, uint32_t inv_temp, const uint32_t *words, int n_words,
+                       int vocab_max, int tree_max, uint32_t result[RES_TREE_COUNT]) {
+#pragma HLS INTERFACE mode=s_axilite port=parents bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=tokens bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=nodes bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=result bundle=ctrl
+#pragma HLS INTERFACE mode=s_axilite port=return bundle=ctrl
+#pragma HLS INTERFACE mode=axis port=rows
+#pragma HLS BIND_STORAGE variable=PBUF type=ram_2p impl=bram
+    (void)TABLES_READY;
+    for (int k = 0; k < RES_TREE_COUNT; ++k) result[k] = 0;
+    if (lanes < 1 || lanes > 16 || vocab_max < 1 || vocab_max > MAX_VOCAB || tree_max < 1 || tree_max > MAX_NODES ||
+        nodes < 0 || nodes > MAX_NODES + 1)
+        return -3;
+    uint32_t err = tree_start_error(parents, tokens, nodes, vocab, greedy, inv_temp, vocab_max, tree_max);
+    if (err) {
+        result[RES_ERR] = err;
+        return 0;
+    }
+
+    Words ws = {words, n_words, 0, false};
+    uint32_t n_accept = 0, rows_used = 0, next_token = 0, sample_beats = 0;
+    uint32_t last_ep = 0, last_sp = 0;
+    uint64_t path = 0;
+    int v = 0;
+    const uint32_t beats = (uint32_t)((vocab + lanes - 1) / lanes);
+    int status = 0;
+    const RowStats none = {false, 0, 0u, -1};
+
+node_loop:
+    for (;;) {
+        if (v >= n_rows) { status = -2; break; }
+        const RowStats sp = stream_row(rows + (long)v * vocab, vocab, lanes, !greedy, inv_temp, PBUF);
+        rows_used++;
+        if (!sp.valid) { err = SPECDEC_VERIFIER_ERR_EMPTY_ROW; break; }
+        int next = -1;
+        if (greedy) {
+        greedy_children:
+            for (int c = 1; c < nodes; ++c)
+                if (parents[c] == v && (int)tokens[c] == sp.argmax) { next = c; break; }
+            if (next < 0) { next_token = (uint32_t)sp.argmax; break; }
+        } else {
+            last_ep = 0;
+            last_sp = sp.s;
+            uint32_t removed = 0;  // R: e_p of the children rejected at v
+        sample_children:
+            for (int c = 1; c < nodes; ++c) {
+                if (parents[c] != v) continue;
+                const int x = tokens[c];
+                const uint32_t e = e_of(sp, PBUF[x]);  // 0 for a token already removed
+                const uint32_t s_left = sp.s > removed ? sp.s - removed : 0u;
+                last_ep = e;
+                last_sp = s_left;
+                const u128 u = take_u(ws);
+                if (u * s_left < ((u128)e << U_BITS)) { next = c; break; }
+                removed += e;
+                PBUF[x] = (int16_t)LOGIT_NEG_INF;  // rejected: weight 0 for duplicates and the final sample
+            }
+            if (next < 0) {
+                const int tok = sample(0, PBUF, PBUF, sp, none, vocab, ws);
+                if (tok < 0) { err = SPECDEC_VERIFIER_ERR_EMPTY_ROW; break; }
+                next_token = (uint32_t)tok;
+                sample_beats = beats + (uint32_t)(tok / lanes) + 1;
+                break;
+            }
+        }
+        v = next;
+        n_accept++;
+        path |= (uint64_t)1 << v;
+    }
+
+    result[RES_N_ACCEPT] = n_accept;
+    result[RES_NEXT_TOKEN] = next_token;
+    result[RES_ACCEPT_BITS] = n_accept >= 32 ? 0xFFFFFFFFu : (1u << n_accept) - 1u;
+    result[RES_ROWS] = rows_used;
+    result[RES_WORDS] = (uint32_t)ws.used;
+    result[RES_LAST_EP] = last_ep;
+    result[RES_LAST_SP] = last_sp;
+    result[RES_ERR] = err;
+    result[RES_SAMPLE_BEATS] = sample_beats;
+    result[RES_PATH_LO] = (uint32_t)path;
+    result[RES_PATH_HI] = (uint32_t)(path >> 32);
+    result[RES_NODE] = (uint32_t)v;
+    if (status) return status;
+    return ws.short_ ? -1 : 0;
+}
+
 // ---- host entries (not synthesised) -----------------------------------------------------------------
 
 extern "C" {
@@ -336,6 +448,14 @@ int verifier_round(const int16_t *p, int p_rows, const int16_t *q, int q_rows, c
     if (inv_temp < 0) return -3;
     return verifier_core(p, p_rows, q, q_rows, draft, gamma, vocab, lanes, greedy, (uint32_t)inv_temp, words,
                          n_words, vocab_max, gamma_max, result);
+}
+
+int verifier_tree_round(const int16_t *rows, int n_rows, const uint8_t *parents, const uint16_t *tokens, int nodes,
+                        int vocab, int lanes, int greedy, int inv_temp, const uint32_t *words, int n_words,
+                        int vocab_max, int tree_max, uint32_t *result) {
+    if (inv_temp < 0) return -3;
+    return verifier_tree_core(rows, n_rows, parents, tokens, nodes, vocab, lanes, greedy, (uint32_t)inv_temp, words,
+                              n_words, vocab_max, tree_max, result);
 }
 
 // The exp tables: eh[256] and el[16].

@@ -59,3 +59,50 @@ def make_family(name: str, vocab: int, rng: np.random.Generator, g: int):
     elif name != "random":
         raise ValueError(f"unknown family {name!r}")
     return p, q
+
+
+# ------------------------------------------------------------------------------------------------
+# Tree mode
+# ------------------------------------------------------------------------------------------------
+
+#: The fixed test tree: three children at the root (nodes 1, 2, 3; node 3 repeats node 1's token), two
+#: under the first child (nodes 4, 5).
+TREE_PARENTS = (0, 0, 0, 0, 1, 1)
+
+
+def make_tree_case(vocab: int, rng: np.random.Generator, inv_temp: int):
+    """Rows (one per node of :data:`TREE_PARENTS`) and tokens: the root's children propose its two most
+    likely tokens and the most likely once more (a duplicate); node 1's children its two most likely
+    tokens. ``vocab`` >= 2."""
+    from hls_ref.verifier import fixed_point_dist
+    rows = rng.integers(-1500, 1, (len(TREE_PARENTS), vocab)).astype(np.int16)
+    top0 = np.argsort(-fixed_point_dist(rows[0], inv_temp), kind="stable")
+    top1 = np.argsort(-fixed_point_dist(rows[1], inv_temp), kind="stable")
+    tokens = (0, int(top0[0]), int(top0[1]), int(top0[0]), int(top1[0]), int(top1[1]))
+    return rows, tokens
+
+
+def tree_emitted(path: int, next_token: int, tokens) -> list[int]:
+    """The tokens a tree round emits: those of the accepted path (``path`` bits; an ancestor has a lower
+    index than its descendants), then NEXT_TOKEN."""
+    return [int(tokens[j]) for j in range(1, len(tokens)) if path >> j & 1] + [int(next_token)]
+
+
+def check_tree_lossless(emitted: list[list[int]], rows, tokens, inv_temp: int, greedy: bool = False) -> dict:
+    """Chi-square checks of a tree's emitted tokens: the first follows p of the root; given that the first
+    is the token of root child c, the second follows p of c. Returns the p-values by name; asserts each
+    exceeds ALPHA (a conditional bin with fewer than 200 samples is skipped)."""
+    from hls_ref.verifier import fixed_point_dist
+    vocab = rows.shape[1]
+    first = np.bincount([e[0] for e in emitted], minlength=vocab)
+    pvals = {"first": chi2_pvalue(first, fixed_point_dist(rows[0], inv_temp, greedy))}
+    for c in range(1, len(TREE_PARENTS)):
+        if TREE_PARENTS[c] != 0 or tokens[c] in tokens[1:c]:
+            continue                    # not a root child, or a duplicate (never accepted)
+        second = [e[1] for e in emitted if e[0] == tokens[c]]
+        if len(second) >= 200:
+            pvals[f"second|node{c}"] = chi2_pvalue(np.bincount(second, minlength=vocab),
+                                                   fixed_point_dist(rows[c], inv_temp, greedy))
+    for name, pv in pvals.items():
+        assert pv > ALPHA, f"tree {name}: chi-square p-value {pv:.2e} (alpha {ALPHA})"
+    return pvals

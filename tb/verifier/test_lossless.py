@@ -14,7 +14,9 @@ import pytest
 
 from hls_ref import verifier as gv
 from tb import harness
-from tb.verifier.lossless import ALPHA, chi2_pvalue, make_family
+from tb.verifier.lossless import (ALPHA, TREE_PARENTS, check_tree_lossless, chi2_pvalue, make_family,
+                                  make_tree_case, tree_emitted)
+from tb.verifier.test_tree import TreeTB
 from tb.verifier.test_verifier import VerifierTB
 
 # (family, V, trials, inv_temp); gamma 1: the first token is x_0 when accepted, else the resample
@@ -59,13 +61,48 @@ async def lossless(dut):
             assert chi2_pvalue(counts, qdist) < ALPHA, f"{family}: the test cannot tell p from q"
 
 
+TREE_TRIALS = 3000
+
+
+@cocotb.test()
+async def tree_lossless(dut):
+    """Tree mode through the RTL with its own RNG: the fixed tree of tb.verifier.lossless (three root
+    children, one a duplicate, two grandchildren); the first emitted token follows p of the root, the
+    second, given the first is root child c's token, follows p of c."""
+    tb = TreeTB(dut)
+    await tb.reset()
+    await tb.seed([0x0BADCAFE, 0x13579BDF, 0x2468ACE0, 0x7F4A7C15])
+    rng = np.random.default_rng(77)
+    vocab, inv_temp = 12, 256
+    rows, tokens = make_tree_case(vocab, rng, inv_temp)
+    await tb.configure_tree(vocab, TREE_PARENTS, tokens, False, inv_temp)
+    frames = [tb.beats(r) for r in rows]
+    emitted = []
+    for _ in range(int(TREE_TRIALS * SCALE)):
+        await tb.write("CTRL", START=1)
+        v = depth = 0
+        while True:
+            await tb.send(frames[v])
+            st = await tb.wait_row(depth)
+            assert not st["ERROR"], st
+            if st["DONE"]:
+                break
+            depth += 1
+            v = await tb.read("CUR_NODE")
+        emitted.append(tree_emitted(await tb.read("PATH_LO"), await tb.read("NEXT_TOKEN"), tokens))
+    pvals = check_tree_lossless(emitted, rows, tokens, inv_temp)
+    tb.log.info("tree V=%d: %d rounds through the RTL, chi-square p-values %s", vocab, len(emitted),
+                {k: round(p, 4) for k, p in pvals.items()})
+    assert "second|node1" in pvals, pvals
+
+
 def test_verifier_lossless(sim, waves):
-    """10,000 rounds through the RTL (6,000 on one family); Verilator by default."""
+    """10,000 chain rounds through the RTL (6,000 on one family) and 3,000 tree rounds; Verilator by default."""
     harness.run("verifier", "tb.verifier.test_lossless", sim, params={"LANES": 4, "VOCAB_MAX": 64}, waves=waves)
 
 
 @pytest.mark.long
 def test_verifier_lossless_long(sim, waves):
-    """Five times the trials (50,000 rounds)."""
+    """Five times the trials (50,000 chain rounds, 15,000 tree rounds)."""
     harness.run("verifier", "tb.verifier.test_lossless", sim, params={"LANES": 4, "VOCAB_MAX": 64}, waves=waves,
                 extra_env={"LOSSLESS_SCALE": "5"})
