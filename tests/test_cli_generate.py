@@ -156,6 +156,8 @@ def test_generate_tree_greedy_equals_chain(kind, gpt2_dirs, tmp_path, capsys):
     (["--tree", "eagle", "--tree-budget", "1"], "tree budget must be an integer in 2..64"),
     (["--tree", "eagle", "--tree-depth", "0"], "tree depth"),
     (["--tree", "static", "--draft", "prompt-lookup"], "drafts with a model"),
+    (["--tree", "sequoia", "--tree-acceptance", "0.5,x"], "--tree-acceptance"),
+    (["--tree", "sequoia", "--tree-acceptance", "0.5,1.5"], "acceptance values must lie in [0, 1]"),
 ])
 def test_generate_tree_usage_errors(extra, message, capsys):
     code = exit_code(["generate", "--prompt", "x"] + extra)

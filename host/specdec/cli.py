@@ -218,12 +218,22 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     p.add_argument("--tree-depth", type=int, default=d["depth"], help=f"largest tree depth (default {d['depth']})")
     p.add_argument("--tree-topk", type=int, default=d["topk"],
                    help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d['topk']})")
+    p.add_argument("--tree-acceptance", default=None, metavar="A0,A1,...",
+                   help="sequoia: the acceptance vector by draft rank (default: measured on the target's greedy "
+                        "continuations of corpus passages)")
 
 
 def _tree_spec(args: argparse.Namespace, kind: str | None) -> dict | None:
     if not kind:
         return None
-    return {"kind": kind, "budget": args.tree_budget, "depth": args.tree_depth, "topk": args.tree_topk}
+    spec = {"kind": kind, "budget": args.tree_budget, "depth": args.tree_depth, "topk": args.tree_topk}
+    if args.tree_acceptance:
+        try:
+            spec["acceptance"] = [float(a) for a in args.tree_acceptance.split(",")]
+        except ValueError:
+            raise UsageError(f"--tree-acceptance: {args.tree_acceptance!r} is not a comma-separated list of "
+                             "numbers") from None
+    return spec
 
 
 def _job(args: argparse.Namespace, prompts: list[str], gamma, tree: str | None = None) -> dict:

@@ -109,6 +109,9 @@ def check_tree(spec: dict | None) -> dict | None:
         if not isinstance(v, int) or not low <= v <= high:
             raise ValueError(f"tree {key} must be an integer in {low}..{high} (the cores take trees of up to "
                              f"{limit} nodes), got {v!r}")
+    acc = spec.get("acceptance")
+    if acc is not None and (not len(acc) or any(not 0 <= a <= 1 for a in acc)):
+        raise ValueError(f"tree acceptance values must lie in [0, 1], got {acc!r}")
     return spec
 
 
@@ -128,13 +131,22 @@ def tree_drafter(pair: Pair, spec: dict):
     return tree.SequoiaTree(lm, acc, spec["budget"], spec["depth"])
 
 
-def calibrate(pair: Pair, k: int, n_passages: int) -> list[float]:
-    """Sequoia's acceptance vector for the pair, measured on ``n_passages`` corpus passages (not the
-    benchmark's held-out prompts)."""
+def calibrate(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48, new_tokens: int = 48) -> list[float]:
+    """Sequoia's acceptance vector for the pair, measured where it is used: on the target's own greedy
+    continuations (``new_tokens`` after the first ``prompt_tokens`` of ``n_passages`` corpus passages, not
+    the benchmark's held-out prompts); only the continuation's positions are scored."""
+    import torch
     from . import corpus, tree
     texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)
-    contexts = [encode(pair.tokenizer, t) for t in texts]
-    return [float(a) for a in tree.measure_acceptance(pair.target, pair.draft.lm, contexts, k)]
+    contexts = []
+    for t in texts:
+        ids = encode(pair.tokenizer, t)[:prompt_tokens]
+        with torch.inference_mode():
+            out = pair.target.model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
+                                             pad_token_id=pair.tokenizer.pad_token_id)
+        contexts.append(out[0].tolist())
+    return [float(a) for a in tree.measure_acceptance(pair.target, pair.draft.lm, contexts, k,
+                                                      skip=prompt_tokens - 1)]
 
 
 CALIBRATION_SEED = 4321

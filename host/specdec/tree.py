@@ -474,7 +474,7 @@ class SequoiaTree(TopologyTree):
         self.acceptance = _check_acceptance(acceptance)
 
 
-def measure_acceptance(target, draft, contexts, k: int) -> np.ndarray:
+def measure_acceptance(target, draft, contexts, k: int, skip: int = 0) -> np.ndarray:
     """Sequoia's acceptance vector, measured with greedy target decisions.
 
     At every position of every context, the target's greedy next token is located among the draft's
@@ -490,6 +490,9 @@ def measure_acceptance(target, draft, contexts, k: int) -> np.ndarray:
         Token contexts; all their positions are scored.
     k : int
         Length of the result (ranks 0..k-1).
+    skip : int
+        Positions at the start of each context that are not scored (a prompt before the continuation
+        whose statistics are wanted).
 
     Returns
     -------
@@ -506,7 +509,7 @@ def measure_acceptance(target, draft, contexts, k: int) -> np.ndarray:
         want = target.forward(ctx).argmax(-1).numpy()
         draft.reset()
         dl = draft.forward(ctx).double().numpy()
-        for row, a in zip(dl, want):
+        for row, a in zip(dl[skip:], want[skip:]):
             r = int((row > row[a]).sum() + (row[:a] == row[a]).sum())
             counts[min(r, k)] += 1
     target.reset()
