@@ -9,7 +9,7 @@ export PATH := $(abspath $(VBIN)):$(abspath $(VENV)/bin):$(PATH)
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-long test-icarus gen check-generated report clean
+.PHONY: setup demo demo-tree test test-long test-icarus gen check-generated report clean
 
 setup:
 	@bash scripts/setup.sh --ml
@@ -19,6 +19,12 @@ DEMO_ARGS   ?= --gamma 4 --max-new-tokens 48      # greedy; add --temperature 0.
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' $(DEMO_ARGS)
+
+# the same prompt with an EAGLE-2 token tree of 16 nodes: the verifier (tree mode) and the treemask core
+# both run as RTL in one Verilator toplevel
+demo-tree: setup
+	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' --tree eagle \
+	    --tree-budget 16 --max-new-tokens 48
 
 test: setup check-generated
 	$(PY) -m pytest -q -m "not long and not board and not vivado" $(PYTEST_ARGS)
