@@ -38,8 +38,10 @@ def hf_greedy(pair, ids: list[int], n: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
-def check_identity(pair, prompts: list[str], n: int, backend: str = "ref", gamma=4) -> dict:
+def check_identity(pair, prompts: list[str], n: int, backend: str = "ref", gamma=4, tree=None) -> dict:
     job = {"prompts": prompts, "max_new_tokens": n, "gamma": gamma, "seed": 0}
+    if tree:
+        job["tree"] = tree
     res = runtime.run_sim(job) if backend == "sim" else runtime.run(job, backend, pair)
     for g in res["generations"]:
         assert g["tokens"] == hf_greedy(pair, g["prompt_ids"], n), g["prompt"]
@@ -75,3 +77,30 @@ def test_greedy_identical_50_prompts(pair):
 @pytest.mark.long
 def test_greedy_identical_on_rtl(pair):
     check_identity(pair, corpus.sample_passages(5, held_out=True, seed=13), 64, backend="sim")
+
+
+#: Sequoia's vector for the tree proofs (the one runtime.calibrate measured for this pair, rounded).
+DEMO_ACCEPTANCE = [0.79, 0.29, 0.10, 0.15]
+
+
+@pytest.mark.parametrize("kind", ["static", "eagle", "sequoia"])
+def test_tree_greedy_identical_to_target_alone(pair, kind):
+    tree = {"kind": kind, "budget": 16, "acceptance": DEMO_ACCEPTANCE}
+    s = check_identity(pair, corpus.sample_passages(2, held_out=True, seed=7), 32, tree=tree)
+    assert s["tokens_per_call"] > 1
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kind", ["static", "eagle", "sequoia"])
+def test_tree_greedy_identical_50_prompts(pair, kind):
+    """The chain proof's 50 prompts x 64 tokens, with trees of 16 nodes (the demo target's tree attention:
+    Llama with rotary positions from the depths)."""
+    tree = {"kind": kind, "budget": 16, "acceptance": DEMO_ACCEPTANCE}
+    s = check_identity(pair, corpus.sample_passages(50, held_out=True, seed=11), 64, tree=tree)
+    assert s["new_tokens"] >= 50 * 32
+
+
+@pytest.mark.long
+def test_tree_greedy_identical_on_rtl(pair):
+    check_identity(pair, corpus.sample_passages(5, held_out=True, seed=13), 64, backend="sim",
+                   tree={"kind": "eagle", "budget": 16})
