@@ -19,7 +19,7 @@ Reads mirror it: ``arready`` one cycle after ``arvalid``, ``rvalid`` with ``rdat
 """
 from __future__ import annotations
 
-from myhdl import ConcatSignal, Signal, always_comb, always_seq, block, intbv
+from myhdl import ConcatSignal, Signal, always, always_comb, always_seq, block, intbv
 
 from specdec.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, CoreMap
 
@@ -69,13 +69,28 @@ def register_signals(cmap: CoreMap) -> dict[str, Signal]:
 
 
 @block
-def _rw_word(clk, rst, sig, slot, wr_en, wslot, bytemask, wdata):
-    """Storage word: written bytes replace the old ones."""
+def _rw_word(clk, rst, sig, written, slot, wr_en, wslot, wstrb, wdata):
+    """Storage word: written bytes replace the old ones; ``written`` flags the bytes written since reset.
+
+    One enable per byte and the data bits straight into the flip-flops (FDRE with CE, no LUT per bit);
+    ``(sig & ~mask) | (wdata & mask)`` would cost a LUT per stored bit.
+    """
 
     @always_seq(clk.posedge, reset=rst)
     def upd():
         if wr_en and wslot == slot:
-            sig.next = (sig & ~bytemask) | (wdata & bytemask)
+            if wstrb[0]:
+                sig.next[8:0] = wdata[8:0]
+                written.next[0] = 1
+            if wstrb[1]:
+                sig.next[16:8] = wdata[16:8]
+                written.next[1] = 1
+            if wstrb[2]:
+                sig.next[24:16] = wdata[24:16]
+                written.next[2] = 1
+            if wstrb[3]:
+                sig.next[32:24] = wdata[32:24]
+                written.next[3] = 1
 
     return upd
 
@@ -120,16 +135,32 @@ def axil_regs(clk, rst, bus, cmap, regs):
     kinds = tuple(_KIND_CODE[r.access] for r in cmap.registers) + (0,) * (nslots - len(cmap.registers))
     slot_w = cmap.addr_width - 2
 
-    # Read bus: one 32-bit word per register; ConcatSignal puts its first argument at the top.
+    # Read path. A wide register mux costs about 15 LUTs per 32-bit word read, so the ``rw`` words are
+    # read from a shadow copy in distributed RAM (four byte lanes written with the storage words): a
+    # byte reads its RAM lane once written since reset, else the register's reset value. Only the
+    # ``ro`` words and ID go through the mux (rbus: one word per slot, ConcatSignal puts its first
+    # argument at the top; rw and pulse slots are 0 there).
     pieces = []
     for r in reversed(cmap.registers):
         if r.name == "ID":
             pieces.append(intbv(cmap.map_hash())[32:])
-        elif r.access == "pulse":
-            pieces.append(intbv(0)[32:])
-        else:
+        elif r.access == "ro":
             pieces.append(regs[r.name])
+        else:
+            pieces.append(intbv(0)[32:])
     rbus = ConcatSignal(*pieces)
+    rw_regs = [r for r in cmap.registers if r.access == "rw"]
+    resets = [0] * nslots
+    for r in rw_regs:
+        resets[r.offset // 4] = r.reset
+    resets = tuple(resets)
+    shadow = [[Signal(intbv(0)[8:]) for _ in range(nslots)] for _ in range(4)]
+    sh0, sh1, sh2, sh3 = shadow      # plain names: a list of lists does not convert
+    # written-since-reset flags, 4 per slot (byte lanes), only rw slots have flip-flops
+    wflags = {r.offset // 4: Signal(intbv(0)[4:]) for r in rw_regs}
+    vbus = ConcatSignal(*[wflags.get(k, intbv(0)[4:]) for k in reversed(range(nslots))])
+    rvalid_b = Signal(intbv(0)[4:])
+    rreset = Signal(intbv(0)[32:])
 
     bytemask = Signal(intbv(0)[32:])
     wslot = Signal(intbv(0)[slot_w:])
@@ -148,6 +179,23 @@ def axil_regs(clk, rst, bus, cmap, regs):
     def kinds_lookup():
         wkind.next = kinds[int(wslot)]
         rkind.next = kinds[int(rslot)]
+
+    @always_comb
+    def shadow_lookup():
+        rvalid_b.next = (vbus >> (int(rslot) * 4)) & 0xF
+        rreset.next = resets[int(rslot)]
+
+    @always(clk.posedge)
+    def shadow_write():
+        if wr_en and wkind == 2:
+            if bus.wstrb[0]:
+                sh0[wslot].next = bus.wdata[8:0]
+            if bus.wstrb[1]:
+                sh1[wslot].next = bus.wdata[16:8]
+            if bus.wstrb[2]:
+                sh2[wslot].next = bus.wdata[24:16]
+            if bus.wstrb[3]:
+                sh3[wslot].next = bus.wdata[32:24]
 
     @always_comb
     def make_bytemask():
@@ -193,17 +241,32 @@ def axil_regs(clk, rst, bus, cmap, regs):
         if bus.arvalid and not bus.arready and not (bus.rvalid and not bus.rready):
             bus.arready.next = 1
             bus.rvalid.next = 1
-            bus.rdata.next = (rbus >> (int(rslot) * 32)) & 0xFFFFFFFF
+            if rkind == 2:
+                d = intbv(0)[32:]
+                d[:] = rreset
+                if rvalid_b[0]:
+                    d[8:0] = sh0[rslot]
+                if rvalid_b[1]:
+                    d[16:8] = sh1[rslot]
+                if rvalid_b[2]:
+                    d[24:16] = sh2[rslot]
+                if rvalid_b[3]:
+                    d[32:24] = sh3[rslot]
+                bus.rdata.next = d
+            else:
+                bus.rdata.next = (rbus >> (int(rslot) * 32)) & 0xFFFFFFFF
             if rkind == 0:
                 bus.rresp.next = RESP_DECERR
             else:
                 bus.rresp.next = RESP_OKAY
 
-    insts = [decode_slots, kinds_lookup, make_bytemask, write_fire, write_channel, read_channel]
+    insts = [decode_slots, kinds_lookup, shadow_lookup, shadow_write, make_bytemask, write_fire, write_channel,
+             read_channel]
 
     for r in cmap.registers:
         if r.access == "rw":
-            insts.append(_rw_word(clk, rst, regs[r.name], r.offset // 4, wr_en, wslot, bytemask, bus.wdata))
+            insts.append(_rw_word(clk, rst, regs[r.name], wflags[r.offset // 4], r.offset // 4, wr_en, wslot,
+                                  bus.wstrb, bus.wdata))
         elif r.access == "pulse":
             insts.append(_pulse_word(clk, rst, regs[r.name], r.offset // 4, wr_en, wslot, bytemask, bus.wdata))
     return insts
