@@ -187,6 +187,7 @@ def test_pending_state_rules(family_models):
 
 
 @pytest.mark.ml
+@pytest.mark.long      # loads SmolLM2 (about 25 s); tests/test_demo_pair.py's tree identity covers it by default
 def test_demo_target_tree(torch_threads, monkeypatch):
     """SmolLM2-135M-Instruct (GGUF): a 24-node tree equals its paths, and commit_path then forward."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

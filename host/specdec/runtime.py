@@ -278,10 +278,10 @@ def stats_line(summary: dict) -> str:
 
 
 def run_sim(job: dict, sim: str = "verilator") -> dict:
-    """Run ``job`` inside the RTL simulation of the verifier (backend ``sim``) and return its result; a
-    tree job runs on the toplevel holding the verifier and the treemask core (``fpga.system``)."""
+    """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
+    verifier and the treemask core (``fpga.system``; a chain job leaves the treemask core idle)."""
     from tb import harness
-    top, params = ("system", {**CORE_PARAMS, **TREEMASK_PARAMS}) if job.get("tree") else ("verifier", CORE_PARAMS)
+    top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS}
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(json.dumps(job))

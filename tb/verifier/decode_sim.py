@@ -5,8 +5,8 @@
 golden model; the result goes to ``SPECDEC_RESULT``. The driver runs unchanged in a thread
 (``cocotb.task.bridge``); every register access and row advances simulated time.
 
-A job with a token tree runs on the ``system`` toplevel (``fpga.system``): the verifier on ``ver_axil`` /
-``s_axis`` and the treemask core on ``tm_axil`` / ``m_axis``, both drivers in the same thread.
+The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis`` and the treemask core
+on ``tm_axil`` / ``m_axis``; a job with a token tree drives both from the same thread.
 """
 from __future__ import annotations
 
@@ -30,11 +30,10 @@ async def decode_job(dut):
     """Run the job file's prompts through the decode loop with this RTL verifier."""
     job = json.loads(Path(os.environ["SPECDEC_JOB"]).read_text())
     tree = bool(job.get("tree"))
-    tb = AxilTB(dut, core("verifier"), prefix="ver_axil" if tree else "s_axil")
+    tb = AxilTB(dut, core("verifier"), prefix="ver_axil")
     stream = SimStream(dut)
-    if tree:
-        tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
-        sink = SimSink(dut, "m_axis")
+    tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
+    sink = SimSink(dut, "m_axis")
     await tb.reset()
 
     def run() -> dict:

@@ -27,7 +27,7 @@ from tb import harness
 from tb.common import STIMULUS, param
 from tb.verifier.test_verifier import FIELDS, RESULTS, VerifierTB, _row, emask, make_round
 
-ROUNDS = int(os.environ.get("VERIFIER_TREE_ROUNDS", "150"))   # per stimulus mode
+ROUNDS = int(os.environ.get("VERIFIER_TREE_ROUNDS", "80"))    # per stimulus mode
 TREE_FIELDS = FIELDS + ("node", "path_lo", "path_hi")
 TREE_RESULTS = RESULTS + ("CUR_NODE", "PATH_LO", "PATH_HI")
 CHAIN3 = [(0,), (0, 0), (0, 0, 0)]

@@ -409,7 +409,7 @@ async def full_vocab(dut):
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier(sim, waves, lanes):
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
-                waves=waves)
+                waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_ROUNDS": "150"})
 
 
 @pytest.mark.long
