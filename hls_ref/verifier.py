@@ -242,6 +242,13 @@ def _sample(w: np.ndarray, u: int) -> int:
     return int(np.searchsorted(cs, t, side="right"))
 
 
+def uniform(words: np.ndarray, k: int) -> int:
+    """``u = words[k] >> 8``, the 24-bit uniform of the round's k-th RNG word (a ValueError past the end)."""
+    if k >= words.size:
+        raise ValueError(f"the round needs more than the {words.size} RNG words given")
+    return int(words[k]) >> (32 - U_BITS)
+
+
 def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
            vocab_max: int = 65536, gamma_max: int = VERIFIER_MAX_GAMMA) -> Decision:
     """One verifier round, bit-exact with docs/verifier.md.
@@ -357,9 +364,7 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
 
     def take() -> int:
         nonlocal nw
-        if nw >= words.size:
-            raise ValueError(f"the round needs more than the {words.size} RNG words given")
-        u = int(words[nw]) >> (32 - U_BITS)
+        u = uniform(words, nw)
         nw += 1
         return u
 
@@ -524,9 +529,7 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
 
     def take() -> int:
         nonlocal nw
-        if nw >= words.size:
-            raise ValueError(f"the round needs more than the {words.size} RNG words given")
-        u = int(words[nw]) >> (32 - U_BITS)
+        u = uniform(words, nw)
         nw += 1
         return u
 

@@ -5,6 +5,7 @@ not yet in the target's cache) and node i >= 1 has ``parents[i] < i``. ``parents
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,7 +125,7 @@ def _log_softmax(logits) -> np.ndarray:
     return z - np.log(np.exp(z).sum())
 
 
-class TreeDrafter:
+class TreeDrafter(ABC):
     """Base of the tree drafters: the draft cache bookkeeping shared by every builder.
 
     Subclasses implement :meth:`_draft`. The loop calls :meth:`start` once, then per round
@@ -212,8 +213,9 @@ class TreeDrafter:
             depth[i] -= 1               # depth 1 sits right after the root
         return lm.forward_tree([tokens[v] for v in nodes], mask, depth)
 
+    @abstractmethod
     def _draft(self, root: int, root_logits, budget: int) -> tuple[Tree, dict[int, int]]:
-        raise NotImplementedError
+        """The tree under ``root`` (its draft logits given) and each forwarded node's pending index."""
 
 
 class TopologyTree(TreeDrafter):
