@@ -16,10 +16,14 @@ CORES = {
     "treemask": ("fpga.treemask", "treemask", {
         "NODES_MAX": (64, range(1, 65), "Largest NODES (tree nodes, root included) accepted."),
     }),
+    "kvpage": ("fpga.kvpage", "kvpage", {
+        "PAGES": (256, {1 << k for k in range(4, 11)}, "Physical pages in the pool (a power of two)."),
+        "MAX_BLOCKS": (64, {1 << k for k in range(2, 11)}, "Rows of each slot's block table (a power of two)."),
+    }),
 }
 # Toplevels that hold several cores (simulation of the whole loop; not a core of their own).
 SYSTEMS = {
-    "system": ("fpga.system", "system", {**CORES["verifier"][2], **CORES["treemask"][2]}),
+    "system": ("fpga.system", "system", {**CORES["verifier"][2], **CORES["treemask"][2], **CORES["kvpage"][2]}),
 }
 
 # Parameter overrides for the logic-depth (abc9 + sta) run. yosys 0.23's abc9 aborts on a design with

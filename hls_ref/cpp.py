@@ -3,7 +3,7 @@
 :func:`load` builds ``build/cpp/lib<core>-<digest>.so`` once, where the digest covers the source, every
 header under ``hls_ref/include`` and the compiler flags, so an edit to any of them rebuilds and an
 unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`, :func:`verifier_round`,
-:func:`verifier_tree_round`, :func:`treemask_run`) sit on top.
+:func:`verifier_tree_round`, :func:`treemask_run`, :class:`KvpageCpp`, :func:`kvpage_id_hash`) sit on top.
 """
 from __future__ import annotations
 
@@ -481,3 +481,135 @@ def treemask_run(parents, nodes_max: int = 64) -> tuple[list[int], list[int], in
 def treemask_id_hash() -> int:
     """``SPECDEC_TREEMASK_ID_HASH`` as compiled into the library."""
     return int(_treemask().treemask_id_hash())
+
+
+# ------------------------------------------------------------------------------------------------
+# kvpage
+# ------------------------------------------------------------------------------------------------
+
+#: Registers of :class:`KvpageCpp`'s results, in the order of the C entry's register words (RES_SLOT ..
+#: BRANCHES_HI): the result registers an operation may write, then the always-visible state registers.
+KVPAGE_RES_REGS = ("RES_SLOT", "RES_PAGE", "RES_SRC", "RES_FLAGS", "RES_REFS", "RES_INFO", "RES_LEN", "RES_BASE",
+                   "RES_COUNT")
+KVPAGE_STATUS_REGS = ("FREE_PAGES", "SEQS_LO", "SEQS_HI", "BRANCHES_LO", "BRANCHES_HI")
+
+
+@functools.lru_cache(maxsize=None)
+def _kvpage() -> ctypes.CDLL:
+    from specdec.regmap import WORD_BYTES, core
+    lib = load("kvpage")
+    lib.kvpage_create.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
+    lib.kvpage_create.restype = ctypes.c_void_p
+    lib.kvpage_destroy.argtypes = [ctypes.c_void_p]
+    lib.kvpage_destroy.restype = None
+    lib.kvpage_op.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                              ctypes.c_uint64, _u32p]
+    lib.kvpage_op.restype = ctypes.c_int
+    for name in ("kvpage_result_words", "kvpage_first_reg_offset", "kvpage_id_hash"):
+        getattr(lib, name).argtypes = []
+        getattr(lib, name).restype = ctypes.c_uint32
+    # The library's register words must be the map's registers RES_SLOT .. BRANCHES_HI, in this order.
+    regs = KVPAGE_RES_REGS + KVPAGE_STATUS_REGS
+    first = int(lib.kvpage_first_reg_offset())
+    names = tuple(core("kvpage").at(first + WORD_BYTES * i).name for i in range(len(regs)))
+    if names != regs or int(lib.kvpage_result_words()) != 3 + len(regs):
+        raise RuntimeError(f"kvpage library registers {names} ({lib.kvpage_result_words()} words) != {regs}")
+    return lib
+
+
+def _u32(name: str, v: int) -> int:
+    v = int(v)
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise ValueError(f"{name} must fit 32 bits, got {v}")
+    return v
+
+
+class KvpageCpp:
+    """One kvpage core in the C++ reference (hls_ref/cpp/kvpage.cpp), after reset.
+
+    Parameters
+    ----------
+    pages, max_blocks : int
+        The build's ``PAGES`` and ``MAX_BLOCKS`` (powers of two in 16..1024 and 4..1024).
+
+    Raises
+    ------
+    ValueError
+        Parameters the core does not support (the C entry refuses them).
+
+    The C state is freed by :meth:`close` (also on ``with`` exit and garbage collection).
+    """
+
+    def __init__(self, pages: int = 256, max_blocks: int = 64):
+        self._lib = _kvpage()
+        self._h = None
+        self.pages, self.max_blocks = int(pages), int(max_blocks)
+        if not (0 <= self.pages <= 0xFFFFFFFF and 0 <= self.max_blocks <= 0xFFFFFFFF):
+            raise ValueError(f"kvpage: PAGES={pages}, MAX_BLOCKS={max_blocks} do not fit 32 bits")
+        h = self._lib.kvpage_create(self.pages, self.max_blocks)
+        if not h:
+            raise ValueError(f"kvpage: PAGES={pages}, MAX_BLOCKS={max_blocks} refused (powers of two in 16..1024 "
+                             "and 4..1024)")
+        self._h = h
+        self._out = np.zeros(int(self._lib.kvpage_result_words()), dtype=np.uint32)
+        #: Every result register's value after the last operation (written or kept), by name.
+        self.registers: dict[str, int] = dict.fromkeys(KVPAGE_RES_REGS, 0)
+
+    def close(self) -> None:
+        """Free the C state (idempotent)."""
+        if self._h:
+            self._lib.kvpage_destroy(self._h)
+            self._h = None
+
+    def __enter__(self) -> "KvpageCpp":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:       # interpreter shutdown: the library may be gone
+            pass
+
+    def run(self, code: int, slot: int = 0, row: int = 0, page: int = 0, mask: int = 0
+            ) -> tuple[int, int, dict[str, int], dict[str, int]]:
+        """One operation from raw register values (``code`` is OP.CODE, any 32-bit value: one that is no
+        operation gives ERR.BAD_OP). Returns as :meth:`op`."""
+        if not self._h:
+            raise ValueError("kvpage: core closed")
+        mask = int(mask)
+        if not 0 <= mask < 1 << 64:
+            raise ValueError(f"mask must fit 64 bits, got {mask:#x}")
+        out = self._out
+        self._lib.kvpage_op(self._h, _u32("code", code), _u32("slot", slot), _u32("row", row), _u32("page", page),
+                            mask, u32_ptr(out))
+        err, cycles, written = (int(v) for v in out[:3])
+        vals = [int(v) for v in out[3:]]
+        n = len(KVPAGE_RES_REGS)
+        self.registers = dict(zip(KVPAGE_RES_REGS, vals[:n]))
+        regs = {k: v for i, (k, v) in enumerate(self.registers.items()) if written >> i & 1}
+        return err, cycles, regs, dict(zip(KVPAGE_STATUS_REGS, vals[n:]))
+
+    def op(self, op) -> tuple[int, int, dict[str, int], dict[str, int]]:
+        """Run ``op`` (a :class:`hls_ref.kvpage.Op`).
+
+        Returns
+        -------
+        err : int
+            ERR bits (0: it ran; an error changes nothing).
+        cycles : int
+            The cycle model's CYCLES_BUSY.
+        regs : dict
+            The result registers the operation wrote (``RES_SLOT`` ...), like the golden ``Result.regs``.
+        status : dict
+            ``FREE_PAGES, SEQS_LO, SEQS_HI, BRANCHES_LO, BRANCHES_HI`` after it, like ``status_regs``.
+        """
+        from hls_ref.kvpage import OPS
+        return self.run(OPS[op.code], op.slot, op.row, op.page, op.mask)
+
+
+def kvpage_id_hash() -> int:
+    """``SPECDEC_KVPAGE_ID_HASH`` as compiled into the library."""
+    return int(_kvpage().kvpage_id_hash())

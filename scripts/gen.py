@@ -103,7 +103,7 @@ def _field_defines(prefix: str, f: Field) -> list[_Define]:
         _Define(f"{prefix}_{ident(f.name)}_LSB", dec(f.lsb), c_comment(f.doc)),
         _Define(f"{prefix}_{ident(f.name)}_WIDTH", dec(f.width)),
         _Define(f"{prefix}_{ident(f.name)}_MASK", hex32(f.mask)),
-    ]
+    ] + [_Define(f"{prefix}_{ident(f.name)}_{ident(n)}", dec(v), c_comment(d)) for n, v, d in f.values]
 
 
 def _register_lines(pre: str, r: Register) -> list[_Line]:
@@ -274,6 +274,10 @@ def _field_sections(m: CoreMap) -> list[str]:
             continue
         rows = [(bits(f.lsb, f.width), f"`{f.name}`", f"0x{f.mask:08X}", f.doc) for f in r.fields]
         out += ["", f"#### `{r.name}` fields", ""] + md_table(("Bits", "Field", "Mask", "Description"), rows)
+        for f in r.fields:
+            if f.values:
+                out += ["", f"`{r.name}.{f.name}` codes:", ""]
+                out += md_table(("Value", "Name", "Description"), [(v, f"`{n}`", d) for n, v, d in f.values])
     return out
 
 

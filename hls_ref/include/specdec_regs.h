@@ -1424,4 +1424,228 @@
 #define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_COUNT   1u
 #define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_SIGNED  0u
 
+/* ==== core kvpage: KV-cache page table: block tables of up to 64 sequences and branches over a pool of PAGES physical pages, a free list, copy-on-write forks, and commit / rollback in a constant number of cycles. */
+#define SPECDEC_KVPAGE_ID_HASH                      0xA96723DDu  /* value of the ID register */
+#define SPECDEC_KVPAGE_NUM_REGS                     27u
+#define SPECDEC_KVPAGE_SPAN                         0x6Cu  /* bytes of register space */
+#define SPECDEC_KVPAGE_ADDR_WIDTH                   8u  /* AXI4-Lite address bits */
+
+/* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
+#define SPECDEC_KVPAGE_ID_OFFSET                    0x00u
+#define SPECDEC_KVPAGE_ID_RESET                     0x00000000u
+#define SPECDEC_KVPAGE_ID_ACCESS                    SPECDEC_ACCESS_RO
+
+/* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
+#define SPECDEC_KVPAGE_CTRL_OFFSET                  0x04u
+#define SPECDEC_KVPAGE_CTRL_RESET                   0x00000000u
+#define SPECDEC_KVPAGE_CTRL_ACCESS                  SPECDEC_ACCESS_PULSE
+#define SPECDEC_KVPAGE_CTRL_START_LSB               0u  /* Start an operation. */
+#define SPECDEC_KVPAGE_CTRL_START_WIDTH             1u
+#define SPECDEC_KVPAGE_CTRL_START_MASK              0x00000001u
+#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_LSB          1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_WIDTH        1u
+#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_MASK         0x00000002u
+
+/* STATUS (ro) @ 0x08: Core state. */
+#define SPECDEC_KVPAGE_STATUS_OFFSET                0x08u
+#define SPECDEC_KVPAGE_STATUS_RESET                 0x00000000u
+#define SPECDEC_KVPAGE_STATUS_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_STATUS_BUSY_LSB              0u  /* An operation is running. */
+#define SPECDEC_KVPAGE_STATUS_BUSY_WIDTH            1u
+#define SPECDEC_KVPAGE_STATUS_BUSY_MASK             0x00000001u
+#define SPECDEC_KVPAGE_STATUS_DONE_LSB              1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_KVPAGE_STATUS_DONE_WIDTH            1u
+#define SPECDEC_KVPAGE_STATUS_DONE_MASK             0x00000002u
+#define SPECDEC_KVPAGE_STATUS_ERROR_LSB             2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_KVPAGE_STATUS_ERROR_WIDTH           1u
+#define SPECDEC_KVPAGE_STATUS_ERROR_MASK            0x00000004u
+
+/* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
+#define SPECDEC_KVPAGE_ERR_OFFSET                   0x0Cu
+#define SPECDEC_KVPAGE_ERR_RESET                    0x00000000u
+#define SPECDEC_KVPAGE_ERR_ACCESS                   SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_ERR_BAD_OP_LSB               0u  /* OP.CODE is not an operation. */
+#define SPECDEC_KVPAGE_ERR_BAD_OP_WIDTH             1u
+#define SPECDEC_KVPAGE_ERR_BAD_OP_MASK              0x00000001u
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_LSB             1u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_WIDTH           1u
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_MASK            0x00000002u
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_LSB              2u  /* NEW or FORK with all 64 slots live. */
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_WIDTH            1u
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_MASK             0x00000004u
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_LSB           3u  /* WRITE needs a page and the pool has none free. */
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_WIDTH         1u
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_MASK          0x00000008u
+#define SPECDEC_KVPAGE_ERR_BAD_ROW_LSB              4u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
+#define SPECDEC_KVPAGE_ERR_BAD_ROW_WIDTH            1u
+#define SPECDEC_KVPAGE_ERR_BAD_ROW_MASK             0x00000010u
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW_LSB           5u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW_WIDTH         1u
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW_MASK          0x00000020u
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE_LSB             6u  /* REFS of a page at or past PAGES. */
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE_WIDTH           1u
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE_MASK            0x00000040u
+
+/* OP (rw) @ 0x10: The operation CTRL.START runs. */
+#define SPECDEC_KVPAGE_OP_OFFSET                    0x10u
+#define SPECDEC_KVPAGE_OP_RESET                     0x00000000u
+#define SPECDEC_KVPAGE_OP_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_OP_CODE_LSB                  0u  /* Operation. */
+#define SPECDEC_KVPAGE_OP_CODE_WIDTH                4u
+#define SPECDEC_KVPAGE_OP_CODE_MASK                 0x0000000Fu
+#define SPECDEC_KVPAGE_OP_CODE_NEW                  1u  /* Open an empty sequence in the lowest free slot -> RES_SLOT. */
+#define SPECDEC_KVPAGE_OP_CODE_FORK                 2u  /* Branch the sequence SLOT: the new slot shares its rows (block table copied, pages shared) -> RES_SLOT. */
+#define SPECDEC_KVPAGE_OP_CODE_WRITE                3u  /* Make row ROW of SLOT writable: ROW = LEN appends a new page; the branch's last shared row is copied on write (RES_SRC -> RES_PAGE, FLAGS.COPY); an own row returns its page -> RES_PAGE. */
+#define SPECDEC_KVPAGE_OP_CODE_TRANSLATE            4u  /* Physical page of row ROW of SLOT -> RES_PAGE. */
+#define SPECDEC_KVPAGE_OP_CODE_COMMIT               5u  /* The branch SLOT becomes its parent's sequence, keeping its first ROW rows; the parent's other branches are rolled back -> RES_SLOT (= SLOT). */
+#define SPECDEC_KVPAGE_OP_CODE_ROLLBACK             6u  /* Free every branch in MASK_HI:MASK_LO (bit s = slot s) in one operation. */
+#define SPECDEC_KVPAGE_OP_CODE_FREE                 7u  /* Free the sequence SLOT and every branch of it. */
+#define SPECDEC_KVPAGE_OP_CODE_REFS                 8u  /* Reference count of page PAGE (slots mapping it) -> RES_REFS. */
+#define SPECDEC_KVPAGE_OP_CODE_INFO                 9u  /* State of slot SLOT -> RES_INFO, RES_LEN, RES_BASE, RES_COUNT. */
+#define SPECDEC_KVPAGE_OP_CODE_CLEAR                10u  /* Free every slot and every page (the state after reset). */
+
+/* SLOT (rw) @ 0x14: Slot operand (0..63). */
+#define SPECDEC_KVPAGE_SLOT_OFFSET                  0x14u
+#define SPECDEC_KVPAGE_SLOT_RESET                   0x00000000u
+#define SPECDEC_KVPAGE_SLOT_ACCESS                  SPECDEC_ACCESS_RW
+
+/* ROW (rw) @ 0x18: Row operand: the logical block (WRITE, TRANSLATE) or the rows to keep (COMMIT). */
+#define SPECDEC_KVPAGE_ROW_OFFSET                   0x18u
+#define SPECDEC_KVPAGE_ROW_RESET                    0x00000000u
+#define SPECDEC_KVPAGE_ROW_ACCESS                   SPECDEC_ACCESS_RW
+
+/* PAGE (rw) @ 0x1C: Page operand (REFS). */
+#define SPECDEC_KVPAGE_PAGE_OFFSET                  0x1Cu
+#define SPECDEC_KVPAGE_PAGE_RESET                   0x00000000u
+#define SPECDEC_KVPAGE_PAGE_ACCESS                  SPECDEC_ACCESS_RW
+
+/* MASK_LO (rw) @ 0x20: ROLLBACK: branch slots 0..31 (bit s = slot s). */
+#define SPECDEC_KVPAGE_MASK_LO_OFFSET               0x20u
+#define SPECDEC_KVPAGE_MASK_LO_RESET                0x00000000u
+#define SPECDEC_KVPAGE_MASK_LO_ACCESS               SPECDEC_ACCESS_RW
+
+/* MASK_HI (rw) @ 0x24: ROLLBACK: branch slots 32..63 (bit s = slot 32 + s). */
+#define SPECDEC_KVPAGE_MASK_HI_OFFSET               0x24u
+#define SPECDEC_KVPAGE_MASK_HI_RESET                0x00000000u
+#define SPECDEC_KVPAGE_MASK_HI_ACCESS               SPECDEC_ACCESS_RW
+
+/* PARAMS (ro) @ 0x28: Build parameters of this instance. */
+#define SPECDEC_KVPAGE_PARAMS_OFFSET                0x28u
+#define SPECDEC_KVPAGE_PARAMS_RESET                 0x00000000u
+#define SPECDEC_KVPAGE_PARAMS_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_LSB        0u  /* log2 of PAGES (physical pages in the pool). */
+#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_WIDTH      4u
+#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_MASK       0x0000000Fu
+#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_LSB       4u  /* log2 of MAX_BLOCKS (rows of a slot's block table). */
+#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_WIDTH     4u
+#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_MASK      0x000000F0u
+#define SPECDEC_KVPAGE_PARAMS_SLOTS_LSB             8u  /* Slots (sequences and branches) */
+#define SPECDEC_KVPAGE_PARAMS_SLOTS_WIDTH           8u
+#define SPECDEC_KVPAGE_PARAMS_SLOTS_MASK            0x0000FF00u
+
+/* RES_SLOT (ro) @ 0x2C: NEW, FORK, COMMIT: the slot of the result. */
+#define SPECDEC_KVPAGE_RES_SLOT_OFFSET              0x2Cu
+#define SPECDEC_KVPAGE_RES_SLOT_RESET               0x00000000u
+#define SPECDEC_KVPAGE_RES_SLOT_ACCESS              SPECDEC_ACCESS_RO
+
+/* RES_PAGE (ro) @ 0x30: WRITE, TRANSLATE: the physical page of the row. */
+#define SPECDEC_KVPAGE_RES_PAGE_OFFSET              0x30u
+#define SPECDEC_KVPAGE_RES_PAGE_RESET               0x00000000u
+#define SPECDEC_KVPAGE_RES_PAGE_ACCESS              SPECDEC_ACCESS_RO
+
+/* RES_SRC (ro) @ 0x34: WRITE with FLAGS.COPY: the page whose contents the host copies into RES_PAGE. */
+#define SPECDEC_KVPAGE_RES_SRC_OFFSET               0x34u
+#define SPECDEC_KVPAGE_RES_SRC_RESET                0x00000000u
+#define SPECDEC_KVPAGE_RES_SRC_ACCESS               SPECDEC_ACCESS_RO
+
+/* RES_FLAGS (ro) @ 0x38: WRITE: what it did. */
+#define SPECDEC_KVPAGE_RES_FLAGS_OFFSET             0x38u
+#define SPECDEC_KVPAGE_RES_FLAGS_RESET              0x00000000u
+#define SPECDEC_KVPAGE_RES_FLAGS_ACCESS             SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_LSB          0u  /* A page was taken from the pool. */
+#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_WIDTH        1u
+#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_MASK         0x00000001u
+#define SPECDEC_KVPAGE_RES_FLAGS_COPY_LSB           1u  /* Copy on write: copy page RES_SRC into RES_PAGE before writing. */
+#define SPECDEC_KVPAGE_RES_FLAGS_COPY_WIDTH         1u
+#define SPECDEC_KVPAGE_RES_FLAGS_COPY_MASK          0x00000002u
+
+/* RES_REFS (ro) @ 0x3C: REFS: slots whose block table maps the page (0: free). */
+#define SPECDEC_KVPAGE_RES_REFS_OFFSET              0x3Cu
+#define SPECDEC_KVPAGE_RES_REFS_RESET               0x00000000u
+#define SPECDEC_KVPAGE_RES_REFS_ACCESS              SPECDEC_ACCESS_RO
+
+/* RES_INFO (ro) @ 0x40: INFO: kind and parent of the slot. */
+#define SPECDEC_KVPAGE_RES_INFO_OFFSET              0x40u
+#define SPECDEC_KVPAGE_RES_INFO_RESET               0x00000000u
+#define SPECDEC_KVPAGE_RES_INFO_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_INFO_KIND_LSB            0u  /* Slot kind. */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_WIDTH          2u
+#define SPECDEC_KVPAGE_RES_INFO_KIND_MASK           0x00000003u
+#define SPECDEC_KVPAGE_RES_INFO_KIND_FREE           0u  /* unused */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_SEQ            1u  /* a sequence */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_BRANCH         2u  /* a branch of a sequence */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_ZOMBIE         3u  /* freed; its pages wait on its chain to be reused */
+#define SPECDEC_KVPAGE_RES_INFO_PARENT_LSB          8u  /* A branch's sequence. */
+#define SPECDEC_KVPAGE_RES_INFO_PARENT_WIDTH        6u
+#define SPECDEC_KVPAGE_RES_INFO_PARENT_MASK         0x00003F00u
+
+/* RES_LEN (ro) @ 0x44: INFO: rows in the slot's block table. */
+#define SPECDEC_KVPAGE_RES_LEN_OFFSET               0x44u
+#define SPECDEC_KVPAGE_RES_LEN_RESET                0x00000000u
+#define SPECDEC_KVPAGE_RES_LEN_ACCESS               SPECDEC_ACCESS_RO
+
+/* RES_BASE (ro) @ 0x48: INFO: a branch's rows 0..BASE-1 are shared with its sequence (0 for a sequence). */
+#define SPECDEC_KVPAGE_RES_BASE_OFFSET              0x48u
+#define SPECDEC_KVPAGE_RES_BASE_RESET               0x00000000u
+#define SPECDEC_KVPAGE_RES_BASE_ACCESS              SPECDEC_ACCESS_RO
+
+/* RES_COUNT (ro) @ 0x4C: INFO: pages the slot owns (its chain; a zombie's pages wait there to be reused). */
+#define SPECDEC_KVPAGE_RES_COUNT_OFFSET             0x4Cu
+#define SPECDEC_KVPAGE_RES_COUNT_RESET              0x00000000u
+#define SPECDEC_KVPAGE_RES_COUNT_ACCESS             SPECDEC_ACCESS_RO
+
+/* FREE_PAGES (ro) @ 0x50: Pages free in the pool. */
+#define SPECDEC_KVPAGE_FREE_PAGES_OFFSET            0x50u
+#define SPECDEC_KVPAGE_FREE_PAGES_RESET             0x00000000u
+#define SPECDEC_KVPAGE_FREE_PAGES_ACCESS            SPECDEC_ACCESS_RO
+
+/* SEQS_LO (ro) @ 0x54: Bit s: slot s is a sequence (slots 0..31). */
+#define SPECDEC_KVPAGE_SEQS_LO_OFFSET               0x54u
+#define SPECDEC_KVPAGE_SEQS_LO_RESET                0x00000000u
+#define SPECDEC_KVPAGE_SEQS_LO_ACCESS               SPECDEC_ACCESS_RO
+
+/* SEQS_HI (ro) @ 0x58: Bit s: slot 32 + s is a sequence. */
+#define SPECDEC_KVPAGE_SEQS_HI_OFFSET               0x58u
+#define SPECDEC_KVPAGE_SEQS_HI_RESET                0x00000000u
+#define SPECDEC_KVPAGE_SEQS_HI_ACCESS               SPECDEC_ACCESS_RO
+
+/* BRANCHES_LO (ro) @ 0x5C: Bit s: slot s is a branch (slots 0..31). */
+#define SPECDEC_KVPAGE_BRANCHES_LO_OFFSET           0x5Cu
+#define SPECDEC_KVPAGE_BRANCHES_LO_RESET            0x00000000u
+#define SPECDEC_KVPAGE_BRANCHES_LO_ACCESS           SPECDEC_ACCESS_RO
+
+/* BRANCHES_HI (ro) @ 0x60: Bit s: slot 32 + s is a branch. */
+#define SPECDEC_KVPAGE_BRANCHES_HI_OFFSET           0x60u
+#define SPECDEC_KVPAGE_BRANCHES_HI_RESET            0x00000000u
+#define SPECDEC_KVPAGE_BRANCHES_HI_ACCESS           SPECDEC_ACCESS_RO
+
+/* CYCLES_BUSY (ro) @ 0x64: Clock cycles BUSY in the last operation (START to DONE). */
+#define SPECDEC_KVPAGE_CYCLES_BUSY_OFFSET           0x64u
+#define SPECDEC_KVPAGE_CYCLES_BUSY_RESET            0x00000000u
+#define SPECDEC_KVPAGE_CYCLES_BUSY_ACCESS           SPECDEC_ACCESS_RO
+
+/* OPS (ro) @ 0x68: Operations completed since reset (wraps at 2**32). */
+#define SPECDEC_KVPAGE_OPS_OFFSET                   0x68u
+#define SPECDEC_KVPAGE_OPS_RESET                    0x00000000u
+#define SPECDEC_KVPAGE_OPS_ACCESS                   SPECDEC_ACCESS_RO
+
+/* kvpage error bits (masks of ERR) */
+#define SPECDEC_KVPAGE_ERR_BAD_OP                   0x00000001u  /* OP.CODE is not an operation. */
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT                 0x00000002u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
+#define SPECDEC_KVPAGE_ERR_NO_SLOT                  0x00000004u  /* NEW or FORK with all 64 slots live. */
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY               0x00000008u  /* WRITE needs a page and the pool has none free. */
+#define SPECDEC_KVPAGE_ERR_BAD_ROW                  0x00000010u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW               0x00000020u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE                 0x00000040u  /* REFS of a page at or past PAGES. */
+
 #endif /* SPECDEC_REGS_H */

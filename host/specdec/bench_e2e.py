@@ -60,9 +60,12 @@ def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None
     from tqdm import tqdm
     pair = pair or runtime.open_pair(job.get("target"), job.get("draft"))
     if backend == "ref":
-        verifier, masker = runtime.golden_verifier(), runtime.golden_masker()
+        verifier, masker, kv = runtime.golden_verifier(), runtime.golden_masker(), runtime.golden_kvpage()
     else:
-        verifier, masker = runtime.pynq_cores()
+        verifier, masker, kv = runtime.pynq_cores()
+    block = runtime.kv_block(job)
+    if kv is not None and block is not None:        # both caches in pages the kvpage core assigns
+        pair = runtime.paged_pair(pair, kv, block)
     prompts = [runtime.encode(pair.tokenizer, p) for p in job["prompts"]]
     labels = list(gammas)
     cfgs = {g: runtime.config({**job, "gamma": g}) for g in gammas}
@@ -96,7 +99,8 @@ def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None
                      **{key: s[key] for key in ("acceptance", "tokens_per_call", "per_position_acceptance",
                                                 "breakdown", "host_fraction", "target_calls", "new_tokens",
                                                 "wall_s", "verifier_cycles", "verifier_cycles_per_round",
-                                                "mask_cycles_per_round")}})
+                                                "mask_cycles_per_round", "kv_ops_per_round",
+                                                "kv_cycles_per_round", "kv_pages_max")}})
     spec_rows = [r for r in rows if r["gamma"] != 0]
     best = max(spec_rows, key=lambda r: r["speedup"] or 0) if spec_rows else None
     same = all(gens[k][i].tokens == gens[0][i].tokens for k in labels for i in range(len(prompts)))

@@ -211,6 +211,9 @@ class Round:
     depth: int = -1         # deepest draft position (a chain's g; a tree's largest node depth); -1 = g
     mask_s: float = 0.0     # tree rounds: the treemask core's time (driver call)
     mask_cycles: int = 0    # tree rounds: the treemask core's CYCLES_BUSY
+    kv_ops: int = 0         # paged KV caches: kvpage operations this round (both models)
+    kv_cycles: int = 0      # ... and their CYCLES_BUSY
+    kv_pages: int = 0       # ... and pages in use after the round
 
     def __post_init__(self) -> None:
         if self.depth < 0:
@@ -285,52 +288,75 @@ def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfi
     new: list[int] = []
     rounds: list[Round] = []
     stopped = False
-    while len(new) < cfg.max_new_tokens and not stopped:
-        if cfg.tree_budget:
-            out, rnd = tree_round(target, draft, verifier, masker, ctx, cfg, rng)
-            out, stopped = _stop(out, eos, cfg, len(new))
-            ctx += out
-            new += out
-            target.rollback(len(ctx) - 1)
-            draft.commit(len(ctx) - 1)
-            rnd.emitted = len(out)
-            rnd.total_s = time.perf_counter() - rnd.total_s
+    kv = target.kv if target.paged else None
+    try:
+        while len(new) < cfg.max_new_tokens and not stopped:
+            mark = (kv.total_ops, kv.total_cycles) if kv is not None else None
+            if cfg.tree_budget:
+                out, rnd = tree_round(target, draft, verifier, masker, ctx, cfg, rng)
+                out, stopped = _stop(out, eos, cfg, len(new))
+                ctx += out
+                new += out
+                target.rollback(len(ctx) - 1)
+                draft.commit(len(ctx) - 1)
+                rnd.emitted = len(out)
+                rnd.total_s = time.perf_counter() - rnd.total_s
+            else:
+                out, rnd = chain_round(target, draft, verifier, schedule, ctx, cfg, rng, baseline, len(new))
+                out, stopped = _stop(out, eos, cfg, len(new))
+                ctx += out
+                new += out
+                target.rollback(len(ctx) - 1)
+                if not baseline:
+                    draft.commit(len(ctx) - 1)
+                    schedule.update(rnd.n_accept, rnd.g)
+                rnd.emitted = len(out)
+                rnd.total_s = time.perf_counter() - rnd.total_s
+            if kv is not None:
+                rnd.kv_ops, rnd.kv_cycles = kv.total_ops - mark[0], kv.total_cycles - mark[1]
+                rnd.kv_pages = kv.pages - kv.free_pages
             rounds.append(rnd)
-            continue
-        t0 = time.perf_counter()
-        g = min(schedule.gamma, cfg.max_new_tokens - len(new) - 1)
-        if baseline:
-            draft_tokens, q = [], None
-        else:
-            draft_tokens, q = draft.propose(ctx, g, s, rng)
-            g = len(draft_tokens)
-        t1 = time.perf_counter()
-        raw = target.forward(ctx[target.length:] + draft_tokens)[-(g + 1):]
-        t2 = time.perf_counter()
-        _check_finite(raw, target.name)
-        p = mask_logits(raw, s)                     # host work: counted in the round's host overhead
-        t3 = time.perf_counter()
-        cycles = 0
-        if baseline:
-            out, n_acc, qt_s = [choose_host(p[0], s, rng)], 0, 0.0
-            ver_s = time.perf_counter() - t3
-        else:
-            res = verifier.verify(draft_tokens, p, None if s.greedy else q, greedy=s.greedy,
-                                  temperature=s.temperature or 1.0)
-            out, n_acc, cycles = res.tokens, res.n_accept, res.cycles_busy
-            timing = verifier.timing
-            qt_s = timing["quantize_s"] + timing["transfer_s"]
-            ver_s = time.perf_counter() - t3 - qt_s
-        out, stopped = _stop(out, eos, cfg, len(new))
-        ctx += out
-        new += out
-        target.rollback(len(ctx) - 1)
-        if not baseline:
-            draft.commit(len(ctx) - 1)
-            schedule.update(n_acc, g)
-        t4 = time.perf_counter()
-        rounds.append(Round(g, n_acc, len(out), t1 - t0, t2 - t1, qt_s, ver_s, t4 - t0, cycles))
+    finally:        # a paged cache's sequence goes back to the pool, also when a round failed
+        target.free()
+        if draft is not None and hasattr(draft, "lm"):
+            draft.lm.free()
     return Generation(new, rounds, prefill_s, time.perf_counter() - t_start, stopped)
+
+
+def chain_round(target: CausalLM, draft, verifier, schedule: GammaSchedule, ctx: list[int], cfg: GenConfig,
+                rng: np.random.Generator, baseline: bool, done: int) -> tuple[list[int], Round]:
+    """One chain round: the draft proposes g tokens, the target scores g + 1 positions in one pass, the
+    verifier decides (target-only decoding: the host picks the next token).
+
+    Returns the tokens the round emits (before EOS and budget truncation) and its record, whose
+    ``total_s`` holds the round's start time (the caller finishes it, after committing the caches).
+    """
+    s = cfg.sampling
+    t0 = time.perf_counter()
+    g = min(schedule.gamma, cfg.max_new_tokens - done - 1)
+    if baseline:
+        draft_tokens, q = [], None
+    else:
+        draft_tokens, q = draft.propose(ctx, g, s, rng)
+        g = len(draft_tokens)
+    t1 = time.perf_counter()
+    raw = target.forward(ctx[target.length:] + draft_tokens)[-(g + 1):]
+    t2 = time.perf_counter()
+    _check_finite(raw, target.name)
+    p = mask_logits(raw, s)                     # host work: counted in the round's host overhead
+    t3 = time.perf_counter()
+    cycles = 0
+    if baseline:
+        out, n_acc, qt_s = [choose_host(p[0], s, rng)], 0, 0.0
+        ver_s = time.perf_counter() - t3
+    else:
+        res = verifier.verify(draft_tokens, p, None if s.greedy else q, greedy=s.greedy,
+                              temperature=s.temperature or 1.0)
+        out, n_acc, cycles = res.tokens, res.n_accept, res.cycles_busy
+        timing = verifier.timing
+        qt_s = timing["quantize_s"] + timing["transfer_s"]
+        ver_s = time.perf_counter() - t3 - qt_s
+    return out, Round(g, n_acc, 0, t1 - t0, t2 - t1, qt_s, ver_s, t0, cycles)
 
 
 def tree_round(target: CausalLM, drafter, verifier, masker, ctx: list[int], cfg: GenConfig,

@@ -10,8 +10,12 @@ import functools
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import SpecdecError
+
+if TYPE_CHECKING:
+    from .drivers.kvpage import KVPage
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = ROOT / "models"
@@ -166,19 +170,70 @@ class CausalLM:
     (the accepted path) and makes it committed. While entries are pending, :meth:`forward` raises
     :class:`CacheStateError`: a plain forward would attend to every pending node. :meth:`rollback` and
     :meth:`reset` discard pending entries.
+
+    Parameters
+    ----------
+    model : transformers causal LM
+    name : str
+        Used in error messages.
+    kv : specdec.drivers.KVPage, optional
+        The kvpage core's driver: the cache is then :class:`specdec.paged.PagedCache`, its keys and values in
+        page pools addressed by the pages the core assigns (forwards write into a branch of the model's
+        sequence, rollback and commit_path commit it). Both models of a pair may share one driver. None:
+        a transformers ``DynamicCache``.
+    block : int
+        Tokens per page of the paged cache.
     """
 
-    def __init__(self, model, name: str = "") -> None:
+    def __init__(self, model, name: str = "", kv: KVPage | None = None, block: int = 16) -> None:
         self.model, self.name = model, name
         self.vocab = model.get_output_embeddings().weight.shape[0]
         self.eos_token_id = model.generation_config.eos_token_id if model.generation_config else None
+        self.kv, self.block = kv, block
+        self.cache = None
         self.reset()
 
+    @property
+    def paged(self) -> bool:
+        """True when the cache is the paged one (``specdec.paged.PagedCache``, pages from the kvpage core)."""
+        return self.kv is not None
+
     def reset(self) -> None:
-        from transformers import DynamicCache
-        self.cache = DynamicCache(config=self.model.config)
+        """An empty cache (paged: the old sequence is freed and a new one opened; the pools are kept)."""
+        if self.paged:
+            from .paged import PagedCache
+            if self.cache is None:
+                self.cache = PagedCache(self.model.config, self.kv, self.block)
+            else:
+                self.cache.reset()
+        else:
+            from transformers import DynamicCache
+            self.cache = DynamicCache(config=self.model.config)
         self.length = 0
         self.pending = 0
+
+    def free(self) -> None:
+        """Release the cache at the end of a generation (paged: FREE the sequence, its pages go back to the
+        pool). The next forward starts from an empty cache."""
+        if self.paged:
+            self.cache.free()
+        else:
+            self.reset()
+        self.length = 0
+        self.pending = 0
+
+    def _run(self, **kwargs):
+        """The model's forward over the cache; a paged cache is put back as it was if the forward fails."""
+        import torch
+        try:
+            with torch.inference_mode():
+                out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
+        except BaseException:
+            if self.paged:
+                self.cache.resync(self.length + self.pending)
+            raise
+        self.cache = out.past_key_values
+        return out
 
     def forward(self, tokens):
         """Logits (float32 tensor, shape (len(tokens), V)) for each of ``tokens`` appended to the cache."""
@@ -188,10 +243,8 @@ class CausalLM:
         if self.pending:
             raise CacheStateError(f"{self.name}: forward with {self.pending} pending tree entries in the cache; "
                                   "call commit_path(keep) or rollback(length) first")
-        with torch.inference_mode():
-            ids = torch.as_tensor([list(tokens)], dtype=torch.long)
-            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+        ids = torch.as_tensor([list(tokens)], dtype=torch.long)
+        out = self._run(input_ids=ids)
         self.length += len(tokens)
         return out.logits[0].float()
 
@@ -199,7 +252,9 @@ class CausalLM:
         """Keep the first ``length`` committed tokens of the cache (pending tree entries are dropped)."""
         if not 0 <= length <= self.length:
             raise ValueError(f"{self.name}: cannot roll back to {length}; the cache holds {self.length}")
-        if length < self.length + self.pending:
+        if self.paged:
+            self.cache.rollback(length)                             # commits the open branch
+        elif length < self.length + self.pending:
             self.cache.crop(length - self.length - self.pending)     # negative: drop that many tokens
         self.length, self.pending = length, 0
 
@@ -244,12 +299,9 @@ class CausalLM:
         dtype = self.model.dtype
         full = torch.zeros((1, 1, n, self.length + self.pending + n), dtype=dtype)
         full[0, 0, :, self.length:] = torch.where(torch.from_numpy(mask), 0.0, torch.finfo(dtype).min)
-        with torch.inference_mode():
-            ids = torch.as_tensor([[int(t) for t in tokens]], dtype=torch.long)
-            pos = torch.from_numpy(self.length + depth)[None]
-            out = self.model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=self.cache,
-                             use_cache=True)
-        self.cache = out.past_key_values
+        ids = torch.as_tensor([[int(t) for t in tokens]], dtype=torch.long)
+        pos = torch.from_numpy(self.length + depth)[None]
+        out = self._run(input_ids=ids, attention_mask=full, position_ids=pos)
         self.pending += n
         return out.logits[0].float()
 
@@ -264,7 +316,9 @@ class CausalLM:
         if any(b <= a for a, b in zip(keep, keep[1:])) or any(not 0 <= k < self.pending for k in keep):
             raise ValueError(f"{self.name}: commit_path needs ascending indices in 0..{self.pending - 1} "
                              f"(the pending entries), got {keep}")
-        if keep != list(range(len(keep))):     # else cropping the tail is enough
+        if self.paged:                          # moves the kept entries within the branch's pages, commits
+            self.cache.commit_path(self.length, keep)
+        elif keep != list(range(len(keep))):     # else cropping the tail is enough
             idx = torch.tensor(list(range(self.length)) + [self.length + k for k in keep], dtype=torch.long)
             for layer in self.cache.layers:
                 if layer.keys.shape[-2] != self.length + self.pending:

@@ -39,10 +39,18 @@ class Field:
     lsb: int
     width: int
     doc: str
+    values: tuple[tuple[str, int, str], ...] = ()   # named codes of an enumerated field: (name, value, doc)
 
     @property
     def mask(self) -> int:
         return ((1 << self.width) - 1) << self.lsb
+
+    def code(self, name: str) -> int:
+        """The value of the named code of an enumerated field."""
+        for n, v, _ in self.values:
+            if n == name:
+                return v
+        raise KeyError(f"field {self.name} has no code {name!r}; codes: {[n for n, _, _ in self.values]}")
 
     def extract(self, value: int) -> int:
         return (value >> self.lsb) & ((1 << self.width) - 1)
@@ -163,7 +171,8 @@ class CoreMap:
             "name": self.name,
             "registers": [
                 {"name": r.name, "offset": r.offset, "access": r.access, "reset": r.reset,
-                 "fields": [[f.name, f.lsb, f.width] for f in r.fields]}
+                 "fields": [[f.name, f.lsb, f.width] + ([[list(v[:2]) for v in f.values]] if f.values else [])
+                            for f in r.fields]}
                 for r in self.registers
             ],
             "streams": [
@@ -390,7 +399,82 @@ def _treemask_map() -> CoreMap:
     return b.build()
 
 
-CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map())}
+# KV-cache page table (kvpage core, docs/kvpage.md): slots are sequences and their branches; a rollback
+# names its branches in a 64-bit mask (MASK_LO/HI), so the slot count is fixed.
+KV_SLOTS = 64
+KV_MAX_PAGES = 1024       # largest PAGES parameter (page ids fit 10 bits)
+KV_MAX_BLOCKS = 1024      # largest MAX_BLOCKS parameter (rows of one slot's block table)
+KV_OPS = (
+    ("NEW", 1, "Open an empty sequence in the lowest free slot -> RES_SLOT."),
+    ("FORK", 2, "Branch the sequence SLOT: the new slot shares its rows (block table copied, pages shared) -> "
+                "RES_SLOT."),
+    ("WRITE", 3, "Make row ROW of SLOT writable: ROW = LEN appends a new page; the branch's last shared row is "
+                 "copied on write (RES_SRC -> RES_PAGE, FLAGS.COPY); an own row returns its page -> RES_PAGE."),
+    ("TRANSLATE", 4, "Physical page of row ROW of SLOT -> RES_PAGE."),
+    ("COMMIT", 5, "The branch SLOT becomes its parent's sequence, keeping its first ROW rows; the parent's "
+                  "other branches are rolled back -> RES_SLOT (= SLOT)."),
+    ("ROLLBACK", 6, "Free every branch in MASK_HI:MASK_LO (bit s = slot s) in one operation."),
+    ("FREE", 7, "Free the sequence SLOT and every branch of it."),
+    ("REFS", 8, "Reference count of page PAGE (slots mapping it) -> RES_REFS."),
+    ("INFO", 9, "State of slot SLOT -> RES_INFO, RES_LEN, RES_BASE, RES_COUNT."),
+    ("CLEAR", 10, "Free every slot and every page (the state after reset)."),
+)
+KV_KINDS = (("FREE", 0, "unused"), ("SEQ", 1, "a sequence"), ("BRANCH", 2, "a branch of a sequence"),
+            ("ZOMBIE", 3, "freed; its pages wait on its chain to be reused"))
+
+
+def _kvpage_map() -> CoreMap:
+    b = MapBuilder(
+        "kvpage",
+        "KV-cache page table: block tables of up to 64 sequences and branches over a pool of PAGES physical "
+        "pages, a free list, copy-on-write forks, and commit / rollback in a constant number of cycles.",
+        errors=[("BAD_OP", "OP.CODE is not an operation."),
+                ("BAD_SLOT", "SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for "
+                             "FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a "
+                             "live slot for WRITE and TRANSLATE; or SLOT >= 64."),
+                ("NO_SLOT", "NEW or FORK with all 64 slots live."),
+                ("POOL_EMPTY", "WRITE needs a page and the pool has none free."),
+                ("BAD_ROW", "ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT "
+                            "keeping more rows than the branch has."),
+                ("SHARED_ROW", "WRITE to a shared row: a branch row below its last shared one, or a sequence row "
+                               "that a live branch shares."),
+                ("BAD_PAGE", "REFS of a page at or past PAGES.")],
+    )
+    b.add("OP", "rw", "The operation CTRL.START runs.", fields=[
+        Field("CODE", 0, 4, "Operation.", values=KV_OPS)])
+    b.add("SLOT", "rw", "Slot operand (0..63).")
+    b.add("ROW", "rw", "Row operand: the logical block (WRITE, TRANSLATE) or the rows to keep (COMMIT).")
+    b.add("PAGE", "rw", "Page operand (REFS).")
+    b.add("MASK_LO", "rw", "ROLLBACK: branch slots 0..31 (bit s = slot s).")
+    b.add("MASK_HI", "rw", "ROLLBACK: branch slots 32..63 (bit s = slot 32 + s).")
+    b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
+        Field("PAGES_LOG2", 0, 4, "log2 of PAGES (physical pages in the pool)."),
+        Field("BLOCKS_LOG2", 4, 4, "log2 of MAX_BLOCKS (rows of a slot's block table)."),
+        Field("SLOTS", 8, 8, "Slots (sequences and branches)")])
+    b.add("RES_SLOT", "ro", "NEW, FORK, COMMIT: the slot of the result.")
+    b.add("RES_PAGE", "ro", "WRITE, TRANSLATE: the physical page of the row.")
+    b.add("RES_SRC", "ro", "WRITE with FLAGS.COPY: the page whose contents the host copies into RES_PAGE.")
+    b.add("RES_FLAGS", "ro", "WRITE: what it did.", fields=[
+        Field("ALLOC", 0, 1, "A page was taken from the pool."),
+        Field("COPY", 1, 1, "Copy on write: copy page RES_SRC into RES_PAGE before writing.")])
+    b.add("RES_REFS", "ro", "REFS: slots whose block table maps the page (0: free).")
+    b.add("RES_INFO", "ro", "INFO: kind and parent of the slot.", fields=[
+        Field("KIND", 0, 2, "Slot kind.", values=KV_KINDS),
+        Field("PARENT", 8, 6, "A branch's sequence.")])
+    b.add("RES_LEN", "ro", "INFO: rows in the slot's block table.")
+    b.add("RES_BASE", "ro", "INFO: a branch's rows 0..BASE-1 are shared with its sequence (0 for a sequence).")
+    b.add("RES_COUNT", "ro", "INFO: pages the slot owns (its chain; a zombie's pages wait there to be reused).")
+    b.add("FREE_PAGES", "ro", "Pages free in the pool.")
+    b.add("SEQS_LO", "ro", "Bit s: slot s is a sequence (slots 0..31).")
+    b.add("SEQS_HI", "ro", "Bit s: slot 32 + s is a sequence.")
+    b.add("BRANCHES_LO", "ro", "Bit s: slot s is a branch (slots 0..31).")
+    b.add("BRANCHES_HI", "ro", "Bit s: slot 32 + s is a branch.")
+    b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY in the last operation (START to DONE).")
+    b.add("OPS", "ro", "Operations completed since reset (wraps at 2**32).")
+    return b.build()
+
+
+CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map(), _kvpage_map())}
 
 
 def core(name: str) -> CoreMap:

@@ -33,6 +33,11 @@ TREEMASK_PARAMS = {"NODES_MAX": 64}
 #: Tree builders of ``--tree`` (specdec.tree) and their defaults.
 TREE_KINDS = ("static", "eagle", "sequoia")
 TREE_DEFAULTS = {"budget": 16, "depth": 6, "topk": 4, "calibration_passages": 8}
+#: The kvpage build: a 256-page pool, 64-row block tables (1,024 tokens per sequence at 16 tokens a page).
+KV_PARAMS = {"PAGES": 256, "MAX_BLOCKS": 64}
+#: Tokens per KV page unless a job says otherwise (``"kv": {"block": B}``; ``"kv": false`` keeps the
+#: transformers DynamicCache).
+KV_BLOCK = 16
 #: Where ``--backend pynq`` looks for the bitstream (override with SPECDEC_BITSTREAM).
 DEFAULT_BITSTREAM = models.ROOT / "bitstreams" / "pynq-z2" / "specdec.bit"
 
@@ -88,6 +93,38 @@ def golden_masker(params: dict | None = None):
     p = {**TREEMASK_PARAMS, **(params or {})}
     dev = GoldenDevice({0: "treemask"}, {0: {"nodes_max": p["NODES_MAX"]}})
     return TreeMask(description("treemask", dev), dev.sink(0))
+
+
+def golden_kvpage(params: dict | None = None):
+    """The kvpage driver over the golden register model (backend ``ref``)."""
+    from .backends.golden import GoldenDevice
+    from .drivers import KVPage
+    from .drivers.base import description
+    p = {**KV_PARAMS, **(params or {})}
+    dev = GoldenDevice({0: "kvpage"}, {0: {"pages": p["PAGES"], "max_blocks": p["MAX_BLOCKS"]}})
+    return KVPage(description("kvpage", dev))
+
+
+def kv_block(job: dict) -> int | None:
+    """Tokens per KV page for ``job``, or None when the job keeps the dense cache (``"kv": false``)."""
+    spec = job.get("kv", {})
+    if spec is False:
+        return None
+    block = (spec or {}).get("block", KV_BLOCK) if isinstance(spec, dict) else KV_BLOCK
+    if not isinstance(block, int) or not 1 <= block <= 4096:
+        raise ValueError(f"KV block must be an integer number of tokens per page in 1..4096, got {block!r}")
+    return block
+
+
+def paged_pair(pair: Pair, kv, block: int = KV_BLOCK) -> Pair:
+    """``pair`` with both models' caches in page pools whose pages the kvpage core ``kv`` assigns (the same
+    weights; new :class:`~specdec.models.CausalLM` wrappers)."""
+    target = models.CausalLM(pair.target.model, pair.target.name, kv=kv, block=block)
+    if isinstance(pair.draft, ModelDraft):
+        draft = ModelDraft(models.CausalLM(pair.draft.lm.model, pair.draft.lm.name, kv=kv, block=block))
+    else:
+        draft = PromptLookup(target.vocab, pair.draft.max_ngram)
+    return Pair(target, draft, pair.tokenizer, pair.target_name, pair.draft_name)
 
 
 def check_tree(spec: dict | None) -> dict | None:
@@ -158,7 +195,8 @@ def pynq_verifier(bitstream: str | os.PathLike | None = None):
 
 
 def pynq_cores(bitstream: str | os.PathLike | None = None):
-    """The verifier and the treemask core on a board (backend ``pynq``), each with its DMA channel."""
+    """The verifier, the treemask core and the kvpage core on a board (backend ``pynq``), the first two with
+    their DMA channels; ``(verifier, masker, kv)``, None for a core the bitstream lacks."""
     path = Path(bitstream or os.environ.get("SPECDEC_BITSTREAM", DEFAULT_BITSTREAM))
     if not path.is_file():
         raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with bitstreams/, or set "
@@ -173,7 +211,8 @@ def pynq_cores(bitstream: str | os.PathLike | None = None):
         from .drivers.treemask import DmaSink
         masker = ol.treemask
         masker.attach(DmaSink(ol.axi_dma_mask, allocator=pynq.allocate))
-    return drv, masker
+    kv = getattr(ol, "kvpage", None)     # register-only IP: bound by VLNV, nothing to attach
+    return drv, masker, kv
 
 
 def seed_words(seed: int, index: int) -> tuple[int, ...]:
@@ -189,16 +228,23 @@ def config(job: dict) -> GenConfig:
                      seed=job.get("seed", 0), tree_budget=tree["budget"] if tree else 0)
 
 
-def execute(job: dict, verifier, pair: Pair | None = None, progress=None, masker=None) -> dict:
+def execute(job: dict, verifier, pair: Pair | None = None, progress=None, masker=None, kv=None) -> dict:
     """Run every prompt of ``job`` (``{"target", "draft", "prompts", "max_new_tokens", "gamma",
-    "sampling", "seed"}``, and ``"tree": {"kind", "budget", ...}`` for tree speculation) through
-    :func:`specdec.decode.generate`.
+    "sampling", "seed"}``, ``"tree": {"kind", "budget", ...}`` for tree speculation, ``"kv": {"block": B}``
+    or ``false``) through :func:`specdec.decode.generate`.
+
+    ``kv`` (a kvpage driver on any backend): both models' KV caches live in page pools whose pages that core
+    assigns (forks per round, commits, rollbacks); None, or a job with ``"kv": false``, keeps transformers'
+    dense caches.
 
     Returns ``{"generations": [...], "summary": summarize(...)}``; each generation holds the prompt, its
     new token ids and text, and its rounds.
     """
     cfg = config(job)
     pair = pair or open_pair(job.get("target"), job.get("draft"))
+    block = kv_block(job)
+    if kv is not None and block is not None:
+        pair = paged_pair(pair, kv, block)
     spec = check_tree(job.get("tree"))
     drafter = tree_drafter(pair, spec) if spec else None
     gens = []
@@ -215,6 +261,10 @@ def execute(job: dict, verifier, pair: Pair | None = None, progress=None, masker
     res = {"generations": out, "summary": summarize(gens)}
     if spec:
         res["tree"] = spec
+    if kv is not None and block is not None:
+        res["kv"] = {"pages": kv.pages, "max_blocks": kv.max_blocks, "block": block,
+                     "op_cycles": {k: sorted(set(v)) for k, v in kv.op_cycles.items()},
+                     "ops": {k: len(v) for k, v in kv.op_cycles.items()}, "free_pages_after": kv.free_pages}
     return res
 
 
@@ -266,6 +316,9 @@ def summarize(gens: list[Generation]) -> dict:
         "verifier_cycles": sum(r.cycles for r in rounds),
         "verifier_cycles_per_round": sum(r.cycles for r in rounds) / len(rounds) if rounds else 0.0,
         "mask_cycles_per_round": sum(r.mask_cycles for r in rounds) / len(rounds) if rounds else 0.0,
+        "kv_ops_per_round": sum(r.kv_ops for r in rounds) / len(rounds) if rounds else 0.0,
+        "kv_cycles_per_round": sum(r.kv_cycles for r in rounds) / len(rounds) if rounds else 0.0,
+        "kv_pages_max": max((r.kv_pages for r in rounds), default=0),
     }
 
 
@@ -281,7 +334,7 @@ def run_sim(job: dict, sim: str = "verilator") -> dict:
     """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
     verifier and the treemask core (``fpga.system``; a chain job leaves the treemask core idle)."""
     from tb import harness
-    top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS}
+    top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS}
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(json.dumps(job))
@@ -302,10 +355,10 @@ def run(job: dict, backend: str = "ref", pair: Pair | None = None, progress=None
         raise ValueError(f"backend {backend!r} not in {BACKENDS}")
     if backend == "sim":
         return run_sim(job)
-    if job.get("gamma", 4) == 0 and not job.get("tree"):
-        return execute(job, None, pair, progress)
     if backend == "ref":
-        verifier, masker = golden_verifier(), golden_masker()
+        verifier, masker, kv = golden_verifier(), golden_masker(), golden_kvpage()
     else:
-        verifier, masker = pynq_cores()
-    return execute(job, verifier, pair, progress, masker if job.get("tree") else None)
+        verifier, masker, kv = pynq_cores()
+    if job.get("gamma", 4) == 0 and not job.get("tree"):
+        verifier = None
+    return execute(job, verifier, pair, progress, masker if job.get("tree") else None, kv)

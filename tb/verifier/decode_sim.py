@@ -5,8 +5,10 @@
 golden model; the result goes to ``SPECDEC_RESULT``. The driver runs unchanged in a thread
 (``cocotb.task.bridge``); every register access and row advances simulated time.
 
-The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis`` and the treemask core
-on ``tm_axil`` / ``m_axis``; a job with a token tree drives both from the same thread.
+The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis``, the treemask core
+on ``tm_axil`` / ``m_axis`` and the kvpage core on ``kv_axil``; a job with a token tree drives the first two
+from the same thread, and every job's KV caches take their pages from the kvpage core (unless the job says
+``"kv": false``).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from cocotb.task import bridge
 
 from specdec import runtime
 from specdec.backends.sim import SimDevice, SimSink, SimStream
-from specdec.drivers import TreeMask, Verifier
+from specdec.drivers import KVPage, TreeMask, Verifier
 from specdec.drivers.base import description
 from specdec.regmap import core
 from tb.common import AxilTB
@@ -34,13 +36,16 @@ async def decode_job(dut):
     stream = SimStream(dut)
     tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
     sink = SimSink(dut, "m_axis")
+    kv_tb = AxilTB(dut, core("kvpage"), prefix="kv_axil", clock=False)
     await tb.reset()
 
     def run() -> dict:
         drv = Verifier(description("verifier", SimDevice(tb.axil)), stream)
         masker = TreeMask(description("treemask", SimDevice(tm.axil)), sink) if tree else None
+        kv = KVPage(description("kvpage", SimDevice(kv_tb.axil)))
         return runtime.execute(job, drv if job.get("gamma", 4) != 0 or tree else None,
-                               progress=lambda i, n: tb.log.info("prompt %d/%d done", i, n), masker=masker)
+                               progress=lambda i, n: tb.log.info("prompt %d/%d done", i, n), masker=masker,
+                               kv=kv)
 
     result = await bridge(run)()
     result["backend"] = f"sim:{cocotb.SIM_NAME}"

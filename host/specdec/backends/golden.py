@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from hls_ref import kvpage as kv_ref
 from hls_ref import rng as rng_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
@@ -313,7 +314,50 @@ class GoldenSink(WordSink):
         return self.model.frames.pop(0)
 
 
-MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel}
+class KvpageModel(RegisterModel):
+    """Register-level model of the kvpage core over ``hls_ref.kvpage``.
+
+    CTRL.START (idle or done, no error) runs the operation in OP.CODE on the operand registers at once:
+    :func:`hls_ref.kvpage.step` gives the next state, the result registers it writes, the error bits and
+    ``CYCLES_BUSY`` (the RTL's cycle count). An unknown code raises BAD_OP. The page table survives
+    CTRL.SOFT_RESET, as on the core; CLEAR (or a new model) empties it.
+
+    Parameters
+    ----------
+    pages, max_blocks : int
+        The build parameters ``PAGES`` and ``MAX_BLOCKS``.
+    """
+
+    def __init__(self, pages: int = 256, max_blocks: int = 64) -> None:
+        super().__init__(core("kvpage"))
+        self.state = kv_ref.KVState.empty(pages, max_blocks)
+        self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(
+            PAGES_LOG2=pages.bit_length() - 1, BLOCKS_LOG2=max_blocks.bit_length() - 1, SLOTS=len(self.state.kind))
+        self.ro.update(kv_ref.status_regs(self.state))
+
+    def on_ctrl(self, bits: dict[str, int]) -> None:
+        if not bits["START"]:
+            return
+        self.done = False
+        code = self.cmap.reg("OP").decode(self.rw["OP"])["CODE"]
+        if code not in kv_ref.OP_NAMES:
+            self.ro["CYCLES_BUSY"] = kv_ref.CYCLES_ERROR
+            self.raise_err("BAD_OP")
+            return
+        op = kv_ref.Op(kv_ref.OP_NAMES[code], slot=self.rw["SLOT"], row=self.rw["ROW"], page=self.rw["PAGE"],
+                       mask=self.rw["MASK_LO"] | self.rw["MASK_HI"] << 32)
+        self.state, res = kv_ref.step(self.state, op)
+        self.ro["CYCLES_BUSY"] = res.cycles
+        if res.err:
+            self.err |= res.err
+            return
+        self.ro.update(res.regs)
+        self.ro.update(kv_ref.status_regs(self.state))
+        self.ro["OPS"] = (self.ro["OPS"] + 1) & 0xFFFFFFFF
+        self.done = True
+
+
+MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel, "kvpage": KvpageModel}
 
 
 class GoldenDevice(RegisterDevice):

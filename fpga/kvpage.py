@@ -1,0 +1,750 @@
+r"""kvpage: KV-cache page table (MyHDL face of docs/kvpage.md).
+
+The golden model is ``hls_ref.kvpage``; the register map ``specdec.regmap.core("kvpage")``.
+
+State
+-----
+* per slot (64, flip-flops, so that ROLLBACK/FREE/COMMIT relabel any set of slots in one cycle): kind,
+  parent, base, len, chain head, tail and count;
+* ``table_mem`` (64 x MAX_BLOCKS page ids, block RAM): the block tables, row r of slot s at s*MAX_BLOCKS+r;
+* ``next_mem`` (PAGES page ids): the chain links (free list and every slot's chain);
+* ``rowof_mem`` (PAGES rows): the row each page was allocated for (REFS reads one row of every slot);
+* the free list (head, count), the bump pointer (pages ``bump..PAGES-1`` never used) and FREE_PAGES.
+
+The three memories have one synchronous read port and one write port each (read data one cycle after
+the address); no operation walks a chain, so COMMIT, ROLLBACK and FREE take the same cycles whatever the
+slots hold. The sum of the freed slots' page counts (for FREE_PAGES) is a two-stage adder tree over the
+64 counts, registered, which COMMIT and ROLLBACK wait for.
+
+FSM (``CYCLES_BUSY`` counts every state but IDLE, DONE and ERR)::
+
+    IDLE/DONE --START--> CHECK --error--> ERR (1 cycle; sticky until CTRL.SOFT_RESET)
+    NEW        CHECK -> SLOT -> DONE                                     2
+    FORK       CHECK -> SLOT -> COPY x (len + 1) -> DONE                 len + 3
+    WRITE      CHECK -> RW1 (read table row, next[alloc head]) -> RW2 -> DONE          3
+    TRANSLATE  CHECK -> RW1 -> RW2 -> DONE                               3
+    COMMIT     CHECK -> C1 .. C5 -> DONE                                 6
+    ROLLBACK   CHECK -> Z1 -> Z2 -> Z3 -> DONE                           4   (FREE alike)
+    REFS       CHECK -> ROW -> SCAN x 65 -> DONE                         67
+    INFO       CHECK -> INFO -> DONE                                     2   (CLEAR alike)
+
+COMMIT of branch b of sequence S keeping ``keep`` rows (cut = min(keep, base_b), kb = keep - base_b)::
+
+    C1  read table[b][cut-1]                       C2  j = it; read table[b][keep-1], next[j]
+    C3  k = it; nj = next[j]; read next[k]         C4  nk = next[k]; next[j] <- head_b  (cut > 0, kb > 0)
+    C5  next[tail_S] <- b's rest (when S's rest and b's rest are both non-empty); b becomes the sequence
+        (head_S..j, head_b..k), S a zombie holding the rest, S's other branches zombies; FREE_PAGES grows
+
+CTRL.SOFT_RESET clears STATUS and ERR (from IDLE, DONE or ERR; ignored while BUSY) and keeps the tables.
+"""
+from __future__ import annotations
+
+from myhdl import ResetSignal, Signal, always, always_comb, block, concat, intbv
+
+from specdec.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, core
+
+from .axil import AxiLite, axil_regs, register_signals
+
+(ST_IDLE, ST_CHECK, ST_SLOT, ST_COPY, ST_RW1, ST_RW2, ST_C1, ST_C2, ST_C3, ST_C4, ST_C5, ST_Z1, ST_Z2, ST_Z3,
+ ST_ROW, ST_SCAN, ST_INFO, ST_CLEAR, ST_DONE, ST_ERR) = range(20)
+SRC_FL, SRC_BUMP, SRC_ZOMBIE = range(3)     # where WRITE takes its page from
+
+
+def _log2(v: int, name: str, lo: int, hi: int) -> int:
+    if not (lo <= v <= hi and v & (v - 1) == 0):
+        raise ValueError(f"kvpage: {name}={v} is not a power of two in {lo}..{hi}")
+    return v.bit_length() - 1
+
+
+@block
+def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
+    """KV-cache page table IP.
+
+    Parameters
+    ----------
+    clk, rst : Signal, ResetSignal
+        Clock and synchronous active-high reset (the state after reset is CLEAR's).
+    s_axil : AxiLite
+        Register port (``specdec.regmap.core("kvpage")``).
+    PAGES : int
+        Physical pages in the pool (power of two, 16..1024).
+    MAX_BLOCKS : int
+        Rows of each slot's block table (power of two, 4..1024).
+    """
+    PW = _log2(PAGES, "PAGES", 16, KV_MAX_PAGES)          # page id bits
+    BW = _log2(MAX_BLOCKS, "MAX_BLOCKS", 4, KV_MAX_BLOCKS)  # row index bits
+    CW = PW + 1                                         # page counts 0..PAGES
+    LW = BW + 1                                         # row counts 0..MAX_BLOCKS
+    NS = KV_SLOTS
+    SW = (NS - 1).bit_length()
+    cmap = core("kvpage")
+    codes = {n: v for n, v, _ in cmap.reg("OP").field("CODE").values}
+    OP_NEW, OP_FORK, OP_WRITE, OP_TRANSLATE, OP_COMMIT, OP_ROLLBACK, OP_FREE, OP_REFS, OP_INFO, OP_CLEAR = (
+        codes[n] for n in ("NEW", "FORK", "WRITE", "TRANSLATE", "COMMIT", "ROLLBACK", "FREE", "REFS", "INFO",
+                           "CLEAR"))
+    kinds = {n: v for n, v, _ in cmap.reg("RES_INFO").field("KIND").values}
+    K_FREE, K_SEQ, K_BRANCH, K_ZOMBIE = (kinds[n] for n in ("FREE", "SEQ", "BRANCH", "ZOMBIE"))
+    ctrl = cmap.reg("CTRL")
+    bit_start, bit_soft = ctrl.field("START").lsb, ctrl.field("SOFT_RESET").lsb
+    st = cmap.reg("STATUS")
+    st_busy, st_done, st_err = (st.field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
+    E = {f.name: f.mask for f in cmap.error_bits}
+    E_BAD_OP, E_BAD_SLOT, E_NO_SLOT, E_POOL_EMPTY, E_BAD_ROW, E_SHARED_ROW, E_BAD_PAGE = (
+        E[n] for n in ("BAD_OP", "BAD_SLOT", "NO_SLOT", "POOL_EMPTY", "BAD_ROW", "SHARED_ROW", "BAD_PAGE"))
+    F_ALLOC = cmap.reg("RES_FLAGS").field("ALLOC").mask
+    F_COPY = cmap.reg("RES_FLAGS").field("COPY").mask
+    info = cmap.reg("RES_INFO")
+    PARENT_LSB = info.field("PARENT").lsb
+    if info.field("KIND").lsb != 0:
+        raise ValueError("kvpage: RES_INFO.KIND must start at bit 0")
+    PARAMS_VAL = cmap.reg("PARAMS").encode(PAGES_LOG2=PW, BLOCKS_LOG2=BW, SLOTS=NS)
+
+    regs = register_signals(cmap)
+    insts = [axil_regs(clk, rst, s_axil, cmap, regs)]
+    cmd = regs["CTRL"]
+    r_op, r_slot, r_row, r_page, r_mlo, r_mhi = (regs[n] for n in ("OP", "SLOT", "ROW", "PAGE", "MASK_LO",
+                                                                   "MASK_HI"))
+    res = {n: regs[n] for n in ("RES_SLOT", "RES_PAGE", "RES_SRC", "RES_FLAGS", "RES_REFS", "RES_INFO", "RES_LEN",
+                                "RES_BASE", "RES_COUNT")}
+    r_status, r_err, r_params, r_free, r_slo, r_shi, r_blo, r_bhi, r_cbusy, r_ops = (regs[n] for n in (
+        "STATUS", "ERR", "PARAMS", "FREE_PAGES", "SEQS_LO", "SEQS_HI", "BRANCHES_LO", "BRANCHES_HI",
+        "CYCLES_BUSY", "OPS"))
+    res_slot, res_page, res_src, res_flags, res_refs = (res[n] for n in ("RES_SLOT", "RES_PAGE", "RES_SRC",
+                                                                         "RES_FLAGS", "RES_REFS"))
+    res_info, res_len, res_base, res_count = (res[n] for n in ("RES_INFO", "RES_LEN", "RES_BASE", "RES_COUNT"))
+
+    # ---------------- per-slot state (flip-flops) ----------------
+    kind = [Signal(intbv(0)[2:]) for _ in range(NS)]
+    parent = [Signal(intbv(0)[SW:]) for _ in range(NS)]
+    base = [Signal(intbv(0)[LW:]) for _ in range(NS)]
+    slen = [Signal(intbv(0)[LW:]) for _ in range(NS)]
+    head = [Signal(intbv(0)[PW:]) for _ in range(NS)]
+    tail = [Signal(intbv(0)[PW:]) for _ in range(NS)]
+    count = [Signal(intbv(0)[CW:]) for _ in range(NS)]
+
+    # ---------------- pool ----------------
+    fl_head = Signal(intbv(0)[PW:])
+    fl_count = Signal(intbv(0)[CW:])
+    bump = Signal(intbv(0)[CW:])
+    free_pages = Signal(intbv(PAGES)[CW:])
+
+    # ---------------- FSM and latched operands ----------------
+    state = Signal(intbv(ST_IDLE, min=0, max=20))
+    err = Signal(intbv(0)[32:])
+    code = Signal(intbv(0)[4:])
+    op_slot = Signal(intbv(0)[32:])
+    op_row = Signal(intbv(0)[32:])
+    op_page = Signal(intbv(0)[32:])
+    op_mask = Signal(intbv(0)[NS:])
+    a = Signal(intbv(0)[SW:])                       # op_slot's low bits
+    ps = Signal(intbv(0)[SW:])                      # COMMIT: the branch's sequence
+    nb = Signal(intbv(0)[SW:])                      # FORK: the new branch
+    cnt = Signal(intbv(0)[max(BW, SW) + 2:])        # COPY row / SCAN slot counter
+    zm = Signal(intbv(0)[NS:])                      # slots dying in this operation
+    cut = Signal(intbv(0)[LW:])
+    kbp = Signal(bool(0))                           # keep > base: the branch keeps own rows
+    kb = Signal(intbv(0)[LW:])
+    j_pg = Signal(intbv(0)[PW:])
+    k_pg = Signal(intbv(0)[PW:])
+    nj = Signal(intbv(0)[PW:])
+    nk = Signal(intbv(0)[PW:])
+    src = Signal(intbv(0)[2:])
+    zsrc = Signal(intbv(0)[SW:])
+    refs_acc = Signal(intbv(0)[SW + 2:])
+    cbusy = Signal(intbv(0)[32:])
+    ops = Signal(intbv(0)[32:])
+
+    # ---------------- memories ----------------
+    TA = SW + BW
+    table_mem = [Signal(intbv(0)[PW:]) for _ in range(NS * MAX_BLOCKS)]
+    next_mem = [Signal(intbv(0)[PW:]) for _ in range(PAGES)]
+    rowof_mem = [Signal(intbv(0)[BW:]) for _ in range(PAGES)]
+    t_raddr, t_waddr = Signal(intbv(0)[TA:]), Signal(intbv(0)[TA:])
+    t_rdata, t_wdata = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
+    t_we = Signal(bool(0))
+    n_raddr, n_waddr = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
+    n_rdata, n_wdata = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
+    n_we = Signal(bool(0))
+    ro_raddr, ro_waddr = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
+    ro_rdata, ro_wdata = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
+    ro_we = Signal(bool(0))
+
+    @always(clk.posedge)
+    def table_ram():
+        if t_we:
+            table_mem[t_waddr].next = t_wdata
+        t_rdata.next = table_mem[t_raddr]
+
+    @always(clk.posedge)
+    def next_ram():
+        if n_we:
+            next_mem[n_waddr].next = n_wdata
+        n_rdata.next = next_mem[n_raddr]
+
+    @always(clk.posedge)
+    def rowof_ram():
+        if ro_we:
+            rowof_mem[ro_waddr].next = ro_wdata
+        ro_rdata.next = rowof_mem[ro_raddr]
+
+    insts += [table_ram, next_ram, rowof_ram]
+
+    # ---------------- combinational views ----------------
+    ka = Signal(intbv(0)[2:])
+    la, ba, ca = Signal(intbv(0)[LW:]), Signal(intbv(0)[LW:]), Signal(intbv(0)[CW:])
+    ha, ta = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
+    pa = Signal(intbv(0)[SW:])
+    hs, ts, cs = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:]), Signal(intbv(0)[CW:])
+    free_m, zomb_m = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
+    seq_m, br_m, child_m = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
+    a_hot = Signal(intbv(0)[NS:])                   # one-hot of a
+    cref = Signal(intbv(0)[SW:])                    # whose branches child_m lists: a, or a's sequence (COMMIT)
+    cnt_m1, cut_m1, keep_m1 = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
+    info_word = Signal(intbv(0)[32:])
+    pick = Signal(intbv(0)[SW:])                    # NEW/FORK's slot
+    pick_z = Signal(bool(0))                        # ... is a zombie
+    zlow = Signal(intbv(0)[SW:])                    # lowest zombie (WRITE's last page source)
+    hz, cz = Signal(intbv(0)[PW:]), Signal(intbv(0)[CW:])
+    hn, tn, cn = Signal(intbv(0)[PW:]), Signal(intbv(0)[CW:]), Signal(intbv(0)[CW:])
+    chk_err = Signal(intbv(0)[32:])
+    scan_len, scan_kind = Signal(intbv(0)[LW:]), Signal(intbv(0)[2:])
+    scan_slot = Signal(intbv(0)[SW:])
+    hit = Signal(bool(0))
+    alloc_page = Signal(intbv(0)[PW:])
+    row_lo = Signal(intbv(0)[BW:])
+
+    @always_comb
+    def operand_views():
+        a.next = op_slot[SW:0]
+        row_lo.next = op_row[BW:0]
+        if code == OP_COMMIT:
+            cref.next = pa
+        else:
+            cref.next = a
+        cnt_m1.next = 0
+        if cnt != 0:
+            cnt_m1.next = (cnt - 1) % MAX_BLOCKS
+        cut_m1.next = 0
+        if cut != 0:
+            cut_m1.next = (cut - 1) % MAX_BLOCKS
+        keep_m1.next = 0
+        if op_row != 0:
+            keep_m1.next = (op_row - 1) % MAX_BLOCKS
+
+    @always_comb
+    def slot_views():
+        ka.next = kind[a]
+        la.next = slen[a]
+        ba.next = base[a]
+        ca.next = count[a]
+        ha.next = head[a]
+        ta.next = tail[a]
+        pa.next = parent[a]
+        hs.next = head[ps]
+        ts.next = tail[ps]
+        cs.next = count[ps]
+
+    @always_comb
+    def masks():
+        fm = intbv(0)[NS:]
+        zmk = intbv(0)[NS:]
+        sm = intbv(0)[NS:]
+        bm = intbv(0)[NS:]
+        cm = intbv(0)[NS:]
+        ah = intbv(0)[NS:]
+        for s in range(NS):
+            if a == s:
+                ah[s] = 1
+            if kind[s] == K_FREE:
+                fm[s] = 1
+            if kind[s] == K_ZOMBIE:
+                zmk[s] = 1
+            if kind[s] == K_SEQ:
+                sm[s] = 1
+            if kind[s] == K_BRANCH:
+                bm[s] = 1
+                if parent[s] == cref:
+                    cm[s] = 1
+        free_m.next = fm
+        zomb_m.next = zmk
+        seq_m.next = sm
+        br_m.next = bm
+        child_m.next = cm
+        a_hot.next = ah
+
+    @always_comb
+    def pickers():
+        pf = intbv(0)[SW:]
+        pz = intbv(0)[SW:]
+        ff = False
+        fz = False
+        for s in range(NS):
+            if free_m[s] and not ff:
+                pf[:] = s
+                ff = True
+            if zomb_m[s] and not fz:
+                pz[:] = s
+                fz = True
+        zlow.next = pz
+        if ff:
+            pick.next = pf
+            pick_z.next = False
+        else:
+            pick.next = pz
+            pick_z.next = True
+
+    @always_comb
+    def picked_views():
+        hz.next = head[zlow]
+        cz.next = count[zlow]
+        hn.next = head[pick]
+        tn.next = tail[pick]
+        cn.next = count[pick]
+
+    @always_comb
+    def check():
+        e = intbv(0)[32:]
+        slot_ok = op_slot < NS
+        any_slot = (free_m | zomb_m) != 0
+        if code == OP_NEW:
+            if not any_slot:
+                e[:] = E_NO_SLOT
+        elif code == OP_FORK:
+            if not slot_ok or ka != K_SEQ:
+                e[:] = E_BAD_SLOT
+            elif not any_slot:
+                e[:] = E_NO_SLOT
+        elif code == OP_WRITE:
+            if not slot_ok or (ka != K_SEQ and ka != K_BRANCH):
+                e[:] = E_BAD_SLOT
+            elif op_row >= MAX_BLOCKS or op_row > la:
+                e[:] = E_BAD_ROW
+            elif (ka == K_BRANCH and op_row + 1 < ba) or (ka == K_SEQ and op_row < la and child_m != 0):
+                e[:] = E_SHARED_ROW
+            elif (op_row == la or (ka == K_BRANCH and op_row + 1 == ba)) and free_pages == 0:
+                e[:] = E_POOL_EMPTY
+        elif code == OP_TRANSLATE:
+            if not slot_ok or (ka != K_SEQ and ka != K_BRANCH):
+                e[:] = E_BAD_SLOT
+            elif op_row >= la:
+                e[:] = E_BAD_ROW
+        elif code == OP_COMMIT:
+            if not slot_ok or ka != K_BRANCH:
+                e[:] = E_BAD_SLOT
+            elif op_row > la:
+                e[:] = E_BAD_ROW
+        elif code == OP_ROLLBACK:
+            if (op_mask & ~br_m) != 0:
+                e[:] = E_BAD_SLOT
+        elif code == OP_FREE:
+            if not slot_ok or ka != K_SEQ:
+                e[:] = E_BAD_SLOT
+        elif code == OP_REFS:
+            if op_page >= PAGES:
+                e[:] = E_BAD_PAGE
+        elif code == OP_INFO:
+            if not slot_ok:
+                e[:] = E_BAD_SLOT
+        elif code != OP_CLEAR:
+            e[:] = E_BAD_OP
+        chk_err.next = e
+
+    @always_comb
+    def scan_views():
+        scan_slot.next = 0
+        if cnt != 0:
+            scan_slot.next = (cnt - 1) % NS
+        scan_len.next = slen[scan_slot]
+        scan_kind.next = kind[scan_slot]
+
+    @always_comb
+    def scan_hit():
+        hit.next = (cnt != 0 and (scan_kind == K_SEQ or scan_kind == K_BRANCH) and ro_rdata < scan_len
+                    and t_rdata == op_page[PW:0] and op_page < bump)
+
+    @always_comb
+    def info_view():
+        if ka == K_BRANCH:
+            info_word.next = concat(intbv(0)[32 - PARENT_LSB - SW:], pa, intbv(0)[PARENT_LSB - 2:], ka)
+        else:
+            info_word.next = ka
+
+    @always_comb
+    def alloc_views():
+        if src == SRC_FL:
+            alloc_page.next = fl_head
+        elif src == SRC_BUMP:
+            alloc_page.next = bump[PW:0]
+        else:
+            alloc_page.next = hz
+
+    # ---------------- memory ports, by state ----------------
+    @always_comb
+    def ports():
+        t_we.next = False
+        t_waddr.next = 0
+        t_wdata.next = 0
+        t_raddr.next = 0
+        n_we.next = False
+        n_waddr.next = 0
+        n_wdata.next = 0
+        n_raddr.next = 0
+        ro_we.next = False
+        ro_waddr.next = alloc_page
+        ro_wdata.next = row_lo
+        ro_raddr.next = op_page[PW:0]
+        if state == ST_SLOT:
+            if pick_z:          # the zombie's chain goes to the front of the free list
+                n_we.next = True
+                n_waddr.next = tn
+                n_wdata.next = fl_head
+        elif state == ST_COPY:
+            t_raddr.next = concat(a, cnt[BW:0])
+            if cnt != 0:
+                t_we.next = True
+                t_waddr.next = concat(nb, cnt_m1)
+                t_wdata.next = t_rdata
+        elif state == ST_RW1:
+            t_raddr.next = concat(a, row_lo)
+            if fl_count != 0:
+                n_raddr.next = fl_head
+            else:
+                n_raddr.next = hz
+        elif state == ST_RW2:
+            if code == OP_WRITE and not (op_row >= ba and op_row < la):
+                t_we.next = True
+                t_waddr.next = concat(a, row_lo)
+                t_wdata.next = alloc_page
+                ro_we.next = True
+                if op_row == la:        # append: link after the tail
+                    if ca != 0:
+                        n_we.next = True
+                        n_waddr.next = ta
+                        n_wdata.next = alloc_page
+                else:                   # copy on write: insert at the head
+                    n_we.next = True
+                    n_waddr.next = alloc_page
+                    n_wdata.next = ha
+        elif state == ST_C1:
+            if cut != 0:
+                t_raddr.next = concat(a, cut_m1)
+        elif state == ST_C2:
+            if op_row != 0:
+                t_raddr.next = concat(a, keep_m1)
+            n_raddr.next = t_rdata
+        elif state == ST_C3:
+            n_raddr.next = t_rdata
+        elif state == ST_C4:
+            if cut != 0 and kbp:
+                n_we.next = True
+                n_waddr.next = j_pg
+                n_wdata.next = ha
+        elif state == ST_C5:
+            if cs > cut and ((kbp and ca > kb) or (not kbp and ca != 0)):
+                n_we.next = True
+                n_waddr.next = ts
+                n_wdata.next = nk if kbp else ha
+        elif state == ST_SCAN:
+            t_raddr.next = concat(cnt[SW:0], ro_rdata)
+
+    # ---------------- freed-page sum: two registered stages over the 64 counts ----------------
+    G = 8
+    part = [Signal(intbv(0)[CW:]) for _ in range(NS // G)]
+    total = Signal(intbv(0)[CW:])
+
+    @always(clk.posedge)
+    def sums():
+        for g in range(NS // G):
+            acc = intbv(0)[CW + 3:]
+            for k in range(G):
+                if zm[G * g + k]:
+                    acc += count[G * g + k]
+            part[g].next = acc[CW:0]
+        tot = intbv(0)[CW + 3:]
+        for g in range(NS // G):
+            tot += part[g]
+        total.next = tot[CW:0]
+
+    insts.append(sums)
+
+    # ---------------- registers out ----------------
+    @always_comb
+    def regs_out():
+        busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
+        r_status.next = (busy << st_busy) | ((state == ST_DONE) << st_done) | ((err != 0) << st_err)
+        r_err.next = err
+        r_free.next = free_pages
+        r_slo.next = seq_m[32:0]
+        r_shi.next = seq_m[NS:32]
+        r_blo.next = br_m[32:0]
+        r_bhi.next = br_m[NS:32]
+        r_cbusy.next = cbusy
+        r_ops.next = ops
+        r_params.next = PARAMS_VAL
+
+    insts += [operand_views, slot_views, masks, pickers, picked_views, check, scan_views, scan_hit,
+              info_view, alloc_views, ports, regs_out]
+
+    # ---------------- the FSM: every slot, pool and result register ----------------
+    @always(clk.posedge)
+    def fsm():
+        if rst:
+            state.next = ST_IDLE
+            err.next = 0
+            cbusy.next = 0
+            ops.next = 0
+            fl_count.next = 0
+            bump.next = 0
+            free_pages.next = PAGES
+            for s in range(NS):
+                kind[s].next = K_FREE
+                count[s].next = 0
+            res_slot.next = 0
+            res_page.next = 0
+            res_src.next = 0
+            res_flags.next = 0
+            res_refs.next = 0
+            res_info.next = 0
+            res_len.next = 0
+            res_base.next = 0
+            res_count.next = 0
+        else:
+            busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
+            if busy:
+                cbusy.next = cbusy + 1
+            if state == ST_IDLE or state == ST_DONE:
+                if cmd[bit_soft]:
+                    state.next = ST_IDLE
+                elif cmd[bit_start]:
+                    code.next = r_op[4:0]
+                    op_slot.next = r_slot
+                    op_row.next = r_row
+                    op_page.next = r_page
+                    op_mask.next = concat(r_mhi, r_mlo)
+                    cbusy.next = 0
+                    state.next = ST_CHECK
+            elif state == ST_ERR:
+                if cmd[bit_soft]:
+                    err.next = 0
+                    state.next = ST_IDLE
+            elif state == ST_CHECK:
+                cnt.next = 0
+                ps.next = pa
+                cut.next = op_row[LW:0] if op_row < ba else ba
+                kbp.next = op_row > ba
+                kb.next = 0
+                if op_row > ba and op_row <= la:
+                    kb.next = op_row[LW:0] - ba
+                if fl_count != 0:
+                    src.next = SRC_FL
+                elif bump < PAGES:
+                    src.next = SRC_BUMP
+                else:
+                    src.next = SRC_ZOMBIE
+                zsrc.next = zlow
+                if code == OP_ROLLBACK:
+                    zm.next = op_mask
+                elif code == OP_FREE:
+                    zm.next = child_m | a_hot
+                elif code == OP_COMMIT:
+                    zm.next = child_m & ~a_hot
+                else:
+                    zm.next = 0
+                if chk_err != 0:
+                    err.next = chk_err
+                    state.next = ST_ERR
+                elif code == OP_NEW or code == OP_FORK:
+                    state.next = ST_SLOT
+                elif code == OP_WRITE or code == OP_TRANSLATE:
+                    state.next = ST_RW1
+                elif code == OP_COMMIT:
+                    state.next = ST_C1
+                elif code == OP_ROLLBACK or code == OP_FREE:
+                    state.next = ST_Z1
+                elif code == OP_REFS:
+                    state.next = ST_ROW
+                elif code == OP_INFO:
+                    state.next = ST_INFO
+                else:
+                    state.next = ST_CLEAR
+            elif state == ST_SLOT:
+                if pick_z:
+                    fl_head.next = hn
+                    fl_count.next = fl_count + cn
+                count[pick].next = 0
+                nb.next = pick
+                res_slot.next = pick
+                if code == OP_NEW:
+                    kind[pick].next = K_SEQ
+                    parent[pick].next = 0
+                    base[pick].next = 0
+                    slen[pick].next = 0
+                    state.next = ST_DONE
+                    ops.next = ops + 1
+                else:
+                    kind[pick].next = K_BRANCH
+                    parent[pick].next = a
+                    base[pick].next = la
+                    slen[pick].next = la
+                    state.next = ST_COPY
+            elif state == ST_COPY:
+                cnt.next = cnt + 1
+                if cnt == la:
+                    state.next = ST_DONE
+                    ops.next = ops + 1
+            elif state == ST_RW1:
+                state.next = ST_RW2
+            elif state == ST_RW2:
+                state.next = ST_DONE
+                ops.next = ops + 1
+                if code == OP_TRANSLATE:
+                    res_page.next = t_rdata
+                elif op_row >= ba and op_row < la:
+                    res_page.next = t_rdata
+                    res_src.next = 0
+                    res_flags.next = 0
+                else:
+                    res_page.next = alloc_page
+                    free_pages.next = free_pages - 1
+                    if src == SRC_FL:
+                        fl_head.next = n_rdata
+                        fl_count.next = fl_count - 1
+                    elif src == SRC_BUMP:
+                        bump.next = bump + 1
+                    else:
+                        head[zsrc].next = n_rdata
+                        count[zsrc].next = cz - 1
+                        if cz == 1:
+                            kind[zsrc].next = K_FREE
+                    count[a].next = ca + 1
+                    if op_row == la:
+                        res_src.next = 0
+                        res_flags.next = F_ALLOC
+                        slen[a].next = la + 1
+                        tail[a].next = alloc_page
+                        if ca == 0:
+                            head[a].next = alloc_page
+                    else:
+                        res_src.next = t_rdata
+                        res_flags.next = F_ALLOC | F_COPY
+                        base[a].next = ba - 1
+                        head[a].next = alloc_page
+                        if ca == 0:
+                            tail[a].next = alloc_page
+            elif state == ST_C1:
+                state.next = ST_C2
+            elif state == ST_C2:
+                j_pg.next = t_rdata if cut != 0 else 0
+                state.next = ST_C3
+            elif state == ST_C3:
+                k_pg.next = t_rdata if kbp else 0
+                nj.next = n_rdata
+                state.next = ST_C4
+            elif state == ST_C4:
+                nk.next = n_rdata
+                state.next = ST_C5
+            elif state == ST_C5:
+                state.next = ST_DONE
+                ops.next = ops + 1
+                res_slot.next = a
+                # the sequence's rest (rows cut..) and the branch's rest (rows keep..)
+                s_cnt = intbv(0)[CW:]
+                s_cnt[:] = cs - cut
+                b_cnt = intbv(0)[CW:]
+                if kbp:
+                    b_cnt[:] = ca - kb
+                else:
+                    b_cnt[:] = ca
+                s_head = intbv(0)[PW:]
+                if cut != 0:
+                    s_head[:] = nj
+                else:
+                    s_head[:] = hs
+                b_head = intbv(0)[PW:]
+                if kbp:
+                    b_head[:] = nk
+                else:
+                    b_head[:] = ha
+                count[ps].next = s_cnt + b_cnt
+                if s_cnt != 0:
+                    head[ps].next = s_head
+                else:
+                    head[ps].next = b_head
+                if b_cnt != 0:
+                    tail[ps].next = ta
+                if s_cnt + b_cnt != 0:
+                    kind[ps].next = K_ZOMBIE
+                else:
+                    kind[ps].next = K_FREE
+                for s in range(NS):
+                    if zm[s]:
+                        if count[s] != 0:
+                            kind[s].next = K_ZOMBIE
+                        else:
+                            kind[s].next = K_FREE
+                free_pages.next = free_pages + s_cnt + b_cnt + total
+                kind[a].next = K_SEQ
+                parent[a].next = 0
+                base[a].next = 0
+                slen[a].next = op_row[LW:0]
+                count[a].next = op_row[CW:0]
+                if cut != 0:
+                    head[a].next = hs
+                if kbp:
+                    tail[a].next = k_pg
+                else:
+                    tail[a].next = j_pg
+            elif state == ST_Z1:
+                state.next = ST_Z2
+            elif state == ST_Z2:
+                state.next = ST_Z3
+            elif state == ST_Z3:
+                state.next = ST_DONE
+                ops.next = ops + 1
+                for s in range(NS):
+                    if zm[s]:
+                        if count[s] != 0:
+                            kind[s].next = K_ZOMBIE
+                        else:
+                            kind[s].next = K_FREE
+                free_pages.next = free_pages + total
+            elif state == ST_ROW:
+                cnt.next = 0
+                refs_acc.next = 0
+                state.next = ST_SCAN
+            elif state == ST_SCAN:
+                cnt.next = cnt + 1
+                if hit:
+                    refs_acc.next = refs_acc + 1
+                if cnt == NS:
+                    res_refs.next = refs_acc + hit
+                    state.next = ST_DONE
+                    ops.next = ops + 1
+            elif state == ST_INFO:
+                state.next = ST_DONE
+                ops.next = ops + 1
+                res_info.next = info_word
+                res_len.next = 0
+                res_base.next = 0
+                res_count.next = ca
+                if ka == K_BRANCH:
+                    res_base.next = ba
+                if ka == K_SEQ or ka == K_BRANCH:
+                    res_len.next = la
+            elif state == ST_CLEAR:
+                state.next = ST_DONE
+                ops.next = ops + 1
+                fl_count.next = 0
+                bump.next = 0
+                free_pages.next = PAGES
+                for s in range(NS):
+                    kind[s].next = K_FREE
+                    count[s].next = 0
+
+    insts.append(fsm)
+    return insts
+
+
+def make_ports(PAGES=256, MAX_BLOCKS=64):
+    """Top-level signals of :func:`kvpage` for conversion and simulation."""
+    return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(core("kvpage").addr_width))

@@ -1,0 +1,406 @@
+"""A transformers KV cache stored in page pools, addressed by the pages the ``kvpage`` core assigns.
+
+Two halves:
+
+* :class:`PagedKV`, the page-table side of one model's cache: the kvpage driver, the sequence slot, the
+  open branch (or None), the host's mirror of the rows' pages and the token length. Every page number
+  comes from the core (``write_row``); the host never invents one.
+* :class:`PagedCache`, a transformers ``Cache`` with one :class:`PagedLayer` per decoder layer. A layer's
+  keys and values live in pools of shape (pages, kv_heads, block, head_dim), allocated at the first
+  update. Position t of the sequence is offset ``t % block`` of the page of row ``t // block``.
+
+The protocol (what :class:`specdec.models.CausalLM` drives):
+
+* reset: FREE the old sequence (with its branches), NEW a sequence;
+* every forward writes into a branch: FORK one if none is open, then WRITE each row the new positions
+  touch, in ascending order. A copy-on-write answer (the branch's last shared row, partly filled) names
+  ``src``: the host copies page ``src`` into the new page in every layer's key and value pools first;
+* rollback(length): COMMIT the branch keeping ``ceil(length / block)`` rows (the branch's slot is the
+  sequence from now on); with no branch open and a shorter length, FORK then COMMIT to truncate. Positions
+  past ``length`` in the last kept page are garbage, overwritten by the next writes;
+* commit_path(keep): the kept pending entries move to the positions right after the committed ones (a
+  gather/scatter within the branch's own pages, every layer), then COMMIT as above;
+* free: FREE the sequence.
+
+Both models of a draft/target pair share one driver (one core, one page-number space); each model has its
+own pools indexed by those page numbers.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .drivers.kvpage import KVPage, KVPageError
+
+#: Tokens per page unless the caller says otherwise.
+DEFAULT_BLOCK = 16
+
+
+def rows_for(length: int, block: int) -> int:
+    """Rows (pages) that hold ``length`` tokens: ``ceil(length / block)``."""
+    return -(-int(length) // int(block))
+
+
+class PageTableMismatch(RuntimeError):
+    """The host's mirror of a slot's rows disagrees with what the kvpage core answers."""
+
+
+class PagedKV:
+    """The page-table side of one model's KV cache (one sequence slot of the shared kvpage core).
+
+    Parameters
+    ----------
+    kv : KVPage
+        The driver (shared by every model of a pair).
+    block : int
+        Tokens per page.
+    on_copy : callable (src, dst) -> None, optional
+        Called on every copy-on-write: copy page ``src`` into page ``dst`` in every pool.
+
+    Attributes
+    ----------
+    seq : int or None
+        The sequence slot (None after :meth:`free`, until the next write opens one).
+    branch : int or None
+        The open branch, or None.
+    seq_rows, branch_rows : list of int
+        The host's mirror of the pages of the sequence's and the branch's rows (from the core's answers).
+    length : int
+        Positions whose rows are written (committed and pending tokens of the model's cache).
+    ops : collections.Counter
+        Operations this cache ran (``new``, ``fork``, ``write``, ``commit``, ``free``), copies on write
+        (``copy``) and entries moved by :meth:`move` (``moved``).
+    """
+
+    def __init__(self, kv: KVPage, block: int = DEFAULT_BLOCK,
+                 on_copy: Callable[[int, int], None] | None = None) -> None:
+        if int(block) < 1:
+            raise ValueError(f"paged KV cache: block must be >= 1 token per page, got {block}")
+        self.kv, self.block, self.on_copy = kv, int(block), on_copy
+        self.seq: int | None = None
+        self.branch: int | None = None
+        self.seq_rows: list[int] = []
+        self.branch_rows: list[int] = []
+        self.length = 0
+        self.ops: Counter = Counter()
+
+    # -- views -------------------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[int]:
+        """Pages of the rows the cache reads: the branch's when one is open, else the sequence's."""
+        return self.branch_rows if self.branch is not None else self.seq_rows
+
+    @property
+    def pages_held(self) -> int:
+        """Distinct pages this cache maps (its sequence's and its branch's rows)."""
+        return len(set(self.seq_rows) | set(self.branch_rows if self.branch is not None else ()))
+
+    @property
+    def max_tokens(self) -> int:
+        """Most tokens one slot can hold (``max_blocks`` rows of ``block`` tokens)."""
+        return self.kv.max_blocks * self.block
+
+    # -- sequence life -----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Free the sequence (and its branches) if any, and open an empty one."""
+        self.free()
+        self.seq = self.kv.new()
+        self.ops["new"] += 1
+
+    def free(self) -> None:
+        """Release the sequence and its branches (FREE); the cache holds nothing afterwards."""
+        if self.seq is not None:
+            self.kv.free(self.seq)
+            self.ops["free"] += 1
+        self.seq, self.branch = None, None
+        self.seq_rows, self.branch_rows = [], []
+        self.length = 0
+
+    def _fork(self) -> None:
+        if self.seq is None:
+            self.open()
+        if self.branch is None:
+            self.branch = self.kv.fork(self.seq)
+            self.branch_rows = list(self.seq_rows)
+            self.ops["fork"] += 1
+
+    # -- writes ------------------------------------------------------------------------------------
+    def reserve(self, end: int) -> None:
+        """Make positions ``length .. end-1`` writable in the branch (forking it first if needed): WRITE
+        each row they touch, ascending, copying on write where the core says so. ``length`` becomes
+        ``end``. A no-op when ``end <= length`` (an earlier layer of the same forward did it).
+
+        Raises
+        ------
+        KVPageError
+            The core refused a WRITE (POOL_EMPTY: the page pool is exhausted; BAD_ROW: past max_blocks
+            rows). Rows written before it stay mapped to the branch; ``length`` does not move.
+        """
+        if end <= self.length:
+            return
+        if end > self.max_tokens:
+            raise ValueError(f"paged KV cache: {end} tokens exceed a slot's {self.kv.max_blocks} rows of "
+                             f"{self.block} tokens ({self.max_tokens})")
+        self._fork()
+        for row in range(self.length // self.block, rows_for(end, self.block)):
+            try:
+                page, src = self.kv.write_row(self.branch, row)
+            except KVPageError as e:
+                e.add_note(f"paged KV cache: writing row {row} of branch {self.branch} (positions "
+                           f"{self.length}..{end - 1}, {self.kv.free_pages} of {self.kv.pages} pages free)")
+                raise
+            self.ops["write"] += 1
+            self._record(row, page, src)
+        self.length = end
+
+    def _record(self, row: int, page: int, src: int | None) -> None:
+        """Mirror one WRITE answer (checking it against the mirror), copying on write."""
+        rows = self.branch_rows
+        if row == len(rows):
+            if src is not None:
+                raise PageTableMismatch(f"kvpage: append of row {row} answered a copy from page {src}")
+            rows.append(page)
+            return
+        if src is None:
+            if page != rows[row]:
+                raise PageTableMismatch(f"kvpage: row {row} of slot {self.branch} is page {page}, "
+                                        f"the host mirror says {rows[row]}")
+            return
+        if src != rows[row]:
+            raise PageTableMismatch(f"kvpage: copy on write of row {row} from page {src}, the host mirror "
+                                    f"says the row was page {rows[row]}")
+        if self.on_copy is not None:
+            self.on_copy(src, page)
+        self.ops["copy"] += 1
+        rows[row] = page
+
+    # -- commit / rollback -------------------------------------------------------------------------
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` tokens: COMMIT the open branch keeping ``ceil(length / block)`` rows
+        (FORK first when none is open and the cache holds more than ``length``)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"paged KV cache: cannot keep {length} tokens of {self.length}")
+        if self.branch is None and length < self.length:
+            self._fork()
+        if self.branch is not None:
+            keep = rows_for(length, self.block)
+            self.seq = self.kv.commit(self.branch, keep)
+            self.ops["commit"] += 1
+            self.seq_rows, self.branch_rows, self.branch = self.branch_rows[:keep], [], None
+        self.length = length
+
+    def positions(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pages, offsets) of positions ``start .. end-1`` (long tensors) in the rows the cache reads."""
+        pos = torch.arange(start, end)
+        table = torch.tensor(self.rows, dtype=torch.long)
+        return table[pos // self.block], pos % self.block
+
+    def check(self) -> None:
+        """Compare the mirror with the core (INFO and TRANSLATE of every row): raise
+        :class:`PageTableMismatch` naming the first difference."""
+        for slot, rows in ((self.seq, self.seq_rows), (self.branch, self.branch_rows)):
+            if slot is None:
+                continue
+            n = self.kv.info(slot).length
+            if n != len(rows):
+                raise PageTableMismatch(f"kvpage: slot {slot} has {n} rows, the host mirror {len(rows)}")
+            for r, p in enumerate(rows):
+                got = self.kv.translate(slot, r)
+                if got != p:
+                    raise PageTableMismatch(f"kvpage: row {r} of slot {slot} is page {got}, the host mirror "
+                                            f"says {p}")
+
+
+class PagedLayer(CacheLayerMixin):
+    """One decoder layer's keys and values in page pools of shape (pages, kv_heads, block, head_dim).
+
+    ``keys`` and ``values`` are the pools themselves (not the sequence's entries in order); ``length`` is
+    the number of positions this layer has stored.
+    """
+
+    is_sliding = False
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, table: PagedKV) -> None:
+        super().__init__()
+        self.table = table
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Allocate the pools (zeros) for the heads, head size, dtype and device of the first states."""
+        if key_states.shape[0] != 1:
+            raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
+        _, heads, _, dim = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        shape = (self.table.kv.pages, heads, self.table.block, dim)
+        self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
+        self.values = torch.zeros((*shape[:3], value_states.shape[-1]), dtype=value_states.dtype,
+                                  device=value_states.device)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new positions (after the stored ones) into their pages; return the keys and values of
+        every position, in order, shape (1, heads, end, head_dim), as ``DynamicLayer`` would."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if key_states.shape[0] != 1:
+            raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
+        start, end = self.length, self.length + key_states.shape[-2]
+        self.table.reserve(end)
+        pages, offs = self.table.positions(start, end)
+        self.keys[pages, :, offs, :] = key_states[0].transpose(0, 1).to(self.keys.dtype)
+        self.values[pages, :, offs, :] = value_states[0].transpose(0, 1).to(self.values.dtype)
+        self.length = end
+        return self.gather(end)
+
+    def gather(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of positions 0 .. end-1 in order, shape (1, heads, end, head_dim)."""
+        rows = torch.tensor(self.table.rows[:rows_for(end, self.table.block)], dtype=torch.long)
+        return _unpage(self.keys, rows, end), _unpage(self.values, rows, end)
+
+    def copy_page(self, src: int, dst: int) -> None:
+        """Copy page ``src`` into page ``dst`` (keys and values)."""
+        if self.is_initialized:
+            self.keys[dst] = self.keys[src]
+            self.values[dst] = self.values[src]
+
+    def move(self, src: tuple[torch.Tensor, torch.Tensor], dst: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Move the entries at (pages, offsets) ``src`` to ``dst`` (gathered first, so overlaps are safe)."""
+        if self.is_initialized:
+            for pool in (self.keys, self.values):
+                pool[dst[0], :, dst[1], :] = pool[src[0], :, src[1], :].clone()
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(kv_length, kv_offset) of the mask: every stored position plus the query's, offset 0."""
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        """Positions stored."""
+        return self.length
+
+    def get_max_length(self) -> int:
+        """-1: no fixed maximum (the pool and the slot's rows bound it; the core says when)."""
+        return -1
+
+    def reset(self) -> None:
+        """Forget the stored positions (the pools stay allocated)."""
+        self.length = 0
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise NotImplementedError("paged KV cache: beam search is not supported (batch size 1)")
+
+
+def _unpage(pool: torch.Tensor, rows: torch.Tensor, end: int) -> torch.Tensor:
+    """Pool pages ``rows`` in row order as one sequence, cut at ``end``: (1, heads, end, dim)."""
+    _, heads, block, dim = pool.shape
+    seq = pool.index_select(0, rows).transpose(0, 1).reshape(heads, len(rows) * block, dim)
+    return seq[None, :, :end]
+
+
+class PagedCache(Cache):
+    """A transformers cache whose layers store keys and values in page pools (see the module docstring).
+
+    Parameters
+    ----------
+    config : PretrainedConfig
+        The model's config (its number of layers; sliding-window models are refused).
+    kv : KVPage
+        The kvpage driver, shared by every model of a pair.
+    block : int
+        Tokens per page.
+
+    Notes
+    -----
+    The cache opens its sequence at construction. ``table`` (:class:`PagedKV`) holds the page-table state
+    and the counters for benchmarks.
+    """
+
+    def __init__(self, config, kv: KVPage, block: int = DEFAULT_BLOCK) -> None:
+        cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+        if getattr(cfg, "sliding_window", None) is not None or any(
+                t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ())):
+            raise ValueError("paged KV cache: only full-attention models are supported (no sliding window)")
+        self.table = PagedKV(kv, block, on_copy=self._copy_page)
+        super().__init__(layers=[PagedLayer(self.table) for _ in range(cfg.num_hidden_layers)])
+        self.table.open()
+
+    @property
+    def block(self) -> int:
+        return self.table.block
+
+    def _copy_page(self, src: int, dst: int) -> None:
+        with torch.inference_mode():
+            for layer in self.layers:
+                layer.copy_page(src, dst)
+
+    def _set_length(self, length: int) -> None:
+        for layer in self.layers:
+            layer.length = length
+
+    # -- the protocol ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Free the sequence (with its branches) and open an empty one; the pools stay allocated."""
+        self.table.open()
+        self._set_length(0)
+
+    def free(self) -> None:
+        """Release the sequence; the next write opens a new one."""
+        self.table.free()
+        self._set_length(0)
+
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` positions (commit the branch; see :meth:`PagedKV.rollback`)."""
+        self.table.rollback(length)
+        self._set_length(length)
+
+    def resync(self, length: int) -> None:
+        """After a failed forward: every layer back to ``length`` positions (the table's rows beyond it
+        stay mapped to the branch and are reused or dropped by the next write or commit)."""
+        self.table.length = min(self.table.length, length)
+        self._set_length(length)
+
+    def commit_path(self, length: int, keep: list[int]) -> None:
+        """Keep the pending entries ``keep`` (ascending, 0 = the entry at position ``length``): move them
+        to positions ``length .. length + len(keep) - 1`` in every layer, then commit the branch."""
+        k = len(keep)
+        if keep != list(range(k)):
+            idx = torch.tensor(keep, dtype=torch.long)
+            pages, offs = self.table.positions(length, self.table.length)
+            src = (pages[idx], offs[idx])
+            dst = (pages[:k], offs[:k])
+            with torch.inference_mode():
+                for layer in self.layers:
+                    layer.move(src, dst)
+            self.table.ops["moved"] += sum(1 for i, j in enumerate(keep) if i != j)
+        self.rollback(length + k)
+
+    def crop(self, max_length: int) -> None:
+        """transformers' crop: a negative value drops that many positions, else keep ``max_length``."""
+        n = self.get_seq_length()
+        self.rollback(n + max_length if max_length < 0 else min(max_length, n))
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].length if layer_idx < len(self.layers) else 0
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+        return self.layers[min(layer_idx, len(self.layers) - 1)].get_mask_sizes(query_length)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise NotImplementedError("paged KV cache: beam search is not supported (batch size 1)")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("paged KV cache: batch size 1 only")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("paged KV cache: batch size 1 only")
+
+    # -- counters ----------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Counters for benchmarks: pages held, tokens, and the operations run (see :attr:`PagedKV.ops`)."""
+        return {"pages_held": self.table.pages_held, "tokens": self.table.length, "block": self.block,
+                **{k: self.table.ops[k] for k in ("new", "fork", "write", "commit", "free", "copy", "moved")}}

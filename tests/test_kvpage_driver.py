@@ -1,0 +1,33 @@
+"""The kvpage driver on the golden backend (the same checks run against the RTL in tb/kvpage)."""
+from __future__ import annotations
+
+import pytest
+
+from specdec.drivers import KVPageError
+from tb.kvpage.driver_checks import check_kvpage_driver, golden_driver
+
+
+@pytest.mark.parametrize("pages,max_blocks", [(256, 64), (16, 8), (1024, 1024)])
+def test_driver_scenario(pages, max_blocks):
+    check_kvpage_driver(golden_driver(pages, max_blocks))
+
+
+def test_errors_name_the_operation():
+    kv = golden_driver(16, 4)
+    with pytest.raises(KVPageError, match=r"kvpage FREE\(slot=3\) refused: BAD_SLOT"):
+        kv.free(3)
+    seq = kv.new()                                   # the core took the next operation at once
+    with pytest.raises(ValueError, match="slot 64"):
+        kv.rollback([64])
+    for r in range(4):
+        kv.write_row(seq, r)
+    with pytest.raises(KVPageError, match="BAD_ROW"):
+        kv.write_row(seq, 4)                         # MAX_BLOCKS rows already
+    other = kv.new()
+    for r in range(4):
+        kv.write_row(other, r)
+    while kv.free_pages:
+        kv.write_row(kv.fork(seq), 3)                # copy on write takes a page each
+    with pytest.raises(KVPageError, match="POOL_EMPTY"):
+        kv.write_row(kv.fork(other), 3)
+    assert [kv.translate(other, r) for r in range(4)] == [4, 5, 6, 7]
