@@ -2,7 +2,7 @@
 # over AXI4-Lite, and write <board>/specdec.bit + specdec.hwh for pynq.Overlay.
 #
 #   specdec hw build                      # writes build/verilog/<core>.v first
-#   vivado -mode batch -source bitstreams/build.tcl -tclargs pynq-z2 rng verifier treemask
+#   vivado -mode batch -source bitstreams/build.tcl -tclargs pynq-z2 rng verifier treemask kvpage
 #
 # Not run in this repository's CI (there is no Vivado here); the VLNV below is the one the pynq
 # drivers bind to (specdec.drivers.base.vlnv).
@@ -81,6 +81,8 @@ if {[lsearch $cores treemask] >= 0} {
   apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config "Slave /ps/$hp Clk Auto" [get_bd_intf_pins axi_dma_mask/M_AXI_S2MM]
   connect_bd_intf_net [get_bd_intf_pins treemask/m_axis] [get_bd_intf_pins axi_dma_mask/S_AXIS_S2MM]
 }
+# 5. the kvpage core (KV-cache page table) is register-only: step 2 already wired its s_axil; pynq binds it
+#    as Overlay.kvpage (specdec.runtime.pynq_cores). PAGES 256 fits the xc7z020 in BRAM (bench kv).
 validate_bd_design
 save_bd_design
 make_wrapper -files [get_files specdec.bd] -top -import

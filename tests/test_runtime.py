@@ -66,18 +66,33 @@ def with_prompt_lookup(pair):
     return dataclasses.replace(pair, draft=decode.PromptLookup(pair.vocab), draft_name=runtime.PROMPT_LOOKUP)
 
 
+def assert_paged(res: dict, kv) -> None:
+    """Both caches were paged through the kvpage core: forks, copies on write and commits every round, and
+    every page back in the pool at the end."""
+    ops = res["kv"]["ops"]
+    assert ops["FORK"] > 0 and ops["COMMIT"] >= ops["FORK"] - 2 * len(res["generations"]) and ops["FREE"] > 0
+    assert res["kv"]["free_pages_after"] == kv.pages, "pages leaked"
+    assert all(r["kv_pages"] > 0 and r["kv_ops"] > 0 for g in res["generations"] for r in g["rounds"])
+
+
 def run_identity(family: str, dirs, pair, ref, n_prompts: int) -> None:
-    """gamma 4 on n_prompts, then gamma auto and prompt-lookup on the first 10: all equal HF greedy."""
+    """gamma 4 on n_prompts, then gamma auto and prompt-lookup on the first 10: all equal HF greedy. Both
+    KV caches are paged (the kvpage golden model assigns the pages)."""
     prompts = model_pairs.prompts(n_prompts)
-    res = runtime.execute(greedy_job(dirs, prompts, 4), runtime.golden_verifier(), pair)
+    kv = runtime.golden_kvpage()
+    res = runtime.execute(greedy_job(dirs, prompts, 4), runtime.golden_verifier(), pair, kv=kv)
     assert len(res["generations"]) == n_prompts
     assert_identical(res, ref)
     assert_exercised(res)
-    auto = runtime.execute(greedy_job(dirs, prompts[:10], "auto"), runtime.golden_verifier(), pair)
+    assert_paged(res, kv)
+    kv = runtime.golden_kvpage()
+    auto = runtime.execute(greedy_job(dirs, prompts[:10], "auto"), runtime.golden_verifier(), pair, kv=kv)
     assert_identical(auto, ref)
     assert_exercised(auto)
+    assert_paged(auto, kv)
     assert len({r["g"] for g in auto["generations"] for r in g["rounds"]}) > 2     # the schedule moved
-    pl = runtime.execute(greedy_job(dirs, prompts[:10], 4), runtime.golden_verifier(), with_prompt_lookup(pair))
+    pl = runtime.execute(greedy_job(dirs, prompts[:10], 4), runtime.golden_verifier(), with_prompt_lookup(pair),
+                         kv=runtime.golden_kvpage())
     assert_identical(pl, ref)
     assert pl["summary"]["drafted"] > 0, f"{family}: prompt lookup never proposed anything"
 

@@ -7,6 +7,10 @@ machine.
 
 ``treemask``: the treemask core's RTL cycles per tree size N under Verilator against its cycle model
 (``hls_ref.treemask.cycles``), and its yosys resources.
+
+``kv``: the kvpage core's RTL cycles per operation (commit and rollback whatever the branches hold, rollback
+of 1 and 63 branches), its yosys resources per pool size, and the pages and operations of real decodes
+with paged KV caches.
 """
 from __future__ import annotations
 
@@ -216,4 +220,121 @@ def format_treemask(res: dict) -> str:
         lines.append(f"  yosys: {r['lut']} LUT ({r['lut_pct']:.2f}%), {r['lutram']} LUTRAM, {r['ff']} FF, "
                      f"{r['carry4']} CARRY4, {r['bram36']:g} BRAM36, {r['dsp']} DSP; arrival {r['arrival_ns']} ns "
                      f"(logic only)")
+    return "\n".join(lines)
+
+
+def kv(pages=(256, 1024), max_blocks: int = 64, out: str | Path | None = None, sim: str = "verilator",
+       synth: bool = True, decode: bool = True, decode_prompts: int = 2, decode_tokens: int = 32) -> dict:
+    """The kvpage core: RTL cycles of every operation, resources per pool size, pages in real decodes.
+
+    Parameters
+    ----------
+    pages : sequence of int
+        Pool sizes (the PAGES parameter) to build, measure and synthesize.
+    max_blocks : int
+        The builds' MAX_BLOCKS.
+    out : str or Path, optional
+        Also write the result there as JSON.
+    sim : {"verilator", "icarus"}
+    synth : bool
+        Add the yosys ``synth_xilinx`` resources of each build.
+    decode : bool
+        Also decode ``decode_prompts`` held-out passages x ``decode_tokens`` tokens with the demo pair (chain
+        gamma 4 and an EAGLE-2 tree of 16 nodes, greedy, golden backend) with both KV caches paged, and
+        report pages in use and kvpage operations per round, and whether the output equals dense-cache
+        decoding.
+
+    Returns
+    -------
+    dict
+        ``per_pages`` ({P: {"ops": {label: cycles, model_cycles, ...}, "constant": {...}, "resources"}}),
+        ``decode`` (per mode: pages per round, ops per round, cycles per round, identical), ``host``.
+    """
+    from tb import harness
+    from hls_ref.kvpage import check_params
+    res: dict = {"core": "kvpage", "max_blocks": max_blocks, "backend": f"sim:{sim}", "per_pages": {}}
+    for p in pages:
+        check_params(int(p), max_blocks)
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "bench.json"
+            harness.run("kvpage", "tb.kvpage.bench_kvpage", sim, params={"PAGES": p, "MAX_BLOCKS": max_blocks},
+                        extra_env={"BENCH_OUT": str(path)})
+            ops = json.loads(path.read_text())
+        commits = {v["cycles"] for k, v in ops.items() if v["op"] == "COMMIT"}
+        rollbacks = {v["cycles"] for k, v in ops.items() if v["op"] in ("ROLLBACK", "FREE")}
+        entry = {"ops": ops, "sim_wall_s": time.perf_counter() - t0,
+                 "constant": {"commit_cycles": sorted(commits), "rollback_free_cycles": sorted(rollbacks),
+                              "commit_constant": len(commits) == 1, "rollback_constant": len(rollbacks) == 1},
+                 "all_match_model": all(v["cycles"] == v["model_cycles"] for v in ops.values()),
+                 "resources": None}
+        if synth:
+            from specdec import hw
+            row = hw.report(["kvpage"], {"kvpage": {"PAGES": str(p), "MAX_BLOCKS": str(max_blocks)}})[0]
+            entry["resources"] = {k: row[k] for k in ("toplevel", "lut", "lutram", "ff", "carry4", "dsp", "bram36",
+                                                       "lut_pct", "ff_pct", "arrival_ns", "arrival_note")}
+        res["per_pages"][str(p)] = entry
+    if decode:
+        res["decode"] = kv_decode(decode_prompts, decode_tokens)
+    res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    if out:
+        Path(out).write_text(json.dumps(res, indent=2))
+    return res
+
+
+def kv_decode(n_prompts: int = 2, tokens: int = 32) -> dict:
+    """Greedy decodes of the demo pair with paged KV caches (golden kvpage, verifier and treemask): pages in
+    use and kvpage operations per round, chain (gamma 4) and tree (EAGLE-2, 16 nodes), against the same
+    decodes with dense caches."""
+    from specdec import bench_e2e, runtime
+    pair = runtime.open_pair()
+    prompts = bench_e2e.default_prompts(n_prompts)
+    out = {}
+    for label, extra in (("chain gamma 4", {"gamma": 4}), ("eagle-16", {"tree": {"kind": "eagle", "budget": 16}})):
+        job = {"prompts": prompts, "max_new_tokens": tokens, "sampling": {"temperature": 0.0}, **extra}
+        kvd = runtime.golden_kvpage()
+        t0 = time.perf_counter()
+        paged = runtime.execute(job, runtime.golden_verifier(), pair,
+                                masker=runtime.golden_masker() if "tree" in extra else None, kv=kvd)
+        paged_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dense = runtime.execute({**job, "kv": False}, runtime.golden_verifier(), pair,
+                                masker=runtime.golden_masker() if "tree" in extra else None)
+        dense_s = time.perf_counter() - t0
+        rounds = [r for g in paged["generations"] for r in g["rounds"]]
+        out[label] = {
+            "prompts": n_prompts, "new_tokens": paged["summary"]["new_tokens"], "rounds": len(rounds),
+            "block_tokens": paged["kv"]["block"], "pool_pages": paged["kv"]["pages"],
+            "pages_in_use_per_round": [r["kv_pages"] for r in rounds],
+            "pages_in_use_max": max(r["kv_pages"] for r in rounds),
+            "kv_ops_per_round": paged["summary"]["kv_ops_per_round"],
+            "kv_cycles_per_round": paged["summary"]["kv_cycles_per_round"],
+            "ops": paged["kv"]["ops"], "op_cycles": paged["kv"]["op_cycles"],
+            "free_pages_after": paged["kv"]["free_pages_after"],
+            "identical_to_dense_cache": all(a["tokens"] == b["tokens"] for a, b in
+                                            zip(paged["generations"], dense["generations"])),
+            "wall_s_paged": paged_s, "wall_s_dense": dense_s}
+    return out
+
+
+def format_kv(res: dict) -> str:
+    """A short human summary of :func:`kv`'s result."""
+    lines = []
+    for p, e in res["per_pages"].items():
+        lines.append(f"kvpage PAGES={p} MAX_BLOCKS={res['max_blocks']} ({res['backend']}); all cycles = model: "
+                     f"{e['all_match_model']}")
+        for label, v in e["ops"].items():
+            lines.append(f"  {label:52s} {v['cycles']:5d} cycles")
+        c = e["constant"]
+        lines.append(f"  commit constant: {c['commit_constant']} {c['commit_cycles']}; rollback/free constant: "
+                     f"{c['rollback_constant']} {c['rollback_free_cycles']}")
+        r = e.get("resources")
+        if r:
+            lines.append(f"  yosys: {r['lut']} LUT ({r['lut_pct']:.2f}%), {r['lutram']} LUTRAM, {r['ff']} FF, "
+                         f"{r['bram36']:g} BRAM36; arrival {r['arrival_ns']} ns ({r['arrival_note'] or 'logic only'})")
+    for label, d in (res.get("decode") or {}).items():
+        lines.append(f"decode {label}: {d['rounds']} rounds, pages in use max {d['pages_in_use_max']} of "
+                     f"{d['pool_pages']} ({d['block_tokens']} tokens/page), {d['kv_ops_per_round']:.1f} ops and "
+                     f"{d['kv_cycles_per_round']:.0f} cycles per round, identical to dense: "
+                     f"{d['identical_to_dense_cache']}")
     return "\n".join(lines)

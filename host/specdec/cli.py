@@ -8,6 +8,7 @@ without touching the others::
     specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
     specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--json FILE]
     specdec bench treemask [--nodes 1,8,16,32,64] [--nodes-max 64] [--out FILE]
+    specdec bench kv [--pages 256,1024] [--max-blocks 64] [--no-decode] [--json FILE]
     specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
                      [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
                      [--tree static|eagle|sequoia] [--tree-budget N] [--tree-depth D] [--tree-topk K]
@@ -119,20 +120,38 @@ def _bench_verifier(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bench_treemask(args: argparse.Namespace) -> int:
-    from specdec import bench
+def _int_list(text: str, flag: str, example: str) -> list[int]:
+    """A comma-separated list of integers from ``flag``; a UsageError naming the flag otherwise."""
     try:
-        nodes = [int(x) for x in args.nodes.split(",") if x.strip()]
+        return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"--nodes {args.nodes!r}: expected comma-separated integers, e.g. 1,8,16,32,64") from None
+        raise UsageError(f"{flag} {text!r}: expected comma-separated integers, e.g. {example}") from None
+
+
+def _run_bench(run, fmt, out: str | None) -> int:
+    """Run a core benchmark (bad parameters: a UsageError), print its summary and where its JSON went."""
     try:
-        res = bench.treemask(nodes, args.out, nodes_max=args.nodes_max, sim=args.sim, synth=not args.no_synth)
+        res = run()
     except ValueError as err:
         raise UsageError(str(err)) from None
-    print(bench.format_treemask(res))
-    if args.out:
-        print(f"wrote {args.out}")
+    print(fmt(res))
+    if out:
+        print(f"wrote {out}")
     return EXIT_OK
+
+
+def _bench_treemask(args: argparse.Namespace) -> int:
+    from specdec import bench
+    nodes = _int_list(args.nodes, "--nodes", "1,8,16,32,64")
+    return _run_bench(lambda: bench.treemask(nodes, args.out, nodes_max=args.nodes_max, sim=args.sim,
+                                             synth=not args.no_synth), bench.format_treemask, args.out)
+
+
+def _bench_kv(args: argparse.Namespace) -> int:
+    from specdec import bench
+    pages = _int_list(args.pages, "--pages", "256,1024")
+    return _run_bench(lambda: bench.kv(pages, args.max_blocks, args.json, sim=args.sim, synth=not args.no_synth,
+                                       decode=not args.no_decode), bench.format_kv, args.json)
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
@@ -157,6 +176,15 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     t.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
     HANDLERS[("bench", "treemask")] = _bench_treemask
+    k = b_sub.add_parser("kv", help="kvpage RTL cycles per operation, resources per pool size, pages per round "
+                                    "in real decodes")
+    k.add_argument("--pages", default="256,1024", help="comma-separated pool sizes PAGES (default 256,1024)")
+    k.add_argument("--max-blocks", type=int, default=64, help="the builds' MAX_BLOCKS (default 64)")
+    k.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
+    k.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
+    k.add_argument("--no-decode", action="store_true", help="skip the demo-pair decodes")
+    k.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
+    HANDLERS[("bench", "kv")] = _bench_kv
     e = b_sub.add_parser("e2e", help="end-to-end decoding speed vs gamma (HADES Table I), acceptance, breakdown")
     e.add_argument("--gammas", default="0,2,4,8,16", help="comma-separated gammas; 0 = target-only baseline; "
                                                            "'auto' allowed (default 0,2,4,8,16)")
@@ -202,6 +230,10 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
     p.add_argument("--max-new-tokens", type=_positive, default=64, help="token budget (default 64)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-block", type=_positive, default=None,
+                   help="tokens per KV-cache page; the pages come from the kvpage core (default 16)")
+    p.add_argument("--dense-kv", action="store_true",
+                   help="keep transformers' dense KV caches instead of the kvpage core's paged ones")
 
 
 def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
@@ -242,6 +274,12 @@ def _job(args: argparse.Namespace, prompts: list[str], gamma, tree: str | None =
            "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}}
     if tree:
         job["tree"] = _tree_spec(args, tree)
+    if getattr(args, "dense_kv", False):
+        if args.kv_block:
+            raise UsageError("--kv-block and --dense-kv exclude each other")
+        job["kv"] = False
+    elif getattr(args, "kv_block", None):
+        job["kv"] = {"block": args.kv_block}
     return job
 
 

@@ -117,6 +117,7 @@ class PagedKV:
             self.ops["free"] += 1
         self.seq, self.branch = None, None
         self.seq_rows, self.branch_rows = [], []
+        self.own_from = 0
         self.length = 0
 
     def _fork(self) -> None:
@@ -125,6 +126,7 @@ class PagedKV:
         if self.branch is None:
             self.branch = self.kv.fork(self.seq)
             self.branch_rows = list(self.seq_rows)
+            self.own_from = len(self.branch_rows)     # the branch owns rows own_from.. (none yet)
             self.ops["fork"] += 1
 
     # -- writes ------------------------------------------------------------------------------------
@@ -146,6 +148,8 @@ class PagedKV:
                              f"{self.block} tokens ({self.max_tokens})")
         self._fork()
         for row in range(self.length // self.block, rows_for(end, self.block)):
+            if self.own_from <= row < len(self.branch_rows):
+                continue        # the branch's own page already: the core would answer it unchanged
             try:
                 page, src = self.kv.write_row(self.branch, row)
             except KVPageError as e:
@@ -172,6 +176,7 @@ class PagedKV:
         if src != rows[row]:
             raise PageTableMismatch(f"kvpage: copy on write of row {row} from page {src}, the host mirror "
                                     f"says the row was page {rows[row]}")
+        self.own_from = row
         if self.on_copy is not None:
             self.on_copy(src, page)
         self.ops["copy"] += 1

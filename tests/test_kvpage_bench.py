@@ -1,0 +1,29 @@
+"""``specdec bench kv``: runs end to end on a small build (no synthesis, no decode) and rejects bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hls_ref import kvpage as golden
+from specdec.cli import main
+
+
+def test_bench_kv_small(tmp_path):
+    out = tmp_path / "kv.json"
+    assert main(["bench", "kv", "--pages", "16", "--max-blocks", "4", "--no-synth", "--no-decode",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    e = res["per_pages"]["16"]
+    assert e["all_match_model"] and e["constant"]["commit_constant"] and e["constant"]["rollback_constant"]
+    ops = e["ops"]
+    assert ops["rollback (1 branch)"]["cycles"] == ops["rollback (63 branches)"]["cycles"] == golden.CYCLES["ROLLBACK"]
+    assert ops["fork (4 rows, a full block table)"]["cycles"] == golden.CYCLES["FORK"] + 4
+    assert "decode" not in res
+
+
+@pytest.mark.parametrize("argv", [["--pages", "100"], ["--pages", "a"], ["--max-blocks", "3"],
+                                  ["--pages", "2048"]])
+def test_bench_kv_bad_input(argv, capsys):
+    assert main(["bench", "kv", "--no-synth", "--no-decode", *argv]) == 2
+    assert "error" in capsys.readouterr().err
