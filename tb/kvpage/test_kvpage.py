@@ -127,7 +127,7 @@ async def random_ops(dut, stim):
     """Random operation sequences (``hls_ref.kvpage.random_op``) in lockstep with the golden model; every
     sequence freed at the end leaves the whole pool free."""
     tb = await _tb(dut, *STIM[stim])
-    n = int(os.environ.get("KV_OPS", "300"))
+    n = int(os.environ.get("KV_OPS", "150"))
     rng = np.random.default_rng(tb.pages + tb.max_blocks + len(stim))
     for i in range(n):
         await tb.op(golden.random_op(tb.state, rng))
@@ -256,7 +256,7 @@ PARAMS = [(256, 64), (16, 4), (1024, 64), (256, 1024)]
 
 @pytest.mark.parametrize("pages,max_blocks", PARAMS[:2])
 def test_kvpage(sim, waves, pages, max_blocks):
-    """Every test, 300 random operations per stimulus pattern: the default build and a 16-page pool
+    """Every test, 150 random operations per stimulus pattern: the default build and a 16-page pool
     (exhaustion and zombie reuse happen often)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
                 waves=waves)
@@ -270,9 +270,9 @@ def test_kvpage_smoke(sim, waves):
                 extra_env={"KV_OPS": "100"})
 
 
-@pytest.mark.parametrize("pages,max_blocks", PARAMS[2:])
+@pytest.mark.parametrize("pages,max_blocks", [PARAMS[2], pytest.param(*PARAMS[3], marks=pytest.mark.long)])
 def test_kvpage_full_size(sim, waves, pages, max_blocks):
-    """The full sizes: a 1024-page pool, and 1024-row block tables."""
+    """The full sizes: a 1024-page pool (and, under ``long``, 1024-row block tables)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
                 testcase="registers,constant_time,random_ops/stim=none", waves=waves, extra_env={"KV_OPS": "200"})
 
