@@ -512,6 +512,13 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
             if busy:
                 cbusy.next = cbusy + 1
+            if state == ST_C5 or state == ST_Z3:    # the dying slots (zm): zombies, or free when they own nothing
+                for s in range(NS):
+                    if zm[s]:
+                        if count[s] != 0:
+                            kind[s].next = K_ZOMBIE
+                        else:
+                            kind[s].next = K_FREE
             if state == ST_IDLE or state == ST_DONE:
                 if cmd[bit_soft]:
                     state.next = ST_IDLE
@@ -676,12 +683,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                     kind[ps].next = K_ZOMBIE
                 else:
                     kind[ps].next = K_FREE
-                for s in range(NS):
-                    if zm[s]:
-                        if count[s] != 0:
-                            kind[s].next = K_ZOMBIE
-                        else:
-                            kind[s].next = K_FREE
                 free_pages.next = free_pages + s_cnt + b_cnt + total
                 kind[a].next = K_SEQ
                 parent[a].next = 0
@@ -701,12 +702,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             elif state == ST_Z3:
                 state.next = ST_DONE
                 ops.next = ops + 1
-                for s in range(NS):
-                    if zm[s]:
-                        if count[s] != 0:
-                            kind[s].next = K_ZOMBIE
-                        else:
-                            kind[s].next = K_FREE
                 free_pages.next = free_pages + total
             elif state == ST_ROW:
                 cnt.next = 0
