@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from myhdl import ConcatSignal, Signal, always, always_comb, always_seq, block, intbv
 
-from specdec.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, CoreMap
+from hwcontract.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, CoreMap
 
 _KIND_CODE = {"ro": 1, "rw": 2, "pulse": 3}  # 0: unmapped
 

@@ -1,85 +1,116 @@
-"""Convert a core to Verilog (one file per core and parameter set)."""
+"""Convert a core to Verilog: one file per core and parameter set, the same bytes in every process.
+
+MyHDL's output depends on the interpreter's string-hash seed (the order of some declarations) and carries a
+date line and its own path, and a second conversion in one process renames internals. :func:`convert` therefore converts in
+a fresh interpreter with ``PYTHONHASHSEED=0`` and drops the date line, so an unchanged core gives an
+unchanged file and the simulators' build caches hit across runs.
+
+Parameters, defaults and allowed values are the contract's (:mod:`hwcontract.params`).
+"""
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
-# core name -> (module, top block, port factory, {param: (default, allowed values or None, doc)})
-CORES = {
-    "rng": ("fpga.rng", "rng", {}),
-    "verifier": ("fpga.verifier", "verifier", {
-        "VOCAB_MAX": (64, None, "Largest VOCAB accepted: depth of the two on-chip row buffers (tokens)."),
-        "LANES": (4, {1, 2, 4, 8}, "Logit codes per stream beat (TDATA is 16 * LANES bits)."),
-        "GAMMA_MAX": (16, range(1, 17), "Largest GAMMA (draft tokens per round) accepted."),
-        "TREE_MAX": (64, range(1, 65), "Largest NODES (token-tree nodes, root included) accepted in tree mode."),
-    }),
-    "treemask": ("fpga.treemask", "treemask", {
-        "NODES_MAX": (64, range(1, 65), "Largest NODES (tree nodes, root included) accepted."),
-    }),
-    "kvpage": ("fpga.kvpage", "kvpage", {
-        "PAGES": (256, {1 << k for k in range(4, 11)}, "Physical pages in the pool (a power of two)."),
-        "MAX_BLOCKS": (64, {1 << k for k in range(2, 11)}, "Rows of each slot's block table (a power of two)."),
-    }),
+from hwcontract import params as hwparams
+
+# core or system toplevel -> (MyHDL module, top block)
+BLOCKS = {
+    "rng": ("fpga.rng", "rng"),
+    "verifier": ("fpga.verifier", "verifier"),
+    "treemask": ("fpga.treemask", "treemask"),
+    "kvpage": ("fpga.kvpage", "kvpage"),
+    "system": ("fpga.system", "system"),     # verifier + treemask + kvpage (simulation of the whole loop)
 }
-# Toplevels that hold several cores (simulation of the whole loop; not a core of their own).
-SYSTEMS = {
-    "system": ("fpga.system", "system", {**CORES["verifier"][2], **CORES["treemask"][2], **CORES["kvpage"][2]}),
-}
+CORES = tuple(hwparams.CORES)       # the cores (each has five faces); "system" is a toplevel, not a core
 
 # Parameter overrides for the logic-depth (abc9 + sta) run. yosys 0.23's abc9 aborts on a design with
 # RAMB36E1 cells, so a verifier with block-RAM row buffers is timed on the same datapath with VOCAB_MAX 64
 # (buffers in LUTs, counters narrower): the arrival printed for it says so.
 TIMING_PARAMS = {"verifier": {"VOCAB_MAX": 64}}
 
-
-def _entry(core: str):
-    """(module, top block, parameter spec) of a core or a system toplevel."""
-    if core in CORES:
-        return CORES[core]
-    if core in SYSTEMS:
-        return SYSTEMS[core]
-    raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)} (and toplevels {sorted(SYSTEMS)})")
+_ROOT = Path(__file__).resolve().parents[1]
 
 
-def params_for(core: str, given: dict[str, str] | None = None) -> dict[str, int]:
-    """Validated parameters for ``core``: defaults overridden by ``given`` (strings from the CLI)."""
-    spec = _entry(core)[2]
-    out = {k: v[0] for k, v in spec.items()}
-    for key, raw in (given or {}).items():
-        if key not in spec:
-            raise KeyError(f"core {core!r} has no parameter {key!r}; valid parameters: {sorted(spec) or 'none'}")
-        try:
-            val = int(raw, 0) if isinstance(raw, str) else int(raw)
-        except ValueError:
-            raise ValueError(f"parameter {key}={raw!r} of core {core!r} is not an integer") from None
-        allowed = spec[key][1]
-        if allowed is not None and val not in allowed:
-            raise ValueError(f"parameter {key}={val} of core {core!r} not in {sorted(allowed)}")
-        out[key] = val
-    return out
+def params_for(core: str, given: dict | None = None) -> dict[str, int]:
+    """Validated parameters for ``core``: defaults overridden by ``given`` (ints, or strings from the CLI)."""
+    if core not in BLOCKS:
+        raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)} (and toplevels "
+                       f"{sorted(set(BLOCKS) - set(CORES))})")
+    return hwparams.check(core, given)
 
 
 def toplevel_name(core: str, params: dict[str, int]) -> str:
     """Verilog module name: the core name, suffixed with non-default parameters."""
-    spec = _entry(core)[2]
-    suffix = "".join(f"_{k.lower()}{v}" for k, v in sorted(params.items()) if v != spec[k][0])
+    default = hwparams.defaults(core)
+    suffix = "".join(f"_{k.lower()}{v}" for k, v in sorted(params.items()) if v != default[k])
     return core + suffix
 
 
-def convert(core: str, params: dict[str, int] | None = None, out_dir: str | Path = "build/verilog") -> Path:
-    """Convert ``core`` with ``params`` to ``out_dir/<toplevel>.v``; returns the file's path."""
-    params = params_for(core, {k: str(v) for k, v in (params or {}).items()})
-    modname, top, _ = _entry(core)
-    mod = importlib.import_module(modname)
-    name = toplevel_name(core, params)
+def convert(core: str, params: dict | None = None, out_dir: str | Path = "build/verilog") -> Path:
+    """Convert ``core`` with ``params`` to ``out_dir/<toplevel>.v`` (in a fresh interpreter); its path.
+
+    MyHDL's conversion warnings are re-issued here as ``UserWarning``.
+
+    Raises
+    ------
+    KeyError, ValueError
+        An unknown core or parameter, or a value outside its range (before anything runs).
+    RuntimeError
+        The conversion failed; the message holds the end of its error output.
+    """
+    values = params_for(core, params)
     out_dir = Path(out_dir)
+    cmd = [sys.executable, "-m", "fpga.convert", "--core", core, "--out-dir", str(out_dir),
+           *(f"{k}={v}" for k, v in sorted(values.items()))]
+    env = {**os.environ, "PYTHONHASHSEED": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"conversion of {core} {values} failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for w in result["warnings"]:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return Path(result["path"])
+
+
+def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Path, list[str]]:
+    """The conversion itself (run by :func:`convert` in a fresh interpreter)."""
+    modname, top = BLOCKS[core]
+    mod = importlib.import_module(modname)
+    name = toplevel_name(core, values)
     out_dir.mkdir(parents=True, exist_ok=True)
-    inst = getattr(mod, top)(*mod.make_ports(**params), **params)
-    inst.convert(hdl="Verilog", path=str(out_dir), name=name, no_testbench=True, timescale="1ns/1ps")
-    return out_dir / f"{name}.v"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inst = getattr(mod, top)(*mod.make_ports(**values), **values)
+        inst.convert(hdl="Verilog", path=str(out_dir), name=name, no_testbench=True, timescale="1ns/1ps")
+    path = out_dir / f"{name}.v"
+    text = path.read_text()
+    lines = [ln for ln in text.splitlines(keepends=True) if not ln.startswith(("// Date:", "// File:"))]
+    path.write_text("".join(lines))
+    return path, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Convert one core to Verilog (deterministic).")
+    ap.add_argument("--core", required=True, choices=sorted(BLOCKS))
+    ap.add_argument("--out-dir", default="build/verilog", type=Path)
+    ap.add_argument("param", nargs="*", help="KEY=VALUE")
+    args = ap.parse_args(argv)
+    values = params_for(args.core, dict(p.split("=", 1) for p in args.param))
+    if os.environ.get("PYTHONHASHSEED") != "0":      # a direct call: run in a deterministic interpreter
+        print(convert(args.core, values, args.out_dir))
+        return 0
+    path, warns = _convert_here(args.core, values, args.out_dir)
+    print(json.dumps({"path": str(path), "warnings": warns}))
+    return 0
 
 
 if __name__ == "__main__":
-    import sys
-    for c in sys.argv[1:] or sorted(CORES):
-        print(convert(c))
+    sys.exit(main())

@@ -41,19 +41,14 @@ from __future__ import annotations
 
 from myhdl import ResetSignal, Signal, always, always_comb, block, concat, intbv
 
-from specdec.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, core
+from hwcontract import params as hwparams
+from hwcontract.regmap import KV_SLOTS, core
 
 from .axil import AxiLite, axil_regs, register_signals
 
 (ST_IDLE, ST_CHECK, ST_SLOT, ST_COPY, ST_RW1, ST_RW2, ST_C1, ST_C2, ST_C3, ST_C4, ST_C5, ST_Z1, ST_Z2, ST_Z3,
  ST_ROW, ST_SCAN, ST_INFO, ST_CLEAR, ST_DONE, ST_ERR) = range(20)
 SRC_FL, SRC_BUMP, SRC_ZOMBIE = range(3)     # where WRITE takes its page from
-
-
-def _log2(v: int, name: str, lo: int, hi: int) -> int:
-    if not (lo <= v <= hi and v & (v - 1) == 0):
-        raise ValueError(f"kvpage: {name}={v} is not a power of two in {lo}..{hi}")
-    return v.bit_length() - 1
 
 
 @block
@@ -71,8 +66,9 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     MAX_BLOCKS : int
         Rows of each slot's block table (power of two, 4..1024).
     """
-    PW = _log2(PAGES, "PAGES", 16, KV_MAX_PAGES)          # page id bits
-    BW = _log2(MAX_BLOCKS, "MAX_BLOCKS", 4, KV_MAX_BLOCKS)  # row index bits
+    hwparams.check("kvpage", dict(PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS))
+    PW = PAGES.bit_length() - 1              # page id bits
+    BW = MAX_BLOCKS.bit_length() - 1         # row index bits
     CW = PW + 1                                         # page counts 0..PAGES
     LW = BW + 1                                         # row counts 0..MAX_BLOCKS
     NS = KV_SLOTS

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from myhdl import Signal, always_comb, always_seq, block, intbv
 
-from specdec.regmap import core
+from hwcontract.regmap import core
 
 from .axil import AxiLite, axil_regs, register_signals
 

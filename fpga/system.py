@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from myhdl import ResetSignal, Signal, block, intbv
 
-from specdec.regmap import core
+from hwcontract.regmap import core
 
 from .axil import AxiLite
 from .kvpage import kvpage

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always_seq, block, intbv
 
-from specdec.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, core
+from hwcontract import params as hwparams
+from hwcontract.regmap import TREE_PARENT_BITS, core
 
 from .axil import AxiLite, axil_regs, register_signals
 
@@ -96,8 +97,7 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     NODES_MAX : int
         Largest NODES accepted (1..64): depth of the row and depth memories, width of a row.
     """
-    if not 1 <= NODES_MAX <= TREE_MAX_NODES:
-        raise ValueError(f"treemask: NODES_MAX={NODES_MAX} outside 1..{TREE_MAX_NODES}")
+    hwparams.check("treemask", dict(NODES_MAX=NODES_MAX))
     cmap = core("treemask")
     WIDTH, MASK_W, DEPTH_W, NODE_W, PAD_W = _stream_layout(cmap)
     if len(m_axis_tdata) != WIDTH:

@@ -38,17 +38,16 @@ which is latched, while the round runs: the host must not write them while BUSY.
 """
 from __future__ import annotations
 
-import math
-
 from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always_seq, block, concat, intbv
 
-from specdec.regmap import TREE_MAX_NODES, core
+from hwcontract import params as hwparams
+from hwcontract.formats import EH_LIST, EL_LIST
+from hwcontract.regmap import TREE_MAX_NODES, core
 
 from .axil import AxiLite, axil_regs, register_signals
 from .rng import xoshiro128pp
 
-EH = tuple(int(round(32768 * math.exp(-16.0 * k / 256.0))) for k in range(256))
-EL = tuple(int(round(32768 * math.exp(-1.0 * j / 256.0))) for j in range(16))
+EH, EL = EH_LIST, EL_LIST
 
 # FSM states
 ST_IDLE, ST_STREAM, ST_ROWEND, ST_EXPX, ST_ACC1, ST_ACC2, ST_TOTAL, ST_TDONE, ST_TCALC, ST_WALK, \
@@ -429,14 +428,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         Row buffer depth (tokens), codes per beat (1, 2, 4, 8), largest GAMMA, largest NODES in tree mode.
     """
     L = LANES
-    if L not in (1, 2, 4, 8):
-        raise ValueError(f"verifier: LANES={L} not in (1, 2, 4, 8)")
-    if not 1 <= GAMMA_MAX <= 16:
-        raise ValueError(f"verifier: GAMMA_MAX={GAMMA_MAX} outside 1..16")
-    if not 1 <= VOCAB_MAX <= 65536:
-        raise ValueError(f"verifier: VOCAB_MAX={VOCAB_MAX} outside 1..65536")
-    if not 1 <= TREE_MAX <= TREE_MAX_NODES:
-        raise ValueError(f"verifier: TREE_MAX={TREE_MAX} outside 1..{TREE_MAX_NODES}")
+    hwparams.check("verifier", dict(VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX))
     NT = max(TREE_MAX, 2)       # node cells 1..NT-1 (a 1-node build keeps one, never live)
     LOG2L = L.bit_length() - 1
     DEPTH = -(-VOCAB_MAX // L)

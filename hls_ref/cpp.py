@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hwcontract import params as hwparams
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC_DIR = ROOT / "hls_ref" / "cpp"
 INCLUDE_DIR = ROOT / "hls_ref" / "include"
@@ -310,9 +312,7 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     inv_temp = int(inv_temp)
     if not 0 <= inv_temp <= 0x7FFFFFFF:
         raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
-    lanes = int(lanes)
-    if not 1 <= lanes <= 16:
-        raise ValueError(f"lanes must be in 1..16, got {lanes}")
+    lanes = hwparams.spec("verifier")["LANES"].check(lanes, "verifier")
     result = np.zeros(len(VERIFIER_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_round(
         p_arr.ctypes.data_as(_i16p), p_arr.shape[0], q_arr.ctypes.data_as(_i16p), q_arr.shape[0],
@@ -447,7 +447,7 @@ def treemask_words(parents, nodes_max: int = 64) -> tuple[list[int], dict]:
     result : dict
         ``rows, max_depth, err, cycles`` (the cycle model's CYCLES_BUSY).
     """
-    from specdec.regmap import core
+    from hwcontract.regmap import core
     reg = core("treemask").reg("PARENT0")
     per = len(reg.fields)
     lib = _treemask()
@@ -472,7 +472,7 @@ def treemask_words(parents, nodes_max: int = 64) -> tuple[list[int], dict]:
 def treemask_run(parents, nodes_max: int = 64) -> tuple[list[int], list[int], int, int]:
     """The tree's mask rows (bit j of ``rows[i]``: node j is node i or an ancestor), depths, MAX_DEPTH and
     ERR bits from the C++ reference (empty rows and depths on error). See :func:`treemask_words`."""
-    from hls_ref.treemask import unpack_word
+    from hwcontract.formats import unpack_mask_word as unpack_word
     words, res = treemask_words(parents, nodes_max)
     fields = [unpack_word(w) for w in words]
     return [f[2] for f in fields], [f[1] for f in fields], res["max_depth"], res["err"]
@@ -496,7 +496,7 @@ KVPAGE_STATUS_REGS = ("FREE_PAGES", "SEQS_LO", "SEQS_HI", "BRANCHES_LO", "BRANCH
 
 @functools.lru_cache(maxsize=None)
 def _kvpage() -> ctypes.CDLL:
-    from specdec.regmap import WORD_BYTES, core
+    from hwcontract.regmap import WORD_BYTES, core
     lib = load("kvpage")
     lib.kvpage_create.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
     lib.kvpage_create.restype = ctypes.c_void_p
@@ -543,13 +543,11 @@ class KvpageCpp:
     def __init__(self, pages: int = 256, max_blocks: int = 64):
         self._lib = _kvpage()
         self._h = None
-        self.pages, self.max_blocks = int(pages), int(max_blocks)
-        if not (0 <= self.pages <= 0xFFFFFFFF and 0 <= self.max_blocks <= 0xFFFFFFFF):
-            raise ValueError(f"kvpage: PAGES={pages}, MAX_BLOCKS={max_blocks} do not fit 32 bits")
+        checked = hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks))
+        self.pages, self.max_blocks = checked["PAGES"], checked["MAX_BLOCKS"]
         h = self._lib.kvpage_create(self.pages, self.max_blocks)
         if not h:
-            raise ValueError(f"kvpage: PAGES={pages}, MAX_BLOCKS={max_blocks} refused (powers of two in 16..1024 "
-                             "and 4..1024)")
+            raise RuntimeError(f"kvpage: the C++ reference refused PAGES={pages}, MAX_BLOCKS={max_blocks}")
         self._h = h
         self._out = np.zeros(int(self._lib.kvpage_result_words()), dtype=np.uint32)
         #: Every result register's value after the last operation (written or kept), by name.

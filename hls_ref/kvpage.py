@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from specdec.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, core
+from hwcontract import params as hwparams
+from hwcontract.regmap import KV_SLOTS, core
 
 _MAP = core("kvpage")
 _ERR = _MAP.reg("ERR")
@@ -50,9 +51,7 @@ CYCLES_ERROR = 1
 
 def check_params(pages: int, max_blocks: int) -> None:
     """Raise ValueError unless ``pages`` and ``max_blocks`` are powers of two the core supports."""
-    for name, v, lo, hi in (("PAGES", pages, 16, KV_MAX_PAGES), ("MAX_BLOCKS", max_blocks, 4, KV_MAX_BLOCKS)):
-        if not (lo <= v <= hi and v & (v - 1) == 0):
-            raise ValueError(f"kvpage: {name}={v} is not a power of two in {lo}..{hi}")
+    hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, core
+from hwcontract.formats import pack_mask_word
+from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, core
 
 _ERR = core("treemask").reg("ERR")
 ERR_BAD_NODES = _ERR.field("BAD_NODES").mask
@@ -96,25 +97,6 @@ def cycles(n: int) -> int:
 # The m_axis words (the stream format of specdec.regmap), for the backends and testbenches
 # ------------------------------------------------------------------------------------------------
 
-_M_AXIS = {f.name: f for f in core("treemask").stream("m_axis").fields}
-
-
-def pack_word(node: int, depth: int, mask: int) -> int:
-    """One m_axis word: MASK, DEPTH and NODE at their regmap positions (each checked against its width)."""
-    word = 0
-    for name, value in (("MASK", mask), ("DEPTH", depth), ("NODE", node)):
-        f = _M_AXIS[name]
-        if not 0 <= int(value) < 1 << f.width:
-            raise ValueError(f"m_axis {name}={value} does not fit {f.width} bits")
-        word |= int(value) << f.lsb
-    return word
-
-
-def unpack_word(word: int) -> tuple[int, int, int]:
-    """``(node, depth, mask)`` of one m_axis word."""
-    return tuple((int(word) >> _M_AXIS[n].lsb) & ((1 << _M_AXIS[n].width) - 1) for n in ("NODE", "DEPTH", "MASK"))
-
-
 def stream_words(m: Masks) -> list[int]:
     """The words the core streams for ``m``: one per node in node order (none when ``m.err``)."""
-    return [pack_word(i, d, r) for i, (r, d) in enumerate(zip(m.rows, m.depth))]
+    return [pack_mask_word(i, d, r) for i, (r, d) in enumerate(zip(m.rows, m.depth))]

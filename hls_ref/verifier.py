@@ -30,17 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.regmap import (EXP_FRAC, INV_TEMP_FRAC, LOGIT_FRAC, LOGIT_NEG_INF, U_BITS,
-                            VERIFIER_MAX_GAMMA, core)
+from hwcontract.formats import (EH, EL, EXP_DEAD, EXP_PY, EXP_WIDE, EXP_FRAC, LOGIT_NEG_INF, U_BITS, exp_q15,
+                                fixed_point_dist, quantize, rng_uniform, temper)
+from hwcontract.formats import weights as _weights
+from hwcontract.regmap import VERIFIER_MAX_GAMMA, core
 
 NEG_INF = LOGIT_NEG_INF
-CODE_MAX = (1 << 15) - 1  # 32767: real codes clip to +-CODE_MAX
-EXP_LIMIT = 4096          # EXP(d) = 0 for d >= EXP_LIMIT
-
-#: ``EH[k] = round(32768 * exp(-16 k / 256))``, k = 0..255 (int64).
-EH: np.ndarray = np.round((1 << EXP_FRAC) * np.exp(-16.0 * np.arange(256) / 256.0)).astype(np.int64)
-#: ``EL[j] = round(32768 * exp(-j / 256))``, j = 0..15 (int64).
-EL: np.ndarray = np.round((1 << EXP_FRAC) * np.exp(-1.0 * np.arange(16) / 256.0)).astype(np.int64)
 
 _ERR = core("verifier").reg("ERR")
 
@@ -56,65 +51,6 @@ ERR_BAD_TOKEN = err_mask("BAD_TOKEN")
 ERR_BAD_TEMP = err_mask("BAD_TEMP")
 ERR_EMPTY_ROW = err_mask("EMPTY_ROW")
 ERR_BAD_TREE = err_mask("BAD_TREE")
-
-
-def exp_q15(d: np.ndarray) -> np.ndarray:
-    """``EXP(d)`` in Q1.15 for distances ``d >= 0``.
-
-    Parameters
-    ----------
-    d : ndarray of int
-        Distances ``m - zt``. The caller handles -inf codes (their weight is 0).
-
-    Returns
-    -------
-    ndarray of int64
-        ``(EH[d >> 4] * EL[d & 15] + 16384) >> 15`` for ``d < 4096``, 0 for ``d >= 4096``.
-    """
-    d = np.asarray(d, dtype=np.int64)
-    if d.size and d.min() < 0:
-        raise ValueError(f"EXP distance must be >= 0, got {int(d.min())}")
-    return _EXP_TAB[np.minimum(d, EXP_LIMIT)]
-
-
-def _exp_formula(d: np.ndarray) -> np.ndarray:
-    """The spec's formula for ``0 <= d < 4096`` (builds the lookup tables)."""
-    return (EH[d >> 4] * EL[d & 15] + (1 << (EXP_FRAC - 1))) >> EXP_FRAC
-
-
-#: EXP(d) for d = 0..4096 (the last entry, 0, stands for every d >= 4096).
-_EXP_TAB: np.ndarray = np.append(_exp_formula(np.arange(EXP_LIMIT, dtype=np.int64)), np.int64(0))
-#: EXP(d) for every distance d = 0..65535 a row can produce, plus index 65536 = a -inf code (weight 0).
-_EXP_WIDE: np.ndarray = np.append(_EXP_TAB, np.zeros(65536 - EXP_LIMIT, dtype=np.int64))
-_EXP_PY: list[int] = _EXP_WIDE.tolist()
-_DEAD = 65536  # index of _EXP_WIDE used for -inf codes
-
-
-def temper(z: np.ndarray, inv_temp: int) -> np.ndarray:
-    """Apply the temperature: ``zt = clip((z * INV_TEMP) >> 8, -32767, 32767)``; -inf stays -32768.
-
-    Parameters
-    ----------
-    z : ndarray of int16
-        Logit codes (Q7.8), -32768 meaning -inf.
-    inv_temp : int
-        ``INV_TEMP``, unsigned Q8.8 (256 = temperature 1).
-
-    Returns
-    -------
-    ndarray of int64
-    """
-    z = np.asarray(z, dtype=np.int64)
-    zt = np.clip((z * int(inv_temp)) >> INV_TEMP_FRAC, -CODE_MAX, CODE_MAX)
-    return np.where(z == NEG_INF, np.int64(NEG_INF), zt)
-
-
-def _weights(zt: np.ndarray, m: int) -> np.ndarray:
-    """``e(x)`` for every element of a row with max ``m`` (0 where zt is -inf)."""
-    zt = np.asarray(zt, dtype=np.int64)
-    if m == NEG_INF:
-        return np.zeros(zt.shape, dtype=np.int64)
-    return _EXP_WIDE[np.where(zt == NEG_INF, _DEAD, m - zt)]
 
 
 def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
@@ -161,7 +97,7 @@ def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
         return NEG_INF, 0
     # Beat sums relative to the running max at that beat (a -inf code, or a beat before any real code,
     # indexes the 0 entry).
-    bsum = _EXP_WIDE[np.where(beats == NEG_INF, _DEAD, run[:, None] - beats)].sum(axis=1)
+    bsum = EXP_WIDE[np.where(beats == NEG_INF, EXP_DEAD, run[:, None] - beats)].sum(axis=1)
     # Fold over groups of beats with the same running max; the first group may be -inf (sum 0).
     change = (run[1:] != run[:-1]).nonzero()[0] + 1
     if change.size == 0:                      # one running max for the whole row: no rescale
@@ -172,7 +108,7 @@ def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
     s = 0
     m = NEG_INF
     for mk, sk in zip(gmax.tolist(), gsum.tolist()):
-        s = 0 if m == NEG_INF else (s * _EXP_PY[mk - m]) >> EXP_FRAC
+        s = 0 if m == NEG_INF else (s * EXP_PY[mk - m]) >> EXP_FRAC
         s += sk
         m = mk
     return int(m), int(s)
@@ -183,7 +119,7 @@ def e_of(zt_x: int, m: int) -> int:
     zt_x, m = int(zt_x), int(m)
     if zt_x == NEG_INF or m == NEG_INF:
         return 0
-    return _EXP_PY[m - zt_x]
+    return EXP_PY[m - zt_x]
 
 
 @dataclass(frozen=True)
@@ -246,7 +182,7 @@ def uniform(words: np.ndarray, k: int) -> int:
     """``u = words[k] >> 8``, the 24-bit uniform of the round's k-th RNG word (a ValueError past the end)."""
     if k >= words.size:
         raise ValueError(f"the round needs more than the {words.size} RNG words given")
-    return int(words[k]) >> (32 - U_BITS)
+    return rng_uniform(words[k])
 
 
 def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
@@ -576,84 +512,3 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
         v = nxt
         n_accept += 1
         path |= 1 << v
-
-
-def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Host-side quantization of float logits to Q7.8 codes, per docs/verifier.md.
-
-    Each row (last axis) has the max of its finite entries subtracted, then
-    ``code = clip(round(logit * 256), -32767, 32767)``; -inf becomes -32768. ``np.round`` rounds half to
-    even (ties only occur for logits that are exact multiples of 1/512). Only the row's first maximal
-    entry keeps code 0; any other entry that rounds to 0 becomes -1, so the lowest-index argmax of the
-    codes is the argmax of the float logits (greedy verification decides as float greedy decoding). A row of only -inf stays all
-    -32768 (the core raises EMPTY_ROW on it).
-
-    Parameters
-    ----------
-    logits : array_like of float, shape (..., V)
-    out : ndarray of int16, same shape, optional
-        Where to write the codes (a view into a DMA buffer, say); untouched if an error is raised.
-
-    Returns
-    -------
-    ndarray of int16, same shape
-        ``out`` if given.
-
-    Raises
-    ------
-    ValueError
-        On NaN or +inf, naming the first offending position and value.
-    """
-    x = np.asarray(logits, dtype=np.float64)
-    bad = np.isnan(x) | np.isposinf(x)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
-    if x.ndim == 0:
-        raise ValueError("logits must have at least one axis (the vocabulary)")
-    fin = np.isfinite(x)
-    mx = np.where(fin, x, -np.inf).max(axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
-    mx = np.where(np.isfinite(mx), mx, 0.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        codes = np.clip(np.round((x - mx) * (1 << LOGIT_FRAC)), -CODE_MAX, CODE_MAX)
-    codes = np.where(fin, codes, NEG_INF)
-    # Argmax-preserving: only the row's first maximal logit keeps code 0; an entry within 1/512 of the max
-    # that would also round to 0 gets -1, so greedy decisions on codes equal argmax on the float logits.
-    if x.shape[-1]:
-        top = np.argmax(np.where(fin, x, -np.inf), axis=-1)[..., None]
-        first = np.arange(x.shape[-1]) == top
-        codes = np.where((codes == 0) & ~first, -1, codes)
-    if out is None:
-        return codes.astype(np.int16)
-    if out.dtype != np.int16 or out.shape != x.shape:
-        raise ValueError(f"out must be int16 of shape {x.shape}, got {out.dtype} {out.shape}")
-    np.copyto(out, codes, casting="unsafe")
-    return out
-
-
-def fixed_point_dist(z_row: np.ndarray, inv_temp: int, greedy: bool = False) -> np.ndarray:
-    """The distribution a row's fixed-point weights define: ``e(x) / sum e(x)``.
-
-    Uses the exact per-element ``EXP`` against the row's true max (no streaming rescale rounding);
-    ``greedy=True`` uses the raw codes (no temperature).
-
-    Parameters
-    ----------
-    z_row : ndarray of int16, shape (V,)
-    inv_temp : int
-    greedy : bool
-
-    Returns
-    -------
-    ndarray of float64, shape (V,), summing to 1
-
-    Raises
-    ------
-    ValueError
-        If every code is -inf.
-    """
-    zt = np.asarray(z_row, dtype=np.int64) if greedy else temper(z_row, inv_temp)
-    if (zt == NEG_INF).all():
-        raise ValueError("every code of the row is -inf: no distribution")
-    e = _weights(zt, int(zt.max())).astype(np.float64)
-    return e / e.sum()

@@ -25,17 +25,14 @@ from typing import Iterable, Mapping, Sequence, Union
 
 ROOT = Path(__file__).resolve().parents[1]
 
-try:
-    from specdec import regmap
-except ImportError:  # not installed: fall back to the source tree
-    sys.path.insert(0, str(ROOT / "host"))
-    from specdec import regmap
+sys.path.insert(0, str(ROOT))   # the contract package, whether or not the project is installed
+from hwcontract import regmap  # noqa: E402
 
-from specdec.regmap import CoreMap, Field, Register, StreamFormat
+from hwcontract.regmap import CoreMap, Field, Register, StreamFormat
 
 HEADER_PATH = Path("hls_ref/include/specdec_regs.h")
 MARKDOWN_PATH = Path("docs/registers.md")
-SOURCE = "host/specdec/regmap.py"
+SOURCE = "hwcontract/regmap.py"
 ACCESS_CODES = {kind: i for i, kind in enumerate(regmap.ACCESS_KINDS)}
 STREAM_DIRS = {"in": 0, "out": 1}
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec import regmap
-from specdec.regmap import CoreMap, StreamField, StreamFormat
+from hwcontract import regmap
+from hwcontract.regmap import CoreMap, StreamField, StreamFormat
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "scripts" / "gen.py"
@@ -89,7 +89,7 @@ def test_render_is_deterministic():
 
 def test_header_says_generated():
     head = HEADER.read_text().splitlines()[:3]
-    assert any("scripts/gen.py" in ln and "host/specdec/regmap.py" in ln and "do not edit" in ln for ln in head)
+    assert any("scripts/gen.py" in ln and "hwcontract/regmap.py" in ln and "do not edit" in ln for ln in head)
 
 
 # -- compiles --------------------------------------------------------------------------------------

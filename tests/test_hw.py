@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec import cli, hw
+from fpga import hw
+from specdec import cli
 
 ROW_KEYS = {"core", "params", "toplevel", "lut", "ff", "carry4", "dsp", "bram36", "lutram", "lut_pct",
             "ff_pct", "bram_pct", "dsp_pct", "arrival_ns", "arrival_note"}

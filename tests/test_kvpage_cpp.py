@@ -13,7 +13,7 @@ import pytest
 
 from hls_ref import cpp
 from hls_ref import kvpage as kv
-from specdec.regmap import KV_SLOTS, core
+from hwcontract.regmap import KV_SLOTS, core
 
 pytestmark = pytest.mark.skipif(cpp.shutil.which(cpp.CXX) is None, reason="no C++ compiler")
 
@@ -155,8 +155,10 @@ def test_bad_params():
                               (1 << 31, 64)):
         with pytest.raises(ValueError):
             kv.check_params(pages, max_blocks)
-        with pytest.raises(ValueError, match="refused"):
+        with pytest.raises(ValueError, match="PAGES|MAX_BLOCKS"):
             cpp.KvpageCpp(pages, max_blocks)
+        if pages < 1 << 32:     # the C++ reference refuses them on its own too
+            assert not cpp._kvpage().kvpage_create(pages, max_blocks)
     for pages, max_blocks in ((16, 4), (1024, 1024)):
         with cpp.KvpageCpp(pages, max_blocks) as c:
             assert c.op(kv.Op("NEW"))[:3] == (0, kv.CYCLES["NEW"], {"RES_SLOT": 0})

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from specdec.regmap import core
+from hwcontract.regmap import core
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 

@@ -123,7 +123,7 @@ def test_greedy_gamma0_baseline_equals_hf(gpt2_dirs, gpt2_pair, refs):
 # ------------------------------------------------------------------------------------------------
 def sim_available() -> bool:
     pytest.importorskip("cocotb")
-    from tb import harness
+    from specdec.backends import simulator as harness
     try:
         harness.verilator_on_path()
     except Exception:

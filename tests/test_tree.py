@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
-from specdec.regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES
 from specdec.tree import (EagleTree, SequoiaTree, StaticTree, Tree, check_parents, child_probabilities,
                           parents_from_paths, sequoia_topology, tree_value)
 

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 import model_pairs  # noqa: E402
 from specdec import models  # noqa: E402
 from specdec.models import CacheStateError, CausalLM  # noqa: E402
-from specdec.regmap import TREE_MAX_NODES  # noqa: E402
+from hwcontract.regmap import TREE_MAX_NODES  # noqa: E402
 from specdec.tree import Tree  # noqa: E402
 from hls_ref.treemask import tree_mask  # noqa: E402
 

@@ -6,7 +6,7 @@ import pytest
 
 from hls_ref import cpp
 from hls_ref import treemask as tm
-from specdec.regmap import core
+from hwcontract.regmap import core
 from specdec.tree import parents_from_paths
 
 pytestmark = pytest.mark.skipif(cpp.shutil.which(cpp.CXX) is None, reason="no C++ compiler")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hls_ref import treemask as tm
-from specdec.regmap import core
+from hwcontract.formats import pack_mask_word, unpack_mask_word
+from hwcontract.regmap import core
 from specdec.tree import parents_from_paths
 
 ERR = core("treemask").reg("ERR")
@@ -63,7 +64,7 @@ def test_random_trees_against_closure(nodes_max):
             assert {j for j in range(len(parents)) if r >> j & 1} == walk_reference(parents, i)
             assert r >> len(parents) == 0              # no bit at or above N
         words = tm.stream_words(m)
-        assert [tm.unpack_word(w) for w in words] == [(i, d, r) for i, (r, d) in enumerate(zip(m.rows, m.depth))]
+        assert [unpack_mask_word(w) for w in words] == [(i, d, r) for i, (r, d) in enumerate(zip(m.rows, m.depth))]
 
 
 @pytest.mark.parametrize("nodes_max", [64, 8])
@@ -87,6 +88,6 @@ def test_cycles_model():
 
 
 def test_pack_word_checks_widths():
-    assert tm.unpack_word(tm.pack_word(63, 62, (1 << 64) - 1)) == (63, 62, (1 << 64) - 1)
+    assert unpack_mask_word(pack_mask_word(63, 62, (1 << 64) - 1)) == (63, 62, (1 << 64) - 1)
     with pytest.raises(ValueError, match="DEPTH"):
-        tm.pack_word(0, 256, 1)
+        pack_mask_word(0, 256, 1)

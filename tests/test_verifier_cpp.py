@@ -6,7 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from specdec.regmap import LOGIT_NEG_INF, core
+from hwcontract.formats import LOGIT_NEG_INF
+from hwcontract.regmap import core
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 

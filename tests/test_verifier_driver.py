@@ -8,8 +8,8 @@ from hls_ref import verifier as golden
 from specdec.backends.golden import GoldenDevice
 from specdec.drivers import DmaStream, Verifier
 from specdec.drivers.base import description
-from specdec.regmap import LOGIT_NEG_INF
-from tb import harness
+from hwcontract.formats import LOGIT_NEG_INF
+from specdec.backends import simulator as harness
 from tb.verifier.driver_checks import Checker, check_verifier_driver
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from hls_ref import verifier as v
 from hls_ref.rng import xoshiro128pp
-from specdec.regmap import core
+from hwcontract.regmap import core
 from tb.verifier.lossless import ALPHA, chi2_pvalue, make_family
 
 NEG = -32768

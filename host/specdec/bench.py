@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hwcontract import params as hwparams
+
 CLOCK_HZ = 150e6            # the projection's clock (the PYNQ-Z2 fabric target)
 GOALS = {"ratio": 1.05, "lut_pct": 15.0, "bram_pct": 35.0, "speedup_vs_numpy_l8": 8.0}
 
@@ -74,7 +76,7 @@ def time_numpy(vocab: int, gamma: int, reps: int = 30, seed: int = 0) -> dict:
 
 def rtl_cycles(vocab: int, gamma: int, lanes: int, vocab_max: int, sim: str = "verilator", seed: int = 0) -> dict:
     """Run ``tb.verifier.bench_verifier`` on the RTL and return its per-scenario cycle counts."""
-    from tb import harness
+    from specdec.backends import simulator as harness
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         harness.run("verifier", "tb.verifier.bench_verifier", sim,
@@ -90,10 +92,8 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
     if backend != "sim":
         raise ValueError(f"backend {backend!r}: the verifier benchmark counts RTL cycles, so only 'sim' "
                          f"(the cocotb simulation) applies")
-    if lanes not in (1, 2, 4, 8):
-        raise ValueError(f"lanes={lanes} not in (1, 2, 4, 8)")
-    if not 1 <= gamma <= 16:
-        raise ValueError(f"gamma={gamma} outside 1..16")
+    hwparams.spec("verifier")["LANES"].check(lanes, "verifier")
+    hwparams.spec("verifier")["GAMMA_MAX"].check(gamma, "verifier")   # a round's gamma is at most GAMMA_MAX
     vocab_max = vocab if vocab_max is None else vocab_max
     if not 1 <= vocab <= vocab_max <= 65536:
         raise ValueError(f"need 1 <= vocab ({vocab}) <= vocab_max ({vocab_max}) <= 65536")
@@ -112,7 +112,7 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
     res["cpu_positions_per_s"] = positions / res["cpu_numpy_s"]
     res["speedup_vs_numpy"] = res["projected_positions_per_s"] / res["cpu_positions_per_s"]
     if synth:
-        from specdec import hw
+        from fpga import hw
         row = hw.report(["verifier"], {"verifier": {"VOCAB_MAX": str(vocab_max), "LANES": str(lanes)}})[0]
         res.update({k: row[k] for k in ("lut", "lutram", "ff", "dsp", "bram36", "lut_pct", "bram_pct", "dsp_pct",
                                          "arrival_ns", "arrival_note")})
@@ -166,7 +166,7 @@ def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None, nodes_max:
         The build's NODES_MAX (1..64).
     sim : {"verilator", "icarus"}
     synth : bool
-        Add the yosys ``synth_xilinx`` resources of that build (``specdec.hw.report``).
+        Add the yosys ``synth_xilinx`` resources of that build (``fpga.hw.report``).
 
     Returns
     -------
@@ -181,11 +181,9 @@ def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None, nodes_max:
         An N outside 1..nodes_max, or nodes_max outside 1..64.
     """
     from hls_ref.treemask import cycles as model_cycles
-    from specdec.regmap import TREE_MAX_NODES
-    from tb import harness
+    from specdec.backends import simulator as harness
     nodes = [int(n) for n in nodes]
-    if not 1 <= nodes_max <= TREE_MAX_NODES:
-        raise ValueError(f"nodes_max={nodes_max} outside 1..{TREE_MAX_NODES}")
+    hwparams.check("treemask", dict(NODES_MAX=nodes_max))
     bad = [n for n in nodes if not 1 <= n <= nodes_max]
     if bad or not nodes:
         raise ValueError(f"tree sizes {bad or nodes} outside 1..{nodes_max} (NODES_MAX)")
@@ -199,7 +197,7 @@ def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None, nodes_max:
            "model": f"cycles(N) = N + {model_cycles(0)} (hls_ref.treemask.cycles)", "per_n": per_n,
            "sim_wall_s": time.perf_counter() - t0, "resources": None}
     if synth:
-        from specdec import hw
+        from fpga import hw
         row = hw.report(["treemask"], {"treemask": {"NODES_MAX": str(nodes_max)}})[0]
         res["resources"] = {k: row[k] for k in ("toplevel", "lut", "lutram", "ff", "carry4", "dsp", "bram36",
                                                  "lut_pct", "ff_pct", "arrival_ns", "arrival_note")}
@@ -250,7 +248,7 @@ def kv(pages=(256, 1024), max_blocks: int = 64, out: str | Path | None = None, s
         ``per_pages`` ({P: {"ops": {label: cycles, model_cycles, ...}, "constant": {...}, "resources"}}),
         ``decode`` (per mode: pages per round, ops per round, cycles per round, identical), ``host``.
     """
-    from tb import harness
+    from specdec.backends import simulator as harness
     from hls_ref.kvpage import check_params
     res: dict = {"core": "kvpage", "max_blocks": max_blocks, "backend": f"sim:{sim}", "per_pages": {}}
     for p in pages:
@@ -269,7 +267,7 @@ def kv(pages=(256, 1024), max_blocks: int = 64, out: str | Path | None = None, s
                  "all_match_model": all(v["cycles"] == v["model_cycles"] for v in ops.values()),
                  "resources": None}
         if synth:
-            from specdec import hw
+            from fpga import hw
             row = hw.report(["kvpage"], {"kvpage": {"PAGES": str(p), "MAX_BLOCKS": str(max_blocks)}})[0]
             entry["resources"] = {k: row[k] for k in ("toplevel", "lut", "lutram", "ff", "carry4", "dsp", "bram36",
                                                        "lut_pct", "ff_pct", "arrival_ns", "arrival_note")}

@@ -78,7 +78,7 @@ def _write_json(path: str | None, obj) -> None:
 
 
 def _hw_build(args: argparse.Namespace) -> int:
-    from specdec import hw
+    from fpga import hw
     cores, params = _selected(args)
     for core in cores:
         res = hw.build(core, params or None, args.out_dir)
@@ -87,7 +87,7 @@ def _hw_build(args: argparse.Namespace) -> int:
 
 
 def _hw_report(args: argparse.Namespace) -> int:
-    from specdec import hw
+    from fpga import hw
     cores, params = _selected(args)
     rows = hw.report(cores, {c: params for c in cores} if params else None, args.out_dir)
     print(hw.format_table(rows))

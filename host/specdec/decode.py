@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hls_ref.verifier import fixed_point_dist, quantize
-from .drivers.verifier import inv_temp
+from hwcontract.formats import inv_temp
 from .errors import SpecdecError
 from .models import CausalLM
-from .regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES
 
 #: First gamma of the adaptive schedule (then +2 after a fully accepted round, -1 otherwise, like the
 #: "heuristic" schedule of Hugging Face assisted generation).

@@ -4,7 +4,7 @@ Backends (the decode loop does not know which it has):
 
 * ``ref``  the golden register model (``hls_ref.verifier`` behind the same driver), in this process;
 * ``sim``  the RTL under Verilator through cocotb: the whole job runs inside the simulator's Python
-  (``tb/verifier/decode_sim.py``), the driver in a thread as on a board;
+  (``specdec/backends/sim_decode.py``), the driver in a thread as on a board;
 * ``pynq`` a board: pynq ``Overlay``, the driver bound by VLNV, rows DMA'd from ``pynq.allocate`` buffers.
 
 A job is plain data (JSON), so the same :func:`execute` runs in this process or in the simulator.
@@ -333,12 +333,12 @@ def stats_line(summary: dict) -> str:
 def run_sim(job: dict, sim: str = "verilator") -> dict:
     """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
     verifier and the treemask core (``fpga.system``; a chain job leaves the treemask core idle)."""
-    from tb import harness
+    from specdec.backends import simulator as harness
     top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS}
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(json.dumps(job))
-        harness.run(top, "tb.verifier.decode_sim", sim, params=params,
+        harness.run(top, "specdec.backends.sim_decode", sim, params=params,
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),

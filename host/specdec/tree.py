@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES
+from hwcontract.tree import check_parents
 
 
 def parents_from_paths(paths) -> tuple[int, ...]:
@@ -41,17 +42,6 @@ def parents_from_paths(paths) -> tuple[int, ...]:
         index[p] = len(parents)
         parents.append(index[p[:-1]])
     return tuple(parents)
-
-
-def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
-    """``parents`` as a tuple after the checks the cores make (raising ValueError naming the bad value)."""
-    parents = tuple(int(p) for p in parents)
-    if not 1 <= len(parents) <= max_nodes:
-        raise ValueError(f"a tree has 1..{max_nodes} nodes (root included), got {len(parents)}")
-    for i, p in enumerate(parents[1:], start=1):
-        if not 0 <= p < i:
-            raise ValueError(f"node {i} has parent {p}: a parent must be a node before it (0..{i - 1})")
-    return parents
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 import cocotb
 
 from hls_ref import kvpage as golden
-from specdec.regmap import KV_SLOTS
+from hwcontract.regmap import KV_SLOTS
 from tb.kvpage.test_kvpage import KvpageTB
 
 Op = golden.Op

@@ -19,8 +19,8 @@ from hls_ref import kvpage as golden
 from specdec.backends.sim import SimDevice
 from specdec.drivers import KVPage
 from specdec.drivers.base import description
-from specdec.regmap import KV_SLOTS, core
-from tb import harness
+from hwcontract.regmap import KV_SLOTS, core
+from specdec.backends import simulator as harness
 from tb.common import STIMULUS, AxilTB, param
 from tb.kvpage.driver_checks import check_kvpage_driver
 

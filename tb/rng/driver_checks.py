@@ -11,7 +11,7 @@ from hls_ref import rng as golden
 from specdec.drivers import Rng
 from specdec.drivers.base import description
 from specdec.errors import BusError, CoreError
-from specdec.regmap import RESP_DECERR, RESP_SLVERR
+from hwcontract.regmap import RESP_DECERR, RESP_SLVERR
 
 SEED = (0x9E3779B9, 0x243F6A88, 0xB7E15162, 0x00000001)
 

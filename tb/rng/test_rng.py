@@ -14,8 +14,8 @@ from cocotb.triggers import ClockCycles
 
 from hls_ref import rng as golden
 from specdec.backends.sim import SimDevice
-from specdec.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, core
-from tb import harness
+from hwcontract.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, core
+from specdec.backends import simulator as harness
 from tb.common import STIMULUS, AxilTB
 from tb.rng.driver_checks import check_rng_driver
 

@@ -10,7 +10,7 @@ import numpy as np
 from hls_ref import treemask as golden
 from specdec.drivers import TreeMask
 from specdec.errors import CoreError
-from specdec.regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES
 from specdec.tree import parents_from_paths
 
 EXAMPLE_PATHS = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]

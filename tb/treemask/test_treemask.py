@@ -19,9 +19,9 @@ from hls_ref import treemask as golden
 from specdec.backends.sim import SimDevice, SimSink
 from specdec.drivers import TreeMask
 from specdec.drivers.base import description
-from specdec.regmap import TREE_MAX_NODES, core
+from hwcontract.regmap import TREE_MAX_NODES, core
 from specdec.tree import parents_from_paths
-from tb import harness
+from specdec.backends import simulator as harness
 from tb.common import STIMULUS, AxilTB, param
 from tb.treemask.driver_checks import EXAMPLE_PATHS, check_treemask_driver, random_parents
 

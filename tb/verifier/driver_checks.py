@@ -12,7 +12,7 @@ import numpy as np
 from hls_ref import rng as golden_rng
 from hls_ref import verifier as golden
 from specdec.drivers import Result, Verifier
-from specdec.drivers.verifier import inv_temp
+from hwcontract.formats import inv_temp
 from specdec.errors import CoreError
 
 SEED = (0x12345678, 0x9ABCDEF0, 0x0F1E2D3C, 0x4B5A6978)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from specdec.regmap import LOGIT_NEG_INF
+from hwcontract.formats import LOGIT_NEG_INF
 
 ALPHA = 1e-3
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hls_ref import verifier as gv
-from tb import harness
+from specdec.backends import simulator as harness
 from tb.verifier.lossless import (ALPHA, TREE_PARENTS, check_tree_lossless, chi2_pvalue, make_family,
                                   make_tree_case, tree_emitted)
 from tb.verifier.test_tree import TreeTB

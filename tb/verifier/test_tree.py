@@ -21,9 +21,10 @@ import pytest
 
 from hls_ref import rng as golden_rng
 from hls_ref import verifier as gv
-from specdec.regmap import LOGIT_NEG_INF, TREE_MAX_NODES
+from hwcontract.formats import LOGIT_NEG_INF
+from hwcontract.regmap import TREE_MAX_NODES
 from specdec.tree import parents_from_paths
-from tb import harness
+from specdec.backends import simulator as harness
 from tb.common import STIMULUS, param
 from tb.verifier.test_verifier import FIELDS, RESULTS, VerifierTB, _row, emask, make_round
 

@@ -10,7 +10,7 @@ from cocotb.task import bridge
 from specdec.backends.sim import SimDevice, SimStream
 from specdec.drivers import Verifier
 from specdec.drivers.base import description
-from specdec.regmap import core
+from hwcontract.regmap import core
 from tb.common import AxilTB
 from tb.verifier.driver_checks import check_verifier_driver
 

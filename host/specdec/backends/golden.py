@@ -12,13 +12,13 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from hls_ref import kvpage as kv_ref
+from hwcontract import params as hwparams
 from hls_ref import rng as rng_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
 
 from ..errors import BusError, CoreTimeout
-from ..regmap import (RESP_DECERR, RESP_SLVERR, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, CoreMap,
-                      core)
+from hwcontract.regmap import RESP_DECERR, RESP_SLVERR, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, CoreMap, core
 from .device import RegisterDevice, RowStream, WordSink
 
 
@@ -128,11 +128,7 @@ class VerifierModel(RegisterModel):
 
     def __init__(self, lanes: int = 4, vocab_max: int = 64, gamma_max: int = 16, tree_max: int = 64) -> None:
         super().__init__(core("verifier"))
-        if (lanes not in (1, 2, 4, 8) or not 1 <= gamma_max <= 16 or not 1 <= vocab_max <= 65536
-                or not 1 <= tree_max <= TREE_MAX_NODES):
-            raise ValueError(f"verifier model: lanes={lanes}, vocab_max={vocab_max}, gamma_max={gamma_max}, "
-                             f"tree_max={tree_max} outside the core's parameter ranges (1/2/4/8, 1..65536, "
-                             f"1..16, 1..{TREE_MAX_NODES})")
+        hwparams.check("verifier", dict(LANES=lanes, VOCAB_MAX=vocab_max, GAMMA_MAX=gamma_max, TREE_MAX=tree_max))
         self.lanes, self.vocab_max, self.gamma_max, self.tree_max = lanes, vocab_max, gamma_max, tree_max
         self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(LANES=lanes, GAMMA_MAX=gamma_max, TREE_MAX=tree_max)
         self.ro["VOCAB_MAX"] = vocab_max
@@ -272,8 +268,7 @@ class TreemaskModel(RegisterModel):
 
     def __init__(self, nodes_max: int = 64) -> None:
         super().__init__(core("treemask"))
-        if not 1 <= nodes_max <= TREE_MAX_NODES:
-            raise ValueError(f"treemask model: nodes_max={nodes_max} outside 1..{TREE_MAX_NODES}")
+        hwparams.check("treemask", dict(NODES_MAX=nodes_max))
         self.nodes_max = nodes_max
         self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(NODES_MAX=nodes_max)
         self.frames: list[list[int]] = []

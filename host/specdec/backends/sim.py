@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+from cocotb.clock import Clock
 from cocotb.task import resume
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink,
+                          AxiStreamSource)
 
 from ..errors import BusError, CoreTimeout
-from ..regmap import RESP_OKAY
+from hwcontract.regmap import RESP_OKAY, CoreMap
 from .device import RegisterDevice, RowStream, WordSink
 
 
@@ -105,3 +108,63 @@ class SimSink(WordSink):
         nb = self.sink.byte_lanes
         data = bytes(frame.tdata)
         return [int.from_bytes(data[k:k + nb], "little") for k in range(0, len(data), nb)]
+
+
+class AxilTB:
+    """Clock, reset and an AXI-Lite master on ``s_axil``, with register access by name.
+
+    Parameters
+    ----------
+    dut : cocotb handle
+        Toplevel with ``clk``, ``rst`` and ``s_axil_*`` ports.
+    cmap : CoreMap
+        The core's register map.
+    prefix : str
+        The register port's signal prefix (a toplevel holding several cores names each port).
+    clock : bool
+        Start the clock (False for a second port on a toplevel whose clock already runs).
+    """
+
+    def __init__(self, dut, cmap: CoreMap, period_ns: int = 10, prefix: str = "s_axil", clock: bool = True) -> None:
+        self.dut, self.cmap = dut, cmap
+        self.log = logging.getLogger("cocotb.tb")
+        if clock:
+            Clock(dut.clk, period_ns, unit="ns").start()
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, prefix), dut.clk, dut.rst)
+        # cocotbext-axi logs every transaction at INFO under cocotb.<toplevel>.s_axil: keep warnings only
+        self.axil.write_if.log.setLevel(logging.WARNING)
+        self.axil.read_if.log.setLevel(logging.WARNING)
+
+    def set_idle_generator(self, generator=None) -> None:
+        """Pause the master's AW, W and AR channels (idle cycles on the slave's inputs)."""
+        if generator:
+            for ch in (self.axil.write_if.aw_channel, self.axil.write_if.w_channel, self.axil.read_if.ar_channel):
+                ch.set_pause_generator(generator())
+
+    def set_backpressure_generator(self, generator=None) -> None:
+        """Deassert the master's BREADY and RREADY in a pattern (backpressure on the slave's outputs)."""
+        if generator:
+            for ch in (self.axil.write_if.b_channel, self.axil.read_if.r_channel):
+                ch.set_pause_generator(generator())
+
+    async def reset(self) -> None:
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await RisingEdge(self.dut.clk)
+
+    async def write(self, name: str, value: int | None = None, **fields: int) -> None:
+        """Write a register by name (whole value, or fields); assert an OKAY response."""
+        reg = self.cmap.reg(name)
+        word = reg.encode(**fields) if value is None else value
+        resp = await self.axil.write(reg.offset, int(word).to_bytes(4, "little"))
+        assert int(resp.resp) == RESP_OKAY, f"write {name}={word:#x} answered {resp.resp}"
+
+    async def read(self, name: str) -> int:
+        reg = self.cmap.reg(name)
+        resp = await self.axil.read(reg.offset, 4)
+        assert int(resp.resp) == RESP_OKAY, f"read {name} answered {resp.resp}"
+        return int.from_bytes(resp.data, "little")
+
+    async def read_fields(self, name: str) -> dict[str, int]:
+        return self.cmap.reg(name).decode(await self.read(name))

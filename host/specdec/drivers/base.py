@@ -5,7 +5,7 @@ from pynq import DefaultIP
 from pynq.registers import RegisterMap
 
 from ..errors import CoreError, CoreTimeout, HardwareMismatch
-from ..regmap import CoreMap, core
+from hwcontract.regmap import CoreMap, core
 
 VLNV_VENDOR = "specdec.dev"
 VLNV_LIBRARY = "specdec"

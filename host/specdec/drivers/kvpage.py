@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..errors import CoreError
-from ..regmap import KV_SLOTS, core
+from hwcontract.regmap import KV_SLOTS, core
 from .base import SpecdecIP, vlnv
 
 _MAP = core("kvpage")

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from hls_ref.treemask import unpack_word
+from hwcontract.formats import unpack_mask_word as unpack_word
 
 from ..backends.device import WordSink
 from ..errors import CoreTimeout, SpecdecError
-from ..regmap import TREE_MAX_NODES, core
+from hwcontract.regmap import TREE_MAX_NODES, core
 from ..tree import check_parents
 from .base import SpecdecIP, vlnv
 

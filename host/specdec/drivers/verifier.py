@@ -14,17 +14,17 @@ matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from hls_ref.verifier import quantize
+from hwcontract.formats import inv_temp, quantize
 
 from ..backends.device import RowStream
 from ..errors import CoreTimeout, SpecdecError
-from ..regmap import INV_TEMP_FRAC, LOGIT_NEG_INF, TREE_MAX_NODES, VERIFIER_MAX_GAMMA
+from hwcontract.formats import LOGIT_NEG_INF
+from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA
 from .base import SpecdecIP, vlnv
 
 _ROW_ALIGN = 32  # buffer rows start on 64-byte boundaries (DMA without data realignment)
@@ -81,27 +81,6 @@ class TreeResult:
     def tokens(self) -> list[int]:
         """The tokens the round emits: those of the accepted path, then ``next_token``."""
         return [self.tree_tokens[v] for v in self.path] + [self.next_token]
-
-
-def inv_temp(temperature: float) -> int:
-    """``INV_TEMP = round(256 / T)`` (Q8.8); T = 0 gives 0 (which the core refuses in sampling mode).
-
-    Raises
-    ------
-    ValueError
-        T is NaN or negative, or so small (large) that 256/T rounds above 65535 (to 0).
-    """
-    t = float(temperature)
-    if math.isnan(t) or t < 0:
-        raise ValueError(f"temperature {temperature!r} must be >= 0")
-    if t == 0:
-        return 0
-    v = round((1 << INV_TEMP_FRAC) / t)
-    if v > 0xFFFF:
-        raise ValueError(f"temperature {temperature!r} too small: INV_TEMP = round(256/T) = {v} > 65535")
-    if v == 0:
-        raise ValueError(f"temperature {temperature!r} too large: INV_TEMP = round(256/T) is 0")
-    return v
 
 
 class DmaStream(RowStream):

@@ -20,11 +20,10 @@ import cocotb
 from cocotb.task import bridge
 
 from specdec import runtime
-from specdec.backends.sim import SimDevice, SimSink, SimStream
+from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
 from specdec.drivers import KVPage, TreeMask, Verifier
 from specdec.drivers.base import description
-from specdec.regmap import core
-from tb.common import AxilTB
+from hwcontract.regmap import core
 
 
 @cocotb.test()

@@ -1,4 +1,4 @@
-"""Run a core's cocotb tests from pytest through ``cocotb_tools.runner`` on Verilator or Icarus.
+"""Run a cocotb module (a test, the decode job, a benchmark) against a core through ``cocotb_tools.runner`` on Verilator or Icarus.
 
 One build directory per (simulator, core, parameter set, waves); a build is reused while the converted
 Verilog and the build options are unchanged, so repeated runs skip Verilator's 12-14 s compile.
@@ -9,14 +9,15 @@ import hashlib
 import os
 import shutil
 import sysconfig
+import warnings
 from pathlib import Path
 
 from cocotb_tools.runner import get_runner
 
 from fpga.convert import convert, params_for, toplevel_name
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build" / "sim"
+ROOT = Path(__file__).resolve().parents[3]
+BUILD = Path(os.environ.get("SPECDEC_BUILD") or ROOT / "build") / "sim"
 SIMULATORS = ("verilator", "icarus")
 
 _converted: dict[tuple, Path] = {}
@@ -37,7 +38,9 @@ def _verilog(core: str, params: dict[str, int]) -> Path:
     """Convert once per process (MyHDL renames internals on a second conversion)."""
     key = (core, tuple(sorted(params.items())))
     if key not in _converted:
-        _converted[key] = convert(core, params, BUILD / "src")
+        with warnings.catch_warnings():     # MyHDL's notes (unused ports, ...) belong to `specdec hw build`
+            warnings.simplefilter("ignore", UserWarning)
+            _converted[key] = convert(core, params, BUILD / "src")
     return _converted[key]
 
 

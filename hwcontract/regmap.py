@@ -271,14 +271,10 @@ def _rng_map() -> CoreMap:
     return b.build()
 
 
-# Verifier fixed-point formats (docs/verifier.md is the bit-level specification).
+# Verifier stream width (the number formats themselves are in hwcontract.formats).
 LOGIT_BITS = 16           # signed logit code per stream lane
-LOGIT_FRAC = 8            # Q7.8: code = round(logit * 256)
-LOGIT_NEG_INF = -(1 << 15)  # -32768 means -inf (masked by top-k/top-p); real logits clip to +-32767
-INV_TEMP_FRAC = 8         # INV_TEMP is 1/T in unsigned Q8.8 (256 = temperature 1.0)
-EXP_FRAC = 15             # exp values are Q1.15: exp(0) = 32768
-U_BITS = 24               # uniform u = RNG word >> 8, compared as u / 2**24
 VERIFIER_MAX_GAMMA = 16
+VOCAB_LIMIT = 1 << 16     # VOCAB_MAX ceiling: tokens are 16 bits and a row's sum S fits 32 bits
 
 # Token trees (treemask core, verifier tree mode). Node 0 is the root (the last token already chosen); node
 # i >= 1 has a parent index below i, so a parent array in node order is a topological order.

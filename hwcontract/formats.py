@@ -1,0 +1,236 @@
+"""The number formats on the wire, written once (docs/verifier.md is the bit-level specification).
+
+* Logit codes: signed Q7.8 in 16 bits; -32768 means -inf (a token masked by top-k/top-p); real logits clip
+  to +-32767. :func:`quantize` is the host quantizer every backend uses.
+* Inverse temperature: ``INV_TEMP = round(256 / T)``, unsigned Q8.8 (:func:`inv_temp`).
+* Exp tables: ``EXP(d) = (EH[d >> 4] * EL[d & 15] + 2**14) >> 15`` in Q1.15 for a distance ``d < 4096``,
+  0 from 4096 on (:data:`EH`, :data:`EL`, :func:`exp_formula`).
+* RNG words: the verifier's uniform is the top 24 bits of a 32-bit xoshiro128++ word (:func:`rng_uniform`).
+* The treemask core's output word: NODE, DEPTH and MASK at their :mod:`hwcontract.regmap` positions
+  (:func:`pack_mask_word`, :func:`unpack_mask_word`).
+
+The MyHDL blocks build their ROMs from :data:`EH_LIST`/:data:`EL_LIST`, the golden models index the numpy
+tables, and ``scripts/gen.py`` writes every constant and both tables into the C header the C++ references
+include.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hwcontract.regmap import LOGIT_BITS, core
+
+LOGIT_FRAC = 8              # Q7.8: code = round(logit * 256)
+LOGIT_NEG_INF = -(1 << 15)  # -32768 means -inf (masked by top-k/top-p)
+CODE_MAX = (1 << (LOGIT_BITS - 1)) - 1   # 32767: real codes clip to +-CODE_MAX
+INV_TEMP_FRAC = 8           # INV_TEMP is 1/T in unsigned Q8.8 (256 = temperature 1.0)
+INV_TEMP_MAX = 0xFFFF       # INV_TEMP is a 16-bit register field
+EXP_FRAC = 15               # exp values are Q1.15: exp(0) = 32768
+EH_SIZE = 256               # EH[k] = round(2**15 exp(-16 k / 256)), k = 0..255
+EL_SIZE = 16                # EL[j] = round(2**15 exp(-j / 256)), j = 0..15
+EXP_LIMIT = EH_SIZE * EL_SIZE   # EXP(d) = 0 for d >= 4096
+U_BITS = 24                 # uniform u = RNG word >> 8, compared as u / 2**24
+RNG_WORD_BITS = 32
+
+#: ``EH[k] = round(32768 * exp(-16 k / 256))`` as Python ints (ROM contents for the RTL).
+EH_LIST: tuple[int, ...] = tuple(int(round((1 << EXP_FRAC) * math.exp(-16.0 * k / 256.0))) for k in range(EH_SIZE))
+#: ``EL[j] = round(32768 * exp(-j / 256))`` as Python ints.
+EL_LIST: tuple[int, ...] = tuple(int(round((1 << EXP_FRAC) * math.exp(-1.0 * j / 256.0))) for j in range(EL_SIZE))
+#: The same tables as int64 arrays (the golden model's lookups).
+EH: np.ndarray = np.array(EH_LIST, dtype=np.int64)
+EL: np.ndarray = np.array(EL_LIST, dtype=np.int64)
+
+
+def exp_formula(d: np.ndarray) -> np.ndarray:
+    """``EXP(d)`` by the spec's formula for ``0 <= d < 4096`` (int64)."""
+    d = np.asarray(d, dtype=np.int64)
+    return (EH[d >> 4] * EL[d & 15] + (1 << (EXP_FRAC - 1))) >> EXP_FRAC
+
+
+def inv_temp(temperature: float) -> int:
+    """``INV_TEMP = round(256 / T)`` (Q8.8); T = 0 gives 0 (which the core refuses in sampling mode).
+
+    Raises
+    ------
+    ValueError
+        T is NaN or negative, or so small (large) that 256/T rounds above 65535 (to 0).
+    """
+    t = float(temperature)
+    if math.isnan(t) or t < 0:
+        raise ValueError(f"temperature {temperature!r} must be >= 0")
+    if t == 0:
+        return 0
+    v = round((1 << INV_TEMP_FRAC) / t)
+    if v > INV_TEMP_MAX:
+        raise ValueError(f"temperature {temperature!r} too small: INV_TEMP = round(256/T) = {v} > {INV_TEMP_MAX}")
+    if v == 0:
+        raise ValueError(f"temperature {temperature!r} too large: INV_TEMP = round(256/T) is 0")
+    return v
+
+
+def rng_uniform(word: int) -> int:
+    """The 24-bit uniform ``u = word >> 8`` the verifier takes from one RNG word (compared as u / 2**24)."""
+    return int(word) >> (RNG_WORD_BITS - U_BITS)
+
+
+def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Host-side quantization of float logits to Q7.8 codes, per docs/verifier.md.
+
+    Each row (last axis) has the max of its finite entries subtracted, then
+    ``code = clip(round(logit * 256), -32767, 32767)``; -inf becomes -32768. ``np.round`` rounds half to
+    even (ties only occur for logits that are exact multiples of 1/512). Only the row's first maximal
+    entry keeps code 0; any other entry that rounds to 0 becomes -1, so the lowest-index argmax of the
+    codes is the argmax of the float logits (greedy verification decides as float greedy decoding). A row of only -inf stays all
+    -32768 (the core raises EMPTY_ROW on it).
+
+    Parameters
+    ----------
+    logits : array_like of float, shape (..., V)
+    out : ndarray of int16, same shape, optional
+        Where to write the codes (a view into a DMA buffer, say); untouched if an error is raised.
+
+    Returns
+    -------
+    ndarray of int16, same shape
+        ``out`` if given.
+
+    Raises
+    ------
+    ValueError
+        On NaN or +inf, naming the first offending position and value.
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
+    if x.ndim == 0:
+        raise ValueError("logits must have at least one axis (the vocabulary)")
+    fin = np.isfinite(x)
+    mx = np.where(fin, x, -np.inf).max(axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+    mx = np.where(np.isfinite(mx), mx, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        codes = np.clip(np.round((x - mx) * (1 << LOGIT_FRAC)), -CODE_MAX, CODE_MAX)
+    codes = np.where(fin, codes, LOGIT_NEG_INF)
+    # Argmax-preserving: only the row's first maximal logit keeps code 0; an entry within 1/512 of the max
+    # that would also round to 0 gets -1, so greedy decisions on codes equal argmax on the float logits.
+    if x.shape[-1]:
+        top = np.argmax(np.where(fin, x, -np.inf), axis=-1)[..., None]
+        first = np.arange(x.shape[-1]) == top
+        codes = np.where((codes == 0) & ~first, -1, codes)
+    if out is None:
+        return codes.astype(np.int16)
+    if out.dtype != np.int16 or out.shape != x.shape:
+        raise ValueError(f"out must be int16 of shape {x.shape}, got {out.dtype} {out.shape}")
+    np.copyto(out, codes, casting="unsafe")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Temperature and the fixed-point softmax weights
+# ------------------------------------------------------------------------------------------------
+
+def exp_q15(d: np.ndarray) -> np.ndarray:
+    """``EXP(d)`` in Q1.15 for distances ``d >= 0``.
+
+    Parameters
+    ----------
+    d : ndarray of int
+        Distances ``m - zt``. The caller handles -inf codes (their weight is 0).
+
+    Returns
+    -------
+    ndarray of int64
+        ``(EH[d >> 4] * EL[d & 15] + 16384) >> 15`` for ``d < 4096``, 0 for ``d >= 4096``.
+    """
+    d = np.asarray(d, dtype=np.int64)
+    if d.size and d.min() < 0:
+        raise ValueError(f"EXP distance must be >= 0, got {int(d.min())}")
+    return EXP_TAB[np.minimum(d, EXP_LIMIT)]
+
+
+#: EXP(d) for d = 0..4096 (the last entry, 0, stands for every d >= 4096).
+EXP_TAB: np.ndarray = np.append(exp_formula(np.arange(EXP_LIMIT, dtype=np.int64)), np.int64(0))
+#: EXP(d) for every distance d = 0..65535 a row can produce, plus index 65536 = a -inf code (weight 0).
+EXP_WIDE: np.ndarray = np.append(EXP_TAB, np.zeros(65536 - EXP_LIMIT, dtype=np.int64))
+EXP_PY: list[int] = EXP_WIDE.tolist()
+EXP_DEAD = 65536  # index of EXP_WIDE used for -inf codes
+
+
+def temper(z: np.ndarray, inv_temp: int) -> np.ndarray:
+    """Apply the temperature: ``zt = clip((z * INV_TEMP) >> 8, -32767, 32767)``; -inf stays -32768.
+
+    Parameters
+    ----------
+    z : ndarray of int16
+        Logit codes (Q7.8), -32768 meaning -inf.
+    inv_temp : int
+        ``INV_TEMP``, unsigned Q8.8 (256 = temperature 1).
+
+    Returns
+    -------
+    ndarray of int64
+    """
+    z = np.asarray(z, dtype=np.int64)
+    zt = np.clip((z * int(inv_temp)) >> INV_TEMP_FRAC, -CODE_MAX, CODE_MAX)
+    return np.where(z == LOGIT_NEG_INF, np.int64(LOGIT_NEG_INF), zt)
+
+
+def weights(zt: np.ndarray, m: int) -> np.ndarray:
+    """``e(x)`` for every element of a row with max ``m`` (0 where zt is -inf)."""
+    zt = np.asarray(zt, dtype=np.int64)
+    if m == LOGIT_NEG_INF:
+        return np.zeros(zt.shape, dtype=np.int64)
+    return EXP_WIDE[np.where(zt == LOGIT_NEG_INF, EXP_DEAD, m - zt)]
+
+
+def fixed_point_dist(z_row: np.ndarray, inv_temp: int, greedy: bool = False) -> np.ndarray:
+    """The distribution a row's fixed-point weights define: ``e(x) / sum e(x)``.
+
+    Uses the exact per-element ``EXP`` against the row's true max (no streaming rescale rounding);
+    ``greedy=True`` uses the raw codes (no temperature).
+
+    Parameters
+    ----------
+    z_row : ndarray of int16, shape (V,)
+    inv_temp : int
+    greedy : bool
+
+    Returns
+    -------
+    ndarray of float64, shape (V,), summing to 1
+
+    Raises
+    ------
+    ValueError
+        If every code is -inf.
+    """
+    zt = np.asarray(z_row, dtype=np.int64) if greedy else temper(z_row, inv_temp)
+    if (zt == LOGIT_NEG_INF).all():
+        raise ValueError("every code of the row is -inf: no distribution")
+    e = weights(zt, int(zt.max())).astype(np.float64)
+    return e / e.sum()
+
+
+# ------------------------------------------------------------------------------------------------
+# The treemask core's m_axis word
+# ------------------------------------------------------------------------------------------------
+
+_M_AXIS = {f.name: f for f in core("treemask").stream("m_axis").fields}
+
+
+def pack_mask_word(node: int, depth: int, mask: int) -> int:
+    """One treemask m_axis word: MASK, DEPTH and NODE at their regmap positions (each checked against its width)."""
+    word = 0
+    for name, value in (("MASK", mask), ("DEPTH", depth), ("NODE", node)):
+        f = _M_AXIS[name]
+        if not 0 <= int(value) < 1 << f.width:
+            raise ValueError(f"m_axis {name}={value} does not fit {f.width} bits")
+        word |= int(value) << f.lsb
+    return word
+
+
+def unpack_mask_word(word: int) -> tuple[int, int, int]:
+    """``(node, depth, mask)`` of one treemask m_axis word."""
+    return tuple((int(word) >> _M_AXIS[n].lsb) & ((1 << _M_AXIS[n].width) - 1) for n in ("NODE", "DEPTH", "MASK"))

@@ -1,0 +1,103 @@
+"""One parameter spec per core: names, defaults, allowed values and the error a bad value gets.
+
+The MyHDL blocks (``fpga``), the conversion and report tools, the golden register models, the C++
+references, the testbenches and the benchmarks all validate build parameters here, so a range is written
+once. A toplevel that holds several cores (``system``) takes the union of their parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT
+
+
+@dataclass(frozen=True)
+class Param:
+    """One build parameter of a core."""
+
+    name: str
+    default: int
+    allowed: range | tuple[int, ...]
+    doc: str
+
+    def describe(self) -> str:
+        """The allowed values in words, for error messages and docs."""
+        a = self.allowed
+        if isinstance(a, range) and a.step == 1:
+            return f"{a.start}..{a.stop - 1}"
+        return "{" + ", ".join(str(v) for v in a) + "}"
+
+    def check(self, value, core: str = "") -> int:
+        """``value`` as an int, or ValueError naming the core, the parameter, the value and what is allowed."""
+        where = f" of core {core!r}" if core else ""
+        try:
+            v = int(value, 0) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"parameter {self.name}={value!r}{where} is not an integer") from None
+        if isinstance(value, float) and value != v:
+            raise ValueError(f"parameter {self.name}={value!r}{where} is not an integer")
+        if v not in self.allowed:
+            raise ValueError(f"parameter {self.name}={v}{where} not in {self.describe()}")
+        return v
+
+
+def _pow2(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(1 << k for k in range(lo.bit_length() - 1, hi.bit_length()))
+
+
+CORES: dict[str, tuple[Param, ...]] = {
+    "rng": (),
+    "verifier": (
+        Param("VOCAB_MAX", 64, range(1, VOCAB_LIMIT + 1),
+              "Largest VOCAB accepted: depth of the two on-chip row buffers (tokens)."),
+        Param("LANES", 4, (1, 2, 4, 8), "Logit codes per stream beat (TDATA is 16 * LANES bits)."),
+        Param("GAMMA_MAX", VERIFIER_MAX_GAMMA, range(1, VERIFIER_MAX_GAMMA + 1),
+              "Largest GAMMA (draft tokens per round) accepted."),
+        Param("TREE_MAX", TREE_MAX_NODES, range(1, TREE_MAX_NODES + 1),
+              "Largest NODES (token-tree nodes, root included) accepted in tree mode."),
+    ),
+    "treemask": (
+        Param("NODES_MAX", TREE_MAX_NODES, range(1, TREE_MAX_NODES + 1),
+              "Largest NODES (tree nodes, root included) accepted."),
+    ),
+    "kvpage": (
+        Param("PAGES", 256, _pow2(16, KV_MAX_PAGES), "Physical pages in the pool (a power of two)."),
+        Param("MAX_BLOCKS", 64, _pow2(4, KV_MAX_BLOCKS), "Rows of each slot's block table (a power of two)."),
+    ),
+}
+#: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.
+SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage")}
+
+
+def spec(core: str) -> dict[str, Param]:
+    """The parameters of a core or a system toplevel, by name."""
+    if core in CORES:
+        return {p.name: p for p in CORES[core]}
+    if core in SYSTEMS:
+        return {p.name: p for c in SYSTEMS[core] for p in CORES[c]}
+    raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)} (and toplevels {sorted(SYSTEMS)})")
+
+
+def defaults(core: str) -> dict[str, int]:
+    """Every parameter of ``core`` at its default."""
+    return {n: p.default for n, p in spec(core).items()}
+
+
+def check(core: str, given: Mapping[str, object] | None = None) -> dict[str, int]:
+    """Validated parameters for ``core``: the defaults overridden by ``given`` (ints, or strings from a CLI).
+
+    Raises
+    ------
+    KeyError
+        An unknown core or parameter (the message lists the valid ones).
+    ValueError
+        A value outside its allowed set (the message names it and the set).
+    """
+    sp = spec(core)
+    out = defaults(core)
+    for key, raw in (given or {}).items():
+        if key not in sp:
+            raise KeyError(f"core {core!r} has no parameter {key!r}; valid parameters: {sorted(sp) or 'none'}")
+        out[key] = sp[key].check(raw, core)
+    return out

@@ -1,0 +1,28 @@
+"""The parent-array rules of a token tree, as the verifier (tree mode) and the treemask core check them.
+
+A tree of N nodes (root included) is a parent array: node 0 is the root, and every other node i names a
+parent that comes before it (``0 <= parent[i] < i``), so node order is a topological order. N is 1..64
+(:data:`~hwcontract.regmap.TREE_MAX_NODES`); a build may accept fewer (its ``NODES_MAX``/``TREE_MAX``).
+"""
+from __future__ import annotations
+
+from hwcontract.regmap import TREE_MAX_NODES
+
+
+def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
+    """``parents`` as a tuple after the checks the cores make (raising ValueError naming the bad value).
+
+    Parameters
+    ----------
+    parents : sequence of int
+        ``parents[i]`` for i = 0..N-1; ``parents[0]`` (the root's) is not checked.
+    max_nodes : int
+        The largest N accepted.
+    """
+    parents = tuple(int(p) for p in parents)
+    if not 1 <= len(parents) <= max_nodes:
+        raise ValueError(f"a tree has 1..{max_nodes} nodes (root included), got {len(parents)}")
+    for i, p in enumerate(parents[1:], start=1):
+        if not 0 <= p < i:
+            raise ValueError(f"node {i} has parent {p}: a parent must be a node before it (0..{i - 1})")
+    return parents

@@ -1,0 +1,66 @@
+"""The layering of the tree: the contract is a leaf, fpga and hls_ref stand on it alone, tests stay tests.
+
+hwcontract  <-  fpga, hls_ref  <-  specdec (runtime, drivers, backends, CLI)  <-  tb, tests
+
+Checked on the import statements of every module (top-level and function-local imports alike).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ("hwcontract", "fpga", "hls_ref", "specdec", "tb", "tests")
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level project packages that ``path`` imports (relative imports resolve inside its own package)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out & set(PROJECT)
+
+
+@pytest.mark.parametrize("folder, allowed", [
+    ("hwcontract", {"hwcontract"}),
+    ("fpga", {"hwcontract", "fpga"}),
+    ("hls_ref", {"hwcontract", "hls_ref"}),
+    ("host/specdec", {"hwcontract", "fpga", "hls_ref", "specdec"}),
+    ("scripts", {"hwcontract", "specdec"}),
+])
+def test_layers(folder, allowed):
+    bad = {str(p.relative_to(ROOT)): sorted(_imports(p) - allowed) for p in _modules(folder)}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"{folder} may import only {sorted(allowed)}: {bad}"
+
+
+def test_no_test_module_imports_another():
+    """A test module (test_*.py) imports shared helpers, never another test module."""
+    bad = []
+    for p in _modules("tb") + _modules("tests"):
+        tree = ast.parse(p.read_text(), str(p))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.split(".")[-1].startswith("test_"):
+                    bad.append(f"{p.relative_to(ROOT)}: from {node.module}")
+            elif isinstance(node, ast.Import):
+                bad += [f"{p.relative_to(ROOT)}: import {a.name}" for a in node.names
+                        if a.name.split(".")[-1].startswith("test_")]
+    assert not bad, bad
+
+
+def test_tb_is_not_installed():
+    import tomllib
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert not [p for p in setup["packages"] if p.split(".")[0] in ("tb", "tests")]
+    assert "tb" not in setup["package-dir"]
