@@ -17,8 +17,10 @@ setup:
 DEMO_PROMPT ?= HAMLET:\nTo be, or not to be, that is the question:\n
 DEMO_ARGS   ?= --gamma 4 --max-new-tokens 48      # greedy; add --temperature 0.8 --top-p 0.95 to sample
 
+# quiet: a progress bar for the one-time RTL build and one for generation, then the text and the stats line;
+# the tools' output goes to build/logs/ (a failure prints its log's path and error lines)
 demo: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' $(DEMO_ARGS)
+	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' $(DEMO_ARGS)
 
 # the same prompt with an EAGLE-2 token tree of 16 nodes: the verifier (tree mode) and the treemask core
 # both run as RTL in one Verilator toplevel

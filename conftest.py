@@ -1,7 +1,9 @@
 """pytest options for the cocotb testbenches.
 
 ``--sim verilator`` (default) runs every cocotb test on Verilator and the ``icarus``-marked smoke subset
-on Icarus too; ``--sim icarus`` runs everything on Icarus; ``--sim all`` runs everything on both.
+on Icarus too; ``--sim icarus`` runs everything on Icarus; ``--sim all`` runs everything on both. A test
+marked ``icarus(only=True)`` runs on Icarus alone, whatever ``--sim`` says: its Verilator twin is another
+test (the same build and cocotb tests), which need not run twice.
 ``--waves`` dumps waveforms into the build directory (build/sim/<sim>/<toplevel>-waves/).
 """
 from __future__ import annotations
@@ -19,11 +21,14 @@ def pytest_generate_tests(metafunc):
     if "sim" not in metafunc.fixturenames:
         return
     choice = metafunc.config.getoption("--sim")
-    if choice == "all":
+    marker = metafunc.definition.get_closest_marker("icarus")
+    if marker is not None and marker.kwargs.get("only"):
+        sims = ["icarus"]
+    elif choice == "all":
         sims = ["verilator", "icarus"]
     elif choice == "icarus":
         sims = ["icarus"]
-    elif metafunc.definition.get_closest_marker("icarus"):
+    elif marker is not None:
         sims = ["verilator", "icarus"]
     else:
         sims = ["verilator"]

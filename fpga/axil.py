@@ -1,6 +1,6 @@
-r"""AXI4-Lite register slave generated from a core's register map (``specdec.regmap``).
+r"""AXI4-Lite register slave generated from a core's register map (``hwcontract.regmap``).
 
-Every core instantiates :func:`axil_regs` with its :class:`~specdec.regmap.CoreMap` and three dicts of
+Every core instantiates :func:`axil_regs` with its :class:`~hwcontract.regmap.CoreMap` and three dicts of
 signals keyed by register name: ``ro`` (values the core drives), ``rw`` (storage the block owns and the
 core reads) and ``pulse`` (one-cycle strobes the block drives). Decoding is by register name; no offset
 appears in a core.

@@ -10,6 +10,8 @@ Parameters, defaults and allowed values are the contract's (:mod:`hwcontract.par
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import importlib
 import json
 import os
@@ -53,10 +55,21 @@ def toplevel_name(core: str, params: dict[str, int]) -> str:
     return core + suffix
 
 
+def source_digest() -> str:
+    """A digest of every source the Verilog depends on: the MyHDL blocks and the contract."""
+    h = hashlib.sha256()
+    for pkg in (_ROOT / "fpga", _ROOT / "hwcontract"):
+        for f in sorted(pkg.glob("*.py")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def convert(core: str, params: dict | None = None, out_dir: str | Path = "build/verilog") -> Path:
     """Convert ``core`` with ``params`` to ``out_dir/<toplevel>.v`` (in a fresh interpreter); its path.
 
-    MyHDL's conversion warnings are re-issued here as ``UserWarning``.
+    A file converted from the same sources and parameters is reused (a ``.stamp`` beside it holds the
+    digest), and a lock serialises conversions of one toplevel across processes (pytest workers).
+    MyHDL's conversion warnings are re-issued here as ``UserWarning`` (also when the file is reused).
 
     Raises
     ------
@@ -67,6 +80,25 @@ def convert(core: str, params: dict | None = None, out_dir: str | Path = "build/
     """
     values = params_for(core, params)
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = toplevel_name(core, values)
+    vfile, stamp = out_dir / f"{name}.v", out_dir / f".{name}.stamp"
+    digest = hashlib.sha256(repr((source_digest(), sorted(values.items()))).encode()).hexdigest()
+    with open(out_dir / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if vfile.is_file() and stamp.is_file() and stamp.read_text().split("\n", 1)[0] == digest:
+            warns = json.loads(stamp.read_text().split("\n", 1)[1])
+        else:
+            stamp.unlink(missing_ok=True)
+            warns = _convert_fresh(core, values, out_dir)
+            stamp.write_text(digest + "\n" + json.dumps(warns))
+    for w in warns:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return vfile
+
+
+def _convert_fresh(core: str, values: dict[str, int], out_dir: Path) -> list[str]:
+    """Run the conversion in a fresh interpreter with ``PYTHONHASHSEED=0``; MyHDL's warnings."""
     cmd = [sys.executable, "-m", "fpga.convert", "--core", core, "--out-dir", str(out_dir),
            *(f"{k}={v}" for k, v in sorted(values.items()))]
     env = {**os.environ, "PYTHONHASHSEED": "0",
@@ -74,10 +106,7 @@ def convert(core: str, params: dict | None = None, out_dir: str | Path = "build/
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"conversion of {core} {values} failed:\n{proc.stderr[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    for w in result["warnings"]:
-        warnings.warn(w, UserWarning, stacklevel=2)
-    return Path(result["path"])
+    return json.loads(proc.stdout.strip().splitlines()[-1])["warnings"]
 
 
 def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Path, list[str]]:

@@ -1,6 +1,6 @@
 r"""kvpage: KV-cache page table (MyHDL face of docs/kvpage.md).
 
-The golden model is ``hls_ref.kvpage``; the register map ``specdec.regmap.core("kvpage")``.
+The golden model is ``hls_ref.kvpage``; the register map ``hwcontract.regmap.core("kvpage")``.
 
 State
 -----
@@ -60,7 +60,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     clk, rst : Signal, ResetSignal
         Clock and synchronous active-high reset (the state after reset is CLEAR's).
     s_axil : AxiLite
-        Register port (``specdec.regmap.core("kvpage")``).
+        Register port (``hwcontract.regmap.core("kvpage")``).
     PAGES : int
         Physical pages in the pool (power of two, 16..1024).
     MAX_BLOCKS : int

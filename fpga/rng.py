@@ -1,7 +1,7 @@
 """rng: xoshiro128++ hardware random number generator (MyHDL face).
 
 :func:`xoshiro128pp` is the generator datapath the verifier embeds; :func:`rng` is the stand-alone IP
-with its AXI4-Lite register block (map ``specdec.regmap.core("rng")``).
+with its AXI4-Lite register block (map ``hwcontract.regmap.core("rng")``).
 
 Behaviour (the golden model is ``hls_ref.rng``)::
 
@@ -96,7 +96,7 @@ def rng(clk, rst, s_axil):
     clk, rst : Signal, ResetSignal
         Clock and synchronous active-high reset.
     s_axil : AxiLite
-        Register port (``specdec.regmap.core("rng")``).
+        Register port (``hwcontract.regmap.core("rng")``).
     """
     cmap = core("rng")
     regs = register_signals(cmap)

@@ -1,6 +1,6 @@
 r"""treemask: tree-attention mask generator (MyHDL face of docs/treemask.md).
 
-The golden model is ``hls_ref.treemask``; the register map ``specdec.regmap.core("treemask")``.
+The golden model is ``hls_ref.treemask``; the register map ``hwcontract.regmap.core("treemask")``.
 
 From the parent array of an N-node token tree (node 0 the root, ``parent(i) < i``) the core streams one
 128-bit word per node, in node order, TLAST on node N-1::
@@ -89,7 +89,7 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     clk, rst : Signal, ResetSignal
         Clock and synchronous active-high reset.
     s_axil : AxiLite
-        Register port (``specdec.regmap.core("treemask")``).
+        Register port (``hwcontract.regmap.core("treemask")``).
     m_axis_tdata : Signal(intbv[128])
         Output word: MASK bits 63:0, DEPTH bits 71:64, NODE bits 79:72, the rest 0.
     m_axis_tvalid, m_axis_tready, m_axis_tlast : Signal(bool)

@@ -421,7 +421,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     clk, rst : Signal, ResetSignal
         Clock and synchronous active-high reset.
     s_axil : AxiLite
-        Register port (``specdec.regmap.core("verifier")``).
+        Register port (``hwcontract.regmap.core("verifier")``).
     s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast : Signal
         Logit rows, LANES 16-bit codes per beat (lane 0 in bits 15:0), TLAST on each row's last beat.
     VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX : int

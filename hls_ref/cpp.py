@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from hwcontract import params as hwparams
+from hwcontract.formats import EH_SIZE, EL_SIZE
+from hwcontract.regmap import (KV_SLOTS, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, VERIFIER_MAX_GAMMA,
+                               VOCAB_LIMIT, core)
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC_DIR = ROOT / "hls_ref" / "cpp"
@@ -221,9 +224,11 @@ def rng_id_hash() -> int:
 _i16p = ctypes.POINTER(ctypes.c_int16)
 _u16p = ctypes.POINTER(ctypes.c_uint16)
 
-#: Keys of :func:`verifier_round`'s result, in the order of the C entry's ``result`` words.
-VERIFIER_FIELDS = ("n_accept", "next_token", "accept_bits", "rows", "words", "last_ep", "last_eq",
-                   "last_sp", "last_sq", "err", "sample_beats")
+_VERIFIER = core("verifier")
+#: Keys of :func:`verifier_round`'s result, in the order of the C entry's ``result`` words: the verifier's
+#: ``RESULT`` register group in lower case, then the ERR bits and the cycle model's sampling beats.
+VERIFIER_FIELDS = _VERIFIER.group("RESULT").fields + ("err", "sample_beats")
+_DRAFT_BITS = _VERIFIER.reg("DRAFT0").field("LO").width
 
 
 @functools.lru_cache(maxsize=None)
@@ -258,8 +263,15 @@ def _rows(a, name: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int16)
 
 
-def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int, vocab_max: int = 65536,
-                   gamma_max: int = 16) -> dict:
+def _verifier_params(lanes: int, vocab_max: int, limit_name: str, limit: int) -> tuple[int, int, int]:
+    """``lanes``, ``vocab_max`` and the GAMMA_MAX or TREE_MAX ``limit`` checked against hwcontract.params."""
+    sp = hwparams.spec("verifier")
+    return (sp["LANES"].check(lanes, "verifier"), sp["VOCAB_MAX"].check(vocab_max, "verifier"),
+            sp[limit_name].check(limit, "verifier"))
+
+
+def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int, vocab_max: int = VOCAB_LIMIT,
+                   gamma_max: int = VERIFIER_MAX_GAMMA) -> dict:
     """One verifier round from the C++ reference (docs/verifier.md).
 
     Parameters
@@ -279,19 +291,20 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     lanes : int
         Logits per stream beat.
     vocab_max, gamma_max : int
-        The instance's ``VOCAB_MAX`` and ``GAMMA_MAX``.
+        The instance's ``VOCAB_MAX`` and ``GAMMA_MAX`` (hwcontract.params; ``lanes`` is ``LANES``).
 
     Returns
     -------
     dict
-        ``n_accept, next_token, accept_bits, rows, words, last_ep, last_eq, last_sp, last_sq, err,
-        sample_beats`` (``words`` is the count taken; ``err`` the ERR bits, 0 when the round completed).
+        :data:`VERIFIER_FIELDS`: ``n_accept, next_token, accept_bits, rows, words, last_ep, last_eq, last_sp,
+        last_sq, err, sample_beats`` (``words`` is the count taken; ``err`` the ERR bits, 0 when the round
+        completed).
 
     Raises
     ------
     ValueError
         The round needed more RNG words than given, or more rows than ``p``/``q`` hold, or an argument is
-        out of range.
+        out of range (a build parameter's message names its allowed values).
     """
     p_arr = _rows(p, "p")
     vocab = p_arr.shape[1]
@@ -302,8 +315,8 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     if q_arr.shape[0] and q_arr.shape[1] != vocab:
         raise ValueError(f"p and q rows differ in length: {vocab} vs {q_arr.shape[1]}")
     d = [int(x) for x in np.asarray(draft).reshape(-1)]
-    if any(not 0 <= x <= 0xFFFF for x in d):
-        raise ValueError(f"draft tokens must fit 16 bits, got {d}")
+    if any(not 0 <= x < 1 << _DRAFT_BITS for x in d):
+        raise ValueError(f"draft tokens must fit the {_DRAFT_BITS}-bit DRAFT fields, got {d}")
     d_arr = np.array(d if d else [0], dtype=np.uint16)
     w = [] if words is None else [int(x) for x in np.asarray(words).reshape(-1)]
     if any(not 0 <= x <= 0xFFFFFFFF for x in w):
@@ -312,12 +325,12 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     inv_temp = int(inv_temp)
     if not 0 <= inv_temp <= 0x7FFFFFFF:
         raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
-    lanes = hwparams.spec("verifier")["LANES"].check(lanes, "verifier")
+    lanes, vocab_max, gamma_max = _verifier_params(lanes, vocab_max, "GAMMA_MAX", gamma_max)
     result = np.zeros(len(VERIFIER_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_round(
         p_arr.ctypes.data_as(_i16p), p_arr.shape[0], q_arr.ctypes.data_as(_i16p), q_arr.shape[0],
         d_arr.ctypes.data_as(_u16p), len(d), vocab, lanes, int(bool(greedy)), inv_temp, u32_ptr(w_arr), len(w),
-        int(vocab_max), int(gamma_max), u32_ptr(result))
+        vocab_max, gamma_max, u32_ptr(result))
     if rc == -1:
         raise ValueError(f"the round needed more RNG words than the {len(w)} given")
     if rc == -2:
@@ -327,12 +340,13 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     return {k: int(v) for k, v in zip(VERIFIER_FIELDS, result)}
 
 
-#: Keys of :func:`verifier_tree_round`'s result: :data:`VERIFIER_FIELDS`, then PATH_LO, PATH_HI, CUR_NODE.
-VERIFIER_TREE_FIELDS = VERIFIER_FIELDS + ("path_lo", "path_hi", "node")
+#: Keys of :func:`verifier_tree_round`'s result: :data:`VERIFIER_FIELDS`, then the ``TREE_RESULT`` register
+#: group in lower case (``cur_node, path_lo, path_hi``).
+VERIFIER_TREE_FIELDS = VERIFIER_FIELDS + _VERIFIER.group("TREE_RESULT").fields
 
 
 def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int,
-                        vocab_max: int = 65536, tree_max: int = 64) -> dict:
+                        vocab_max: int = VOCAB_LIMIT, tree_max: int = TREE_MAX_NODES) -> dict:
     """One tree-mode round from the C++ reference (docs/verifier.md, "Tree mode").
 
     Parameters
@@ -345,13 +359,13 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
     greedy, inv_temp, words, lanes :
         As :func:`verifier_round`.
     vocab_max, tree_max : int
-        The instance's ``VOCAB_MAX`` and ``TREE_MAX`` (1..64).
+        The instance's ``VOCAB_MAX`` and ``TREE_MAX`` (hwcontract.params).
 
     Returns
     -------
     dict
-        :data:`VERIFIER_TREE_FIELDS`: the chain fields, plus ``path_lo``, ``path_hi`` (the accepted nodes'
-        bits) and ``node`` (CUR_NODE: the path's last node).
+        :data:`VERIFIER_TREE_FIELDS`: the chain fields, plus ``cur_node`` (CUR_NODE: the path's last node),
+        ``path_lo`` and ``path_hi`` (the accepted nodes' bits).
 
     Raises
     ------
@@ -365,10 +379,12 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
     tok = [int(x) for x in np.asarray(tokens).reshape(-1)]
     if len(par) != len(tok):
         raise ValueError(f"a tree needs one token per node: {len(par)} parents, {len(tok)} tokens")
-    if len(par) > 65:
-        raise ValueError(f"a tree register set holds at most 64 nodes (65 to test BAD_TREE), got {len(par)}")
-    if any(not 0 <= x <= 0xFF for x in par[1:]) or any(not 0 <= x <= 0xFFFF for x in tok[1:]):
-        raise ValueError("tree parents must fit 8 bits and tokens 16 bits")
+    if len(par) > TREE_MAX_NODES + 1:
+        raise ValueError(f"a tree register set holds at most {TREE_MAX_NODES} nodes ({TREE_MAX_NODES + 1} to test "
+                         f"BAD_TREE), got {len(par)}")
+    if any(not 0 <= x < 1 << TREE_PARENT_BITS for x in par[1:]) or any(not 0 <= x < 1 << TREE_TOKEN_BITS
+                                                                       for x in tok[1:]):
+        raise ValueError(f"tree parents must fit {TREE_PARENT_BITS} bits and tokens {TREE_TOKEN_BITS} bits")
     p_arr = np.array([0] + par[1:], dtype=np.uint8)
     t_arr = np.array([0] + tok[1:], dtype=np.uint16)
     w = [] if words is None else [int(x) for x in np.asarray(words).reshape(-1)]
@@ -378,11 +394,12 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
     inv_temp = int(inv_temp)
     if not 0 <= inv_temp <= 0x7FFFFFFF:
         raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
+    lanes, vocab_max, tree_max = _verifier_params(lanes, vocab_max, "TREE_MAX", tree_max)
     result = np.zeros(len(VERIFIER_TREE_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_tree_round(
         r_arr.ctypes.data_as(_i16p), r_arr.shape[0], p_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
-        t_arr.ctypes.data_as(_u16p), len(par), vocab, int(lanes), int(bool(greedy)), inv_temp, u32_ptr(w_arr),
-        len(w), int(vocab_max), int(tree_max), u32_ptr(result))
+        t_arr.ctypes.data_as(_u16p), len(par), vocab, lanes, int(bool(greedy)), inv_temp, u32_ptr(w_arr),
+        len(w), vocab_max, tree_max, u32_ptr(result))
     if rc == -1:
         raise ValueError(f"the round needed more RNG words than the {len(w)} given")
     if rc == -2:
@@ -393,9 +410,9 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
 
 
 def verifier_tables() -> tuple[np.ndarray, np.ndarray]:
-    """The exp tables ``EH[256]`` and ``EL[16]`` as compiled into the C++ reference."""
-    eh = np.zeros(256, dtype=np.uint32)
-    el = np.zeros(16, dtype=np.uint32)
+    """The exp tables ``EH[EH_SIZE]`` and ``EL[EL_SIZE]`` as compiled into the C++ reference."""
+    eh = np.zeros(EH_SIZE, dtype=np.uint32)
+    el = np.zeros(EL_SIZE, dtype=np.uint32)
     _verifier().verifier_tables(u32_ptr(eh), u32_ptr(el))
     return eh, el
 
@@ -429,25 +446,33 @@ def _treemask() -> ctypes.CDLL:
     return lib
 
 
-def treemask_words(parents, nodes_max: int = 64) -> tuple[list[int], dict]:
+#: Keys of :func:`treemask_words`' result: the treemask's ``RESULT`` register group in lower case, then the ERR
+#: bits and the cycle model's CYCLES_BUSY.
+TREEMASK_FIELDS = core("treemask").group("RESULT").fields + ("err", "cycles")
+
+
+def treemask_words(parents, nodes_max: int = TREE_MAX_NODES) -> tuple[list[int], dict]:
     """One tree through the C++ reference: the m_axis words and ``rows, max_depth, err, cycles``.
 
     Parameters
     ----------
-    parents : sequence of int, length N (may be 0 or above 64: NODES is written, the PARENT registers
-        hold the first 64 entries)
+    parents : sequence of int, length N (may be 0 or above TREE_MAX_NODES: NODES is written, the PARENT
+        registers hold the first TREE_MAX_NODES entries)
         ``parents[0]`` (the root's) is ignored; the others must fit the 8-bit PARENT fields.
     nodes_max : int
-        The build's ``NODES_MAX`` (1..64).
+        The build's ``NODES_MAX`` (hwcontract.params).
 
     Returns
     -------
     words : list of int
         One 128-bit word per node (empty on error).
     result : dict
-        ``rows, max_depth, err, cycles`` (the cycle model's CYCLES_BUSY).
+        :data:`TREEMASK_FIELDS`: ``rows, max_depth, err, cycles`` (the cycle model's CYCLES_BUSY).
     """
-    from hwcontract.regmap import core
+    allowed = hwparams.spec("treemask")["NODES_MAX"]
+    if int(nodes_max) not in allowed.allowed:
+        raise ValueError(f"nodes_max={nodes_max} not in {allowed.describe()} (the treemask's NODES_MAX)")
+    nodes_max = int(nodes_max)
     reg = core("treemask").reg("PARENT0")
     per = len(reg.fields)
     lib = _treemask()
@@ -456,20 +481,18 @@ def treemask_words(parents, nodes_max: int = 64) -> tuple[list[int], dict]:
     regs = np.zeros(nregs, dtype=np.uint32)
     for k in range(-(-len(vals) // per)):
         regs[k] = reg.encode(**{f"P{j}": v for j, v in enumerate(vals[per * k:per * k + per])})
-    if not 1 <= int(nodes_max) <= nregs * per:
-        raise ValueError(f"nodes_max={nodes_max} outside 1..{nregs * per}")
     n = len(parents)
     if not 0 <= n <= 0xFFFFFFFF:
         raise ValueError(f"{n} nodes do not fit the 32-bit NODES register")
     out = np.zeros(2 * nregs * per, dtype=np.uint64)
-    result = np.zeros(4, dtype=np.uint32)
-    lib.treemask_run(n, u32_ptr(regs), int(nodes_max), out.ctypes.data_as(_u64p), u32_ptr(result))
-    res = dict(zip(("rows", "max_depth", "err", "cycles"), (int(v) for v in result)))
+    result = np.zeros(len(TREEMASK_FIELDS), dtype=np.uint32)
+    lib.treemask_run(n, u32_ptr(regs), nodes_max, out.ctypes.data_as(_u64p), u32_ptr(result))
+    res = dict(zip(TREEMASK_FIELDS, (int(v) for v in result)))
     words = [int(out[2 * k]) | (int(out[2 * k + 1]) << 64) for k in range(res["rows"])]
     return words, res
 
 
-def treemask_run(parents, nodes_max: int = 64) -> tuple[list[int], list[int], int, int]:
+def treemask_run(parents, nodes_max: int = TREE_MAX_NODES) -> tuple[list[int], list[int], int, int]:
     """The tree's mask rows (bit j of ``rows[i]``: node j is node i or an ancestor), depths, MAX_DEPTH and
     ERR bits from the C++ reference (empty rows and depths on error). See :func:`treemask_words`."""
     from hwcontract.formats import unpack_mask_word as unpack_word
@@ -487,16 +510,14 @@ def treemask_id_hash() -> int:
 # kvpage
 # ------------------------------------------------------------------------------------------------
 
-#: Registers of :class:`KvpageCpp`'s results, in the order of the C entry's register words (RES_SLOT ..
-#: BRANCHES_HI): the result registers an operation may write, then the always-visible state registers.
-KVPAGE_RES_REGS = ("RES_SLOT", "RES_PAGE", "RES_SRC", "RES_FLAGS", "RES_REFS", "RES_INFO", "RES_LEN", "RES_BASE",
-                   "RES_COUNT")
-KVPAGE_STATUS_REGS = ("FREE_PAGES", "SEQS_LO", "SEQS_HI", "BRANCHES_LO", "BRANCHES_HI")
+#: Registers of :class:`KvpageCpp`'s results, in the order of the C entry's register words: the kvpage
+#: ``RESULT`` group (the registers an operation may write), then its ``STATE`` group (always visible).
+KVPAGE_RES_REGS = core("kvpage").group("RESULT").registers
+KVPAGE_STATUS_REGS = core("kvpage").group("STATE").registers
 
 
 @functools.lru_cache(maxsize=None)
 def _kvpage() -> ctypes.CDLL:
-    from hwcontract.regmap import WORD_BYTES, core
     lib = load("kvpage")
     lib.kvpage_create.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
     lib.kvpage_create.restype = ctypes.c_void_p
@@ -505,15 +526,13 @@ def _kvpage() -> ctypes.CDLL:
     lib.kvpage_op.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
                               ctypes.c_uint64, _u32p]
     lib.kvpage_op.restype = ctypes.c_int
-    for name in ("kvpage_result_words", "kvpage_first_reg_offset", "kvpage_id_hash"):
+    for name in ("kvpage_result_words", "kvpage_id_hash"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_uint32
-    # The library's register words must be the map's registers RES_SLOT .. BRANCHES_HI, in this order.
-    regs = KVPAGE_RES_REGS + KVPAGE_STATUS_REGS
-    first = int(lib.kvpage_first_reg_offset())
-    names = tuple(core("kvpage").at(first + WORD_BYTES * i).name for i in range(len(regs)))
-    if names != regs or int(lib.kvpage_result_words()) != 3 + len(regs):
-        raise RuntimeError(f"kvpage library registers {names} ({lib.kvpage_result_words()} words) != {regs}")
+    # ERR, cycles and the written mask, then the RESULT and STATE groups (the header gives their layout).
+    words = 3 + len(KVPAGE_RES_REGS) + len(KVPAGE_STATUS_REGS)
+    if int(lib.kvpage_result_words()) != words:
+        raise RuntimeError(f"kvpage library returns {lib.kvpage_result_words()} words, the groups need {words}")
     return lib
 
 
@@ -530,7 +549,7 @@ class KvpageCpp:
     Parameters
     ----------
     pages, max_blocks : int
-        The build's ``PAGES`` and ``MAX_BLOCKS`` (powers of two in 16..1024 and 4..1024).
+        The build's ``PAGES`` and ``MAX_BLOCKS`` (hwcontract.params: powers of two).
 
     Raises
     ------
@@ -540,7 +559,8 @@ class KvpageCpp:
     The C state is freed by :meth:`close` (also on ``with`` exit and garbage collection).
     """
 
-    def __init__(self, pages: int = 256, max_blocks: int = 64):
+    def __init__(self, pages: int = hwparams.spec("kvpage")["PAGES"].default,
+                 max_blocks: int = hwparams.spec("kvpage")["MAX_BLOCKS"].default):
         self._lib = _kvpage()
         self._h = None
         checked = hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks))
@@ -578,8 +598,8 @@ class KvpageCpp:
         if not self._h:
             raise ValueError("kvpage: core closed")
         mask = int(mask)
-        if not 0 <= mask < 1 << 64:
-            raise ValueError(f"mask must fit 64 bits, got {mask:#x}")
+        if not 0 <= mask < 1 << KV_SLOTS:
+            raise ValueError(f"mask must fit {KV_SLOTS} bits (one per slot), got {mask:#x}")
         out = self._out
         self._lib.kvpage_op(self._h, _u32("code", code), _u32("slot", slot), _u32("row", row), _u32("page", page),
                             mask, u32_ptr(out))
@@ -602,7 +622,8 @@ class KvpageCpp:
         regs : dict
             The result registers the operation wrote (``RES_SLOT`` ...), like the golden ``Result.regs``.
         status : dict
-            ``FREE_PAGES, SEQS_LO, SEQS_HI, BRANCHES_LO, BRANCHES_HI`` after it, like ``status_regs``.
+            The ``STATE`` group (``FREE_PAGES, SEQS_LO, SEQS_HI, BRANCHES_LO, BRANCHES_HI``) after it, like
+        ``hls_ref.kvpage.status_regs``.
         """
         from hls_ref.kvpage import OPS
         return self.run(OPS[op.code], op.slot, op.row, op.page, op.mask)

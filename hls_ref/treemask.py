@@ -94,7 +94,7 @@ def cycles(n: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# The m_axis words (the stream format of specdec.regmap), for the backends and testbenches
+# The m_axis words (the stream format of hwcontract.regmap), for the backends and testbenches
 # ------------------------------------------------------------------------------------------------
 
 def stream_words(m: Masks) -> list[int]:

@@ -423,6 +423,27 @@ def _tree_bits(n_accept: int) -> int:
     return ((1 << n_accept) - 1) & 0xFFFFFFFF
 
 
+def stream_bound(d: Decision, vocab: int, lanes: int) -> int:
+    """The streaming bound of a completed round (docs/verifier.md, "Cycle model"): one cycle per beat of
+    every row streamed, plus the sampling beats, ``rows * ceil(V / L) + sample_beats``."""
+    return d.rows * -(-int(vocab) // int(lanes)) + d.sample_beats
+
+
+def chain_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
+    """``CYCLES_BUSY - CYCLES_STALL`` of a completed chain round on fpga/verifier.py (docs/verifier.md).
+
+    ``rows * (ceil(V / L) + 1)`` (one cycle per beat, one per row end: ROWEND) in greedy mode; sampling
+    adds three cycles per tested position (EXPX, ACC1, ACC2: ``words - 1`` of them, since each tested
+    position takes one word and the sample one more) and the sample: TDONE, TCALC and ``sample_beats``
+    (``ceil(V / L)`` + ``x // L + 1``).
+    """
+    nb = -(-int(vocab) // int(lanes))
+    base = d.rows * (nb + 1)
+    if greedy:
+        return base
+    return base + 3 * (d.words - 1) + 2 + d.sample_beats
+
+
 def tree_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
     """``CYCLES_BUSY - CYCLES_STALL`` of a completed tree round on fpga/verifier.py (docs/verifier.md).
 

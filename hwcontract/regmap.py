@@ -14,6 +14,10 @@ Conventions shared by every core
 * Access kinds: ``ro`` (driven by the core; a write answers SLVERR), ``rw`` (storage with a reset value,
   byte strobes honoured; survives a soft reset), ``pulse`` (write-only strobe seen by the core for one
   cycle; reads as 0). An address outside the map answers DECERR.
+* Register groups (:class:`RegisterGroup`) name ordered lists of a core's registers, e.g. ``RESULT``: the
+  registers that hold one operation's outcome. The golden records, the drivers' results, the C++ result
+  layouts and the testbenches' checks follow them. A group only names registers the map already holds, so
+  it is not part of the hash.
 """
 from __future__ import annotations
 
@@ -113,6 +117,24 @@ class StreamFormat:
 
 
 @dataclass(frozen=True)
+class RegisterGroup:
+    """A named, ordered list of a core's registers, e.g. ``RESULT``: the outcome of one operation.
+
+    Python records derived from a group name their fields after its registers in lower case
+    (:attr:`fields`); the C header gives each register its index in the group.
+    """
+
+    name: str
+    registers: tuple[str, ...]
+    doc: str
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The registers' names in lower case: the field names of a record that holds the group."""
+        return tuple(r.lower() for r in self.registers)
+
+
+@dataclass(frozen=True)
 class CoreMap:
     """Registers and streams of one core, with the hash that its ID register carries."""
 
@@ -121,6 +143,7 @@ class CoreMap:
     registers: tuple[Register, ...]
     streams: tuple[StreamFormat, ...] = ()
     error_bits: tuple[Field, ...] = ()
+    groups: tuple[RegisterGroup, ...] = ()   # named register lists; not hashed (they add no register)
 
     def __post_init__(self) -> None:
         names = [r.name for r in self.registers]
@@ -129,6 +152,15 @@ class CoreMap:
         for i, r in enumerate(self.registers):
             if r.offset != i * WORD_BYTES:
                 raise ValueError(f"core {self.name}: register {r.name} at {r.offset:#x}, expected {i * WORD_BYTES:#x}")
+        gnames = [g.name for g in self.groups]
+        if len(set(gnames)) != len(gnames):
+            raise ValueError(f"core {self.name}: duplicate group names in {gnames}")
+        for g in self.groups:
+            if not g.registers or len(set(g.registers)) != len(g.registers):
+                raise ValueError(f"core {self.name}: group {g.name} must list distinct registers, got {g.registers}")
+            unknown = [r for r in g.registers if r not in names]
+            if unknown:
+                raise ValueError(f"core {self.name}: group {g.name} names registers {unknown} not in the map")
 
     # -- lookup ---------------------------------------------------------------------------------
     def reg(self, name: str) -> Register:
@@ -161,12 +193,20 @@ class CoreMap:
                 return s
         raise KeyError(f"core {self.name} has no stream {name!r}; streams: {[s.name for s in self.streams]}")
 
+    def group(self, name: str) -> RegisterGroup:
+        """The register group ``name`` (e.g. ``"RESULT"``); a clear error lists the core's groups."""
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(f"core {self.name} has no register group {name!r}; groups: {[g.name for g in self.groups]}")
+
     def decode_err(self, value: int) -> list[str]:
         """Names of the error bits set in an ``ERR`` register value."""
         return [f.name for f in self.error_bits if f.extract(value)]
 
     # -- identity -------------------------------------------------------------------------------
     def canonical(self) -> dict:
+        """What the hash covers: names, offsets, access, resets, fields, streams and error bits (not groups)."""
         return {
             "name": self.name,
             "registers": [
@@ -210,6 +250,7 @@ class MapBuilder:
         self.name, self.doc = name, doc
         self._regs: list[Register] = []
         self._streams: list[StreamFormat] = []
+        self._groups: list[RegisterGroup] = []
         self._errors = tuple(Field(n, i, 1, d) for i, (n, d) in enumerate(errors))
         if len(self._errors) > 32:
             raise ValueError(f"core {name}: {len(self._errors)} error bits, at most 32")
@@ -245,8 +286,14 @@ class MapBuilder:
         self._streams.append(fmt)
         return self
 
+    def group(self, name: str, registers: Iterable[str], doc: str) -> "MapBuilder":
+        """Declare the register group ``name``: ``registers`` in order (checked by :meth:`build`)."""
+        self._groups.append(RegisterGroup(name, tuple(registers), doc))
+        return self
+
     def build(self) -> CoreMap:
-        return CoreMap(self.name, self.doc, tuple(self._regs), tuple(self._streams), self._errors)
+        return CoreMap(self.name, self.doc, tuple(self._regs), tuple(self._streams), self._errors,
+                       tuple(self._groups))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -268,6 +315,7 @@ def _rng_map() -> CoreMap:
     b.add("OUT", "ro", "The latest 32-bit output.")
     b.add("XOR", "ro", "XOR of every output since LOAD_SEED: a cheap check that a long burst matched.")
     b.add("STEPS", "ro", "Steps taken since LOAD_SEED (wraps at 2**32).")
+    b.group("RESULT", ("OUT", "XOR", "STEPS"), "What a run leaves: the latest output, the XOR and the step count.")
     return b.build()
 
 
@@ -363,6 +411,13 @@ def _verifier_map() -> CoreMap:
                           "(greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE). Tree mode: "
                           "p of node 0, then p of each node CUR_NODE names, until DONE.",
                           (StreamField("LOGIT", 0, LOGIT_BITS, "Q7.8 logit code; -32768 = -inf", count=8, signed=True),)))
+    b.group("RESULT", ("N_ACCEPT", "NEXT_TOKEN", "ACCEPT_BITS", "ROWS", "WORDS", "LAST_EP", "LAST_EQ", "LAST_SP",
+                       "LAST_SQ"),
+            "The decision of one round, bit-exact across the golden model, the C++ reference and the RTL.")
+    b.group("TREE_RESULT", ("CUR_NODE", "PATH_LO", "PATH_HI"),
+            "What a tree-mode round adds to RESULT: the accepted path and its last node.")
+    b.group("COUNTERS", ("CYCLES_BUSY", "CYCLES_STALL"),
+            "Cycle counters of one round (the RTL's; the cycle model in hls_ref predicts BUSY - STALL).")
     return b.build()
 
 
@@ -392,6 +447,8 @@ def _treemask_map() -> CoreMap:
                           (StreamField("MASK", 0, TREEMASK_MASK_BITS, "ancestor-or-self bits, bit j = node j"),
                            StreamField("DEPTH", 64, 8, "depth of the node (root 0)"),
                            StreamField("NODE", 72, 8, "the node's index i"))))
+    b.group("RESULT", ("ROWS", "MAX_DEPTH"), "The outcome of one operation (the mask rows are on m_axis).")
+    b.group("COUNTERS", ("CYCLES_BUSY", "CYCLES_STALL"), "Cycle counters of one operation.")
     return b.build()
 
 
@@ -467,6 +524,12 @@ def _kvpage_map() -> CoreMap:
     b.add("BRANCHES_HI", "ro", "Bit s: slot 32 + s is a branch.")
     b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY in the last operation (START to DONE).")
     b.add("OPS", "ro", "Operations completed since reset (wraps at 2**32).")
+    b.group("RESULT", ("RES_SLOT", "RES_PAGE", "RES_SRC", "RES_FLAGS", "RES_REFS", "RES_INFO", "RES_LEN", "RES_BASE",
+                       "RES_COUNT"),
+            "The result registers an operation may write; each keeps its value until an operation writes it.")
+    b.group("STATE", ("FREE_PAGES", "SEQS_LO", "SEQS_HI", "BRANCHES_LO", "BRANCHES_HI"),
+            "The always-visible state of the page table after an operation.")
+    b.group("COUNTERS", ("CYCLES_BUSY", "OPS"), "Cycles of the last operation and operations since reset.")
     return b.build()
 
 

@@ -1,217 +1,39 @@
 #!/usr/bin/env python3
-"""Generate the C register header and the Markdown register reference from ``specdec.regmap``.
+"""Generate the C header and the Markdown register reference from the hardware contract (``hwcontract``).
 
 Outputs (paths relative to the repository root)::
 
-    hls_ref/include/specdec_regs.h   C/C++ #defines for every core (offsets, fields, errors, streams)
-    docs/registers.md                register reference for humans
+    hls_ref/include/specdec_regs.h   C/C++ header: every core's registers, fields, errors, streams and
+                                     register groups; number formats, sizes, build parameters, exp tables
+                                     (rendered by scripts/gen_header.py)
+    docs/registers.md                register reference for humans, with the formats and parameters
 
 Usage::
 
     python scripts/gen.py            # (re)write the generated files
     python scripts/gen.py --check    # exit 1 listing every stale or missing file; writes nothing
 
-The output is a pure function of ``specdec.regmap.CORES`` (no timestamps, no environment), so a re-run
-is byte-identical and ``--check`` can guard the committed files in CI.
+The output is a pure function of ``hwcontract`` (no timestamps, no environment), so a re-run is
+byte-identical and ``--check`` can guard the committed files in CI.
 """
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence, Union
+from typing import Iterable, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 
 sys.path.insert(0, str(ROOT))   # the contract package, whether or not the project is installed
-from hwcontract import regmap  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # gen_header, beside this file
+from gen_header import SOURCES, contract_constants, render_header  # noqa: E402
 
-from hwcontract.regmap import CoreMap, Field, Register, StreamFormat
+from hwcontract import params, regmap  # noqa: E402
+from hwcontract.regmap import CoreMap  # noqa: E402
 
 HEADER_PATH = Path("hls_ref/include/specdec_regs.h")
 MARKDOWN_PATH = Path("docs/registers.md")
-SOURCE = "hwcontract/regmap.py"
-ACCESS_CODES = {kind: i for i, kind in enumerate(regmap.ACCESS_KINDS)}
-STREAM_DIRS = {"in": 0, "out": 1}
-
-
-# ------------------------------------------------------------------------------------------------
-# C header
-# ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Define:
-    """One ``#define NAME VALUE`` line, with an optional trailing comment."""
-
-    name: str
-    value: str
-    comment: str = ""
-
-
-@dataclass(frozen=True)
-class _Comment:
-    """A ``/* ... */`` line (an empty text renders a blank line)."""
-
-    text: str = ""
-
-
-_Line = Union[_Define, _Comment]
-
-
-def ident(name: str) -> str:
-    """A C identifier fragment for a map name: upper case, non-word characters as ``_``.
-
-    Parameters
-    ----------
-    name : str
-        Core, register, field or stream name from the map.
-
-    Returns
-    -------
-    str
-        E.g. ``"rng"`` -> ``"RNG"``.
-    """
-    out = re.sub(r"\W", "_", name).upper()
-    if not out or out[0].isdigit():
-        raise ValueError(f"name {name!r} does not make a C identifier")
-    return out
-
-
-def c_comment(text: str) -> str:
-    """``text`` on one line, safe inside ``/* */`` (no comment terminator)."""
-    return " ".join(text.split()).replace("*/", "* /")
-
-
-def hex32(value: int) -> str:
-    """A 32-bit C constant in hex: ``0x0000ABCDu``."""
-    return f"0x{value:08X}u"
-
-
-def dec(value: int) -> str:
-    """An unsigned decimal C constant: ``7u``."""
-    return f"{value}u"
-
-
-def _field_defines(prefix: str, f: Field) -> list[_Define]:
-    """LSB, WIDTH and MASK of a register field."""
-    return [
-        _Define(f"{prefix}_{ident(f.name)}_LSB", dec(f.lsb), c_comment(f.doc)),
-        _Define(f"{prefix}_{ident(f.name)}_WIDTH", dec(f.width)),
-        _Define(f"{prefix}_{ident(f.name)}_MASK", hex32(f.mask)),
-    ] + [_Define(f"{prefix}_{ident(f.name)}_{ident(n)}", dec(v), c_comment(d)) for n, v, d in f.values]
-
-
-def _register_lines(pre: str, r: Register) -> list[_Line]:
-    """Offset, reset, access and fields of one register."""
-    rp = f"{pre}_{ident(r.name)}"
-    lines: list[_Line] = [
-        _Comment(f"{r.name} ({r.access}) @ 0x{r.offset:02X}: {c_comment(r.doc)}"),
-        _Define(f"{rp}_OFFSET", f"0x{r.offset:02X}u"),
-        _Define(f"{rp}_RESET", hex32(r.reset)),
-        _Define(f"{rp}_ACCESS", f"SPECDEC_ACCESS_{r.access.upper()}"),
-    ]
-    for f in r.fields:
-        lines += _field_defines(rp, f)
-    return lines
-
-
-def _stream_lines(pre: str, s: StreamFormat) -> list[_Line]:
-    """Word width, direction and per-field lsb/width/count/signed of one stream format."""
-    sp = f"{pre}_STREAM_{ident(s.name)}"
-    lines: list[_Line] = [
-        _Comment(f"stream {s.name} ({s.direction}, {s.width} bits): {c_comment(s.doc)}"),
-        _Define(f"{sp}_WIDTH", dec(s.width)),
-        _Define(f"{sp}_DIR", f"SPECDEC_DIR_{s.direction.upper()}"),
-    ]
-    for f in s.fields:
-        fp = f"{sp}_{ident(f.name)}"
-        lines += [
-            _Define(f"{fp}_LSB", dec(f.lsb), c_comment(f.doc)),
-            _Define(f"{fp}_WIDTH", dec(f.width)),
-            _Define(f"{fp}_COUNT", dec(f.count)),
-            _Define(f"{fp}_SIGNED", dec(int(f.signed))),
-        ]
-    return lines
-
-
-def _core_lines(m: CoreMap) -> list[_Line]:
-    """Every define of one core."""
-    pre = f"SPECDEC_{ident(m.name)}"
-    lines: list[_Line] = [
-        _Comment(),
-        _Comment(f"==== core {m.name}: {c_comment(m.doc)}"),
-        _Define(f"{pre}_ID_HASH", hex32(m.map_hash()), "value of the ID register"),
-        _Define(f"{pre}_NUM_REGS", dec(len(m.registers))),
-        _Define(f"{pre}_SPAN", f"0x{m.span:02X}u", "bytes of register space"),
-        _Define(f"{pre}_ADDR_WIDTH", dec(m.addr_width), "AXI4-Lite address bits"),
-    ]
-    for r in m.registers:
-        lines += [_Comment()] + _register_lines(pre, r)
-    if m.error_bits:
-        lines += [_Comment(), _Comment(f"{m.name} error bits (masks of ERR)")]
-        lines += [_Define(f"{pre}_ERR_{ident(f.name)}", hex32(f.mask), c_comment(f.doc)) for f in m.error_bits]
-    for s in m.streams:
-        lines += [_Comment()] + _stream_lines(pre, s)
-    return lines
-
-
-def _common_lines() -> list[_Line]:
-    """Constants shared by every core: word size, access kinds, AXI responses, stream directions."""
-    lines: list[_Line] = [_Define("SPECDEC_WORD_BYTES", dec(regmap.WORD_BYTES), "bytes per register")]
-    lines += [_Define(f"SPECDEC_ACCESS_{k.upper()}", dec(v)) for k, v in ACCESS_CODES.items()]
-    lines += [_Define(f"SPECDEC_DIR_{k.upper()}", dec(v)) for k, v in STREAM_DIRS.items()]
-    lines += [
-        _Define("SPECDEC_RESP_OKAY", dec(regmap.RESP_OKAY), "AXI BRESP/RRESP"),
-        _Define("SPECDEC_RESP_SLVERR", dec(regmap.RESP_SLVERR), "write to a ro register"),
-        _Define("SPECDEC_RESP_DECERR", dec(regmap.RESP_DECERR), "address outside the map"),
-    ]
-    return lines
-
-
-def _format_lines(lines: Sequence[_Line]) -> list[str]:
-    """Render defines with their values aligned in one column; refuse duplicate macro names."""
-    names = [ln.name for ln in lines if isinstance(ln, _Define)]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise ValueError(f"generated macro names collide: {dup}")
-    col = max(map(len, names), default=0) + 1
-    out = []
-    for ln in lines:
-        if isinstance(ln, _Comment):
-            out.append(f"/* {ln.text} */" if ln.text else "")
-        else:
-            text = f"#define {ln.name.ljust(col)}{ln.value}"
-            out.append(f"{text}  /* {ln.comment} */" if ln.comment else text)
-    return out
-
-
-def render_header(cores: Mapping[str, CoreMap] | None = None) -> str:
-    """The C/C++ header ``specdec_regs.h``.
-
-    Parameters
-    ----------
-    cores : mapping of str to CoreMap, optional
-        The maps to render; default ``specdec.regmap.CORES``.
-
-    Returns
-    -------
-    str
-        Header text (plain C macros, valid as C99 and C++).
-    """
-    cores = regmap.CORES if cores is None else cores
-    lines: list[_Line] = _common_lines()
-    for m in cores.values():
-        lines += _core_lines(m)
-    head = [
-        "/* specdec_regs.h: register map and stream formats of every specdec core.",
-        f" * Generated by scripts/gen.py from {SOURCE}; do not edit. */",
-        "#ifndef SPECDEC_REGS_H",
-        "#define SPECDEC_REGS_H",
-        "",
-    ]
-    return "\n".join(head + _format_lines(lines) + ["", "#endif /* SPECDEC_REGS_H */", ""])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -256,6 +78,15 @@ offset 0. The first four are common to every core:
 | `pulse` | Reads 0. | Each bit written 1 is a strobe the core sees for one cycle. | - |
 
 An address outside a core's map answers DECERR, for reads and writes alike.
+
+### Register groups
+
+A core names ordered lists of its registers as groups, e.g. `RESULT`: the registers that hold one
+operation's outcome. Records that hold a group (the golden model's, the driver's, the C++ reference's
+result words) name their fields after its registers in lower case, in the group's order; the C header
+gives each register its index (`SPECDEC_<CORE>_<GROUP>_<REG>_INDEX`) and each group its size
+(`SPECDEC_<CORE>_<GROUP>_COUNT`). Groups name registers the map already holds, so the ID hash does not
+cover them.
 """
 
 
@@ -296,13 +127,38 @@ def _stream_section(m: CoreMap) -> list[str]:
     return out
 
 
+def _group_section(m: CoreMap) -> list[str]:
+    if not m.groups:
+        return []
+    rows = [(f"`{g.name}`", ", ".join(f"`{r}`" for r in g.registers), g.doc) for g in m.groups]
+    return ["", "### Register groups", ""] + md_table(("Group", "Registers", "Description"), rows)
+
+
 def _core_section(m: CoreMap) -> list[str]:
     summary = (f"ID hash `0x{m.map_hash():08X}`; {len(m.registers)} registers, span 0x{m.span:02X} bytes, "
                f"{m.addr_width}-bit AXI4-Lite address.")
     out = ["", f"## {m.name}", "", md_cell(m.doc), "", summary, "", "### Registers", ""]
     out += _register_table(m)
     out += ["", "### Fields"] + _field_sections(m)
-    return out + _error_section(m) + _stream_section(m)
+    return out + _error_section(m) + _stream_section(m) + _group_section(m)
+
+
+def _constants_section() -> list[str]:
+    rows = [(f"`{name}`", value, doc, f"`{src}`") for name, value, doc, src in contract_constants()]
+    return (["", "## Number formats and sizes", "",
+             "The C header defines each as `SPECDEC_<NAME>`, and the exp tables as `SPECDEC_EH` and `SPECDEC_EL` "
+             "(docs/verifier.md specifies the formats bit by bit).", ""]
+            + md_table(("Name", "Value", "Meaning", "Source"), rows))
+
+
+def _params_section() -> list[str]:
+    rows = [(core, f"`{p.name}`", p.default, p.describe(), p.doc)
+            for core, ps in params.CORES.items() for p in ps]
+    return (["", "## Build parameters", "",
+             "Checked by `hwcontract.params.check` wherever a core is built or modelled. The C header defines "
+             "`SPECDEC_<CORE>_PARAM_<NAME>_DEFAULT`, `_MIN` and `_MAX`, and for a set of values (not every integer "
+             "between) `_COUNT` and the array `_VALUES`.", ""]
+            + md_table(("Core", "Parameter", "Default", "Allowed", "Description"), rows))
 
 
 def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
@@ -311,7 +167,8 @@ def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
     Parameters
     ----------
     cores : mapping of str to CoreMap, optional
-        The maps to render; default ``specdec.regmap.CORES``.
+        The maps to render; default ``hwcontract.regmap.CORES``. The formats and parameters are always
+        those of ``hwcontract``.
 
     Returns
     -------
@@ -322,9 +179,9 @@ def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
     out = [
         "# Register reference",
         "",
-        f"<!-- Generated by scripts/gen.py from {SOURCE}; do not edit. -->",
+        f"<!-- Generated by scripts/gen.py from {SOURCES}; do not edit. -->",
         "",
-        f"Generated by `scripts/gen.py` from `{SOURCE}`; do not edit by hand. "
+        f"Generated by `scripts/gen.py` from {SOURCES}; do not edit by hand. "
         "Regenerate with `python scripts/gen.py`; `python scripts/gen.py --check` tells whether it is current.",
         "",
         _CONVENTIONS.rstrip("\n"),
@@ -333,9 +190,11 @@ def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
         "",
     ]
     out += [f"* [{m.name}](#{m.name.lower()}): ID `0x{m.map_hash():08X}`" for m in cores.values()]
+    out += ["", "Then: [Number formats and sizes](#number-formats-and-sizes), "
+                "[Build parameters](#build-parameters)."]
     for m in cores.values():
         out += _core_section(m)
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _constants_section() + _params_section()) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------

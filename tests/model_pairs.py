@@ -45,12 +45,13 @@ def _draft_from(target, draft_cls, draft_cfg, skip_prefix: str):
     return draft
 
 
-def gpt2_pair_models(seed: int = 0):
-    """(target, draft): GPT-2 configs at V=50257, 2 layers x 64 wide, and its first layer."""
+def gpt2_pair_models(seed: int = 0, n_positions: int = 512):
+    """(target, draft): GPT-2 configs at V=50257, 2 layers x 64 wide, and its first layer; ``n_positions``
+    tokens of context."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=50257, n_layer=2, n_embd=64, n_head=4, n_positions=512,
+    cfg = GPT2Config(vocab_size=50257, n_layer=2, n_embd=64, n_head=4, n_positions=n_positions,
                      initializer_range=INIT_STD, bos_token_id=EOS, eos_token_id=EOS)
     target = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
@@ -108,6 +109,17 @@ def tiny_gpt2(vocab: int, n_layer: int, seed: int, init_std: float = 0.5):
     cfg = GPT2Config(vocab_size=vocab, n_layer=n_layer, n_embd=16, n_head=2, n_positions=32,
                      initializer_range=init_std, bos_token_id=None, eos_token_id=None)
     return GPT2LMHeadModel(cfg).eval()
+
+
+def tiny_llama(seed: int = 0):
+    """A 2-layer Llama (grouped-query attention, rotary positions) at SmolLM2's vocabulary size."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      initializer_range=INIT_STD)
+    return LlamaForCausalLM(cfg).eval()
 
 
 def is_varied(tokens: list[int], min_distinct: int = 3) -> bool:

@@ -1,7 +1,8 @@
 """``specdec bench verifier``: the measurement code runs end to end on a small build and rejects bad input.
 
 Figures are not asserted against goals here (benchmarks report them); only what must hold for any
-correct measurement: cycles >= the streaming bound, JSON keys present, the numpy reference is right.
+correct measurement: cycles = the cycle model >= the streaming bound, JSON keys present, the numpy
+reference is right.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_bench_verifier_small(tmp_path):
     assert res["positions_per_round"] == 4                     # all-accept: gamma + 1 target positions
     for s in res["scenarios"].values():
         assert s["cycles"] >= s["bound_cycles"] > 0
+        assert s["cycles"] == s["model_cycles"]            # hls_ref.verifier.chain_rtl_cycles
     assert res["scenarios"]["reject_0"]["n_accept"] == 0 and res["scenarios"]["all_accept"]["n_accept"] == 3
     assert res["cpu_numpy_s"] > 0
 

@@ -1,6 +1,7 @@
 """``specdec generate`` and ``specdec bench e2e`` through ``specdec.cli.main`` (in process).
 
-Exit status 2 for usage errors (argparse's own ``SystemExit(2)`` included), 1 for failures.
+Exit status 2 for a bad argument (argparse's own ``SystemExit(2)`` included), found before any model loads;
+1 for a failure during the run.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import pytest
 
 import model_pairs
-from specdec import cli
+from specdec import cli, models
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -61,17 +62,37 @@ def test_generate_sampling_options(gpt2_dirs, tmp_path):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--prompt", ""], "prompt is empty"),
-    (["--prompt", "x", "--max-new-tokens", "0"], "must be >= 1"),
-    (["--prompt", "x", "--gamma", "17"], "GAMMA_MAX 16"),
-    (["--prompt", "x", "--gamma", "x"], "'x'"),
-    (["--prompt", "x", "--gamma", "-1"], "must be >= 0"),
-    (["--prompt", "x", "--temperature", "-1"], "temperature"),
-    (["--prompt", "x", "--top-p", "0"], "top_p"),
+    (["--prompt", ""], "--prompt must be non-empty text, got ''"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
+    (["--prompt", "x", "--gamma", "17"], "in 0..16 (the verifier core's GAMMA_MAX)"),
+    (["--prompt", "x", "--gamma", "x"], "--gamma: expected an integer or 'auto', got 'x'"),
+    (["--prompt", "x", "--seed", "x"], "--seed"),
+    (["--prompt", "x", "--kv-block", "4", "--dense-kv"], "exclude each other"),
 ])
 def test_generate_usage_errors_exit_2(extra, message, capsys):
     assert exit_code(["generate", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail the test if anything tries to load a model."""
+    def refuse(name):
+        raise AssertionError(f"model {name!r} loaded before the options were checked")
+    monkeypatch.setattr(models, "load", refuse)
+
+
+@pytest.mark.parametrize("option,value", [
+    ("--seed", "-1"), ("--max-new-tokens", "0"), ("--gamma", "17"), ("--gamma", "-1"), ("--temperature", "-1"),
+    ("--temperature", "0.0001"), ("--top-k", "-1"), ("--top-p", "0"), ("--top-p", "1.5"), ("--kv-block", "0"),
+    ("--tree-budget", "65"), ("--tree-depth", "0"), ("--tree-topk", "0"),
+])
+def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load, capsys):
+    """Each bad value is refused before anything loads, by a message naming the option and the value."""
+    extra = ["--tree", "eagle"] if option.startswith("--tree-") else []
+    assert exit_code(["generate", "--prompt", "x", option, value, *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} must be " in err and f"got {value}" in err, err
 
 
 def test_generate_unknown_model_exits_1(monkeypatch, capsys):
@@ -152,14 +173,15 @@ def test_generate_tree_greedy_equals_chain(kind, gpt2_dirs, tmp_path, capsys):
 
 @pytest.mark.parametrize("extra,message", [
     (["--tree", "bushy"], "invalid choice"),
-    (["--tree", "eagle", "--tree-budget", "65"], "tree budget must be an integer in 2..64"),
-    (["--tree", "eagle", "--tree-budget", "1"], "tree budget must be an integer in 2..64"),
-    (["--tree", "eagle", "--tree-depth", "0"], "tree depth"),
+    (["--tree", "eagle", "--tree-budget", "65"], "--tree-budget must be an integer in 2..64"),
+    (["--tree", "eagle", "--tree-budget", "1"], "--tree-budget must be an integer in 2..64"),
+    (["--tree", "eagle", "--tree-depth", "0"], "--tree-depth"),
     (["--tree", "static", "--draft", "prompt-lookup"], "drafts with a model"),
     (["--tree", "sequoia", "--tree-acceptance", "0.5,x"], "--tree-acceptance"),
-    (["--tree", "sequoia", "--tree-acceptance", "0.5,1.5"], "acceptance values must lie in [0, 1]"),
+    (["--tree", "sequoia", "--tree-acceptance", "0.5,1.5"],
+     "--tree-acceptance must be one value in [0, 1] per draft rank, got (0.5, 1.5)"),
 ])
-def test_generate_tree_usage_errors(extra, message, capsys):
+def test_generate_tree_usage_errors(extra, message, no_model_load, capsys):
     code = exit_code(["generate", "--prompt", "x"] + extra)
     assert code == 2
     assert message in capsys.readouterr().err
@@ -185,6 +207,17 @@ def test_bench_e2e_trees(gpt2_dirs, tmp_path):
     assert all(r["mask_cycles_per_round"] == 9 and r["verifier_cycles_per_round"] > 0 for r in tree_rows)
 
 
-def test_bench_e2e_bad_tree_kind_exit_2(capsys):
+def test_bench_e2e_bad_tree_kind_exit_2(no_model_load, capsys):
     assert exit_code(["bench", "e2e", "--tree", "eagle,bushy"]) == 2
-    assert "tree kind 'bushy'" in capsys.readouterr().err
+    assert "--tree must be one of static, eagle, sequoia, got 'bushy'" in capsys.readouterr().err
+
+
+def test_failure_during_a_run_exits_1(monkeypatch, capsys):
+    """An error inside the run (here a ValueError from the loop) is a failure (1), not a bad argument (2)."""
+    from specdec import runtime
+
+    def broken(job, backend):
+        raise ValueError("something broke inside the loop")
+    monkeypatch.setattr(runtime, "run", broken)
+    assert exit_code(["generate", "--prompt", "x"]) == 1
+    assert "specdec: generate failed: something broke inside the loop" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The decode loop's parts (``specdec.decode``) and its losslessness under sampling.
 
 * ``mask_logits`` equals transformers' top-k / top-p warpers at V=50257.
-* ``lookup`` and ``GammaSchedule`` follow their documented rules.
+* ``lookup`` and ``GammaSchedule`` follow their documented rules; every draft source is a ``Drafter``.
 * Sampling through the whole loop (draft model, target, golden verifier): the distribution of the two new
   tokens equals the target-only distribution, enumerated exactly in float64. Chi-square test at a
   false-alarm rate of ``ALPHA`` = 1e-3 (bins with expected count < 5 pooled); the negative control (the same
@@ -9,14 +9,12 @@
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 import model_pairs
-from specdec import decode, runtime
-from specdec.decode import GammaSchedule, GenConfig, Sampling, lookup, mask_logits
+from specdec import decode, runtime, tree
+from specdec.decode import Chain, Drafter, GammaSchedule, GenConfig, Sampling, lookup, mask_logits
 from tb.verifier.lossless import ALPHA, chi2_pvalue
 
 torch = pytest.importorskip("torch")
@@ -103,16 +101,77 @@ def test_lookup_without_match_is_empty(ctx, g):
 
 
 def test_prompt_lookup_q_is_a_point_mass():
-    tokens, q = decode.PromptLookup(vocab=10).propose([1, 2, 3, 1, 2], 2, Sampling(), None)
-    assert tokens == [3, 1]
+    chain = decode.PromptLookup(vocab=10).propose([1, 2, 3, 1, 2], 3, Sampling(), None)   # 3 positions: 2 tokens
+    assert chain.tokens == (3, 1)
+    q = chain.q
     assert q.shape == (2, 10)
     assert np.isfinite(q).sum(axis=1).tolist() == [1, 1]
-    assert [int(np.argmax(r)) for r in q] == tokens
+    assert [int(np.argmax(r)) for r in q] == list(chain.tokens)
+
+
+# ------------------------------------------------------------------------------------------------
+# one Drafter protocol
+# ------------------------------------------------------------------------------------------------
+def test_every_draft_source_is_a_drafter(tiny_pair):
+    _, draft = tiny_pair
+    sources = [decode.ModelDraft(draft), decode.PromptLookup(V_SMALL), decode.NoDraft(),
+               tree.StaticTree(draft, [(0,), (1,)]), tree.EagleTree(draft, 4, 2, 2),
+               tree.SequoiaTree(draft, [0.5, 0.2], 4, 2)]
+    assert all(isinstance(d, Drafter) for d in sources)
+    assert not isinstance(object(), Drafter)
+
+
+def test_drafters_propose_within_the_budget(tiny_pair):
+    """``budget`` counts target positions: a chain of budget - 1 tokens, a tree of budget nodes."""
+    _, draft = tiny_pair
+    md, eagle = decode.ModelDraft(draft), tree.EagleTree(draft, 16, 3, 3)
+    for d in (md, eagle):
+        d.start(PROMPT)
+    chain = md.propose(PROMPT, 4, Sampling(), np.random.default_rng(0))
+    assert isinstance(chain, Chain) and chain.drafted == chain.height == 3 and chain.q is None
+    t = eagle.propose(PROMPT, 6, Sampling(), np.random.default_rng(0))
+    assert isinstance(t, tree.Tree) and t.n == 6 and t.drafted == 5 and 1 <= t.height <= 3
+    assert md.propose(PROMPT, 1, Sampling(), None).drafted == 0
+    for d in (md, eagle):
+        d.free()
+
+
+def test_generate_refuses_a_source_that_is_not_a_drafter(tiny_pair):
+    target, _ = tiny_pair
+    with pytest.raises(TypeError, match="list is not a Drafter"):
+        decode.generate(target, [1, 2], runtime.golden_verifier(), PROMPT, GenConfig(4, 2))
 
 
 # ------------------------------------------------------------------------------------------------
 # gamma schedule
 # ------------------------------------------------------------------------------------------------
+class NanLM:
+    """A stand-in draft model: zero logits, except NaN at token 3 of the row its ``bad_call``-th forward gives."""
+
+    name = "draft"
+
+    def __init__(self, vocab: int, bad_call: int) -> None:
+        self.vocab, self.bad_call, self.calls, self.length = vocab, bad_call, 0, 0
+
+    def forward(self, tokens):
+        self.calls += 1
+        self.length += len(tokens)
+        out = torch.zeros(len(tokens), self.vocab)
+        if self.calls == self.bad_call:
+            out[-1, 3] = float("nan")
+        return out
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_draft_nan_names_the_drafts_row(temperature):
+    """NaN in the draft model's row at position 2 is refused naming that row, q_2 (not p_2, not row 0)."""
+    draft = decode.ModelDraft(NanLM(8, bad_call=3))
+    with pytest.raises(decode.SpecdecError) as exc:
+        draft.propose([1, 2], 5, Sampling(temperature), np.random.default_rng(0))
+    msg = str(exc.value)
+    assert "q_2 (the draft's row at position 2), token 3" in msg and "nan" in msg, msg
+
+
 def test_gamma_auto_schedule_steps_and_bounds():
     s = GammaSchedule("auto", gamma_max=8)
     assert s.gamma == decode.AUTO_GAMMA_START == 4
@@ -230,6 +289,8 @@ def test_greedy_whole_loop_equals_argmax_chain(tiny_pair):
     cfg = GenConfig(max_new_tokens=12, gamma=3, stop_at_eos=False)
     gen = decode.generate(target, decode.ModelDraft(draft), verifier, PROMPT, cfg)
     ref = decode.generate(target, None, None, PROMPT, GenConfig(12, 0, stop_at_eos=False))
+    assert sum(r.emitted for r in gen.rounds) == 12 and sum(r.total_s for r in gen.rounds) <= gen.wall_s
+    assert [r.g for r in ref.rounds] == [0] * 12
     ctx, want = list(PROMPT), []
     for _ in range(12):
         target.reset()

@@ -1,4 +1,5 @@
-"""The generated header and register reference: current, compilable, and faithful to ``specdec.regmap``."""
+"""The generated header and register reference: current, compilable, and faithful to ``hwcontract`` (the register
+maps and their groups, the number formats, the build parameters, the exp tables)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hwcontract import regmap
-from hwcontract.regmap import CoreMap, StreamField, StreamFormat
+from hwcontract import formats, params, regmap
+from hwcontract.regmap import CoreMap, RegisterGroup, StreamField, StreamFormat
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "scripts" / "gen.py"
@@ -39,13 +40,19 @@ def run_gen(*args: str) -> subprocess.CompletedProcess:
 
 
 def parse_defines(text: str) -> dict[str, int]:
-    """Integer ``#define``s of a header (``0x..u`` / ``..u``); symbolic ones are left out."""
+    """Integer ``#define``s of a header (``0x..u``, ``..u``, ``..``, ``(-..)``); symbolic ones are left out."""
     out = {}
     for name, value in re.findall(r"^#define\s+(\w+)\s+(\S+)", text, flags=re.M):
-        m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|\d+)[uU]?", value)
+        m = re.fullmatch(r"\(?(-?(?:0[xX][0-9a-fA-F]+|\d+))[uU]?\)?", value)
         if m:
             out[name] = int(m.group(1), 0)
     return out
+
+
+def parse_arrays(text: str) -> dict[str, list[int]]:
+    """The ``static const`` integer arrays of a header, by name."""
+    found = re.findall(r"^static const \w+ (\w+)\[\w+\] = \{([^}]*)\};", text, flags=re.M)
+    return {name: [int(v) for v in body.replace(",", " ").split()] for name, body in found}
 
 
 def stream_core() -> CoreMap:
@@ -213,3 +220,87 @@ def test_markdown_mentions_every_register():
                 assert f"`{f.name}`" in md
         for f in m.error_bits:
             assert f"`{f.name}` | 0x{f.mask:08X}" in md
+
+
+# -- formats, parameters, tables, groups -----------------------------------------------------------
+
+def test_header_constants_equal_hwcontract():
+    """Every format and size constant the C++ uses, with its hwcontract value (signed: -inf is negative)."""
+    d = parse_defines(HEADER.read_text())
+    for name in ("LOGIT_FRAC", "LOGIT_NEG_INF", "CODE_MAX", "INV_TEMP_FRAC", "INV_TEMP_MAX", "EXP_FRAC", "EH_SIZE",
+                 "EL_SIZE", "EXP_LIMIT", "U_BITS", "RNG_WORD_BITS"):
+        assert d[f"SPECDEC_{name}"] == getattr(formats, name), name
+    for name in ("LOGIT_BITS", "TREE_MAX_NODES", "TREE_PARENT_BITS", "TREE_TOKEN_BITS", "KV_SLOTS", "KV_MAX_PAGES",
+                 "KV_MAX_BLOCKS", "VERIFIER_MAX_GAMMA", "VOCAB_LIMIT"):
+        assert d[f"SPECDEC_{name}"] == getattr(regmap, name), name
+    assert d["SPECDEC_LOGIT_NEG_INF"] == -32768 and "#define SPECDEC_LOGIT_NEG_INF" in HEADER.read_text()
+
+
+def test_header_parameters_equal_params():
+    """Default, least and largest value of every parameter; a set also its count and its values array."""
+    text = HEADER.read_text()
+    d, arrays = parse_defines(text), parse_arrays(text)
+    for core, ps in params.CORES.items():
+        for p in ps:
+            pp = f"SPECDEC_{core.upper()}_PARAM_{p.name}"
+            values = sorted(p.allowed)
+            assert (d[f"{pp}_DEFAULT"], d[f"{pp}_MIN"], d[f"{pp}_MAX"]) == (p.default, values[0], values[-1]), pp
+            interval = values == list(range(values[0], values[-1] + 1))
+            assert (f"{pp}_VALUES" in arrays) == (not interval), pp
+            if not interval:
+                assert d[f"{pp}_COUNT"] == len(values) and arrays[f"{pp}_VALUES"] == values, pp
+    assert parse_arrays(text)["SPECDEC_VERIFIER_PARAM_LANES_VALUES"] == [1, 2, 4, 8]
+
+
+def test_header_exp_tables_equal_formats():
+    arrays = parse_arrays(HEADER.read_text())
+    assert arrays["SPECDEC_EH"] == list(formats.EH_LIST) and arrays["SPECDEC_EL"] == list(formats.EL_LIST)
+
+
+def test_every_group_index_checked_by_the_compiler(tmp_path):
+    """Each group's size and each register's index in it, as the C++ result layouts use them."""
+    lines = ['#include "specdec_regs.h"']
+    for m in regmap.CORES.values():
+        for g in m.groups:
+            gp = f"SPECDEC_{m.name.upper()}_{g.name}"
+            lines.append(f"static_assert({gp}_COUNT == {len(g.registers)}u, \"{g.name}\");")
+            lines += [f"static_assert({gp}_{r}_INDEX == {i}u, \"{g.name}.{r}\");" for i, r in enumerate(g.registers)]
+    src = tmp_path / "groups.cpp"
+    src.write_text("\n".join(lines) + "\n")
+    _compile(["g++", "-std=c++17", "-Wall", "-Werror", "-fsyntax-only", "-I", str(HEADER.parent), str(src)])
+
+
+def test_groups_leave_the_ids_unchanged():
+    """A group only names registers: the hash (the ID register, the header's *_ID_HASH) ignores it."""
+    d = parse_defines(HEADER.read_text())
+    for m in regmap.CORES.values():
+        assert m.groups, m.name
+        bare = dataclasses.replace(m, groups=())
+        assert bare.map_hash() == m.map_hash() == d[f"SPECDEC_{m.name.upper()}_ID_HASH"]
+    # the values every driver and bitstream built so far carry
+    assert {n: m.map_hash() for n, m in regmap.CORES.items()} == {
+        "rng": 0xEE8698FE, "verifier": 0x2E661311, "treemask": 0x1F2FD1FE, "kvpage": 0xA96723DD}
+
+
+def test_group_of_unknown_register_is_refused():
+    rng = regmap.core("rng")
+    with pytest.raises(ValueError, match=r"group BAD names registers \['NOPE'\]"):
+        dataclasses.replace(rng, groups=(RegisterGroup("BAD", ("OUT", "NOPE"), "."),))
+    with pytest.raises(ValueError, match="duplicate group names"):
+        dataclasses.replace(rng, groups=(RegisterGroup("G", ("OUT",), "."), RegisterGroup("G", ("XOR",), ".")))
+    with pytest.raises(ValueError, match="distinct registers"):
+        dataclasses.replace(rng, groups=(RegisterGroup("G", ("OUT", "OUT"), "."),))
+    with pytest.raises(KeyError, match="groups: \\['RESULT'\\]"):
+        rng.group("MISSING")
+
+
+def test_markdown_lists_groups_formats_and_parameters():
+    md = MARKDOWN.read_text()
+    for m in regmap.CORES.values():
+        for g in m.groups:
+            assert f"| `{g.name}` | " + ", ".join(f"`{r}`" for r in g.registers) + " |" in md, (m.name, g.name)
+    assert "## Number formats and sizes" in md and "## Build parameters" in md
+    assert "| `LOGIT_NEG_INF` | -32768 |" in md and "| `U_BITS` | 24 |" in md
+    for core, ps in params.CORES.items():
+        for p in ps:
+            assert f"| {core} | `{p.name}` | {p.default} | {p.describe()} |" in md, (core, p.name)

@@ -1,4 +1,4 @@
-"""Tests for ``specdec.hw`` (build, lint, yosys report) and the ``specdec hw`` command line."""
+"""Tests for ``fpga.hw`` (build, lint, yosys report) and the ``specdec hw`` command line."""
 from __future__ import annotations
 
 import json

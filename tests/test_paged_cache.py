@@ -7,7 +7,10 @@
   is freed every page is back in the pool;
 * greedy speculative decoding (chain and tree) with paged caches on target and draft, sharing one core,
   is token-identical to target-only decoding with ``DynamicCache``;
-* an exhausted page pool raises KVPageError naming POOL_EMPTY, and the cache stays usable.
+* an exhausted page pool raises KVPageError naming POOL_EMPTY, and the cache stays usable;
+* the default paged cache serves the target's whole context: the page size comes from it and the core's
+  limits (``specdec.kvlayout``), a prompt over 1,024 tokens decodes as with dense caches, the pools grow
+  only as pages are used, and a context the core cannot hold is refused naming ``--dense-kv``.
 """
 from __future__ import annotations
 
@@ -18,14 +21,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import model_pairs  # noqa: E402
-from specdec import decode, runtime, tree  # noqa: E402
+from specdec import decode, kvlayout, models, runtime, tree  # noqa: E402
 from specdec.backends.golden import GoldenDevice  # noqa: E402
 from specdec.decode import GenConfig  # noqa: E402
 from specdec.drivers import KVPage, KVPageError  # noqa: E402
 from specdec.drivers.base import description  # noqa: E402
 from specdec.models import CacheStateError, CausalLM  # noqa: E402
-from specdec.paged import PagedCache, rows_for  # noqa: E402
-from test_tree_attention import assert_close, make_tree, masks, tiny_llama  # noqa: E402
+from specdec.kvlayout import KVCapacityError, pick_block  # noqa: E402
+from specdec.pairs import Pair  # noqa: E402
+from specdec.paged import INITIAL_POOL_PAGES, PagedCache, rows_for  # noqa: E402
+from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES  # noqa: E402
+from model_pairs import tiny_llama  # noqa: E402
+from tree_helpers import assert_close, make_tree, masks  # noqa: E402
 
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
 
@@ -237,7 +244,7 @@ def test_pool_exhaustion_raises(family_models):
     with pytest.raises(KVPageError, match="POOL_EMPTY") as exc:
         paged.forward(more)
     assert exc.value.op == "WRITE"
-    assert any("paged KV cache: writing row" in n for n in exc.value.__notes__)
+    assert any("paged KV cache: writing row" in n and "--dense-kv" in n for n in exc.value.__notes__)
     assert (paged.length, paged.pending, paged.cache.get_seq_length()) == (20, 0, 20)
     assert kv.free_pages == 0
     # still usable: 4 more tokens fit in the rows the failed forward mapped, logits as the dense cache
@@ -247,5 +254,87 @@ def test_pool_exhaustion_raises(family_models):
     paged.rollback(24)
     assert kv.free_pages == 16 - 12
     assert_table(paged, kv)
+    paged.free()
+    assert_no_leak(kv)
+
+
+# ------------------------------------------------------------------------------------------------
+# (f) the default paged cache serves the target's context
+# ------------------------------------------------------------------------------------------------
+def test_pick_block_serves_the_context():
+    """The page size: the smallest power of two from 16 at which every cache of the pair holds the whole
+    context (its rows within MAX_BLOCKS, all of them and a copied page each within PAGES)."""
+    full = dict(pages=KV_MAX_PAGES, max_blocks=KV_MAX_BLOCKS)
+    assert pick_block(1024, 2, **full) == 16                    # GPT-2: 64 rows, 130 pages
+    assert pick_block(8192, 2, **full) == 32                    # SmolLM2: 16 would need 2 x 513 pages
+    assert pick_block(8192, 1, **full) == 16                    # prompt lookup: one cache
+    assert pick_block(8192, 2, **full, block=64) == 64          # a page size that fits is kept
+    assert pick_block(None, 2, 256, 64) == kvlayout.DEFAULT_BLOCK   # the model does not say: unchecked
+    with pytest.raises(KVCapacityError) as exc:
+        pick_block(8192, 2, **full, block=16)
+    for part in ("context of 8192 tokens", "512 rows", "2 x 513 = 1026 pages", f"{KV_MAX_PAGES} pages",
+                 "--kv-block 32 or larger", "--dense-kv"):
+        assert part in str(exc.value), (part, str(exc.value))
+    with pytest.raises(KVCapacityError, match=f"no page size up to {kvlayout.BLOCK_MAX} tokens fits: use --dense-kv"):
+        pick_block(10 ** 8, 2, **full)
+
+
+@pytest.fixture(scope="module")
+def long_pair(torch_threads):
+    """The GPT-2 pair with 2,048 tokens of context, and a prompt text of more than 1,024 tokens."""
+    target, draft = model_pairs.gpt2_pair_models(n_positions=2048)
+    tok = models.gpt2_tokenizer()
+    pair = Pair(CausalLM(target, "target"), decode.ModelDraft(CausalLM(draft, "draft")), tok,
+                      "gpt2-2048", "gpt2-2048-draft")
+    passages = model_pairs.prompts(200)
+    text = ""
+    while len(tok(text)["input_ids"]) <= 1100:
+        text += passages.pop() + "\n"
+    return pair, text
+
+
+def test_long_prompt_with_the_default_paged_cache(long_pair):
+    """A prompt of more than 1,024 tokens (the old default's limit: 64 rows of 16 tokens) on a 2,048-token
+    model: the default paged cache decodes it token-identical to dense caches, and frees every page."""
+    pair, text = long_pair
+    job = {"prompts": [text], "max_new_tokens": 8, "gamma": 4, "sampling": {"temperature": 0.0}}
+    kv = runtime.golden_kvpage()
+    paged = runtime.execute(job, runtime.golden_verifier(), pair, kv=kv)
+    dense = runtime.execute({**job, "kv": False}, runtime.golden_verifier(), pair)
+    assert len(paged["generations"][0]["prompt_ids"]) > 1024
+    assert paged["generations"][0]["tokens"] == dense["generations"][0]["tokens"]
+    assert len(paged["generations"][0]["tokens"]) == 8
+    assert paged["kv"]["block"] == 16 and paged["kv"]["free_pages_after"] == kv.pages
+
+
+def test_context_beyond_the_core_names_dense_kv(long_pair):
+    """A page size at which the target's context does not fit the kvpage core is refused before the first
+    forward, naming the numbers, a page size that fits and --dense-kv."""
+    pair, text = long_pair
+    job = {"prompts": [text], "max_new_tokens": 8, "sampling": {"temperature": 0.0}, "kv": {"block": 1}}
+    kv = runtime.golden_kvpage()
+    with pytest.raises(KVCapacityError) as exc:
+        runtime.execute(job, runtime.golden_verifier(), pair, kv=kv)
+    for part in ("context of 2048 tokens", "2048 rows", f"{kv.max_blocks} rows", "--kv-block 16", "--dense-kv"):
+        assert part in str(exc.value), (part, str(exc.value))
+    assert kv.total_ops == 0, "the kvpage core was used before the refusal"
+
+
+def test_pools_grow_as_pages_are_used(family_models):
+    """On a full-size core (1,024 pages) the pools start small and double as higher pages are handed out;
+    the logits stay those of the dense cache."""
+    model = family_models["gpt2"]
+    kv = make_kv(pages=KV_MAX_PAGES, max_blocks=KV_MAX_BLOCKS)
+    paged, dense = CausalLM(model, "gpt2", kv=kv, block=2), CausalLM(model, "gpt2")
+    rng = np.random.default_rng(12)
+    sizes = []
+    for n in (6, 40, 30):
+        ids = tokens(rng, paged.vocab, n)
+        got, want = paged.forward(ids), dense.forward(ids)
+        for r in range(n):
+            assert_close(got[r], want[r], f"row {r} of a {n}-token forward")
+        sizes.append(paged.cache.layers[0].keys.shape[0])
+        assert sizes[-1] > max(paged.cache.table.rows)
+    assert sizes == [INITIAL_POOL_PAGES, 32, 64], sizes
     paged.free()
     assert_no_leak(kv)

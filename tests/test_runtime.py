@@ -1,4 +1,5 @@
-"""The runtime (``specdec.runtime``) on config-built GPT-2 (V=50257) and OPT (V=50272) pairs.
+"""The runtime (``specdec.runtime``, ``specdec.job``, ``specdec.metrics``) on config-built GPT-2 (V=50257) and
+OPT (V=50272) pairs.
 
 Greedy speculative decoding must be token-identical to Hugging Face greedy ``generate`` of the target
 alone, on the golden model (``ref``) and on the RTL verifier in Verilator (``sim``). Each identity run
@@ -8,39 +9,21 @@ its outputs are not one repeated token, so KV-cache rollback is on the tested pa
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 
 import model_pairs
-from specdec import decode, runtime
+from greedy_identity import (N_LONG, N_NEW, Reference, assert_exercised, assert_identical, greedy_job,
+                             sim_available)
+from specdec import decode, metrics, pairs, runtime
 from specdec.decode import GenConfig, Generation, Round
-from specdec.errors import HardwareMismatch, SpecdecError
+from specdec.errors import HardwareMismatch, OptionError, SpecdecError
+from specdec.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
 
-N_NEW = 64          # new tokens per prompt in the identity proofs
 N_QUICK = 10        # prompts in the default suite
-N_LONG = 50         # prompts under `long`
-
-
-def greedy_job(dirs, prompts: list[str], gamma, n_new: int = N_NEW) -> dict:
-    return {"target": dirs[0], "draft": dirs[1], "prompts": prompts, "max_new_tokens": n_new, "gamma": gamma,
-            "seed": 0, "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}}
-
-
-class Reference:
-    """HF greedy outputs of a pair's target, computed once per prompt."""
-
-    def __init__(self, pair) -> None:
-        self.model, self.cache = pair.target.model, {}
-
-    def __call__(self, ids: list[int], n: int) -> list[int]:
-        key = (tuple(ids), n)
-        if key not in self.cache:
-            self.cache[key] = model_pairs.hf_greedy(self.model, ids, n)
-        return self.cache[key]
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +31,18 @@ def refs(gpt2_pair, opt_pair):
     return {"gpt2": Reference(gpt2_pair), "opt": Reference(opt_pair)}
 
 
-def assert_identical(result: dict, ref: Reference, n_new: int = N_NEW) -> None:
-    """Every generation of ``result`` equals the target-only HF greedy output."""
-    for i, g in enumerate(result["generations"]):
-        want = ref(g["prompt_ids"], n_new)
-        assert g["tokens"] == want, f"prompt {i}: speculative output differs from HF greedy generate"
-
-
-def assert_exercised(result: dict) -> None:
-    """Both accepts and rejects happened, and outputs are not one token repeated."""
-    s = result["summary"]
-    assert 0.05 < s["acceptance"] < 0.95, f"acceptance {s['acceptance']} gives a weak identity test"
-    assert all(model_pairs.is_varied(g["tokens"]) for g in result["generations"])
-
-
 def with_prompt_lookup(pair):
-    return dataclasses.replace(pair, draft=decode.PromptLookup(pair.vocab), draft_name=runtime.PROMPT_LOOKUP)
+    return dataclasses.replace(pair, draft=decode.PromptLookup(pair.vocab), draft_name=PROMPT_LOOKUP)
+
+
+def assert_rounds_timed(result: dict) -> None:
+    """Every round's ``total_s`` is a duration inside its generation, and its parts fit in it."""
+    for g in result["generations"]:
+        assert sum(r["total_s"] for r in g["rounds"]) <= g["wall_s"]
+        for r in g["rounds"]:
+            parts = (r["draft_s"] + r["mask_s"] + r["target_s"] + r["quantize_transfer_s"] + r["verify_s"]
+                     + r["host_s"])
+            assert 0 < r["total_s"] == pytest.approx(parts, abs=1e-6)
 
 
 def assert_paged(res: dict, kv) -> None:
@@ -85,6 +64,7 @@ def run_identity(family: str, dirs, pair, ref, n_prompts: int) -> None:
     assert_identical(res, ref)
     assert_exercised(res)
     assert_paged(res, kv)
+    assert_rounds_timed(res)
     kv = runtime.golden_kvpage()
     auto = runtime.execute(greedy_job(dirs, prompts[:10], "auto"), runtime.golden_verifier(), pair, kv=kv)
     assert_identical(auto, ref)
@@ -121,16 +101,6 @@ def test_greedy_gamma0_baseline_equals_hf(gpt2_dirs, gpt2_pair, refs):
 # ------------------------------------------------------------------------------------------------
 # RTL verifier in Verilator
 # ------------------------------------------------------------------------------------------------
-def sim_available() -> bool:
-    pytest.importorskip("cocotb")
-    from specdec.backends import simulator as harness
-    try:
-        harness.verilator_on_path()
-    except Exception:
-        return False
-    return shutil.which("verilator") is not None
-
-
 def run_sim_checked(dirs, ref, n_prompts: int, n_new: int) -> dict:
     if not sim_available():
         pytest.skip("verilator not found")
@@ -190,7 +160,7 @@ def test_nan_draft_logits_raise(gpt2_pair):
 
 def test_empty_prompt_raises(gpt2_pair):
     with pytest.raises(ValueError, match="empty"):
-        runtime.encode(gpt2_pair.tokenizer, "")
+        pairs.encode(gpt2_pair.tokenizer, "")
     with pytest.raises(ValueError, match="empty"):
         decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [], GenConfig(8, 4))
 
@@ -244,19 +214,76 @@ def test_golden_device_with_other_hash_is_refused():
 
 
 # ------------------------------------------------------------------------------------------------
+# The typed job: every field checked, JSON round trip
+# ------------------------------------------------------------------------------------------------
+def test_job_json_round_trip():
+    job = Job(("a", "b"), target="t", draft="d", max_new_tokens=8, gamma="auto", seed=3,
+              sampling=decode.Sampling(0.8, 20, 0.9), tree=TreeSpec("sequoia", 12, acceptance=(0.5, 0.25)),
+              kv_block=None)
+    again = Job.from_json(job.to_json())
+    assert again == job
+    assert again.config(2) == GenConfig(8, "auto", decode.Sampling(0.8, 20, 0.9), 5, tree_budget=12)
+    assert as_job({"prompts": ["x"]}) == Job(("x",))          # every other field at its default
+    assert as_job({"prompts": ["x"], "kv": False}).kv_block is None
+
+
+@pytest.mark.parametrize("fields,option,value", [
+    ({"seed": -1}, "seed", -1),
+    ({"max_new_tokens": 0}, "max_new_tokens", 0),
+    ({"max_new_tokens": 2.5}, "max_new_tokens", 2.5),
+    ({"gamma": 17}, "gamma", 17),
+    ({"gamma": "x"}, "gamma", "x"),
+    ({"prompts": [""]}, "prompt", ""),
+    ({"prompts": []}, "prompts", []),
+    ({"sampling": {"temperature": -1}}, "temperature", -1),
+    ({"sampling": {"temperature": 1e-4}}, "temperature", 1e-4),
+    ({"sampling": {"top_k": -2}}, "top_k", -2),
+    ({"sampling": {"top_p": 0}}, "top_p", 0),
+    ({"sampling": {"top_q": 1}}, "sampling field", "top_q"),
+    ({"kv": {"block": 0}}, "kv_block", 0),
+    ({"kv": {"pages": 4}}, "kv field", "pages"),
+    ({"tree": {"kind": "bushy"}}, "tree kind", "bushy"),
+    ({"tree": {"kind": "eagle", "budget": 65}}, "tree budget", 65),
+    ({"tree": {"kind": "eagle", "depth": 0}}, "tree depth", 0),
+    ({"tree": {"kind": "sequoia", "acceptance": [0.5, 1.5]}}, "tree acceptance", [0.5, 1.5]),
+    ({"tree": {"kind": "static", "paths": [[0], [1, 0]]}}, "tree paths", [[0], [1, 0]]),
+    ({"tree": {"kind": "eagle"}, "draft": PROMPT_LOOKUP}, "draft", PROMPT_LOOKUP),
+    ({"max_new_token": 8}, "job field", "max_new_token"),
+])
+def test_job_field_errors_name_option_and_value(fields, option, value):
+    with pytest.raises(OptionError) as exc:
+        as_job({"prompts": ["x"], **fields})
+    assert (exc.value.option, exc.value.value) == (option, value)
+    assert str(exc.value).startswith(f"{option} must be ") and str(exc.value).endswith(f"got {value!r}")
+
+
+def test_job_is_validated_again_when_replaced():
+    job = Job(("x",))
+    with pytest.raises(OptionError, match="gamma"):
+        dataclasses.replace(job, gamma=-1)
+
+
+# ------------------------------------------------------------------------------------------------
 # summarize / stats_line on handcrafted rounds
 # ------------------------------------------------------------------------------------------------
 def handmade() -> list[Generation]:
-    r1 = Round(g=4, n_accept=4, emitted=5, draft_s=0.1, target_s=0.2, quantize_transfer_s=0.05, verify_s=0.05,
-               total_s=0.5, cycles=100)
-    r2 = Round(2, 0, 1, 0.05, 0.1, 0.02, 0.03, 0.3, 40)
-    r3 = Round(2, 1, 2, 0.05, 0.1, 0.02, 0.03, 0.2, 60)
+    r1 = Round(g=4, n_accept=4, emitted=5, depth=4, draft_s=0.1, target_s=0.2, quantize_transfer_s=0.05,
+               verify_s=0.05, total_s=0.5, cycles=100)
+    r2 = Round(g=2, n_accept=0, emitted=1, depth=2, draft_s=0.05, target_s=0.1, quantize_transfer_s=0.02,
+               verify_s=0.03, total_s=0.3, cycles=40)
+    r3 = Round(g=2, n_accept=1, emitted=2, depth=2, draft_s=0.05, target_s=0.1, quantize_transfer_s=0.02,
+               verify_s=0.03, total_s=0.2, cycles=60)
     return [Generation([1, 2, 3, 4, 5], [r1], prefill_s=0.1, wall_s=1.0, stopped_at_eos=False),
             Generation([6, 7, 8], [r2, r3], prefill_s=0.3, wall_s=1.0, stopped_at_eos=True)]
 
 
+def test_round_takes_named_fields_only():
+    with pytest.raises(TypeError):
+        Round(2, 1, 2, 2, 0.1)      # noqa: the positional form is refused
+
+
 def test_summarize_fields():
-    s = runtime.summarize(handmade())
+    s = metrics.summarize(handmade())
     assert (s["prompts"], s["new_tokens"], s["target_calls"], s["drafted"], s["accepted"]) == (2, 8, 3, 8, 5)
     assert s["wall_s"] == pytest.approx(2.0) and s["tokens_per_s"] == pytest.approx(4.0)
     assert s["acceptance"] == pytest.approx(5 / 8)
@@ -273,16 +300,16 @@ def test_summarize_fields():
 
 
 def test_summarize_baseline_and_empty():
-    base = runtime.summarize([Generation([1, 2], [Round(0, 0, 1, 0, 0.1, 0, 0, 0.1), Round(0, 0, 1, 0, 0.1, 0, 0, 0.1)],
-                                         0.0, 0.5, False)])
+    one = Round(g=0, n_accept=0, emitted=1, depth=0, target_s=0.1, total_s=0.1)
+    base = metrics.summarize([Generation([1, 2], [one, one], 0.0, 0.5, False)])
     assert base["acceptance"] is None and base["per_position_acceptance"] == []
     assert base["tokens_per_call"] == 1.0
-    empty = runtime.summarize([])
+    empty = metrics.summarize([])
     assert empty["tokens_per_s"] == 0.0 and empty["target_calls"] == 0
 
 
 def test_stats_line_fields():
-    line = runtime.stats_line(runtime.summarize(handmade()))
+    line = metrics.stats_line(metrics.summarize(handmade()))
     for part in ("4.0 tok/s", "acceptance 0.62", "2.67 tokens/target call", "per position [0.67 0.50 1.00 1.00]"):
         assert part in line
 

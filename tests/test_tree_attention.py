@@ -15,24 +15,13 @@ pytest.importorskip("transformers")
 import model_pairs  # noqa: E402
 from specdec import models  # noqa: E402
 from specdec.models import CacheStateError, CausalLM  # noqa: E402
-from hwcontract.regmap import TREE_MAX_NODES  # noqa: E402
 from specdec.tree import Tree  # noqa: E402
-from hls_ref.treemask import tree_mask  # noqa: E402
+from hls_ref.vectors import random_parents  # noqa: E402
+from model_pairs import tiny_llama  # noqa: E402
+from tree_helpers import assert_close, make_tree, masks  # noqa: E402
 
-#: Relative tolerance on logits (scaled by the row's largest magnitude).
-RTOL = 1e-4
 #: Context length before the tree.
 CTX = 9
-
-
-def tiny_llama(seed: int = 0):
-    """A 2-layer Llama (grouped-query attention, rotary positions) at SmolLM2's vocabulary size."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      initializer_range=model_pairs.INIT_STD)
-    return LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(scope="module")
@@ -41,25 +30,8 @@ def family_models(torch_threads):
             "llama": tiny_llama()}
 
 
-def random_parents(n: int, rng: np.random.Generator) -> tuple[int, ...]:
-    return (-1,) + tuple(int(rng.integers(0, i)) for i in range(1, n))
-
-
-def make_tree(kind: str, vocab: int, seed: int = 0) -> Tree:
-    """chain: 8 nodes in a line; wide: a root and 15 children; random: 20 nodes; full: 64 random nodes."""
-    rng = np.random.default_rng(seed)
-    parents = {"chain": (-1,) + tuple(range(7)), "wide": (-1,) + (0,) * 15,
-               "random": random_parents(20, rng), "full": random_parents(TREE_MAX_NODES, rng)}[kind]
-    return Tree(parents, rng.integers(0, vocab, len(parents)).tolist())
-
-
 def context(vocab: int, seed: int = 1) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab, CTX).tolist()
-
-
-def masks(tree: Tree) -> tuple[np.ndarray, np.ndarray]:
-    m = tree_mask(tree.parents)
-    return m.dense(), np.asarray(m.depth)
 
 
 def path_logits(model, ctx: list[int], tree: Tree) -> list[torch.Tensor]:
@@ -71,12 +43,6 @@ def path_logits(model, ctx: list[int], tree: Tree) -> list[torch.Tensor]:
         rows.append(lm.forward([tree.tokens[u] for u in tree.path_to(v)])[-1])
         lm.rollback(len(ctx))
     return rows
-
-
-def assert_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    err = (got - want).abs().max().item()
-    scale = max(want.abs().max().item(), 1.0)
-    assert err <= RTOL * scale, f"{what}: max |diff| {err:.3g} > {RTOL} x {scale:.3g}"
 
 
 @pytest.mark.parametrize("family", ["gpt2", "opt", "llama"])
@@ -197,7 +163,7 @@ def test_demo_target_tree(torch_threads, monkeypatch):
         pytest.skip(str(e))
     lm = CausalLM(model, models.DEMO_TARGET)
     rng = np.random.default_rng(7)
-    tree = Tree(random_parents(24, rng), rng.integers(0, lm.vocab, 24).tolist())
+    tree = Tree(random_parents(rng, 24), rng.integers(0, lm.vocab, 24).tolist())
     ctx = context(lm.vocab)
     lm.forward(ctx)
     out = lm.forward_tree(tree.tokens, *masks(tree))

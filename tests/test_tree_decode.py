@@ -1,4 +1,4 @@
-"""Tree speculation through the whole loop (``specdec.decode.tree_round``) on config-built GPT-2 and OPT
+"""Tree speculation through the whole loop (``specdec.decode.generate``) on config-built GPT-2 and OPT
 pairs: draft tree -> treemask core -> target tree forward -> verifier tree walk -> cache commit.
 
 Greedy tree decoding must be token-identical to target-only greedy decoding (Hugging Face ``generate``) on
@@ -14,9 +14,10 @@ import pytest
 import model_pairs
 from specdec import decode, runtime, tree
 from specdec.decode import GenConfig, Sampling
-from specdec.errors import CoreError
+from specdec.errors import CoreError, OptionError
+from specdec.job import TreeSpec
 
-from test_runtime import N_LONG, N_NEW, Reference, assert_identical, greedy_job, sim_available
+from greedy_identity import N_LONG, N_NEW, Reference, assert_identical, greedy_job, sim_available
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -127,15 +128,15 @@ def test_sequoia_calibrates_when_no_vector_given(gpt2_dirs, gpt2_pair):
 # Bad input: clear errors
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,message", [
-    ({"kind": "bushy"}, "tree kind 'bushy'"),
-    ({"kind": "eagle", "budget": 65}, "tree budget must be an integer in 2..64"),
+    ({"kind": "bushy"}, "tree kind must be one of static, eagle, sequoia, got 'bushy'"),
+    ({"kind": "eagle", "budget": 65}, r"tree budget must be an integer in 2\.\.64"),
     ({"kind": "eagle", "budget": 1}, "tree budget"),
     ({"kind": "eagle", "depth": 0}, "tree depth"),
     ({"kind": "eagle", "topk": 64}, "tree topk"),
 ])
 def test_bad_tree_specs_raise(spec, message):
-    with pytest.raises(ValueError, match=message):
-        runtime.check_tree(spec)
+    with pytest.raises(OptionError, match=message):
+        TreeSpec.from_dict(spec)
 
 
 def test_tree_budget_over_core_limit_raises(gpt2_pair):

@@ -10,7 +10,7 @@ from specdec.cli import main
 
 def test_bench_treemask_small(tmp_path):
     out = tmp_path / "t.json"
-    assert main(["bench", "treemask", "--nodes", "1,8", "--nodes-max", "8", "--no-synth", "--out", str(out)]) == 0
+    assert main(["bench", "treemask", "--nodes", "1,8", "--nodes-max", "8", "--no-synth", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     for key in ("core", "nodes_max", "backend", "model", "per_n", "resources", "sim_wall_s"):
         assert key in res, key

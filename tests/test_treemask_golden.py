@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hls_ref import treemask as tm
+from hls_ref.vectors import CHAIN3_PATHS, MEDUSA_PATHS, random_parents
 from hwcontract.formats import pack_mask_word, unpack_mask_word
 from hwcontract.regmap import core
 from specdec.tree import parents_from_paths
@@ -33,15 +34,11 @@ def walk_reference(parents, i: int) -> set[int]:
     return out
 
 
-def random_parents(rnd, n):
-    return [-1] + [int(rnd.integers(0, i)) for i in range(1, n)]
-
-
 def test_examples_literal():
-    chain = parents_from_paths([(0,), (0, 0), (0, 0, 0)])
+    chain = parents_from_paths(CHAIN3_PATHS)
     m = tm.tree_mask(chain)
     assert m.rows == (0b1, 0b11, 0b111, 0b1111) and m.depth == (0, 1, 2, 3) and m.max_depth == 3 and m.err == 0
-    tree = parents_from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)])
+    tree = parents_from_paths(MEDUSA_PATHS)
     m = tm.tree_mask(tree)
     assert m.dense().astype(int).tolist() == [[1, 0, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0, 0],
                                               [1, 1, 0, 1, 0, 0, 0], [1, 1, 0, 0, 1, 0, 0], [1, 0, 1, 0, 0, 1, 0],

@@ -8,6 +8,7 @@ from hls_ref import verifier as golden
 from specdec.backends.golden import GoldenDevice
 from specdec.drivers import DmaStream, Verifier
 from specdec.drivers.base import description
+from specdec.errors import CoreTimeout
 from hwcontract.formats import LOGIT_NEG_INF
 from specdec.backends import simulator as harness
 from tb.verifier.driver_checks import Checker, check_verifier_driver
@@ -64,6 +65,44 @@ def test_driver_through_fake_dma():
     drv.verify([int(p[0].argmax())], p, p[:1].copy())
     assert np.array_equal(buf[0, :10], golden.quantize(p[0])) and (buf[0, 10:12] == LOGIT_NEG_INF).all()
     assert np.array_equal(dma.sent[-1], buf[2, :12])
+
+
+class HangingDma(FakeDma):
+    """A DMA whose MM2S channel never goes idle again from its transfer number ``hang_at`` (from 0) on."""
+
+    def __init__(self, stream, hang_at: int) -> None:
+        super().__init__(stream)
+        self.hang_at = hang_at
+
+    def transfer(self, array, start: int = 0, nbytes: int = 0) -> None:
+        if len(self.sent) >= self.hang_at:
+            self.sent.append(array)
+            self.idle = False
+            return
+        super().transfer(array)
+
+
+def test_timeouts_inside_a_round_leave_the_core_idle():
+    """A DMA that hangs on a round's second row, and a core that does not answer within the poll budget: each
+    raises CoreTimeout, leaves the core idle (soft-reset), and the next round is decided from its own rows."""
+    dev = GoldenDevice({0: "verifier"}, params={0: {"lanes": 4, "vocab_max": 64}})
+    dma = HangingDma(dev.stream(0), hang_at=1)
+    drv = Verifier(description("verifier", dev), DmaStream(dma, allocator=np.zeros, poll_limit=5))
+    c = Checker(drv, exact_cycles=True)
+    p = np.random.default_rng(4).normal(size=(3, 20))
+    draft = [int(p[0].argmax()), int(p[1].argmax())]      # greedy: p_0 accepted, so p_1 is sent
+    with pytest.raises(CoreTimeout, match="DMA send"):
+        drv.verify(draft, p, greedy=True)
+    assert drv.read_fields("STATUS") == {"BUSY": 0, "DONE": 0, "ERROR": 0} and drv.read_reg("ERR") == 0
+    dma.hang_at, dma.idle = 1 << 30, True
+    c.round(draft, p, greedy=True)
+    drv.poll_limit = 0                                    # position 0 is never seen decided
+    with pytest.raises(CoreTimeout, match="position 0"):
+        drv.verify(draft, p, greedy=True)
+    assert drv.read_fields("STATUS") == {"BUSY": 0, "DONE": 0, "ERROR": 0} and drv.read_reg("ERR") == 0
+    drv.poll_limit = Verifier.poll_limit
+    c.round(draft, p, greedy=True)
+    c.round(draft, p, p[:2].copy(), temperature=0.7)
 
 
 def test_full_vocabulary_round_on_golden():

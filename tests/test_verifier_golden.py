@@ -18,7 +18,8 @@ import pytest
 from hls_ref import verifier as v
 from hls_ref.rng import xoshiro128pp
 from hwcontract.regmap import core
-from tb.verifier.lossless import ALPHA, chi2_pvalue, make_family
+from hls_ref.vectors import TREE_PARENTS, make_family, make_tree_case, random_chain_round
+from tb.verifier.lossless import ALPHA, check_tree_lossless, chi2_pvalue, tree_emitted
 
 NEG = -32768
 ERR = core("verifier").reg("ERR")
@@ -229,42 +230,18 @@ def test_row_stats_full_vocab(vocab):
 # ------------------------------------------------------------------------------------------------
 # Whole rounds against the naive reference
 # ------------------------------------------------------------------------------------------------
-def random_case(rng: np.random.Generator):
-    g = int(rng.integers(0, 17))
-    vocab = int(rng.integers(8, 65))
-    lanes = int(rng.choice([1, 2, 3, 4, 8]))
-    greedy = bool(rng.random() < 0.25)
-    inv_temp = int(rng.choice([64, 128, 256, 300, 512, int(rng.integers(1, 1024))]))
-    spread = int(rng.choice([100, 1000, 4000, 20000]))
-    p = rng.integers(-spread, 1, (g + 1, vocab)).astype(np.int16)
-    q = rng.integers(-spread, 1, (g, vocab)).astype(np.int16)
-    if rng.random() < 0.3:  # masks, as top-k would leave
-        p[rng.random(p.shape) < 0.4] = NEG
-        q[rng.random(q.shape) < 0.4] = NEG
-        p[:, 0] = np.maximum(p[:, 0], -5)
-        q[:, 0] = np.maximum(q[:, 0], -5)
-    if rng.random() < 0.2:
-        q = p[:g].copy()
-    draft = np.zeros(g, dtype=np.int64)
-    for i in range(g):
-        if greedy and rng.random() < 0.7:
-            draft[i] = int(np.argmax(p[i]))
-        else:
-            draft[i] = rng.choice(vocab, p=v.fixed_point_dist(q[i], inv_temp))
-    return p, q, draft, greedy, inv_temp, lanes
-
-
 def test_verify_matches_naive():
     rng = np.random.default_rng(2024)
     seen = set()
     for _ in range(320):
-        p, q, draft, greedy, inv_temp, lanes = random_case(rng)
-        words = words_for(rng, len(draft) + 1)
-        got = v.verify(p, q, draft, greedy=greedy, inv_temp=inv_temp, words=words, lanes=lanes)
-        ref = verify_n(p, q, draft.tolist(), greedy, inv_temp, words, lanes)
+        r = random_chain_round(rng, 64, 16)
+        lanes = int(rng.choice([1, 2, 3, 4, 8]))         # 3: the model takes any beat width
+        words = r.words()
+        got = v.verify(r.p, r.q, r.draft, greedy=r.greedy, inv_temp=r.inv_temp, words=words, lanes=lanes)
+        ref = verify_n(r.p, r.q, list(r.draft), r.greedy, r.inv_temp, words, lanes)
         assert got == ref
         assert got.err == 0
-        seen.add((greedy, got.n_accept == len(draft)))
+        seen.add((r.greedy, got.n_accept == r.gamma))
     assert seen == {(False, False), (False, True), (True, False), (True, True)}
 
 
@@ -463,7 +440,6 @@ def test_fixed_point_dist():
 # ------------------------------------------------------------------------------------------------
 # Tree mode
 # ------------------------------------------------------------------------------------------------
-from tb.verifier.lossless import TREE_PARENTS, check_tree_lossless, make_tree_case, tree_emitted  # noqa: E402
 
 
 def tree_tokens_emitted(rows, tokens, trials: int, inv_temp: int, lanes: int, rng) -> list[list[int]]:

@@ -12,8 +12,8 @@
 // ROLLBACK and FREE relabel slots, and a zombie's chain joins the free list with one link. Reference counts
 // are not stored: REFS computes them as the RTL does, from ROWOF and the 64 block tables.
 //
-// Register map, op and kind codes, error bits and result fields come from specdec_regs.h, generated from
-// host/specdec/regmap.py.
+// Register map, op and kind codes, error bits, the result layout (register groups RESULT and STATE), the
+// sizes and the PAGES / MAX_BLOCKS bounds come from specdec_regs.h, generated from hwcontract.
 #include <stdint.h>
 
 #include <new>
@@ -23,12 +23,13 @@
 // Loop labels name the loops for Vitis HLS reports and directives; g++ sees them as unused.
 #pragma GCC diagnostic ignored "-Wunused-label"
 
-// Sizes (specdec.regmap: KV_SLOTS, KV_MAX_PAGES, KV_MAX_BLOCKS; check_params' lower bounds).
-static const int SLOTS = 64;              // one bit per slot in MASK_HI:MASK_LO, SEQS_*, BRANCHES_*
-static const int MAX_PAGES = 1024;        // largest PAGES: page ids fit 10 bits
-static const int MAX_BLOCKS_MAX = 1024;   // largest MAX_BLOCKS: rows of one block table
-static const uint32_t MIN_PAGES = 16;
-static const uint32_t MIN_BLOCKS = 4;
+// Sizes: one bit per slot in MASK_HI:MASK_LO, SEQS_*, BRANCHES_*; memories for the largest build.
+static const int SLOTS = SPECDEC_KV_SLOTS;
+static const int MAX_PAGES = SPECDEC_KVPAGE_PARAM_PAGES_MAX;
+static const int MAX_BLOCKS_MAX = SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MAX;
+static_assert(SPECDEC_KVPAGE_PARAM_PAGES_MAX == SPECDEC_KV_MAX_PAGES &&
+              SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MAX == SPECDEC_KV_MAX_BLOCKS, "parameters reach the map's sizes");
+static_assert(SLOTS == 64, "slot masks are 64-bit words");
 
 // Op codes, slot kinds and error bits from the map.
 static const uint32_t OP_NEW = SPECDEC_KVPAGE_OP_CODE_NEW;
@@ -77,38 +78,29 @@ static_assert(SPECDEC_KVPAGE_ERR_BAD_ROW == SPECDEC_KVPAGE_ERR_BAD_ROW_MASK, "er
 static_assert(SPECDEC_KVPAGE_ERR_SHARED_ROW == SPECDEC_KVPAGE_ERR_SHARED_ROW_MASK, "error bits are ERR fields");
 static_assert(SPECDEC_KVPAGE_ERR_BAD_PAGE == SPECDEC_KVPAGE_ERR_BAD_PAGE_MASK, "error bits are ERR fields");
 
-// Result and state registers RES_SLOT .. BRANCHES_HI: contiguous words, indexed from RES_SLOT.
-#define KV_REG_INDEX(name) \
-    ((int)((SPECDEC_KVPAGE_##name##_OFFSET - SPECDEC_KVPAGE_RES_SLOT_OFFSET) / SPECDEC_WORD_BYTES))
+// Result and state registers: the RESULT group (the registers an operation may write), then the STATE group
+// (always visible), in the groups' order.
 enum {
-    REG_RES_SLOT = KV_REG_INDEX(RES_SLOT),
-    REG_RES_PAGE = KV_REG_INDEX(RES_PAGE),
-    REG_RES_SRC = KV_REG_INDEX(RES_SRC),
-    REG_RES_FLAGS = KV_REG_INDEX(RES_FLAGS),
-    REG_RES_REFS = KV_REG_INDEX(RES_REFS),
-    REG_RES_INFO = KV_REG_INDEX(RES_INFO),
-    REG_RES_LEN = KV_REG_INDEX(RES_LEN),
-    REG_RES_BASE = KV_REG_INDEX(RES_BASE),
-    REG_RES_COUNT = KV_REG_INDEX(RES_COUNT),
-    REG_FREE_PAGES = KV_REG_INDEX(FREE_PAGES),
-    REG_SEQS_LO = KV_REG_INDEX(SEQS_LO),
-    REG_SEQS_HI = KV_REG_INDEX(SEQS_HI),
-    REG_BRANCHES_LO = KV_REG_INDEX(BRANCHES_LO),
-    REG_BRANCHES_HI = KV_REG_INDEX(BRANCHES_HI),
-    NUM_REGS
+    REG_RES_SLOT = SPECDEC_KVPAGE_RESULT_RES_SLOT_INDEX,
+    REG_RES_PAGE = SPECDEC_KVPAGE_RESULT_RES_PAGE_INDEX,
+    REG_RES_SRC = SPECDEC_KVPAGE_RESULT_RES_SRC_INDEX,
+    REG_RES_FLAGS = SPECDEC_KVPAGE_RESULT_RES_FLAGS_INDEX,
+    REG_RES_REFS = SPECDEC_KVPAGE_RESULT_RES_REFS_INDEX,
+    REG_RES_INFO = SPECDEC_KVPAGE_RESULT_RES_INFO_INDEX,
+    REG_RES_LEN = SPECDEC_KVPAGE_RESULT_RES_LEN_INDEX,
+    REG_RES_BASE = SPECDEC_KVPAGE_RESULT_RES_BASE_INDEX,
+    REG_RES_COUNT = SPECDEC_KVPAGE_RESULT_RES_COUNT_INDEX,
+    NUM_RES_REGS = SPECDEC_KVPAGE_RESULT_COUNT,   // the result registers an operation writes
+    REG_FREE_PAGES = NUM_RES_REGS + SPECDEC_KVPAGE_STATE_FREE_PAGES_INDEX,
+    REG_SEQS_LO = NUM_RES_REGS + SPECDEC_KVPAGE_STATE_SEQS_LO_INDEX,
+    REG_SEQS_HI = NUM_RES_REGS + SPECDEC_KVPAGE_STATE_SEQS_HI_INDEX,
+    REG_BRANCHES_LO = NUM_RES_REGS + SPECDEC_KVPAGE_STATE_BRANCHES_LO_INDEX,
+    REG_BRANCHES_HI = NUM_RES_REGS + SPECDEC_KVPAGE_STATE_BRANCHES_HI_INDEX,
+    NUM_REGS = NUM_RES_REGS + SPECDEC_KVPAGE_STATE_COUNT
 };
-static const int NUM_RES_REGS = REG_RES_COUNT + 1;   // the result registers an operation writes
-static_assert(REG_RES_SLOT == 0 && REG_RES_PAGE == REG_RES_SLOT + 1 && REG_RES_SRC == REG_RES_PAGE + 1 &&
-              REG_RES_FLAGS == REG_RES_SRC + 1 && REG_RES_REFS == REG_RES_FLAGS + 1 &&
-              REG_RES_INFO == REG_RES_REFS + 1 && REG_RES_LEN == REG_RES_INFO + 1 &&
-              REG_RES_BASE == REG_RES_LEN + 1 && REG_RES_COUNT == REG_RES_BASE + 1 &&
-              REG_FREE_PAGES == REG_RES_COUNT + 1 && REG_SEQS_LO == REG_FREE_PAGES + 1 &&
-              REG_SEQS_HI == REG_SEQS_LO + 1 && REG_BRANCHES_LO == REG_SEQS_HI + 1 &&
-              REG_BRANCHES_HI == REG_BRANCHES_LO + 1,
-              "RES_SLOT .. BRANCHES_HI are contiguous registers, the result registers first");
 
 // Words of kvpage_core's result: ERR, the cycle model's CYCLES_BUSY, the mask of the result registers the
-// operation wrote (bit i: register REG_RES_SLOT + i), then the values of RES_SLOT .. BRANCHES_HI.
+// operation wrote (bit i: register i of the RESULT group), then the values of the RESULT and STATE groups.
 enum { OUT_ERR = 0, OUT_CYCLES, OUT_WRITTEN, OUT_REGS, OUT_COUNT = OUT_REGS + NUM_REGS };
 
 // The core's state. The per-slot fields are registers (the 64-wide masks and priority encoders read them
@@ -483,14 +475,21 @@ out:
 
 // ---- host entries (not synthesised) -----------------------------------------------------------
 
-static bool pow2_in(uint32_t v, uint32_t lo, uint32_t hi) { return lo <= v && v <= hi && (v & (v - 1)) == 0; }
+// Whether `v` is one of the `n` allowed values of a build parameter (SPECDEC_KVPAGE_PARAM_*_VALUES).
+static bool param_in(uint32_t v, const int32_t *allowed, int n) {
+    for (int i = 0; i < n; ++i)
+        if (v == (uint32_t)allowed[i]) return true;
+    return false;
+}
 
 extern "C" {
 
-// A core after reset with PAGES = pages and MAX_BLOCKS = max_blocks (powers of two in 16..1024 and
-// 4..1024, hls_ref.kvpage.check_params); NULL for bad parameters. Free it with kvpage_destroy.
+// A core after reset with PAGES = pages and MAX_BLOCKS = max_blocks (hwcontract.params: powers of two,
+// SPECDEC_KVPAGE_PARAM_*_VALUES); NULL for bad parameters. Free it with kvpage_destroy.
 void *kvpage_create(uint32_t pages, uint32_t max_blocks) {
-    if (!pow2_in(pages, MIN_PAGES, MAX_PAGES) || !pow2_in(max_blocks, MIN_BLOCKS, MAX_BLOCKS_MAX)) return nullptr;
+    if (!param_in(pages, SPECDEC_KVPAGE_PARAM_PAGES_VALUES, SPECDEC_KVPAGE_PARAM_PAGES_COUNT) ||
+        !param_in(max_blocks, SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES, SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT))
+        return nullptr;
     KvState *st = new (std::nothrow) KvState();   // value-initialised: every memory starts at 0
     if (!st) return nullptr;
     st->pages = pages;
@@ -509,9 +508,8 @@ int kvpage_op(void *handle, uint32_t code, uint32_t slot, uint32_t row, uint32_t
     return (int)result[OUT_ERR];
 }
 
-// Facts compiled in: the result words, the registers they start at, and the ID hash.
+// Facts compiled in: the result words and the ID hash.
 uint32_t kvpage_result_words(void) { return OUT_COUNT; }
-uint32_t kvpage_first_reg_offset(void) { return SPECDEC_KVPAGE_RES_SLOT_OFFSET; }
 uint32_t kvpage_id_hash(void) { return SPECDEC_KVPAGE_ID_HASH; }
 
 }  // extern "C"

@@ -4,7 +4,7 @@
 // (top function rng_core, INTERFACE/PIPELINE pragmas); g++ ignores the pragmas (-Wno-unknown-pragmas)
 // and the extern "C" entries below make it callable from Python (hls_ref/cpp.py).
 //
-// Register map and error bits come from specdec_regs.h, generated from host/specdec/regmap.py.
+// Register map and error bits come from specdec_regs.h, generated from hwcontract.
 #include <stdint.h>
 
 #include "specdec_regs.h"

@@ -5,8 +5,8 @@
 // pragmas (-Wno-unknown-pragmas) and the extern "C" entries below make it callable from Python
 // (hls_ref/cpp.py).
 //
-// Register map, error bits and the m_axis word format come from specdec_regs.h, generated from
-// host/specdec/regmap.py.
+// Register map, error bits, the m_axis word format, the result layout (register group RESULT), the tree
+// size and the NODES_MAX bounds come from specdec_regs.h, generated from hwcontract.
 #include <stdint.h>
 
 #include "specdec_regs.h"
@@ -15,18 +15,22 @@
 #pragma GCC diagnostic ignored "-Wunused-label"
 
 // Tree facts from the map: one parent byte per node, PARENT0.. contiguous, one mask bit per node.
-static const int PARENT_BITS = SPECDEC_TREEMASK_PARENT0_P0_WIDTH;
+static const int PARENT_BITS = SPECDEC_TREE_PARENT_BITS;
 static const int PARENTS_PER_REG = 32 / PARENT_BITS;
-static const int PARENT_REGS =
-    (SPECDEC_TREEMASK_PARENT15_OFFSET - SPECDEC_TREEMASK_PARENT0_OFFSET) / SPECDEC_WORD_BYTES + 1;
-static const int MAX_NODES = PARENT_REGS * PARENTS_PER_REG;
+static const int MAX_NODES = SPECDEC_TREE_MAX_NODES;
+static const int PARENT_REGS = MAX_NODES / PARENTS_PER_REG;
 static const int MASK_BITS = SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_WIDTH;
 static const int DEPTH_LSB = SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_LSB;
 static const int NODE_LSB = SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_LSB;
 
 static_assert(SPECDEC_TREEMASK_PARENT1_OFFSET == SPECDEC_TREEMASK_PARENT0_OFFSET + SPECDEC_WORD_BYTES,
               "PARENT words contiguous");
-static_assert(SPECDEC_TREEMASK_PARENT0_P1_LSB == PARENT_BITS, "parent fields packed from bit 0");
+static_assert(SPECDEC_TREEMASK_PARENT0_P0_WIDTH == PARENT_BITS && SPECDEC_TREEMASK_PARENT0_P1_LSB == PARENT_BITS,
+              "parent fields packed from bit 0");
+static_assert((SPECDEC_TREEMASK_PARENT15_OFFSET - SPECDEC_TREEMASK_PARENT0_OFFSET) / SPECDEC_WORD_BYTES + 1 ==
+                  (unsigned)PARENT_REGS,
+              "PARENT0.. hold MAX_NODES parents");
+static_assert(SPECDEC_TREEMASK_PARAM_NODES_MAX_MAX == MAX_NODES, "NODES_MAX reaches the largest tree");
 static_assert(MASK_BITS == 64 && MAX_NODES == MASK_BITS, "one 64-bit mask row per node");
 static_assert(SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_LSB == 0 && DEPTH_LSB >= 64 && NODE_LSB >= 64 &&
               NODE_LSB + SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_WIDTH <= SPECDEC_TREEMASK_STREAM_M_AXIS_WIDTH &&
@@ -41,7 +45,14 @@ struct Word {
     uint64_t hi;
 };
 
-enum { RES_ROWS = 0, RES_MAX_DEPTH, RES_ERR, RES_CYCLES, RES_COUNT };
+// Result words: the RESULT register group in its order, then ERR and the cycle model's CYCLES_BUSY.
+enum {
+    RES_ROWS = SPECDEC_TREEMASK_RESULT_ROWS_INDEX,
+    RES_MAX_DEPTH = SPECDEC_TREEMASK_RESULT_MAX_DEPTH_INDEX,
+    RES_ERR = SPECDEC_TREEMASK_RESULT_COUNT,
+    RES_CYCLES,
+    RES_COUNT
+};
 
 // Parent field of node k from the PARENT register words.
 static inline uint32_t parent_of(const uint32_t parent_regs[PARENT_REGS], int k) {
@@ -64,7 +75,7 @@ check:
 //
 // nodes        in   the NODES register.
 // parent_regs  in   PARENT0..PARENT15.
-// nodes_max    in   the build's NODES_MAX (1..64).
+// nodes_max    in   the build's NODES_MAX (SPECDEC_TREEMASK_PARAM_NODES_MAX_MIN..MAX).
 // out          out  one word per node (an AXI-Stream in hardware, TLAST on node N-1); nothing on error.
 // result       out  ROWS, MAX_DEPTH, ERR and the cycle model's CYCLES_BUSY (N + 1; 0 on error).
 void treemask_core(uint32_t nodes, const uint32_t parent_regs[PARENT_REGS], uint32_t nodes_max, Word out[MAX_NODES],
@@ -111,10 +122,12 @@ rows:
 
 extern "C" {
 
-// Runs one tree: parent_regs[16] as the PARENT registers hold them, out[2 * 64] receives each word's
-// (lo, hi) halves, result[4] = ROWS, MAX_DEPTH, ERR, cycles. Returns the ERR bits; -1 for a bad nodes_max.
+// Runs one tree: parent_regs[PARENT_REGS] as the PARENT registers hold them, out[2 * MAX_NODES] receives
+// each word's (lo, hi) halves, result[RES_COUNT] = ROWS, MAX_DEPTH, ERR, cycles. Returns the ERR bits; -1 for
+// a bad nodes_max.
 int treemask_run(uint32_t nodes, const uint32_t *parent_regs, uint32_t nodes_max, uint64_t *out, uint32_t *result) {
-    if (nodes_max < 1 || nodes_max > (uint32_t)MAX_NODES) return -1;
+    if (nodes_max < SPECDEC_TREEMASK_PARAM_NODES_MAX_MIN || nodes_max > SPECDEC_TREEMASK_PARAM_NODES_MAX_MAX)
+        return -1;
     treemask_core(nodes, parent_regs, nodes_max, reinterpret_cast<Word *>(out), result);
     return (int)result[RES_ERR];
 }

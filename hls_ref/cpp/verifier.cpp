@@ -5,10 +5,9 @@
 // pragmas (-Wno-unknown-pragmas) and the extern "C" entries below make it callable from Python
 // (hls_ref/cpp.py).
 //
-// Error bits come from specdec_regs.h, generated from host/specdec/regmap.py.
+// Error bits, the number formats, the exp tables, the build-parameter bounds and the result layout come from
+// specdec_regs.h, generated from hwcontract (regmap.py, formats.py, params.py).
 #include <stdint.h>
-
-#include <cmath>
 
 #include "specdec_regs.h"
 
@@ -17,52 +16,59 @@
 
 static_assert(SPECDEC_VERIFIER_ERR_BAD_GAMMA == SPECDEC_VERIFIER_ERR_BAD_GAMMA_MASK, "error bits are the ERR fields");
 static_assert(SPECDEC_VERIFIER_ERR_EMPTY_ROW == SPECDEC_VERIFIER_ERR_EMPTY_ROW_MASK, "error bits are the ERR fields");
-static_assert(SPECDEC_VERIFIER_INV_TEMP_RESET == 256u, "INV_TEMP resets to temperature 1.0 (Q8.8)");
-
-// Fixed-point formats (specdec.regmap: LOGIT_*, EXP_FRAC, U_BITS, INV_TEMP_FRAC).
-static const int LOGIT_NEG_INF = -32768;   // -inf code (masked token)
-static const int LOGIT_MAX = 32767;        // real codes clip to +-32767
-static const int INV_TEMP_FRAC = 8;        // INV_TEMP is Q8.8
-static const int EXP_FRAC = 15;            // exp values are Q1.15
-static const int U_BITS = 24;              // u = word >> 8
-static const int EH_SIZE = 256;            // EH[k] = round(2^15 exp(-16 k / 256))
-static const int EL_SIZE = 16;             // EL[j] = round(2^15 exp(-j / 256))
-static const int EXP_RANGE = EH_SIZE * EL_SIZE;  // EXP(d) = 0 for d >= 4096
-static const int MAX_GAMMA = 16;           // VERIFIER_MAX_GAMMA: ACCEPT_BITS and DRAFT0..7 hold 16 tokens
-static const int MAX_VOCAB = 65536;        // VOCAB_MAX ceiling: 16-bit tokens, S fits 32 bits
-static const int MAX_NODES = 64;           // TREE_MAX_NODES: TREE_PARENT0..15 / TREE_TOKEN0..31 hold 64 nodes
+static_assert(SPECDEC_VERIFIER_INV_TEMP_RESET == 1u << SPECDEC_INV_TEMP_FRAC, "INV_TEMP resets to temperature 1.0");
+static_assert(SPECDEC_EXP_LIMIT == SPECDEC_EH_SIZE * SPECDEC_EL_SIZE && SPECDEC_EL_SIZE == 16,
+              "EXP(d) = EH[d >> 4] * EL[d & 15] below EXP_LIMIT");
+static_assert(SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MAX == SPECDEC_VOCAB_LIMIT, "row buffers hold the largest VOCAB_MAX");
 
 typedef unsigned __int128 u128;
 
+// Result words of a round: the RESULT register group in its order, then ERR and the cycle model's sampling
+// beats. Tree rounds return RES_COUNT words, then the TREE_RESULT group (CUR_NODE, PATH_LO, PATH_HI).
 enum {
-    RES_N_ACCEPT = 0, RES_NEXT_TOKEN, RES_ACCEPT_BITS, RES_ROWS, RES_WORDS, RES_LAST_EP, RES_LAST_EQ,
-    RES_LAST_SP, RES_LAST_SQ, RES_ERR, RES_SAMPLE_BEATS, RES_COUNT
+    RES_N_ACCEPT = SPECDEC_VERIFIER_RESULT_N_ACCEPT_INDEX,
+    RES_NEXT_TOKEN = SPECDEC_VERIFIER_RESULT_NEXT_TOKEN_INDEX,
+    RES_ACCEPT_BITS = SPECDEC_VERIFIER_RESULT_ACCEPT_BITS_INDEX,
+    RES_ROWS = SPECDEC_VERIFIER_RESULT_ROWS_INDEX,
+    RES_WORDS = SPECDEC_VERIFIER_RESULT_WORDS_INDEX,
+    RES_LAST_EP = SPECDEC_VERIFIER_RESULT_LAST_EP_INDEX,
+    RES_LAST_EQ = SPECDEC_VERIFIER_RESULT_LAST_EQ_INDEX,
+    RES_LAST_SP = SPECDEC_VERIFIER_RESULT_LAST_SP_INDEX,
+    RES_LAST_SQ = SPECDEC_VERIFIER_RESULT_LAST_SQ_INDEX,
+    RES_ERR = SPECDEC_VERIFIER_RESULT_COUNT,
+    RES_SAMPLE_BEATS,
+    RES_COUNT
+};
+enum {
+    RES_NODE = RES_COUNT + SPECDEC_VERIFIER_TREE_RESULT_CUR_NODE_INDEX,
+    RES_PATH_LO = RES_COUNT + SPECDEC_VERIFIER_TREE_RESULT_PATH_LO_INDEX,
+    RES_PATH_HI = RES_COUNT + SPECDEC_VERIFIER_TREE_RESULT_PATH_HI_INDEX,
+    RES_TREE_COUNT = RES_COUNT + SPECDEC_VERIFIER_TREE_RESULT_COUNT
 };
 
-// Tree rounds return RES_COUNT words, then PATH_LO, PATH_HI and CUR_NODE.
-enum { RES_PATH_LO = RES_COUNT, RES_PATH_HI, RES_NODE, RES_TREE_COUNT };
-
-// ---- exp tables (ROMs in hardware) --------------------------------------------------------------
-
-static uint16_t EH[EH_SIZE];
-static uint16_t EL[EL_SIZE];
-
-// round(x) with numpy's rounding (half to even): nearbyint under the default FE_TONEAREST mode.
-static uint16_t round_q15(double x) { return (uint16_t)std::nearbyint(x); }
-
-static bool init_tables() {
-    for (int k = 0; k < EH_SIZE; ++k) EH[k] = round_q15(32768.0 * std::exp(-16.0 * k / 256.0));
-    for (int j = 0; j < EL_SIZE; ++j) EL[j] = round_q15(32768.0 * std::exp(-(double)j / 256.0));
-    return true;
+// Whether `v` is one of the `n` allowed values of a build parameter (SPECDEC_*_PARAM_*_VALUES).
+static bool param_in(int v, const int32_t *allowed, int n) {
+    for (int i = 0; i < n; ++i)
+        if (v == allowed[i]) return true;
+    return false;
 }
 
-static const bool TABLES_READY = init_tables();
+// The instance's build parameters, checked against their allowed values.
+static bool lanes_ok(int lanes) {
+    return param_in(lanes, SPECDEC_VERIFIER_PARAM_LANES_VALUES, SPECDEC_VERIFIER_PARAM_LANES_COUNT);
+}
+static bool vocab_max_ok(int vocab_max) {
+    return SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MIN <= vocab_max && vocab_max <= SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MAX;
+}
 
-// EXP(d) in Q1.15 for a distance d >= 0; EXP(0) = 32768, 0 from d = 4096 on.
+// ---- exp tables (ROMs in hardware: SPECDEC_EH, SPECDEC_EL) ------------------------------------------
+
+// EXP(d) in Q1.15 for a distance d >= 0; EXP(0) = 32768, 0 from d = SPECDEC_EXP_LIMIT on.
 static inline uint32_t exp_q15(int32_t d) {
 #pragma HLS INLINE
-    if (d >= EXP_RANGE) return 0;
-    return ((uint32_t)EH[d >> 4] * (uint32_t)EL[d & 15] + (1u << (EXP_FRAC - 1))) >> EXP_FRAC;
+    if (d >= SPECDEC_EXP_LIMIT) return 0;
+    return ((uint32_t)SPECDEC_EH[d >> 4] * (uint32_t)SPECDEC_EL[d & 15] + (1u << (SPECDEC_EXP_FRAC - 1))) >>
+           SPECDEC_EXP_FRAC;
 }
 
 // ---- per-row streaming ----------------------------------------------------------------------------
@@ -70,10 +76,10 @@ static inline uint32_t exp_q15(int32_t d) {
 // zt = clip((z * INV_TEMP) >> 8, -32767, 32767), floor shift; -inf stays -inf. Greedy passes raw codes.
 static inline int16_t temper(int16_t z, uint32_t inv_temp, bool enable) {
 #pragma HLS INLINE
-    if (!enable || z == LOGIT_NEG_INF) return z;
-    int64_t v = ((int64_t)z * (int64_t)inv_temp) >> INV_TEMP_FRAC;  // arithmetic shift: floor
-    if (v > LOGIT_MAX) v = LOGIT_MAX;
-    if (v < -LOGIT_MAX) v = -LOGIT_MAX;
+    if (!enable || z == SPECDEC_LOGIT_NEG_INF) return z;
+    int64_t v = ((int64_t)z * (int64_t)inv_temp) >> SPECDEC_INV_TEMP_FRAC;  // arithmetic shift: floor
+    if (v > SPECDEC_CODE_MAX) v = SPECDEC_CODE_MAX;
+    if (v < -SPECDEC_CODE_MAX) v = -SPECDEC_CODE_MAX;
     return (int16_t)v;
 }
 
@@ -93,7 +99,7 @@ beats_loop:
     for (int b = 0; b < beats; ++b) {
 #pragma HLS PIPELINE II=1
 #pragma HLS LOOP_TRIPCOUNT min=1 max=65536
-        int16_t zt[16];
+        int16_t zt[SPECDEC_VERIFIER_PARAM_LANES_MAX];
 #pragma HLS ARRAY_PARTITION variable=zt complete
         bool bm_valid = false;
         int32_t bm = 0;
@@ -101,10 +107,10 @@ beats_loop:
         for (int l = 0; l < lanes; ++l) {
 #pragma HLS UNROLL
             const int j = b * lanes + l;
-            const int16_t z = (j < vocab) ? row[j] : (int16_t)LOGIT_NEG_INF;  // lanes past V carry -inf
+            const int16_t z = (j < vocab) ? row[j] : (int16_t)SPECDEC_LOGIT_NEG_INF;  // lanes past V carry -inf
             zt[l] = temper(z, inv_temp, do_temper);
             if (j < vocab) buf[j] = zt[l];
-            if (zt[l] != LOGIT_NEG_INF && (!bm_valid || zt[l] > bm)) {  // strict >: lowest index wins
+            if (zt[l] != SPECDEC_LOGIT_NEG_INF && (!bm_valid || zt[l] > bm)) {  // strict >: lowest index wins
                 bm_valid = true;
                 bm = zt[l];
                 bidx = j;
@@ -118,11 +124,11 @@ beats_loop:
             new_max = true;
         }
         uint64_t s = 0;
-        if (st.valid) s = ((uint64_t)st.s * exp_q15(m_new - st.m)) >> EXP_FRAC;
+        if (st.valid) s = ((uint64_t)st.s * exp_q15(m_new - st.m)) >> SPECDEC_EXP_FRAC;
         const bool valid_new = st.valid || bm_valid;
         for (int l = 0; l < lanes; ++l) {
 #pragma HLS UNROLL
-            if (zt[l] != LOGIT_NEG_INF) s += exp_q15(m_new - zt[l]);
+            if (zt[l] != SPECDEC_LOGIT_NEG_INF) s += exp_q15(m_new - zt[l]);
         }
         if (new_max) st.argmax = bidx;
         st.m = m_new;
@@ -135,7 +141,7 @@ beats_loop:
 // e(x) = EXP(m - zt[x]), 0 for a -inf code.
 static inline uint32_t e_of(const RowStats &st, int16_t zt) {
 #pragma HLS INLINE
-    if (zt == LOGIT_NEG_INF || !st.valid) return 0;
+    if (zt == SPECDEC_LOGIT_NEG_INF || !st.valid) return 0;
     return exp_q15(st.m - zt);
 }
 
@@ -154,7 +160,7 @@ static inline uint32_t take_u(Words &ws) {
         ws.used++;
         return 0;
     }
-    return ws.w[ws.used++] >> (32 - U_BITS);
+    return ws.w[ws.used++] >> (SPECDEC_RNG_WORD_BITS - SPECDEC_U_BITS);
 }
 
 // ---- sample(w) over the buffered rows ---------------------------------------------------------------
@@ -188,7 +194,7 @@ total_loop:
     if (total == 0) return -1;  // tree mode, every weight removed: no word taken (EMPTY_ROW)
     // Pass 2: the walk.
     const uint64_t u = take_u(ws);
-    const uint64_t t = (uint64_t)(((u128)u * total) >> U_BITS);
+    const uint64_t t = (uint64_t)(((u128)u * total) >> SPECDEC_U_BITS);
     uint64_t run = 0;
 walk_loop:
     for (int x = 0; x < vocab; ++x) {
@@ -202,8 +208,8 @@ walk_loop:
 
 // ---- top function -------------------------------------------------------------------------------------
 
-static int16_t PBUF[MAX_VOCAB];
-static int16_t QBUF[MAX_VOCAB];
+static int16_t PBUF[SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MAX];
+static int16_t QBUF[SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MAX];
 
 // One verifier round. p: row-major [p_rows, vocab] target codes; q: [q_rows, vocab] draft codes.
 // result: RES_COUNT words (see the RES_* enum). Returns 0, -1 when the round needed more than n_words RNG
@@ -222,10 +228,9 @@ int verifier_core(const int16_t *p, int p_rows, const int16_t *q, int q_rows, co
 #pragma HLS INTERFACE mode=axis port=q
 #pragma HLS BIND_STORAGE variable=PBUF type=ram_2p impl=bram
 #pragma HLS BIND_STORAGE variable=QBUF type=ram_2p impl=bram
-    (void)TABLES_READY;
     for (int k = 0; k < RES_COUNT; ++k) result[k] = 0;
-    if (lanes < 1 || lanes > 16 || vocab_max < 1 || vocab_max > MAX_VOCAB || gamma_max < 0 ||
-        gamma_max > MAX_GAMMA)
+    if (!lanes_ok(lanes) || !vocab_max_ok(vocab_max) || gamma_max < SPECDEC_VERIFIER_PARAM_GAMMA_MAX_MIN ||
+        gamma_max > SPECDEC_VERIFIER_PARAM_GAMMA_MAX_MAX)
         return -3;
 
     // CTRL.START checks, in the spec's order.
@@ -240,7 +245,8 @@ int verifier_core(const int16_t *p, int p_rows, const int16_t *q, int q_rows, co
                 err = SPECDEC_VERIFIER_ERR_BAD_TOKEN;
                 break;
             }
-        if (!err && !greedy && (inv_temp == 0 || inv_temp > 0xFFFF)) err = SPECDEC_VERIFIER_ERR_BAD_TEMP;
+        if (!err && !greedy && (inv_temp == 0 || inv_temp > SPECDEC_INV_TEMP_MAX))
+            err = SPECDEC_VERIFIER_ERR_BAD_TEMP;
     }
     if (err) {
         result[RES_ERR] = err;
@@ -286,7 +292,7 @@ int verifier_core(const int16_t *p, int p_rows, const int16_t *q, int q_rows, co
             last_sq = sq.s;
             const u128 u = take_u(ws);
             const u128 lhs = u * eq * sp.s;
-            const u128 rhs = ((u128)ep * sq.s) << U_BITS;
+            const u128 rhs = ((u128)ep * sq.s) << SPECDEC_U_BITS;
             if (lhs < rhs) {
                 n_accept++;
                 accept_bits |= 1u << i;
@@ -342,7 +348,7 @@ static uint32_t tree_start_error(const uint8_t *parents, const uint16_t *tokens,
     if (vocab < 1 || vocab > vocab_max) return SPECDEC_VERIFIER_ERR_BAD_VOCAB;
     for (int i = 1; i < nodes; ++i)
         if ((int)tokens[i] >= vocab) return SPECDEC_VERIFIER_ERR_BAD_TOKEN;
-    if (!greedy && (inv_temp == 0 || inv_temp > 0xFFFF)) return SPECDEC_VERIFIER_ERR_BAD_TEMP;
+    if (!greedy && (inv_temp == 0 || inv_temp > SPECDEC_INV_TEMP_MAX)) return SPECDEC_VERIFIER_ERR_BAD_TEMP;
     return 0;
 }
 
@@ -360,10 +366,9 @@ int verifier_tree_core(const int16_t *rows, int n_rows, const uint8_t *parents, 
 #pragma HLS INTERFACE mode=s_axilite port=return bundle=ctrl
 #pragma HLS INTERFACE mode=axis port=rows
 #pragma HLS BIND_STORAGE variable=PBUF type=ram_2p impl=bram
-    (void)TABLES_READY;
     for (int k = 0; k < RES_TREE_COUNT; ++k) result[k] = 0;
-    if (lanes < 1 || lanes > 16 || vocab_max < 1 || vocab_max > MAX_VOCAB || tree_max < 1 || tree_max > MAX_NODES ||
-        nodes < 0 || nodes > MAX_NODES + 1)
+    if (!lanes_ok(lanes) || !vocab_max_ok(vocab_max) || tree_max < SPECDEC_VERIFIER_PARAM_TREE_MAX_MIN ||
+        tree_max > SPECDEC_VERIFIER_PARAM_TREE_MAX_MAX || nodes < 0 || nodes > SPECDEC_TREE_MAX_NODES + 1)
         return -3;
     uint32_t err = tree_start_error(parents, tokens, nodes, vocab, greedy, inv_temp, vocab_max, tree_max);
     if (err) {
@@ -405,9 +410,9 @@ node_loop:
                 last_ep = e;
                 last_sp = s_left;
                 const u128 u = take_u(ws);
-                if (u * s_left < ((u128)e << U_BITS)) { next = c; break; }
+                if (u * s_left < ((u128)e << SPECDEC_U_BITS)) { next = c; break; }
                 removed += e;
-                PBUF[x] = (int16_t)LOGIT_NEG_INF;  // rejected: weight 0 for duplicates and the final sample
+                PBUF[x] = (int16_t)SPECDEC_LOGIT_NEG_INF;  // rejected: weight 0 for duplicates and the final sample
             }
             if (next < 0) {
                 const int tok = sample(0, PBUF, PBUF, sp, none, vocab, ws);
@@ -458,10 +463,10 @@ int verifier_tree_round(const int16_t *rows, int n_rows, const uint8_t *parents,
                               n_words, vocab_max, tree_max, result);
 }
 
-// The exp tables: eh[256] and el[16].
+// The exp tables: eh[SPECDEC_EH_SIZE] and el[SPECDEC_EL_SIZE].
 void verifier_tables(uint32_t *eh, uint32_t *el) {
-    for (int k = 0; k < EH_SIZE; ++k) eh[k] = EH[k];
-    for (int j = 0; j < EL_SIZE; ++j) el[j] = EL[j];
+    for (int k = 0; k < SPECDEC_EH_SIZE; ++k) eh[k] = SPECDEC_EH[k];
+    for (int j = 0; j < SPECDEC_EL_SIZE; ++j) el[j] = SPECDEC_EL[j];
 }
 
 // EXP(d) as compiled (d >= 0).

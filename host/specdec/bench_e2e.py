@@ -9,17 +9,19 @@ verify / host overhead. Goals are reported as met or missed, never hidden.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import sys
 import time
 from pathlib import Path
 
-from . import corpus, runtime
-from .decode import GenConfig
+from . import corpus, pairs, runtime
+from .builds import CORE_PARAMS
+from .job import Job, TreeSpec
+from .metrics import BREAKDOWN, summarize
 
 GOALS = {"speedup": 1.5, "host_fraction": 0.05}
-BREAKDOWN = ("draft_s", "target_s", "mask_s", "quantize_transfer_s", "verify_s", "host_s")
 HELD_OUT_SEED = 1234
 
 
@@ -35,8 +37,8 @@ def parse_gammas(text: str) -> list:
                 g = int(part)
             except ValueError:
                 raise ValueError(f"--gammas: {part!r} is not an integer or 'auto'") from None
-            if not 0 <= g <= runtime.CORE_PARAMS["GAMMA_MAX"]:
-                raise ValueError(f"--gammas: {g} outside 0..{runtime.CORE_PARAMS['GAMMA_MAX']} (the core's GAMMA_MAX)")
+            if not 0 <= g <= CORE_PARAMS["GAMMA_MAX"]:
+                raise ValueError(f"--gammas: {g} outside 0..{CORE_PARAMS['GAMMA_MAX']} (the core's GAMMA_MAX)")
         if g not in out:
             out.append(g)
     if 0 not in out:
@@ -49,52 +51,49 @@ def default_prompts(n: int) -> list[str]:
     return corpus.sample_passages(n, held_out=True, seed=HELD_OUT_SEED)
 
 
-def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None = None,
-        trees: list[dict] | None = None) -> dict:
-    """Measure every gamma, and every token tree in ``trees`` (job ``tree`` entries), on ``job['prompts']``;
-    see the module docstring.
+def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = None,
+        trees: list[TreeSpec] | None = None) -> dict:
+    """Measure every gamma, and every token tree in ``trees``, on the prompts of ``job``; see the module
+    docstring.
 
     Each tree row is compared with the chains at equal target cost: a tree of N nodes makes the target
     score N positions per call, as a chain of gamma = N - 1 does.
     """
     from tqdm import tqdm
-    pair = pair or runtime.open_pair(job.get("target"), job.get("draft"))
-    if backend == "ref":
-        verifier, masker, kv = runtime.golden_verifier(), runtime.golden_masker(), runtime.golden_kvpage()
-    else:
-        verifier, masker, kv = runtime.pynq_cores()
-    block = runtime.kv_block(job)
-    if kv is not None and block is not None:        # both caches in pages the kvpage core assigns
-        pair = runtime.paged_pair(pair, kv, block)
-    prompts = [runtime.encode(pair.tokenizer, p) for p in job["prompts"]]
-    labels = list(gammas)
-    cfgs = {g: runtime.config({**job, "gamma": g}) for g in gammas}
-    drafters = {}
+    pair = pair or pairs.open_pair(job.target, job.draft)
+    cores = runtime.cores(backend)
+    if cores.kv is not None and job.kv_block is not None:        # both caches in pages the kvpage core assigns
+        pair = pairs.paged_pair(pair, cores.kv, job.kv_block)
+    prompts = [pairs.encode(pair.tokenizer, p) for p in job.prompts]
+    jobs = {g: dataclasses.replace(job, gamma=g, tree=None) for g in gammas}
+    drafters = {g: pair.draft for g in gammas}
     specs = {}
     for spec in trees or []:
-        spec = runtime.check_tree(spec)
-        label = f"{spec['kind']}-{spec['budget']}"
-        drafters[label] = runtime.tree_drafter(pair, spec)
-        specs[label] = spec
-        cfgs[label] = runtime.config({**job, "tree": spec})
-        labels.append(label)
+        spec = pairs.calibrated(pair, spec)
+        label = f"{spec.kind}-{spec.budget}"
+        jobs[label], specs[label] = dataclasses.replace(job, tree=spec), spec
+        drafters[label] = pairs.drafter(pair, spec)
+    labels = list(jobs)
     # warm-up (untimed): first calls into torch and numpy allocate
-    runtime.generate_one(pair, verifier, prompts[0], GenConfig(4, gammas[-1], cfgs[gammas[-1]].sampling))
+    last = gammas[-1]
+    runtime.generate_one(dataclasses.replace(jobs[last], max_new_tokens=4), 0, prompts[0], pair.target,
+                         drafters[last], cores.verifier)
     gens: dict = {k: [] for k in labels}
     t0 = time.time()
     with tqdm(total=len(prompts) * len(labels), desc="bench e2e", unit="gen", file=sys.stderr,
               disable=not sys.stderr.isatty() and os.environ.get("SPECDEC_PROGRESS") != "1") as bar:
         for i, ids in enumerate(prompts):
             for k in labels:
-                gens[k].append(runtime.generate_one(pair, verifier, ids, cfgs[k], i, drafters.get(k), masker))
+                gens[k].append(runtime.generate_one(jobs[k], i, ids, pair.target, drafters[k], cores.verifier,
+                                                    cores.masker))
                 bar.update(1)
     rows = []
-    base = runtime.summarize(gens[0])["tokens_per_s"]
+    base = summarize(gens[0])["tokens_per_s"]
     for k in labels:
-        s = runtime.summarize(gens[k])
+        s = summarize(gens[k])
         tree = specs.get(k)
-        rows.append({"gamma": k, "mode": tree["kind"] if tree else "chain",
-                     "positions_per_call": tree["budget"] if tree else (k + 1 if k != "auto" else None),
+        rows.append({"gamma": k, "mode": tree.kind if tree else "chain",
+                     "positions_per_call": tree.budget if tree else (k + 1 if k != "auto" else None),
                      "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / base if base else None,
                      **{key: s[key] for key in ("acceptance", "tokens_per_call", "per_position_acceptance",
                                                 "breakdown", "host_fraction", "target_calls", "new_tokens",
@@ -105,14 +104,15 @@ def run(job: dict, gammas: list, backend: str = "ref", pair: runtime.Pair | None
     best = max(spec_rows, key=lambda r: r["speedup"] or 0) if spec_rows else None
     same = all(gens[k][i].tokens == gens[0][i].tokens for k in labels for i in range(len(prompts)))
     res = {"target": pair.target_name, "draft": pair.draft_name, "backend": backend,
-           "prompts": len(prompts), "max_new_tokens": job["max_new_tokens"], "sampling": job["sampling"],
-           "seed": job.get("seed", 0), "rows": rows, "bench_wall_s": time.time() - t0,
-           "greedy_outputs_identical_across_gammas": same if cfgs[0].sampling.greedy else None,
+           "prompts": len(prompts), "max_new_tokens": job.max_new_tokens,
+           "sampling": dataclasses.asdict(job.sampling), "seed": job.seed, "rows": rows,
+           "bench_wall_s": time.time() - t0,
+           "greedy_outputs_identical_across_gammas": same if job.sampling.greedy else None,
            "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None,
            "host": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "cpu": platform.processor() or platform.machine()}}
     if specs:
-        res["trees"] = specs
+        res["trees"] = {label: spec.to_dict() for label, spec in specs.items()}
         res["tree_vs_chain"] = tree_vs_chain(rows)
     if best:
         res["goals_met"] = {f"speedup >= {GOALS['speedup']}x at best gamma": best["speedup"] >= GOALS["speedup"],

@@ -7,20 +7,27 @@ without touching the others::
     specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
     specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
     specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--json FILE]
-    specdec bench treemask [--nodes 1,8,16,32,64] [--nodes-max 64] [--out FILE]
+    specdec bench treemask [--nodes 1,8,16,32,64] [--nodes-max 64] [--json FILE]
     specdec bench kv [--pages 256,1024] [--max-blocks 64] [--no-decode] [--json FILE]
     specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
                      [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
                      [--tree static|eagle|sequoia] [--tree-budget N] [--tree-depth D] [--tree-topk K]
     specdec bench e2e [--gammas 0,2,4,8,16] [--tree static,eagle,sequoia] [--tree-budget N] [--prompts FILE]
                       [--json FILE] [--plot DIR]
+
+Exit status: 0 on success, 2 for a bad argument (found before anything loads or builds: the message names
+the option and the value), 1 for a failure during the run (the message says what failed).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+import traceback
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from specdec.job import Job, TreeSpec
 
 Handler = Callable[[argparse.Namespace], int]
 HANDLERS: dict[tuple[str, str], Handler] = {}
@@ -108,50 +115,62 @@ def _add_hw(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("hw", "report")] = _hw_report
 
 
+def _param(flag: str, core: str, name: str, value) -> int:
+    """``value`` of ``flag``, checked as the build parameter ``name`` of ``core`` (``hwcontract.params``)."""
+    from hwcontract import params as hwparams
+    try:
+        return hwparams.spec(core)[name].check(value, core)
+    except ValueError as err:
+        raise UsageError(f"{flag} {value}: {err}") from None
+
+
+def _int_list(text: str, flag: str, example: str) -> list[int]:
+    """A non-empty comma-separated list of integers from ``flag``; a UsageError naming the flag otherwise."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated integers, e.g. {example}")
+    return values
+
+
 def _bench_verifier(args: argparse.Namespace) -> int:
     from specdec import bench
-    try:
-        res = bench.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, args.vocab_max,
-                                   synth=not args.no_synth, sim=args.sim)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    vocab_max = _param("--vocab-max", "verifier", "VOCAB_MAX", args.vocab if args.vocab_max is None
+                       else args.vocab_max)
+    if not 1 <= args.vocab <= vocab_max:
+        raise UsageError(f"--vocab {args.vocab}: must be in 1..{vocab_max} (the build's VOCAB_MAX, --vocab-max)")
+    _param("--lanes", "verifier", "LANES", args.lanes)
+    _param("--gamma", "verifier", "GAMMA_MAX", args.gamma)      # a round's gamma is at most GAMMA_MAX
+    res = bench.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, vocab_max,
+                               synth=not args.no_synth, sim=args.sim)
     print(bench.format_verifier(res))
     _write_json(args.json, res)
     return EXIT_OK
 
 
-def _int_list(text: str, flag: str, example: str) -> list[int]:
-    """A comma-separated list of integers from ``flag``; a UsageError naming the flag otherwise."""
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: expected comma-separated integers, e.g. {example}") from None
-
-
-def _run_bench(run, fmt, out: str | None) -> int:
-    """Run a core benchmark (bad parameters: a UsageError), print its summary and where its JSON went."""
-    try:
-        res = run()
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    print(fmt(res))
-    if out:
-        print(f"wrote {out}")
-    return EXIT_OK
-
-
 def _bench_treemask(args: argparse.Namespace) -> int:
     from specdec import bench
+    nodes_max = _param("--nodes-max", "treemask", "NODES_MAX", args.nodes_max)
     nodes = _int_list(args.nodes, "--nodes", "1,8,16,32,64")
-    return _run_bench(lambda: bench.treemask(nodes, args.out, nodes_max=args.nodes_max, sim=args.sim,
-                                             synth=not args.no_synth), bench.format_treemask, args.out)
+    bad = [n for n in nodes if not 1 <= n <= nodes_max]
+    if bad:
+        raise UsageError(f"--nodes {args.nodes}: tree sizes {bad} outside 1..{nodes_max} (--nodes-max)")
+    res = bench.treemask(nodes, nodes_max=nodes_max, sim=args.sim, synth=not args.no_synth)
+    print(bench.format_treemask(res))
+    _write_json(args.json, res)
+    return EXIT_OK
 
 
 def _bench_kv(args: argparse.Namespace) -> int:
     from specdec import bench
-    pages = _int_list(args.pages, "--pages", "256,1024")
-    return _run_bench(lambda: bench.kv(pages, args.max_blocks, args.json, sim=args.sim, synth=not args.no_synth,
-                                       decode=not args.no_decode), bench.format_kv, args.json)
+    pages = [_param("--pages", "kvpage", "PAGES", p) for p in _int_list(args.pages, "--pages", "256,1024")]
+    max_blocks = _param("--max-blocks", "kvpage", "MAX_BLOCKS", args.max_blocks)
+    res = bench.kv(pages, max_blocks, sim=args.sim, synth=not args.no_synth, decode=not args.no_decode)
+    print(bench.format_kv(res))
+    _write_json(args.json, res)
+    return EXIT_OK
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
@@ -174,7 +193,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--nodes-max", type=int, default=64, help="the build's NODES_MAX (default 64)")
     t.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
     t.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
-    t.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
+    t.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
     HANDLERS[("bench", "treemask")] = _bench_treemask
     k = b_sub.add_parser("kv", help="kvpage RTL cycles per operation, resources per pool size, pages per round "
                                     "in real decodes")
@@ -199,27 +218,32 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("bench", "e2e")] = _bench_e2e
 
 
-def _int_at_least(text: str, low: int, name: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-    if n < low:
-        raise argparse.ArgumentTypeError(f"{name} must be >= {low}, got {n}")
-    return n
-
-
 def _gamma(text: str) -> int | str:
-    """``--gamma``: an integer >= 0 or ``auto``."""
-    return text if text == "auto" else _int_at_least(text, 0, "gamma (or 'auto')")
+    """``--gamma``: an integer or ``auto`` (its range is the job's to check)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
 def _positive(text: str) -> int:
-    return _int_at_least(text, 1, "the value")
+    """An integer >= 1 (for options that are not job fields)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
+    return n
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
+    """The job's model and generation options (types only: the job checks every value before anything
+    loads)."""
     from specdec import models
+    from specdec.kvlayout import DEFAULT_BLOCK as KV_BLOCK
     p.add_argument("--target", default=models.DEMO_TARGET,
                    help=f"target: hub id, local directory, or {models.DEMO_TARGET!r} (default)")
     p.add_argument("--draft", default=None,
@@ -228,99 +252,78 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
-    p.add_argument("--max-new-tokens", type=_positive, default=64, help="token budget (default 64)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kv-block", type=_positive, default=None,
-                   help="tokens per KV-cache page; the pages come from the kvpage core (default 16)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samplers, >= 0 (default 0)")
+    p.add_argument("--kv-block", type=int, default=None,
+                   help=f"tokens per KV-cache page; the pages come from the kvpage core (default: {KV_BLOCK}, or "
+                        "the smallest power of two above it at which the target's whole context fits the core)")
     p.add_argument("--dense-kv", action="store_true",
                    help="keep transformers' dense KV caches instead of the kvpage core's paged ones")
 
 
 def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
-    from specdec import runtime
-    d = runtime.TREE_DEFAULTS
+    from specdec.builds import TREE_LIMIT
+    from specdec.job import TREE_KINDS, TreeSpec as d       # the class attributes hold the fields' defaults
     if multi:
         p.add_argument("--tree", default=None, metavar="KINDS",
-                       help=f"also run token trees: comma-separated of {', '.join(runtime.TREE_KINDS)}")
+                       help=f"also run token trees: comma-separated of {', '.join(TREE_KINDS)}")
     else:
-        p.add_argument("--tree", default=None, choices=runtime.TREE_KINDS,
+        p.add_argument("--tree", default=None, choices=TREE_KINDS,
                        help="token-tree speculation: static (paths), eagle (EAGLE-2 dynamic) or sequoia (DP topology)")
-    p.add_argument("--tree-budget", type=int, default=d["budget"],
-                   help=f"tree nodes, root included (2..{runtime.CORE_PARAMS['TREE_MAX']}; default {d['budget']})")
-    p.add_argument("--tree-depth", type=int, default=d["depth"], help=f"largest tree depth (default {d['depth']})")
-    p.add_argument("--tree-topk", type=int, default=d["topk"],
-                   help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d['topk']})")
+    p.add_argument("--tree-budget", type=int, default=d.budget,
+                   help=f"tree nodes, root included (2..{TREE_LIMIT}; default {d.budget})")
+    p.add_argument("--tree-depth", type=int, default=d.depth, help=f"largest tree depth (default {d.depth})")
+    p.add_argument("--tree-topk", type=int, default=d.topk,
+                   help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d.topk})")
     p.add_argument("--tree-acceptance", default=None, metavar="A0,A1,...",
                    help="sequoia: the acceptance vector by draft rank (default: measured on the target's greedy "
                         "continuations of corpus passages)")
 
 
-def _tree_spec(args: argparse.Namespace, kind: str | None) -> dict | None:
+def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
+    """The tree of ``--tree KIND`` and the ``--tree-*`` options (validated), or None without one."""
+    from specdec.job import TreeSpec
     if not kind:
         return None
-    spec = {"kind": kind, "budget": args.tree_budget, "depth": args.tree_depth, "topk": args.tree_topk}
+    acceptance = None
     if args.tree_acceptance:
         try:
-            spec["acceptance"] = [float(a) for a in args.tree_acceptance.split(",")]
+            acceptance = tuple(float(a) for a in args.tree_acceptance.split(","))
         except ValueError:
-            raise UsageError(f"--tree-acceptance: {args.tree_acceptance!r} is not a comma-separated list of "
-                             "numbers") from None
-    return spec
+            raise UsageError(f"--tree-acceptance must be comma-separated numbers, got "
+                             f"{args.tree_acceptance!r}") from None
+    return TreeSpec(kind, args.tree_budget, args.tree_depth, args.tree_topk, acceptance=acceptance)
 
 
-def _job(args: argparse.Namespace, prompts: list[str], gamma, tree: str | None = None) -> dict:
-    job = {"target": args.target, "draft": args.draft, "prompts": prompts, "gamma": gamma,
-           "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-           "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}}
-    if tree:
-        job["tree"] = _tree_spec(args, tree)
-    if getattr(args, "dense_kv", False):
-        if args.kv_block:
-            raise UsageError("--kv-block and --dense-kv exclude each other")
-        job["kv"] = False
-    elif getattr(args, "kv_block", None):
-        job["kv"] = {"block": args.kv_block}
-    return job
+def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: TreeSpec | None = None) -> Job:
+    """The job the options describe, every value checked (an OptionError names the bad one) before any model
+    loads or simulation builds."""
+    from specdec.decode import Sampling
+    from specdec.job import KV_AUTO, Job
+    if args.dense_kv and args.kv_block is not None:
+        raise UsageError("--kv-block and --dense-kv exclude each other")
+    return Job(prompts=tuple(prompts), target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
+               gamma=gamma, sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, tree=tree,
+               kv_block=None if args.dense_kv else KV_AUTO if args.kv_block is None else args.kv_block)
 
 
-def _check_job(job: dict) -> None:
-    """Bad values fail here, before any model loads or simulation builds."""
-    from specdec import runtime
-    from specdec.decode import GenConfig, Sampling
-    if any(not p for p in job["prompts"]):
-        raise UsageError("the prompt is empty: give --prompt TEXT")
-    try:
-        s = job["sampling"]
-        GenConfig(job["max_new_tokens"], job["gamma"], Sampling(s["temperature"], s["top_k"], s["top_p"]))
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    g = job["gamma"]
-    if g != "auto" and g > runtime.CORE_PARAMS["GAMMA_MAX"]:
-        raise UsageError(f"gamma {g} exceeds the verifier core's GAMMA_MAX {runtime.CORE_PARAMS['GAMMA_MAX']}")
-    try:
-        runtime.check_tree(job.get("tree"))
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if job.get("tree") and job.get("draft") == runtime.PROMPT_LOOKUP:
-        raise UsageError("tree speculation drafts with a model: --draft prompt-lookup cannot build trees")
+#: Job options whose flag is not ``--`` and the option's words joined by dashes.
+FLAGS = {"tree kind": "--tree", "prompts": "--prompt"}
+
+
+def _flag(option: str) -> str:
+    """The command-line flag of a job option (``max_new_tokens`` -> ``--max-new-tokens``)."""
+    return FLAGS.get(option, "--" + option.replace(" ", "-").replace("_", "-"))
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from specdec import runtime
-    from specdec.errors import SpecdecError
+    from specdec import metrics, runtime
     prompt = args.prompt.replace("\\n", "\n")       # a typed backslash-n is a newline
-    job = _job(args, [prompt], args.gamma, args.tree)
-    _check_job(job)
-    try:
-        res = runtime.run(job, args.backend)
-    except SpecdecError as err:
-        print(f"specdec: generate failed: {err}", file=sys.stderr)
-        return EXIT_FAIL
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    job = _job(args, [prompt], args.gamma, _tree_spec(args, args.tree))
+    res = runtime.run(job, args.backend)
     gen = res["generations"][0]
     print(prompt + gen["text"])
-    print(f"[{args.backend}] " + runtime.stats_line(res["summary"]), file=sys.stderr)
+    print(f"[{args.backend}] " + metrics.stats_line(res["summary"]), file=sys.stderr)
     _write_json(args.json, res)
     return EXIT_OK
 
@@ -341,6 +344,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench_e2e(args: argparse.Namespace) -> int:
+    import dataclasses
     from specdec import bench_e2e, corpus
     try:
         gammas = bench_e2e.parse_gammas(args.gammas)
@@ -348,12 +352,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(str(err)) from None
     job = _job(args, prompts, 0)
-    _check_job({**job, "gamma": max(g for g in gammas if g != "auto") if any(g != "auto" for g in gammas) else 0})
-    trees = []
-    for kind in (args.tree.split(",") if args.tree else []):
-        spec = _tree_spec(args, kind.strip())
-        _check_job({**job, "tree": spec})
-        trees.append(spec)
+    trees = [_tree_spec(args, kind.strip()) for kind in (args.tree.split(",") if args.tree else [])]
+    for spec in trees:
+        dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
     res = bench_e2e.run(job, gammas, args.backend, trees=trees)
     print(bench_e2e.format_table(res))
     _write_json(args.json, res)
@@ -374,20 +375,28 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for usage errors, 1 for failures).
+    """Run the command line; returns the exit status: 2 for a bad argument (a ``UsageError``, or an
+    ``OptionError`` naming a job option), 1 for any failure during the run.
 
-    Argparse usage errors raise ``SystemExit(2)`` as usual.
+    Argparse usage errors raise ``SystemExit(2)`` as usual. A failure of an expected kind (a specdec, runtime,
+    OS or value error) prints one line; any other also prints its traceback.
     """
     args = make_parser().parse_args(argv)
-    from specdec.errors import SpecdecError
+    from specdec.errors import OptionError, SpecdecError
     handler = HANDLERS[(args.group, args.action)]
+    command = args.group if args.action == "run" else f"{args.group} {args.action}"
     try:
         return handler(args)
     except UsageError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except (RuntimeError, OSError, SpecdecError) as err:
-        print(f"specdec: {args.group} {args.action} failed: {err}", file=sys.stderr)
+    except OptionError as err:
+        print(f"specdec: error: {_flag(err.option)} must be {err.allowed}, got {err.value!r}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as err:        # noqa: BLE001 (a failure during the run: exit 1, whatever it was)
+        print(f"specdec: {command} failed: {err}", file=sys.stderr)
+        if not isinstance(err, (SpecdecError, RuntimeError, OSError, ValueError)):
+            traceback.print_exc()
         return EXIT_FAIL
 
 

@@ -1,13 +1,18 @@
 """The speculative decoding loop.
 
-One round reads top to bottom::
+One round (:func:`speculative_round`) reads top to bottom::
 
-    draft proposes g tokens (and its rows q)  ->  target scores g+1 positions in one pass (rows p)
+    the drafter proposes (a chain of g tokens and its rows q, or a token tree)
+    ->  a tree's attention mask comes from the treemask core
+    ->  the target scores every drafted position in one pass (rows p)
     ->  the verifier decides (quantize, stream, accept/reject, resample or bonus)
-    ->  both KV caches keep the accepted prefix  ->  tokens are emitted, the round's metrics recorded
+    ->  the tokens are emitted (cut at EOS and the budget), both KV caches keep them
+    ->  the round's record
 
-The verifier is a :class:`specdec.drivers.Verifier` on any backend (golden model, RTL simulation, board);
-this module never asks which. ``gamma = 0`` is target-only decoding on the host, the baseline the
+Every draft source is a :class:`Drafter`: a draft model (:class:`ModelDraft`), prompt lookup
+(:class:`PromptLookup`) or a tree builder of :mod:`specdec.tree`. The verifier is a
+:class:`specdec.drivers.Verifier` on any backend (golden model, RTL simulation, board); this module never asks
+which. ``gamma = 0`` is target-only decoding (:class:`NoDraft`, the host picks each token), the baseline the
 benchmarks compare against.
 """
 
@@ -15,21 +20,30 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from hls_ref.verifier import fixed_point_dist, quantize
-from hwcontract.formats import inv_temp
-from .errors import SpecdecError
-from .models import CausalLM
+from hwcontract.formats import INV_TEMP_MAX, fixed_point_dist, inv_temp, quantize
 from hwcontract.regmap import TREE_MAX_NODES
+from .errors import OptionError, SpecdecError, check_int
+from .models import CausalLM
+from .tree import Tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from .drivers import TreeMask, Verifier
 
 #: First gamma of the adaptive schedule (then +2 after a fully accepted round, -1 otherwise, like the
 #: "heuristic" schedule of Hugging Face assisted generation).
 AUTO_GAMMA_START = 4
 
 
-@dataclass
+# --- settings ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
 class Sampling:
     """How tokens are chosen: ``temperature == 0`` is greedy; top-k / top-p mask p and q alike."""
 
@@ -38,23 +52,25 @@ class Sampling:
     top_p: float = 1.0      # 1 = off
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0 and np.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.temperature and not 256 / self.temperature <= 0xFFFF:
-            raise ValueError(f"temperature {self.temperature} is below the core's smallest, 256/65535")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        try:
+            if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)):
+                raise TypeError
+            inv_temp(self.temperature)          # the core's INV_TEMP register must hold 256/T
+        except (TypeError, ValueError):
+            raise OptionError("temperature", self.temperature, f"0 (greedy) or a T > 0 whose INV_TEMP = "
+                              f"round(256/T) lies in 1..{INV_TEMP_MAX}") from None
+        check_int("top_k", self.top_k, 0, allowed="an integer >= 0 (0 = off)")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise OptionError("top_p", self.top_p, "in (0, 1] (1 = off)")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenConfig:
-    """One generation: the token budget, gamma (int >= 0 or "auto"), sampling and seed."""
+    """One generation: the token budget, gamma (int >= 0 or "auto"), sampling, seed and tree size."""
 
     max_new_tokens: int = 64
     gamma: int | str = 4
@@ -64,12 +80,30 @@ class GenConfig:
     tree_budget: int = 0    # > 0: tree speculation with trees of this many nodes (root included)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
-        if self.gamma != "auto" and not (isinstance(self.gamma, int) and self.gamma >= 0):
-            raise ValueError(f"gamma must be an integer >= 0 or 'auto', got {self.gamma!r}")
-        if not isinstance(self.tree_budget, int) or not 0 <= self.tree_budget <= TREE_MAX_NODES:
-            raise ValueError(f"tree budget must be 1..{TREE_MAX_NODES} nodes (0 = chain), got {self.tree_budget!r}")
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        if self.gamma != "auto":
+            check_int("gamma", self.gamma, 0, allowed="an integer >= 0 or 'auto'")
+        check_int("seed", self.seed, 0)
+        check_int("tree_budget", self.tree_budget, 0, TREE_MAX_NODES,
+                  allowed=f"a node count in 1..{TREE_MAX_NODES} (0 = chain)")
+
+
+class GammaSchedule:
+    """Constant gamma, or "auto": +2 after a round that accepted every draft token, -1 otherwise."""
+
+    def __init__(self, gamma: int | str, gamma_max: int) -> None:
+        self.auto = gamma == "auto"
+        self.gamma_max = gamma_max
+        self.gamma = min(AUTO_GAMMA_START, gamma_max) if self.auto else int(gamma)
+        if not self.auto and self.gamma > gamma_max:
+            raise ValueError(f"gamma {self.gamma} exceeds the verifier core's GAMMA_MAX {gamma_max}")
+
+    def update(self, n_accept: int, g: int) -> None:
+        if self.auto and g:
+            self.gamma = min(self.gamma + 2, self.gamma_max) if n_accept == g else max(1, self.gamma - 1)
+
+
+# --- rows -------------------------------------------------------------------------------------------------
 
 
 def mask_logits(logits, s: Sampling) -> np.ndarray:
@@ -105,6 +139,63 @@ def sample_codes(codes: np.ndarray, s: Sampling, rng: np.random.Generator) -> in
     return int(rng.choice(len(dist), p=dist))
 
 
+def choose_host(row: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
+    """Target-only decoding's choice on the host: argmax, or a float64 softmax sample at temperature T."""
+    if s.greedy:
+        return int(np.argmax(row))
+    z = row.astype(np.float64) / s.temperature
+    e = np.exp(z - z.max())
+    return int(rng.choice(len(e), p=e / e.sum()))
+
+
+# --- drafters ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Chain:
+    """A chain proposal: draft tokens x_0..x_{g-1} after the context, and their rows q (Q7.8 codes from a
+    sampling draft model, float logits from prompt lookup; None when greedy or nothing was drafted)."""
+
+    tokens: tuple[int, ...] = ()
+    q: np.ndarray | None = None
+
+    @property
+    def drafted(self) -> int:
+        """Draft tokens proposed."""
+        return len(self.tokens)
+
+    @property
+    def height(self) -> int:
+        """The deepest draft position (a chain's is its length)."""
+        return len(self.tokens)
+
+
+#: What a drafter proposes for one round: a chain, or a token tree rooted at the context's last token.
+Proposal = Chain | Tree
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A draft source. Per generation the loop calls :meth:`start` once, then per round :meth:`propose` and,
+    when the round's tokens are final, :meth:`commit`; :meth:`free` at the end, also after a failure."""
+
+    name: str
+
+    def start(self, context: list[int]) -> None:
+        """Take the prompt ``context`` (its last token is fed by the first round)."""
+
+    def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        """A proposal after ``context`` for a target pass over at most ``budget`` positions (the context's
+        last token and the drafted ones): a :class:`Chain` of at most ``budget - 1`` tokens, or a
+        :class:`~specdec.tree.Tree` of at most ``budget`` nodes, root included."""
+
+    def commit(self, valid: int) -> None:
+        """The first ``valid`` tokens of the context are final: drop what lies past them."""
+
+    def free(self) -> None:
+        """Release what the drafter holds (a paged KV cache's pages go back to the pool)."""
+
+
 class ModelDraft:
     """A draft model proposing with its own KV cache."""
 
@@ -118,27 +209,30 @@ class ModelDraft:
         if len(context) > 1:
             self.lm.forward(context[:-1])
 
-    def propose(self, context: list[int], g: int, s: Sampling, rng: np.random.Generator):
-        """g tokens and their rows q as Q7.8 codes (int16, shape (g, V); None when greedy)."""
-        if g == 0:
-            return [], None
+    def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
+        """``budget - 1`` tokens and their rows q as Q7.8 codes (int16, shape (g, V); None when greedy)."""
+        g = budget - 1
+        if g <= 0:
+            return Chain()
         logits = self.lm.forward(context[self.lm.length:])[-1:]
         tokens, rows = [], []
         for i in range(g):
-            _check_finite(logits[-1:], self.lm.name or "draft")
-            row = mask_logits(logits[-1], s)
-            if s.greedy:
+            _check_finite(logits[-1:], self.lm.name or "draft", f"q_{i} (the draft's row at position {i})")
+            row = mask_logits(logits[-1], sampling)
+            if sampling.greedy:
                 tokens.append(int(np.argmax(row)))
             else:       # quantized once: the driver streams these codes as they are
                 rows.append(quantize(row))
-                tokens.append(sample_codes(rows[-1], s, rng))
+                tokens.append(sample_codes(rows[-1], sampling, rng))
             if i + 1 < g:
                 logits = self.lm.forward(tokens[-1:])
-        return tokens, np.stack(rows) if rows else None     # greedy verification reads no q
+        return Chain(tuple(tokens), np.stack(rows) if rows else None)     # greedy verification reads no q
 
     def commit(self, valid: int) -> None:
-        """The first ``valid`` tokens of the context are final: drop cache entries past them."""
         self.lm.rollback(min(self.lm.length, valid))
+
+    def free(self) -> None:
+        self.lm.free()
 
 
 class PromptLookup:
@@ -153,21 +247,42 @@ class PromptLookup:
     def start(self, context: list[int]) -> None:
         pass
 
-    def propose(self, context: list[int], g: int, s: Sampling, rng: np.random.Generator):
-        tokens = lookup(context, g, self.max_ngram)
+    def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
+        tokens = lookup(context, budget - 1, self.max_ngram)
         if not tokens:
-            return [], None
+            return Chain()
         q = np.full((len(tokens), self.vocab), -np.inf, dtype=np.float32)
         q[np.arange(len(tokens)), tokens] = 0.0
-        return tokens, q
+        return Chain(tuple(tokens), q)
 
     def commit(self, valid: int) -> None:
+        pass
+
+    def free(self) -> None:
+        pass
+
+
+class NoDraft:
+    """Target-only decoding: proposes nothing, so each round the target scores one position."""
+
+    name = "none"
+
+    def start(self, context: list[int]) -> None:
+        pass
+
+    def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
+        return Chain()
+
+    def commit(self, valid: int) -> None:
+        pass
+
+    def free(self) -> None:
         pass
 
 
 def lookup(context: list[int], g: int, max_ngram: int = 3) -> list[int]:
     """Up to g tokens following the latest earlier match of the context's last n-gram, longest n first."""
-    if g == 0:
+    if g <= 0:
         return []
     ctx = np.asarray(context)
     for n in range(min(max_ngram, len(ctx) - 1), 0, -1):
@@ -180,49 +295,34 @@ def lookup(context: list[int], g: int, max_ngram: int = 3) -> list[int]:
     return []
 
 
-class GammaSchedule:
-    """Constant gamma, or "auto": +2 after a round that accepted every draft token, -1 otherwise."""
-
-    def __init__(self, gamma: int | str, gamma_max: int) -> None:
-        self.auto = gamma == "auto"
-        self.gamma_max = gamma_max
-        self.gamma = min(AUTO_GAMMA_START, gamma_max) if self.auto else int(gamma)
-        if not self.auto and self.gamma > gamma_max:
-            raise ValueError(f"gamma {self.gamma} exceeds the verifier core's GAMMA_MAX {gamma_max}")
-
-    def update(self, n_accept: int, g: int) -> None:
-        if self.auto and g:
-            self.gamma = min(self.gamma + 2, self.gamma_max) if n_accept == g else max(1, self.gamma - 1)
+# --- records ----------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Round:
     """One round's record: what was proposed, accepted and emitted, and where its time went (seconds)."""
 
-    g: int
-    n_accept: int
-    emitted: int
-    draft_s: float
-    target_s: float
-    quantize_transfer_s: float
-    verify_s: float
-    total_s: float
-    cycles: int = 0
-    depth: int = -1         # deepest draft position (a chain's g; a tree's largest node depth); -1 = g
-    mask_s: float = 0.0     # tree rounds: the treemask core's time (driver call)
-    mask_cycles: int = 0    # tree rounds: the treemask core's CYCLES_BUSY
-    kv_ops: int = 0         # paged KV caches: kvpage operations this round (both models)
-    kv_cycles: int = 0      # ... and their CYCLES_BUSY
-    kv_pages: int = 0       # ... and pages in use after the round
-
-    def __post_init__(self) -> None:
-        if self.depth < 0:
-            self.depth = self.g
+    g: int                          # draft tokens proposed (a tree's nodes after the root)
+    n_accept: int                   # draft tokens accepted
+    emitted: int                    # tokens emitted (accepted, then the next token; cut at EOS / the budget)
+    depth: int                      # deepest draft position: a chain's g, a tree's largest node depth
+    total_s: float                  # the whole round, caches committed
+    draft_s: float = 0.0
+    mask_s: float = 0.0             # tree rounds: the treemask core (driver call)
+    target_s: float = 0.0
+    quantize_transfer_s: float = 0.0
+    verify_s: float = 0.0
+    cycles: int = 0                 # the verifier's CYCLES_BUSY
+    mask_cycles: int = 0            # tree rounds: the treemask core's CYCLES_BUSY
+    kv_ops: int = 0                 # paged KV caches: kvpage operations this round (both models)
+    kv_cycles: int = 0              # ... and their CYCLES_BUSY
+    kv_pages: int = 0               # ... and pages in use after the round
 
     @property
     def host_s(self) -> float:
-        return max(0.0, self.total_s - self.draft_s - self.target_s - self.quantize_transfer_s - self.verify_s
-                   - self.mask_s)
+        """The round's time outside the drafter, the cores and the target: masking, bookkeeping, commits."""
+        return max(0.0, self.total_s - self.draft_s - self.mask_s - self.target_s - self.quantize_transfer_s
+                   - self.verify_s)
 
 
 @dataclass
@@ -236,185 +336,251 @@ class Generation:
     stopped_at_eos: bool
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What the verifier (target-only: the host) decided in one round."""
 
-def generate(target: CausalLM, draft, verifier, prompt: list[int], cfg: GenConfig, masker=None) -> Generation:
+    tokens: list[int]                   # to emit: the accepted draft tokens, then the next token
+    n_accept: int
+    cycles: int = 0                     # the verifier's CYCLES_BUSY
+    transfer_s: float = 0.0             # the driver's quantize + transfer seconds
+    path: tuple[int, ...] | None = None     # a tree's root and accepted nodes: the target's entries to keep
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """What one generation's rounds talk to."""
+
+    target: CausalLM
+    drafter: Drafter
+    verifier: Verifier | None           # None: target-only decoding, the host picks each token
+    masker: TreeMask | None             # the treemask core (tree proposals only)
+    sampling: Sampling
+    rng: np.random.Generator            # the draft's and the host's sampler
+    eos: frozenset[int]                 # tokens that end the generation (empty: run to the budget)
+
+
+# --- the loop ---------------------------------------------------------------------------------------------
+
+
+def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | None, prompt: list[int],
+             cfg: GenConfig, masker: TreeMask | None = None) -> Generation:
     """Generate up to ``cfg.max_new_tokens`` tokens after ``prompt``.
 
     Parameters
     ----------
     target : CausalLM
-    draft : ModelDraft, PromptLookup, a tree drafter (``specdec.tree``) or None
-        None only for ``gamma == 0`` (target-only decoding); a tree drafter when ``cfg.tree_budget > 0``.
+    drafter : Drafter or None
+        A chain drafter (:class:`ModelDraft`, :class:`PromptLookup`) or, when ``cfg.tree_budget > 0``, a tree
+        drafter (``specdec.tree``); ignored (may be None) for target-only decoding (``gamma == 0``).
     verifier : specdec.drivers.Verifier or None
-        Any backend; None only for ``gamma == 0``.
-    masker : specdec.drivers.TreeMask, optional
-        The treemask core's driver (tree speculation only).
+        Any backend; ignored (may be None) for target-only decoding.
     prompt : list of int
         The prompt's token ids (at least one).
     cfg : GenConfig
+    masker : specdec.drivers.TreeMask, optional
+        The treemask core's driver (tree speculation only).
 
     Raises
     ------
     ValueError
-        Empty prompt, token ids outside the vocabulary, gamma over the core's GAMMA_MAX, NaN logits.
+        Empty prompt, token ids outside the vocabulary, gamma over the core's GAMMA_MAX, a tree over the cores'
+        limits, a missing drafter, verifier or treemask driver.
+    SpecdecError
+        NaN or +inf logits (naming the model, row and token); a core's error.
     """
+    ctx = _check_prompt(prompt, target.vocab)
+    if cfg.gamma == 0 and not cfg.tree_budget:
+        drafter, verifier, masker = NoDraft(), None, None
+    else:
+        _check_parts(cfg, drafter, verifier, masker)
+    schedule = GammaSchedule(cfg.gamma, verifier.gamma_max if verifier is not None else 0)
+    dec = Decoder(target, drafter, verifier, masker, cfg.sampling, np.random.default_rng(cfg.seed),
+                  frozenset(_eos_ids(target)) if cfg.stop_at_eos else frozenset())
+    clock = _Stopwatch()
+    new: list[int] = []
+    rounds: list[Round] = []
+    stopped = False
+    try:            # a paged cache's sequence goes back to the pool, also when a round fails
+        prefill(target, drafter, ctx)
+        prefill_s = clock.lap()
+        while len(new) < cfg.max_new_tokens and not stopped:
+            left = cfg.max_new_tokens - len(new)
+            budget = cfg.tree_budget or min(schedule.gamma, left - 1) + 1
+            out, stopped, rnd = speculative_round(dec, ctx, budget, left)
+            ctx += out
+            new += out
+            schedule.update(rnd.n_accept, rnd.g)
+            rounds.append(rnd)
+    finally:
+        target.free()
+        drafter.free()
+    return Generation(new, rounds, prefill_s, clock.total(), stopped)
+
+
+def prefill(target: CausalLM, drafter: Drafter, ctx: list[int]) -> None:
+    """Both caches take the prompt but its last token, which the first round feeds."""
+    target.reset()
+    if len(ctx) > 1:
+        target.forward(ctx[:-1])
+    drafter.start(ctx)
+
+
+def speculative_round(dec: Decoder, ctx: list[int], budget: int, left: int) -> tuple[list[int], bool, Round]:
+    """One round: draft, mask, score, verify, emit, commit.
+
+    Parameters
+    ----------
+    dec : Decoder
+    ctx : list of int
+        The context so far (prompt and emitted tokens); its last token is in neither cache yet. Not modified.
+    budget : int
+        Positions the target scores this round (the context's last token and the drafted ones).
+    left : int
+        Tokens the generation may still emit.
+
+    Returns
+    -------
+    (tokens, stopped, record)
+        The tokens emitted (cut after EOS and to ``left``), whether EOS came, and the round's record.
+    """
+    kv_mark = _kv_counters(dec.target)
+    clock = _Stopwatch()
+    proposal = dec.drafter.propose(ctx, budget, dec.sampling, dec.rng)
+    draft_s = clock.lap()
+    mask = tree_mask(dec.masker, proposal)
+    mask_s = clock.lap()
+    raw = score(dec.target, ctx, proposal, mask)
+    target_s = clock.lap()
+    _check_finite(raw, dec.target.name, "the target's row at tree node {0}" if isinstance(proposal, Tree)
+                  else "p_{0} (the target's row at position {0})")
+    p = mask_logits(raw, dec.sampling)          # host work: counted in the round's host time
+    clock.lap()
+    decision = decide(dec, proposal, p)
+    verify_s = clock.lap() - decision.transfer_s
+    out, stopped = _cut(decision.tokens, dec.eos, left)
+    commit(dec, len(ctx) + len(out) - 1, decision.path)
+    return out, stopped, Round(
+        g=proposal.drafted, n_accept=decision.n_accept, emitted=len(out), depth=proposal.height,
+        total_s=clock.total(), draft_s=draft_s, mask_s=mask_s if mask is not None else 0.0, target_s=target_s,
+        quantize_transfer_s=decision.transfer_s, verify_s=verify_s, cycles=decision.cycles,
+        mask_cycles=dec.masker.cycles if mask is not None else 0, **_kv_usage(dec.target, kv_mark))
+
+
+def tree_mask(masker: TreeMask | None, proposal: Proposal) -> tuple[np.ndarray, np.ndarray] | None:
+    """A tree's ancestor mask and node depths from the treemask core; None for a chain (causal attention)."""
+    if not isinstance(proposal, Tree):
+        return None
+    if masker is None:
+        raise ValueError("a tree proposal needs the treemask driver (and GenConfig.tree_budget > 0)")
+    return masker.masks(proposal.parents)
+
+
+def score(target: CausalLM, ctx: list[int], proposal: Proposal, mask) -> torch.Tensor:
+    """The target's logits for every drafted position, in one forward pass: a chain's g + 1 rows (after the
+    context's last token and after each draft token), or one row per tree node."""
+    if isinstance(proposal, Tree):
+        return target.forward_tree(proposal.tokens, *mask)
+    return target.forward(ctx[target.length:] + list(proposal.tokens))[-(proposal.drafted + 1):]
+
+
+def decide(dec: Decoder, proposal: Proposal, p: np.ndarray) -> Decision:
+    """The verifier's decision on the rows ``p`` (target-only decoding: the host's choice of one token)."""
+    s = dec.sampling
+    if dec.verifier is None:
+        return Decision([choose_host(p[0], s, dec.rng)], 0)
+    if isinstance(proposal, Tree):
+        res = dec.verifier.verify_tree(proposal.parents, proposal.tokens, p, greedy=s.greedy,
+                                       temperature=s.temperature or 1.0)
+        path = (0, *res.path)
+    else:
+        res = dec.verifier.verify(list(proposal.tokens), p, None if s.greedy else proposal.q, greedy=s.greedy,
+                                  temperature=s.temperature or 1.0)
+        path = None
+    timing = dec.verifier.timing
+    return Decision(res.tokens, res.n_accept, res.cycles_busy, timing["quantize_s"] + timing["transfer_s"], path)
+
+
+def commit(dec: Decoder, valid: int, path: tuple[int, ...] | None) -> None:
+    """Both caches keep the first ``valid`` context tokens (a tree's accepted ``path`` first becomes the
+    target's committed entries); the last emitted token is fed by the next round."""
+    if path is not None:
+        dec.target.commit_path(path)
+    dec.target.rollback(valid)
+    dec.drafter.commit(valid)
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+class _Stopwatch:
+    """Seconds since the last lap, and since the start."""
+
+    def __init__(self) -> None:
+        self._start = self._last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        seconds, self._last = now - self._last, now
+        return seconds
+
+    def total(self) -> float:
+        return time.perf_counter() - self._start
+
+
+def _cut(out: list[int], eos: frozenset[int], left: int) -> tuple[list[int], bool]:
+    """``out`` cut after its first EOS and to ``left`` tokens; and whether an EOS came."""
+    for k, tok in enumerate(out):
+        if tok in eos:
+            return out[:k + 1][:left], True
+    return out[:left], False
+
+
+def _check_prompt(prompt: list[int], vocab: int) -> list[int]:
     if not len(prompt):
         raise ValueError("the prompt is empty: give at least one token")
-    if min(prompt) < 0 or max(prompt) >= target.vocab:
-        raise ValueError(f"prompt token ids must lie in 0..{target.vocab - 1}, got {min(prompt)}..{max(prompt)}")
-    s = cfg.sampling
-    baseline = cfg.gamma == 0 and not cfg.tree_budget
-    if not baseline and (draft is None or verifier is None):
+    if min(prompt) < 0 or max(prompt) >= vocab:
+        raise ValueError(f"prompt token ids must lie in 0..{vocab - 1}, got {min(prompt)}..{max(prompt)}")
+    return [int(t) for t in prompt]
+
+
+def _check_parts(cfg: GenConfig, drafter, verifier, masker) -> None:
+    """Speculation has a drafter, a verifier and, for trees, a treemask driver whose limits take the tree."""
+    if drafter is None or verifier is None:
         raise ValueError(f"gamma={cfg.gamma} needs a draft source and a verifier")
+    if not isinstance(drafter, Drafter):
+        raise TypeError(f"draft source {type(drafter).__name__} is not a Drafter (start, propose, commit, free)")
     if cfg.tree_budget:
-        if masker is None or baseline:
+        if masker is None:
             raise ValueError("tree speculation needs a tree drafter, a verifier and the treemask driver")
         if cfg.tree_budget > min(verifier.tree_max, masker.nodes_max):
             raise ValueError(f"tree budget {cfg.tree_budget} exceeds the cores' limits: verifier TREE_MAX "
                              f"{verifier.tree_max}, treemask NODES_MAX {masker.nodes_max}")
-    schedule = GammaSchedule(cfg.gamma, verifier.gamma_max if verifier is not None else 0)
-    rng = np.random.default_rng(cfg.seed)
-    eos = _eos_ids(target)
-
-    t_start = time.perf_counter()
-    ctx = list(int(t) for t in prompt)
-    target.reset()
-    if len(ctx) > 1:
-        target.forward(ctx[:-1])
-    if draft is not None and not baseline:
-        draft.start(ctx)
-    prefill_s = time.perf_counter() - t_start
-
-    new: list[int] = []
-    rounds: list[Round] = []
-    stopped = False
-    kv = target.kv if target.paged else None
-    try:
-        while len(new) < cfg.max_new_tokens and not stopped:
-            mark = (kv.total_ops, kv.total_cycles) if kv is not None else None
-            if cfg.tree_budget:
-                out, rnd = tree_round(target, draft, verifier, masker, ctx, cfg, rng)
-                out, stopped = _stop(out, eos, cfg, len(new))
-                ctx += out
-                new += out
-                target.rollback(len(ctx) - 1)
-                draft.commit(len(ctx) - 1)
-                rnd.emitted = len(out)
-                rnd.total_s = time.perf_counter() - rnd.total_s
-            else:
-                out, rnd = chain_round(target, draft, verifier, schedule, ctx, cfg, rng, baseline, len(new))
-                out, stopped = _stop(out, eos, cfg, len(new))
-                ctx += out
-                new += out
-                target.rollback(len(ctx) - 1)
-                if not baseline:
-                    draft.commit(len(ctx) - 1)
-                    schedule.update(rnd.n_accept, rnd.g)
-                rnd.emitted = len(out)
-                rnd.total_s = time.perf_counter() - rnd.total_s
-            if kv is not None:
-                rnd.kv_ops, rnd.kv_cycles = kv.total_ops - mark[0], kv.total_cycles - mark[1]
-                rnd.kv_pages = kv.pages - kv.free_pages
-            rounds.append(rnd)
-    finally:        # a paged cache's sequence goes back to the pool, also when a round failed
-        target.free()
-        if draft is not None and hasattr(draft, "lm"):
-            draft.lm.free()
-    return Generation(new, rounds, prefill_s, time.perf_counter() - t_start, stopped)
 
 
-def chain_round(target: CausalLM, draft, verifier, schedule: GammaSchedule, ctx: list[int], cfg: GenConfig,
-                rng: np.random.Generator, baseline: bool, done: int) -> tuple[list[int], Round]:
-    """One chain round: the draft proposes g tokens, the target scores g + 1 positions in one pass, the
-    verifier decides (target-only decoding: the host picks the next token).
-
-    Returns the tokens the round emits (before EOS and budget truncation) and its record, whose
-    ``total_s`` holds the round's start time (the caller finishes it, after committing the caches).
-    """
-    s = cfg.sampling
-    t0 = time.perf_counter()
-    g = min(schedule.gamma, cfg.max_new_tokens - done - 1)
-    if baseline:
-        draft_tokens, q = [], None
-    else:
-        draft_tokens, q = draft.propose(ctx, g, s, rng)
-        g = len(draft_tokens)
-    t1 = time.perf_counter()
-    raw = target.forward(ctx[target.length:] + draft_tokens)[-(g + 1):]
-    t2 = time.perf_counter()
-    _check_finite(raw, target.name)
-    p = mask_logits(raw, s)                     # host work: counted in the round's host overhead
-    t3 = time.perf_counter()
-    cycles = 0
-    if baseline:
-        out, n_acc, qt_s = [choose_host(p[0], s, rng)], 0, 0.0
-        ver_s = time.perf_counter() - t3
-    else:
-        res = verifier.verify(draft_tokens, p, None if s.greedy else q, greedy=s.greedy,
-                              temperature=s.temperature or 1.0)
-        out, n_acc, cycles = res.tokens, res.n_accept, res.cycles_busy
-        timing = verifier.timing
-        qt_s = timing["quantize_s"] + timing["transfer_s"]
-        ver_s = time.perf_counter() - t3 - qt_s
-    return out, Round(g, n_acc, 0, t1 - t0, t2 - t1, qt_s, ver_s, t0, cycles)
+def _kv_counters(target: CausalLM) -> tuple[int, int] | None:
+    """The kvpage core's operation and cycle counters (None: a dense cache)."""
+    return (target.kv.total_ops, target.kv.total_cycles) if target.paged else None
 
 
-def tree_round(target: CausalLM, drafter, verifier, masker, ctx: list[int], cfg: GenConfig,
-               rng: np.random.Generator) -> tuple[list[int], Round]:
-    """One tree round: the drafter builds a tree of ``cfg.tree_budget`` nodes rooted at ``ctx[-1]``, the
-    treemask core gives its attention mask and depths, the target scores every node in one forward pass,
-    the verifier walks the tree, and the target's cache keeps the accepted path.
-
-    Returns the tokens the round emits (before EOS and budget truncation) and its record, whose
-    ``total_s`` holds the round's start time (the caller finishes it).
-    """
-    s = cfg.sampling
-    t0 = time.perf_counter()
-    tree = drafter.propose(ctx, cfg.tree_budget)
-    t1 = time.perf_counter()
-    mask, depth = masker.masks(tree.parents)
-    t2 = time.perf_counter()
-    raw = target.forward_tree(tree.tokens, mask, depth)
-    t3 = time.perf_counter()
-    _check_finite(raw, target.name)
-    p = mask_logits(raw, s)
-    res = verifier.verify_tree(tree.parents, tree.tokens, p, greedy=s.greedy, temperature=s.temperature or 1.0)
-    target.commit_path([0, *res.path])
-    timing = verifier.timing
-    qt_s = timing["quantize_s"] + timing["transfer_s"]
-    ver_s = time.perf_counter() - t3 - qt_s
-    rnd = Round(tree.n - 1, res.n_accept, 0, t1 - t0, t3 - t2, qt_s, ver_s, t0, res.cycles_busy,
-                depth=int(depth.max()), mask_s=t2 - t1, mask_cycles=masker.cycles)
-    return res.tokens, rnd
+def _kv_usage(target: CausalLM, mark: tuple[int, int] | None) -> dict[str, int]:
+    """kvpage operations and cycles since ``mark``, and the pages in use now (nothing for a dense cache)."""
+    if mark is None:
+        return {}
+    kv = target.kv
+    return {"kv_ops": kv.total_ops - mark[0], "kv_cycles": kv.total_cycles - mark[1],
+            "kv_pages": kv.pages - kv.free_pages}
 
 
-def _stop(out: list[int], eos: set[int], cfg: GenConfig, done: int) -> tuple[list[int], bool]:
-    """``out`` cut after its first EOS (when stopping there) and to the token budget; and whether EOS came."""
-    stopped = False
-    if cfg.stop_at_eos:
-        for k, tok in enumerate(out):
-            if tok in eos:
-                out, stopped = out[:k + 1], True
-                break
-    return out[:cfg.max_new_tokens - done], stopped
-
-
-def choose_host(row: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
-    """Target-only decoding's choice on the host: argmax, or a float64 softmax sample at temperature T."""
-    if s.greedy:
-        return int(np.argmax(row))
-    z = row.astype(np.float64) / s.temperature
-    e = np.exp(z - z.max())
-    return int(rng.choice(len(e), p=e / e.sum()))
-
-
-def _check_finite(logits, who: str) -> None:
+def _check_finite(logits, who: str, row: str = "row {0}") -> None:
+    """Refuse NaN or +inf logits before they reach the verifier, naming the model, the row (``row.format(i)``
+    for row i of ``logits``: p_i of the target, q_i of the draft, a tree node's) and the token."""
     import torch
     bad = torch.isnan(logits) | torch.isposinf(logits)
     if bool(bad.any()):
         i, j = (int(v) for v in bad.nonzero()[0])
-        raise SpecdecError(f"{who or 'target'} produced a non-finite logit ({float(logits[i, j])}) at row {i}, "
-                           f"token {j}: refusing to verify it")
+        raise SpecdecError(f"{who or 'target'} produced a non-finite logit ({float(logits[i, j])}) in "
+                           f"{row.format(i)}, token {j}: refusing to verify it")
 
 
 def _eos_ids(lm: CausalLM) -> set[int]:

@@ -30,3 +30,24 @@ class BusError(SpecdecError, OSError):
 
 class CoreTimeout(SpecdecError, TimeoutError):
     """The core did not finish within the poll budget (it never hangs the caller)."""
+
+
+class OptionError(ValueError):
+    """A bad option value (a job field, a generation setting): names the option, the value and what is allowed.
+
+    ``option`` is the option's name as a job spells it (``seed``, ``max_new_tokens``, ``tree budget``); the
+    command line turns it into its flag.
+    """
+
+    def __init__(self, option: str, value, allowed: str) -> None:
+        self.option, self.value, self.allowed = option, value, allowed
+        super().__init__(f"{option} must be {allowed}, got {value!r}")
+
+
+def check_int(option: str, value, low: int, high: int | None = None, allowed: str | None = None) -> int:
+    """``value`` if it is an integer in ``low..high`` (no upper bound when ``high`` is None), else an
+    :class:`OptionError` naming ``option``, the value and ``allowed`` (default: the range in words)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        raise OptionError(option, value, allowed or (f"an integer >= {low}" if high is None
+                                                     else f"an integer in {low}..{high}"))
+    return value

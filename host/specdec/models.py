@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import SpecdecError
+from .kvlayout import DEFAULT_BLOCK
 
 if TYPE_CHECKING:
     from .drivers.kvpage import KVPage
@@ -139,6 +140,14 @@ def load(name: str):
     return model, tok
 
 
+def context_length(model) -> int | None:
+    """The tokens ``model`` takes in one sequence (its config's ``max_position_embeddings``, GPT-2's
+    ``n_positions``), or None when the config does not say."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n = getattr(cfg, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
 def check_pair(target, target_tok, draft, draft_tok, target_name: str = "target",
                draft_name: str = "draft") -> int:
     """The shared vocabulary size V, or ModelError when draft and target cannot be paired.
@@ -182,10 +191,11 @@ class CausalLM:
         sequence, rollback and commit_path commit it). Both models of a pair may share one driver. None:
         a transformers ``DynamicCache``.
     block : int
-        Tokens per page of the paged cache.
+        Tokens per page of the paged cache (:func:`specdec.kvlayout.pick_block` finds one that serves the
+        model's context).
     """
 
-    def __init__(self, model, name: str = "", kv: KVPage | None = None, block: int = 16) -> None:
+    def __init__(self, model, name: str = "", kv: KVPage | None = None, block: int = DEFAULT_BLOCK) -> None:
         self.model, self.name = model, name
         self.vocab = model.get_output_embeddings().weight.shape[0]
         self.eos_token_id = model.generation_config.eos_token_id if model.generation_config else None

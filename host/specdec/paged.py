@@ -7,7 +7,9 @@ Two halves:
   comes from the core (``write_row``); the host never invents one.
 * :class:`PagedCache`, a transformers ``Cache`` with one :class:`PagedLayer` per decoder layer. A layer's
   keys and values live in pools of shape (pages, kv_heads, block, head_dim), allocated at the first
-  update. Position t of the sequence is offset ``t % block`` of the page of row ``t // block``.
+  update and grown (doubling, up to the core's PAGES) as the core hands out higher page numbers, so a large
+  pool costs memory only once it is used. Position t of the sequence is offset ``t % block`` of the page of
+  row ``t // block``.
 
 The protocol (what :class:`specdec.models.CausalLM` drives):
 
@@ -23,7 +25,8 @@ The protocol (what :class:`specdec.models.CausalLM` drives):
 * free: FREE the sequence.
 
 Both models of a draft/target pair share one driver (one core, one page-number space); each model has its
-own pools indexed by those page numbers.
+own pools indexed by those page numbers. The page size that lets a pair serve its target's whole context
+on a given core is :func:`specdec.kvlayout.pick_block`'s choice.
 """
 from __future__ import annotations
 
@@ -34,14 +37,10 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .drivers.kvpage import KVPage, KVPageError
+from .kvlayout import DEFAULT_BLOCK, KVCapacityError, rows_for
 
-#: Tokens per page unless the caller says otherwise.
-DEFAULT_BLOCK = 16
-
-
-def rows_for(length: int, block: int) -> int:
-    """Rows (pages) that hold ``length`` tokens: ``ceil(length / block)``."""
-    return -(-int(length) // int(block))
+#: Pages a layer's pools start with (they double as the core hands out higher page numbers).
+INITIAL_POOL_PAGES = 16
 
 
 class PageTableMismatch(RuntimeError):
@@ -137,6 +136,8 @@ class PagedKV:
 
         Raises
         ------
+        KVCapacityError
+            ``end`` tokens exceed a slot's rows (naming them, and ``--kv-block`` / ``--dense-kv``).
         KVPageError
             The core refused a WRITE (POOL_EMPTY: the page pool is exhausted; BAD_ROW: past max_blocks
             rows). Rows written before it stay mapped to the branch; ``length`` does not move.
@@ -144,8 +145,9 @@ class PagedKV:
         if end <= self.length:
             return
         if end > self.max_tokens:
-            raise ValueError(f"paged KV cache: {end} tokens exceed a slot's {self.kv.max_blocks} rows of "
-                             f"{self.block} tokens ({self.max_tokens})")
+            raise KVCapacityError(f"paged KV cache: {end} tokens exceed a sequence's {self.kv.max_blocks} rows of "
+                                  f"{self.block} tokens ({self.max_tokens}) on this kvpage core: use a larger "
+                                  "--kv-block, or --dense-kv (transformers' dense caches)")
         self._fork()
         for row in range(self.length // self.block, rows_for(end, self.block)):
             if self.own_from <= row < len(self.branch_rows):
@@ -154,7 +156,8 @@ class PagedKV:
                 page, src = self.kv.write_row(self.branch, row)
             except KVPageError as e:
                 e.add_note(f"paged KV cache: writing row {row} of branch {self.branch} (positions "
-                           f"{self.length}..{end - 1}, {self.kv.free_pages} of {self.kv.pages} pages free)")
+                           f"{self.length}..{end - 1}, {self.kv.free_pages} of {self.kv.pages} pages free); "
+                           "a larger --kv-block needs fewer pages, --dense-kv none")
                 raise
             self.ops["write"] += 1
             self._record(row, page, src)
@@ -236,16 +239,29 @@ class PagedLayer(CacheLayerMixin):
         self.length = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Allocate the pools (zeros) for the heads, head size, dtype and device of the first states."""
+        """Allocate the pools (zeros, :data:`INITIAL_POOL_PAGES` pages or the core's PAGES if fewer) for the
+        heads, head size, dtype and device of the first states."""
         if key_states.shape[0] != 1:
             raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
         _, heads, _, dim = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
-        shape = (self.table.kv.pages, heads, self.table.block, dim)
+        shape = (min(self.table.kv.pages, INITIAL_POOL_PAGES), heads, self.table.block, dim)
         self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
         self.values = torch.zeros((*shape[:3], value_states.shape[-1]), dtype=value_states.dtype,
                                   device=value_states.device)
         self.is_initialized = True
+
+    def _fit(self, page: int) -> None:
+        """Grow the pools (doubling, at most the core's PAGES) until page number ``page`` has a place."""
+        have = self.keys.shape[0]
+        if page < have:
+            return
+        size = min(self.table.kv.pages, max(2 * have, page + 1))
+        for name in ("keys", "values"):
+            pool = getattr(self, name)
+            grown = pool.new_zeros((size, *pool.shape[1:]))
+            grown[:have] = pool
+            setattr(self, name, grown)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,6 +274,7 @@ class PagedLayer(CacheLayerMixin):
         start, end = self.length, self.length + key_states.shape[-2]
         self.table.reserve(end)
         pages, offs = self.table.positions(start, end)
+        self._fit(int(pages.max()))
         self.keys[pages, :, offs, :] = key_states[0].transpose(0, 1).to(self.keys.dtype)
         self.values[pages, :, offs, :] = value_states[0].transpose(0, 1).to(self.values.dtype)
         self.length = end
@@ -271,6 +288,7 @@ class PagedLayer(CacheLayerMixin):
     def copy_page(self, src: int, dst: int) -> None:
         """Copy page ``src`` into page ``dst`` (keys and values)."""
         if self.is_initialized:
+            self._fit(max(src, dst))
             self.keys[dst] = self.keys[src]
             self.values[dst] = self.values[src]
 

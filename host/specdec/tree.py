@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hwcontract.regmap import TREE_MAX_NODES
 from hwcontract.tree import check_parents
+
+if TYPE_CHECKING:
+    from .decode import Sampling
 
 
 def parents_from_paths(paths) -> tuple[int, ...]:
@@ -61,6 +65,16 @@ class Tree:
     @property
     def n(self) -> int:
         return len(self.parents)
+
+    @property
+    def drafted(self) -> int:
+        """Draft tokens proposed: the nodes after the root."""
+        return self.n - 1
+
+    @property
+    def height(self) -> int:
+        """The largest node depth (the root's is 0)."""
+        return int(self.depth().max())
 
     def depth(self) -> np.ndarray:
         d = np.zeros(self.n, dtype=np.int64)
@@ -118,8 +132,8 @@ def _log_softmax(logits) -> np.ndarray:
 class TreeDrafter(ABC):
     """Base of the tree drafters: the draft cache bookkeeping shared by every builder.
 
-    Subclasses implement :meth:`_draft`. The loop calls :meth:`start` once, then per round
-    :meth:`propose` and :meth:`commit`.
+    Subclasses implement :meth:`_draft`. A tree drafter is a :class:`specdec.decode.Drafter`: the loop calls
+    :meth:`start` once, then per round :meth:`propose` and :meth:`commit`, and :meth:`free` at the end.
 
     After :meth:`commit`, the drafted entries on the path the next context confirms are kept in the draft
     cache (:meth:`CausalLM.commit_path`) at the next :meth:`propose`, which only forwards the rest.
@@ -141,8 +155,14 @@ class TreeDrafter(ABC):
         if len(context) > 1:
             self.lm.forward(context[:-1])
 
-    def propose(self, context: list[int], budget: int | None = None) -> Tree:
-        """A draft tree rooted at ``context[-1]`` of at most ``budget`` nodes (default: the builder's size)."""
+    def propose(self, context: list[int], budget: int | None = None, sampling: Sampling | None = None,
+                rng: np.random.Generator | None = None) -> Tree:
+        """A draft tree rooted at ``context[-1]`` of at most ``budget`` nodes (default: the builder's size).
+
+        The tree is the draft's top-ranked tokens whatever the sampling settings: ``sampling`` and ``rng``
+        (the :class:`~specdec.decode.Drafter` protocol's) are not used; the verifier treats each child as a
+        point-mass proposal, so the output follows the target all the same.
+        """
         if not context:
             raise ValueError("propose needs a non-empty context (its last token is the root)")
         budget = self.size if budget is None else min(self.size, _check_budget(budget))
@@ -165,6 +185,11 @@ class TreeDrafter(ABC):
             self.lm.rollback(valid)
             self._pidx = {}
         self._valid = valid
+
+    def free(self) -> None:
+        """Release the draft cache (a paged cache's pages go back to the pool)."""
+        self.lm.free()
+        self._last, self._pidx, self._valid = None, {}, None
 
     def _sync(self, context: list[int]) -> None:
         """Keep the pending entries of the previous tree's path that ``context`` confirms; drop the rest."""

@@ -4,13 +4,15 @@ Every operation runs on the RTL and through :func:`hls_ref.kvpage.step` in locks
 error bits, CYCLES_BUSY, the result registers it wrote, FREE_PAGES, the sequence and branch masks and the
 OPS counter must agree. A full dump (INFO of every slot, TRANSLATE of every row, REFS of every page ever
 used) is compared now and then and at the end, and the golden state's invariants are checked after every
-operation. ``KV_OPS`` (environment) sets how many random operations run (the ``long`` run: 10,000).
+operation (the read-only operations of a dump: once, at its end, with the state registers and OPS).
+``KV_OPS`` (environment) sets how many random operations run in all, dealt across the four idle x
+backpressure combinations of tb.common.cross_test (the ``long`` run: 20,000). PAGES and MAX_BLOCKS
+are read from the PARAMS register after reset, as the driver does.
 """
 from __future__ import annotations
 
 import os
 
-import cocotb
 import numpy as np
 import pytest
 from cocotb.task import bridge
@@ -21,34 +23,51 @@ from specdec.drivers import KVPage
 from specdec.drivers.base import description
 from hwcontract.regmap import KV_SLOTS, core
 from specdec.backends import simulator as harness
-from tb.common import STIMULUS, AxilTB, param
+from tb.common import QUIET, AxilTB, Stimulus, cross_names, cross_test, param
 from tb.kvpage.driver_checks import check_kvpage_driver
 
 CMAP = core("kvpage")
-STATUS_REGS = ("FREE_PAGES", "SEQS_LO", "SEQS_HI", "BRANCHES_LO", "BRANCHES_HI")
+#: The operand registers of an operation, in the order :meth:`KvpageTB.op` sets them.
+OPERANDS = ("SLOT", "ROW", "PAGE", "MASK_LO", "MASK_HI", "OP")
 
 
 class KvpageTB(AxilTB):
-    """AXI-Lite master and the lockstep golden state; :meth:`op` runs one operation on both."""
+    """AXI-Lite master and the lockstep golden state; :meth:`op` runs one operation on both.
 
-    def __init__(self, dut, idle: str = "none", backpressure: str = "none") -> None:
+    ``pages`` and ``max_blocks`` (PARAMS) and the empty golden state are set by :meth:`reset`. Operand
+    registers keep their values (also across SOFT_RESET), so :meth:`op` writes only those that change.
+    """
+
+    def __init__(self, dut, stim: Stimulus = QUIET) -> None:
         super().__init__(dut, CMAP)
-        self.pages = param("PAGES", 256)
-        self.max_blocks = param("MAX_BLOCKS", 64)
-        self.set_idle_generator(STIMULUS[idle])
-        self.set_backpressure_generator(STIMULUS[backpressure])
-        self.state = golden.KVState.empty(self.pages, self.max_blocks)
-        self.ops = 0
+        stim.apply(self)
         self.cycles: dict[str, set[int]] = {}
 
-    async def op(self, op: golden.Op, raw_code: int | None = None) -> golden.Result:
-        """Run ``op`` on the RTL and the golden model; assert they agree; soft-reset after an error."""
-        await self.write("SLOT", op.slot)
-        await self.write("ROW", op.row)
-        await self.write("PAGE", op.page)
-        await self.write("MASK_LO", op.mask & 0xFFFFFFFF)
-        await self.write("MASK_HI", op.mask >> 32)
-        await self.write("OP", CODE=golden.OPS[op.code] if raw_code is None else raw_code)
+    async def reset(self) -> None:
+        """Reset, read the build parameters from PARAMS and start the golden model from an empty pool."""
+        await super().reset()
+        params = await self.read_fields("PARAMS")
+        assert params["SLOTS"] == KV_SLOTS, params
+        self.pages, self.max_blocks = 1 << params["PAGES_LOG2"], 1 << params["BLOCKS_LOG2"]
+        self.state = golden.KVState.empty(self.pages, self.max_blocks)
+        self.ops = 0
+        self.operands = {name: CMAP.reg(name).reset for name in OPERANDS}
+
+    async def _operand(self, name: str, value: int) -> None:
+        if self.operands[name] != value:
+            await self.write(name, value)
+            self.operands[name] = value
+
+    async def op(self, op: golden.Op, raw_code: int | None = None, lockstep: bool = True) -> golden.Result:
+        """Run ``op`` on the RTL and the golden model; assert they agree; soft-reset after an error.
+
+        ``lockstep`` False (read-only operations in :meth:`dump`) leaves the state registers, the OPS
+        count and the golden invariants to the caller.
+        """
+        code = golden.OPS[op.code] if raw_code is None else raw_code
+        for name, value in zip(OPERANDS, (op.slot, op.row, op.page, op.mask & 0xFFFFFFFF, op.mask >> 32,
+                                          CMAP.reg("OP").encode(CODE=code))):
+            await self._operand(name, value)
         await self.write("CTRL", START=1)
         for _ in range(self.max_blocks + 200):
             st = await self.read_fields("STATUS")
@@ -68,46 +87,55 @@ class KvpageTB(AxilTB):
         for name, value in want.regs.items():
             got = await self.read(name)
             assert got == value, f"{op}: {name} = {got}, golden {value}"
-        for name, value in golden.status_regs(self.state).items():
-            got = await self.read(name)
-            assert got == value, f"{op}: {name} = {got}, golden {value}"
+        if lockstep:
+            await self.check_state(op)
         if err:
             await self.write("CTRL", SOFT_RESET=1)
             assert await self.read("ERR") == 0
         else:
             self.ops += 1
             self.cycles.setdefault(op.code, set()).add(cyc)
-        assert await self.read("OPS") == self.ops
-        golden.check_invariants(self.state)
+        if lockstep:
+            assert await self.read("OPS") == self.ops
+            golden.check_invariants(self.state)
         return want
+
+    async def check_state(self, after) -> None:
+        """FREE_PAGES and the sequence and branch masks against the golden state (``after``: for messages)."""
+        for name, value in golden.status_regs(self.state).items():
+            got = await self.read(name)
+            assert got == value, f"{after}: {name} = {got}, golden {value}"
 
     async def dump(self) -> None:
         """INFO of every slot, TRANSLATE of every live row, REFS of every page used so far (and two
-        never used): read-only operations, each compared with the golden model by :meth:`op`."""
+        never used): read-only operations, each compared with the golden model by :meth:`op`; the state
+        registers and OPS once at the end."""
         for s in range(KV_SLOTS):
-            await self.op(golden.Op("INFO", slot=s))
+            await self.op(golden.Op("INFO", slot=s), lockstep=False)
             if self.state.live(s):
                 for r in range(self.state.length[s]):
-                    await self.op(golden.Op("TRANSLATE", slot=s, row=r))
+                    await self.op(golden.Op("TRANSLATE", slot=s, row=r), lockstep=False)
         m = golden.mappings(self.state)
         for p in list(range(min(self.state.bump + 2, self.pages))):
-            res = await self.op(golden.Op("REFS", page=p))
+            res = await self.op(golden.Op("REFS", page=p), lockstep=False)
             assert res.regs["RES_REFS"] == m[p]
+        await self.check_state("dump")
+        assert await self.read("OPS") == self.ops
+        golden.check_invariants(self.state)
 
 
-async def _tb(dut, idle="none", backpressure="none") -> KvpageTB:
-    tb = KvpageTB(dut, idle, backpressure)
+async def _tb(dut, stim: Stimulus = QUIET) -> KvpageTB:
+    tb = KvpageTB(dut, stim)
     await tb.reset()
     return tb
 
 
-@cocotb.test()
-async def registers(dut):
-    """ID, PARAMS, reset values, an empty pool."""
-    tb = await _tb(dut)
+@cross_test
+async def registers(dut, stim: Stimulus):
+    """ID, PARAMS (the build's PAGES and MAX_BLOCKS), reset values, an empty pool."""
+    tb = await _tb(dut, stim)
     assert await tb.read("ID") == CMAP.map_hash()
-    assert await tb.read_fields("PARAMS") == {"PAGES_LOG2": tb.pages.bit_length() - 1,
-                                              "BLOCKS_LOG2": tb.max_blocks.bit_length() - 1, "SLOTS": KV_SLOTS}
+    assert (tb.pages, tb.max_blocks) == (param("PAGES"), param("MAX_BLOCKS")), (tb.pages, tb.max_blocks)
     for r in CMAP.registers:
         if r.access == "rw":
             assert await tb.read(r.name) == r.reset, r.name
@@ -115,20 +143,18 @@ async def registers(dut):
     assert await tb.read_fields("STATUS") == {"BUSY": 0, "DONE": 0, "ERROR": 0}
 
 
-#: AXI-Lite stimulus of the random runs: (idle, backpressure) patterns.
-STIM = {"none": ("none", "none"), "busy": ("cycle", "random")}
-# cocotb names a parametrized test "<name>/<param>=<value>"; the runner's testcase filter anchors at the end
-RANDOM_OPS = ",".join(f"random_ops/stim={k}" for k in STIM)
+#: Random operations per build (``KV_OPS`` overrides), dealt across the four stimulus combinations.
+KV_OPS = 300
+RANDOM_OPS = cross_names("random_ops")
 
 
-@cocotb.test()
-@cocotb.parametrize(stim=list(STIM))
-async def random_ops(dut, stim):
+@cross_test
+async def random_ops(dut, stim: Stimulus):
     """Random operation sequences (``hls_ref.kvpage.random_op``) in lockstep with the golden model; every
-    sequence freed at the end leaves the whole pool free."""
-    tb = await _tb(dut, *STIM[stim])
-    n = int(os.environ.get("KV_OPS", "150"))
-    rng = np.random.default_rng(tb.pages + tb.max_blocks + len(stim))
+    sequence freed at the end leaves the whole pool free. Each combination runs its share of KV_OPS."""
+    tb = await _tb(dut, stim)
+    n = stim.share(int(os.environ.get("KV_OPS", KV_OPS)))
+    rng = np.random.default_rng(tb.pages + tb.max_blocks + stim.index)
     for i in range(n):
         await tb.op(golden.random_op(tb.state, rng))
         if (i + 1) % 1000 == 0:
@@ -144,16 +170,10 @@ async def random_ops(dut, stim):
     tb.log.info("%d operations: %s", tb.ops, {k: sorted(v)[:4] for k, v in tb.cycles.items()})
 
 
-@cocotb.test()
-async def errors(dut):
-    """Every error bit, each leaving the table unharmed (full dump after each), then recovery."""
-    tb = await _tb(dut)
+def _bad_ops(tb: KvpageTB, seq: int, br: int) -> list[tuple[golden.Op, str]]:
+    """Single operations that fail with one error bit, on sequence ``seq`` (3 rows) and its branch ``br``."""
     op = golden.Op
-    seq = (await tb.op(op("NEW"))).regs["RES_SLOT"]
-    for r in range(3):
-        await tb.op(op("WRITE", slot=seq, row=r))
-    br = (await tb.op(op("FORK", slot=seq))).regs["RES_SLOT"]
-    bad = [
+    return [
         (op("WRITE", slot=seq, row=5), "BAD_ROW"),                  # past LEN
         (op("WRITE", slot=seq, row=tb.max_blocks + 3), "BAD_ROW"),
         (op("TRANSLATE", slot=seq, row=3), "BAD_ROW"),
@@ -169,17 +189,23 @@ async def errors(dut):
         (op("REFS", page=tb.pages), "BAD_PAGE"),
         (op("INFO", slot=64), "BAD_SLOT"),
     ]
-    for o, name in bad:
-        res = await tb.op(o)
-        assert CMAP.decode_err(res.err) == [name], (o, CMAP.decode_err(res.err))
-        await tb.dump()
-    await tb.op(op("FREE", slot=seq))
-    res = await tb.op(op("FREE", slot=seq))                         # double free
+
+
+async def _double_free(tb: KvpageTB, seq: int) -> None:
+    await tb.op(golden.Op("FREE", slot=seq))
+    res = await tb.op(golden.Op("FREE", slot=seq))
     assert CMAP.decode_err(res.err) == ["BAD_SLOT"]
+
+
+async def _undefined_codes(tb: KvpageTB, seq: int) -> None:
     for code in (0, 11, 15):
-        await tb.op(op("INFO", slot=0), raw_code=code)              # not an operation: BAD_OP
-    # pool exhausted: fill it (a new sequence whenever one is full), the next page is refused, the rest
-    # still works
+        await tb.op(golden.Op("INFO", slot=0), raw_code=code)      # not an operation: BAD_OP
+    await tb.dump()
+
+
+async def _pool_exhausted(tb: KvpageTB, seq: int) -> None:
+    """Fill the pool (a new sequence whenever one is full): the next page is refused, the rest still works."""
+    op = golden.Op
     others = (await tb.op(op("NEW"))).regs["RES_SLOT"]
     await tb.op(op("WRITE", slot=others, row=0))
     seq = (await tb.op(op("NEW"))).regs["RES_SLOT"]
@@ -195,7 +221,11 @@ async def errors(dut):
     await tb.dump()
     await tb.op(op("FREE", slot=others))
     await tb.op(op("WRITE", slot=seq, row=min(tb.state.length[seq], tb.max_blocks - 1)))
-    # all 64 slots live: NEW and FORK are refused
+
+
+async def _all_slots_live(tb: KvpageTB, seq: int) -> None:
+    """All 64 slots live: NEW and FORK are refused."""
+    op = golden.Op
     await tb.op(op("CLEAR"))
     for _ in range(KV_SLOTS):
         await tb.op(op("NEW"))
@@ -205,11 +235,35 @@ async def errors(dut):
     await tb.dump()
 
 
-@cocotb.test()
-async def constant_time(dut):
+#: The larger error cases of :func:`errors`, one per stimulus combination (by ``Stimulus.index``).
+ERROR_CASES = (_double_free, _undefined_codes, _pool_exhausted, _all_slots_live)
+
+
+@cross_test
+async def errors(dut, stim: Stimulus):
+    """Every error bit, each leaving the table unharmed (full dump after each), then recovery.
+
+    The single bad operations are dealt across the four stimulus combinations, and each combination runs
+    one of :data:`ERROR_CASES`: every case runs once per build.
+    """
+    tb = await _tb(dut, stim)
+    op = golden.Op
+    seq = (await tb.op(op("NEW"))).regs["RES_SLOT"]
+    for r in range(3):
+        await tb.op(op("WRITE", slot=seq, row=r))
+    br = (await tb.op(op("FORK", slot=seq))).regs["RES_SLOT"]
+    for o, name in stim.deal(_bad_ops(tb, seq, br)):
+        res = await tb.op(o)
+        assert CMAP.decode_err(res.err) == [name], (o, CMAP.decode_err(res.err))
+        await tb.dump()
+    await ERROR_CASES[stim.index](tb, seq)
+
+
+@cross_test
+async def constant_time(dut, stim: Stimulus):
     """COMMIT and ROLLBACK take the same cycles for branches holding 1 page or many, and for 1 or 63
     branches; FORK takes len + 3."""
-    tb = await _tb(dut)
+    tb = await _tb(dut, stim)
     op = golden.Op
     seq = (await tb.op(op("NEW"))).regs["RES_SLOT"]
     rows = min(tb.max_blocks, tb.pages // 4)
@@ -238,10 +292,11 @@ async def constant_time(dut):
     await tb.dump()
 
 
-@cocotb.test()
-async def pynq_driver(dut):
+@cross_test
+async def pynq_driver(dut, stim: Stimulus):
     """The unmodified driver, in a bridge thread, through SimDevice (golden driver alongside)."""
     tb = AxilTB(dut, CMAP)
+    stim.apply(tb)
     await tb.reset()
 
     def run() -> None:
@@ -256,17 +311,17 @@ PARAMS = [(256, 64), (16, 4), (1024, 64), (256, 1024)]
 
 @pytest.mark.parametrize("pages,max_blocks", PARAMS[:2])
 def test_kvpage(sim, waves, pages, max_blocks):
-    """Every test, 150 random operations per stimulus pattern: the default build and a 16-page pool
-    (exhaustion and zombie reuse happen often)."""
+    """Every test under the idle x backpressure cross, KV_OPS random operations in all: the default build
+    and a 16-page pool (exhaustion and zombie reuse happen often)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
                 waves=waves)
 
 
-@pytest.mark.icarus
+@pytest.mark.icarus(only=True)
 def test_kvpage_smoke(sim, waves):
-    """The 16-page build on both simulators (Icarus's four-state logic sees uninitialised memory as X)."""
+    """The 16-page build on Icarus (its four-state logic sees uninitialised memory as X), fewer random
+    operations; test_kvpage[verilator-16-4] is the same on Verilator."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": 16, "MAX_BLOCKS": 4}, waves=waves,
-                testcase="registers,errors,constant_time,pynq_driver,random_ops/stim=none",
                 extra_env={"KV_OPS": "100"})
 
 
@@ -274,12 +329,13 @@ def test_kvpage_smoke(sim, waves):
 def test_kvpage_full_size(sim, waves, pages, max_blocks):
     """The full sizes: a 1024-page pool (and, under ``long``, 1024-row block tables)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
-                testcase="registers,constant_time,random_ops/stim=none", waves=waves, extra_env={"KV_OPS": "200"})
+                testcase=cross_names("registers", "constant_time", "random_ops"), waves=waves,
+                extra_env={"KV_OPS": "200"})
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("pages,max_blocks", PARAMS[:3])
 def test_kvpage_10k(sim, pages, max_blocks):
-    """10,000 random operations per parameter set (two stimulus patterns each)."""
+    """20,000 random operations per parameter set (5,000 per stimulus combination)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
-                testcase=RANDOM_OPS, extra_env={"KV_OPS": "10000"})
+                testcase=RANDOM_OPS, extra_env={"KV_OPS": "20000"})

@@ -8,18 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from hls_ref import treemask as golden
+from hls_ref.vectors import MEDUSA_PATHS, random_parents
 from specdec.drivers import TreeMask
 from specdec.errors import CoreError
 from hwcontract.regmap import TREE_MAX_NODES
 from specdec.tree import parents_from_paths
-
-EXAMPLE_PATHS = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
-
-
-def random_parents(rnd: np.random.Generator, n: int) -> list[int]:
-    """A random tree of ``n`` nodes: ``parents[0] = -1``, ``parents[i]`` uniform in 0..i-1."""
-    return [-1] + [int(rnd.integers(0, i)) for i in range(1, n)]
-
 
 def check_tree(drv: TreeMask, parents, exact_cycles: bool) -> None:
     """One tree through the driver against the golden model, and the result registers."""
@@ -66,7 +59,7 @@ def check_treemask_driver(drv: TreeMask, seed: int = 3, exact_cycles: bool = Fal
     nmax = drv.nodes_max
     rnd = np.random.default_rng(seed)
     if nmax >= 7:
-        parents = parents_from_paths(EXAMPLE_PATHS)
+        parents = parents_from_paths(MEDUSA_PATHS)
         mask, depth = drv.masks(parents)
         assert mask.astype(int).tolist() == [[1, 0, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0, 0],
                                              [1, 1, 0, 1, 0, 0, 0], [1, 1, 0, 0, 1, 0, 0], [1, 0, 1, 0, 0, 1, 0],

@@ -2,13 +2,14 @@
 
 The coroutines run inside the simulator; ``test_treemask`` (pytest) builds the core per parameter set and
 runs them. Every tree's stream words, ROWS, MAX_DEPTH, ERR and ``CYCLES_BUSY - CYCLES_STALL`` are compared
-with ``hls_ref.treemask``, with the AXI-Lite idle/backpressure and m_axis backpressure patterns swept.
+with ``hls_ref.treemask``. Every test runs four times (tb.common.cross_test): with and without idle cycles
+on the AXI-Lite master, and with and without backpressure (BREADY/RREADY and the m_axis sink's TREADY).
+NODES_MAX is read from the PARAMS register after reset, as the driver does.
 """
 from __future__ import annotations
 
 import logging
 
-import cocotb
 import numpy as np
 import pytest
 from cocotb.task import bridge
@@ -22,24 +23,34 @@ from specdec.drivers.base import description
 from hwcontract.regmap import TREE_MAX_NODES, core
 from specdec.tree import parents_from_paths
 from specdec.backends import simulator as harness
-from tb.common import STIMULUS, AxilTB, param
-from tb.treemask.driver_checks import EXAMPLE_PATHS, check_treemask_driver, random_parents
+from tb.common import QUIET, AxilTB, Stimulus, cross_test, param
+from hls_ref.vectors import CHAIN3_PATHS, MEDUSA_PATHS, random_parents
+from tb.treemask.driver_checks import check_treemask_driver
 
 CMAP = core("treemask")
 PER_REG = len(CMAP.reg("PARENT0").fields)
 
 
 class TreemaskTB(AxilTB):
-    """AXI-Lite master, an AxiStreamSink on ``m_axis`` and the golden comparison of one tree per call."""
+    """AXI-Lite master, an AxiStreamSink on ``m_axis`` and the golden comparison of one tree per call.
 
-    def __init__(self, dut, idle: str = "none", backpressure: str = "none") -> None:
+    ``nodes_max`` (PARAMS.NODES_MAX) is known after :meth:`reset`.
+    """
+
+    def __init__(self, dut, stim: Stimulus = QUIET) -> None:
         super().__init__(dut, CMAP)
-        self.nodes_max = param("NODES_MAX", 64)
-        self.set_idle_generator(STIMULUS[idle])
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
         self.sink.log.setLevel(logging.WARNING)
-        if STIMULUS[backpressure]:
-            self.sink.set_pause_generator(STIMULUS[backpressure]())
+        self.pauses = stim.apply(self, sinks=[self.sink])
+
+    async def reset(self) -> None:
+        """Reset, then read the build parameters from PARAMS."""
+        await super().reset()
+        self.nodes_max = (await self.read_fields("PARAMS"))["NODES_MAX"]
+
+    def hold_sink(self, hold: bool) -> None:
+        """Hold TREADY low (``hold``), or hand it back to the stimulus (always ready, or its pauses)."""
+        self.pauses.hold(self.sink, hold)
 
     async def write_tree(self, parents) -> None:
         """NODES and the PARENT registers holding nodes 0..N-1 (node 0's byte 0; N > 64: NODES only)."""
@@ -92,18 +103,18 @@ class TreemaskTB(AxilTB):
         assert await self.read("NODES") == nodes
 
 
-async def _tb(dut, idle="none", backpressure="none") -> TreemaskTB:
-    tb = TreemaskTB(dut, idle, backpressure)
+async def _tb(dut, stim: Stimulus = QUIET) -> TreemaskTB:
+    tb = TreemaskTB(dut, stim)
     await tb.reset()
     return tb
 
 
-@cocotb.test()
-async def registers(dut):
-    """ID, PARAMS, reset values, the stream idle."""
-    tb = await _tb(dut)
+@cross_test
+async def registers(dut, stim: Stimulus):
+    """ID, PARAMS (the build's NODES_MAX), reset values, the stream idle."""
+    tb = await _tb(dut, stim)
     assert await tb.read("ID") == CMAP.map_hash()
-    assert await tb.read_fields("PARAMS") == {"NODES_MAX": tb.nodes_max}
+    assert tb.nodes_max == param("NODES_MAX"), (tb.nodes_max, param("NODES_MAX"))
     for r in CMAP.registers:
         if r.access == "rw":
             assert await tb.read(r.name) == r.reset, r.name
@@ -111,49 +122,46 @@ async def registers(dut):
     assert dut.m_axis_tvalid.value == 0
 
 
-@cocotb.test()
-async def examples(dut):
+@cross_test
+async def examples(dut, stim: Stimulus):
     """The chain and the Medusa-style tree, also against their masks written out literally."""
-    tb = await _tb(dut)
-    chain = parents_from_paths([(0,), (0, 0), (0, 0, 0)])
+    tb = await _tb(dut, stim)
+    chain = parents_from_paths(CHAIN3_PATHS)
     assert chain == (-1, 0, 1, 2)
     want = await tb.run_tree(chain)
     assert want.rows == (0b1, 0b11, 0b111, 0b1111) and want.depth == (0, 1, 2, 3)
     if tb.nodes_max >= 7:
-        tree = parents_from_paths(EXAMPLE_PATHS)
+        tree = parents_from_paths(MEDUSA_PATHS)
         assert tree == (-1, 0, 0, 1, 1, 2, 2)
         want = await tb.run_tree(tree)
         assert want.rows == (0b1, 0b11, 0b101, 0b1011, 0b10011, 0b100101, 0b1000101)
         assert want.depth == (0, 1, 1, 2, 2, 2, 2) and want.max_depth == 2
 
 
-@cocotb.test()
-@cocotb.parametrize(stim=[("none", "none"), ("cycle", "cycle"), ("random", "random")])
-async def random_trees(dut, stim):
-    """A random tree of every size 1..NODES_MAX and the chain of NODES_MAX nodes, stalls counted."""
-    idle, backpressure = stim
-    tb = await _tb(dut, idle, backpressure)
-    rnd = np.random.default_rng(tb.nodes_max + len(idle))
+@cross_test
+async def random_trees(dut, stim: Stimulus):
+    """Random trees of the sizes 1..NODES_MAX dealt across the four combinations (every size once), the
+    chain and the star of NODES_MAX nodes in each; stalls counted only under backpressure."""
+    tb = await _tb(dut, stim)
+    rnd = np.random.default_rng(tb.nodes_max + stim.index)
     stalls = 0
-    for n in range(1, tb.nodes_max + 1):
+    for n in stim.deal(range(1, tb.nodes_max + 1)):
         await tb.run_tree(random_parents(rnd, n))
         stalls += tb.last[1]
-    await tb.run_tree([-1] + list(range(tb.nodes_max - 1)))
-    await tb.run_tree([-1] + [0] * (tb.nodes_max - 1))      # a star: every row two bits
-    if backpressure == "none":
-        assert stalls == 0
-    else:
-        assert stalls > 0
+    for parents in ([-1] + list(range(tb.nodes_max - 1)),     # the chain
+                    [-1] + [0] * (tb.nodes_max - 1)):         # a star: every row two bits
+        await tb.run_tree(parents)
+        stalls += tb.last[1]
+    assert (stalls > 0) == stim.backpressure, (stim, stalls)
 
 
-@cocotb.test()
-@cocotb.parametrize(stim=[("none", "none"), ("cycle", "random")])
-async def errors(dut, stim):
+@cross_test
+async def errors(dut, stim: Stimulus):
     """BAD_NODES (0, NODES_MAX + 1), BAD_PARENT (== i, > i, on the last node): nothing streamed, START
     ignored until SOFT_RESET, then a good tree; no hang."""
-    tb = await _tb(dut, *stim)
+    tb = await _tb(dut, stim)
     nmax = tb.nodes_max
-    rnd = np.random.default_rng(9)
+    rnd = np.random.default_rng(9 + stim.index)
     cases = [[], [-1] + [0] * nmax]
     if nmax >= 2:
         cases += [[-1] + list(range(nmax - 2)) + [nmax - 1], [-1] + list(range(nmax - 2)) + [nmax + 5]]
@@ -173,18 +181,18 @@ async def errors(dut, stim):
     await tb.recover()
 
 
-@cocotb.test()
-async def start_while_busy(dut):
+@cross_test
+async def start_while_busy(dut, stim: Stimulus):
     """START during a stalled stream is ignored: the frame completes once, with the same words."""
-    tb = await _tb(dut)
-    tb.sink.pause = True
+    tb = await _tb(dut, stim)
+    tb.hold_sink(True)
     parents = random_parents(np.random.default_rng(4), tb.nodes_max)
     want = golden.tree_mask(parents, tb.nodes_max)
     await tb.write_tree(parents)
     await tb.write("CTRL", START=1)
     await tb.write("CTRL", START=1)
     assert (await tb.read_fields("STATUS"))["BUSY"] == 1
-    tb.sink.pause = False
+    tb.hold_sink(False)
     frame = await with_timeout(tb.sink.recv(), 100, "us")
     nb = tb.sink.byte_lanes
     data = bytes(frame.tdata)
@@ -195,17 +203,19 @@ async def start_while_busy(dut):
     assert busy - stall == golden.cycles(tb.nodes_max) and stall > 0
 
 
-@cocotb.test()
-async def pynq_driver(dut):
-    """The unmodified driver, in a bridge thread, through SimDevice and SimSink (golden checks)."""
+@cross_test
+async def pynq_driver(dut, stim: Stimulus):
+    """The unmodified driver, in a bridge thread, through SimDevice and SimSink (golden checks; no stall
+    cycles unless the sink applies backpressure)."""
     tb = AxilTB(dut, CMAP)
     sink = SimSink(dut)
+    stim.apply(tb, sinks=[sink.sink])
     await tb.reset()
 
     def run() -> None:
         drv = TreeMask(description("treemask", SimDevice(tb.axil)), sink)
         sizes = sorted({1, 2, 5, drv.nodes_max})
-        check_treemask_driver(drv, sizes=sizes, exact_cycles=True)
+        check_treemask_driver(drv, sizes=sizes, exact_cycles=not stim.backpressure)
 
     await bridge(run)()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from hwcontract.formats import LOGIT_NEG_INF
+from hls_ref.vectors import TREE_PARENTS
 
 ALPHA = 1e-3
 
@@ -36,51 +36,9 @@ def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
     return float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
 
 
-def make_family(name: str, vocab: int, rng: np.random.Generator, g: int):
-    """Target rows p (g+1, V) and draft rows q (g, V) of one of the test families.
-
-    ``random``: independent rows; ``equal``: q == p; ``disjoint``: p lives on the upper half of the
-    vocabulary, q on the lower; ``peaked_p`` / ``peaked_q``: one token carries almost all the mass.
-    """
-    p = rng.integers(-1500, 1, (g + 1, vocab)).astype(np.int16)
-    q = rng.integers(-1500, 1, (g, vocab)).astype(np.int16)
-    if name == "equal":
-        q = p[:g].copy()
-    elif name == "disjoint":
-        half = vocab // 2
-        p[:, :half] = LOGIT_NEG_INF
-        q[:, half:] = LOGIT_NEG_INF
-    elif name == "peaked_p":
-        p = rng.integers(-12000, -6000, (g + 1, vocab)).astype(np.int16)
-        p[:, 1] = 0
-    elif name == "peaked_q":
-        q = rng.integers(-12000, -6000, (g, vocab)).astype(np.int16)
-        q[:, 2] = 0
-    elif name != "random":
-        raise ValueError(f"unknown family {name!r}")
-    return p, q
-
-
 # ------------------------------------------------------------------------------------------------
 # Tree mode
 # ------------------------------------------------------------------------------------------------
-
-#: The fixed test tree: three children at the root (nodes 1, 2, 3; node 3 repeats node 1's token), two
-#: under the first child (nodes 4, 5).
-TREE_PARENTS = (0, 0, 0, 0, 1, 1)
-
-
-def make_tree_case(vocab: int, rng: np.random.Generator, inv_temp: int):
-    """Rows (one per node of :data:`TREE_PARENTS`) and tokens: the root's children propose its two most
-    likely tokens and the most likely once more (a duplicate); node 1's children its two most likely
-    tokens. ``vocab`` >= 2."""
-    from hls_ref.verifier import fixed_point_dist
-    rows = rng.integers(-1500, 1, (len(TREE_PARENTS), vocab)).astype(np.int16)
-    top0 = np.argsort(-fixed_point_dist(rows[0], inv_temp), kind="stable")
-    top1 = np.argsort(-fixed_point_dist(rows[1], inv_temp), kind="stable")
-    tokens = (0, int(top0[0]), int(top0[1]), int(top0[0]), int(top1[0]), int(top1[1]))
-    return rows, tokens
-
 
 def tree_emitted(path: int, next_token: int, tokens) -> list[int]:
     """The tokens a tree round emits: those of the accepted path (``path`` bits; an ancestor has a lower
@@ -88,10 +46,12 @@ def tree_emitted(path: int, next_token: int, tokens) -> list[int]:
     return [int(tokens[j]) for j in range(1, len(tokens)) if path >> j & 1] + [int(next_token)]
 
 
-def check_tree_lossless(emitted: list[list[int]], rows, tokens, inv_temp: int, greedy: bool = False) -> dict:
+def check_tree_lossless(emitted: list[list[int]], rows, tokens, inv_temp: int, greedy: bool = False,
+                        min_samples: int = 200) -> dict:
     """Chi-square checks of a tree's emitted tokens: the first follows p of the root; given that the first
     is the token of root child c, the second follows p of c. Returns the p-values by name; asserts each
-    exceeds ALPHA (a conditional bin with fewer than 200 samples is skipped)."""
+    exceeds ALPHA (a conditional bin with fewer than ``min_samples`` samples is skipped). The tree is
+    ``hls_ref.vectors.TREE_PARENTS`` with the rows and tokens of ``hls_ref.vectors.make_tree_case``."""
     from hls_ref.verifier import fixed_point_dist
     vocab = rows.shape[1]
     first = np.bincount([e[0] for e in emitted], minlength=vocab)
@@ -100,7 +60,7 @@ def check_tree_lossless(emitted: list[list[int]], rows, tokens, inv_temp: int, g
         if TREE_PARENTS[c] != 0 or tokens[c] in tokens[1:c]:
             continue                    # not a root child, or a duplicate (never accepted)
         second = [e[1] for e in emitted if e[0] == tokens[c]]
-        if len(second) >= 200:
+        if len(second) >= min_samples:
             pvals[f"second|node{c}"] = chi2_pvalue(np.bincount(second, minlength=vocab),
                                                    fixed_point_dist(rows[c], inv_temp, greedy))
     for name, pv in pvals.items():

@@ -116,9 +116,10 @@ class VerifierModel(RegisterModel):
     position, as on the core). The RNG state advances by ``WORDS`` as they are taken and persists
     across rounds and soft resets.
 
-    ``CYCLES_BUSY`` reports the cycle model's bound of docs/verifier.md (``ROWS * ceil(V / L)`` plus the
-    sampling beats once the round is done), and ``CYCLES_STALL`` is 0: the model has no clock, a beat is
-    never late. Both stay as they were when a round stops on an error.
+    ``CYCLES_BUSY`` reports the RTL's cycle model once a round is done
+    (:func:`hls_ref.verifier.chain_rtl_cycles`, in tree mode :func:`~hls_ref.verifier.tree_rtl_cycles`)
+    and ``ROWS * (ceil(V / L) + 1)`` (the rows' beats and row ends) while it runs or when it stops on an
+    error; ``CYCLES_STALL`` is 0: the model has no clock, a beat is never late.
 
     Parameters
     ----------
@@ -133,7 +134,7 @@ class VerifierModel(RegisterModel):
         self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(LANES=lanes, GAMMA_MAX=gamma_max, TREE_MAX=tree_max)
         self.ro["VOCAB_MAX"] = vocab_max
         self.state = None  # RNG state; None = never seeded (the RTL's zero state: zero words)
-        self.tree_mode = False
+        self.tree_mode = self.greedy = False
 
     # -- control ------------------------------------------------------------------------------------
     def on_ctrl(self, bits: dict[str, int]) -> None:
@@ -157,7 +158,7 @@ class VerifierModel(RegisterModel):
         g, self.vocab = self.rw["GAMMA"], self.rw["VOCAB"]
         config = self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])
         greedy, tree = bool(config["GREEDY"]), bool(config["TREE"])
-        self.tree_mode = tree
+        self.tree_mode, self.greedy = tree, greedy
         itemp = self.rw["INV_TEMP"]
         if tree:
             parents, tokens = self.tree_registers()
@@ -222,12 +223,14 @@ class VerifierModel(RegisterModel):
         except StopIteration as stop:
             d = stop.value
             self.busy = False
+            model = ver_ref.tree_rtl_cycles if self.tree_mode else ver_ref.chain_rtl_cycles
+            cycles = d.rows * (nb + 1) if d.err else model(d, self.vocab, self.lanes, self.greedy)
             self._set(d.n_accept, d.next_token, d.accept_bits, d.rows, d.words, d.last_ep, d.last_eq, d.last_sp,
-                      d.last_sq, d.rows * nb + (0 if d.err else d.sample_beats), d.path, d.node)
+                      d.last_sq, cycles, d.path, d.node)
             self.err |= d.err
             self.done = not d.err
             return
-        self._set(n.n_accept, 0, n.accept_bits, n.rows, n.words, *n.last, n.rows * nb, n.path,
+        self._set(n.n_accept, 0, n.accept_bits, n.rows, n.words, *n.last, n.rows * (nb + 1), n.path,
                   n.i if self.tree_mode else 0)
 
     def _set(self, n_accept, next_token, accept_bits, rows, words, ep, eq, sp, sq, cycles, path=0,

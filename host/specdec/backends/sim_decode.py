@@ -1,14 +1,18 @@
 """verifier: a whole decode job (models, loop, driver) with the RTL as the verifier backend.
 
 ``specdec generate --backend sim`` and ``specdec.runtime.run_sim`` run this module through
-``tb.harness``: the job (JSON, ``SPECDEC_JOB``) is the same one ``specdec.runtime.execute`` runs on the
-golden model; the result goes to ``SPECDEC_RESULT``. The driver runs unchanged in a thread
+``specdec.backends.simulator``: the job (JSON, ``SPECDEC_JOB``) is the same one ``specdec.runtime.execute``
+runs on the golden model; the result goes to ``SPECDEC_RESULT``. The driver runs unchanged in a thread
 (``cocotb.task.bridge``); every register access and row advances simulated time.
 
 The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis``, the treemask core
 on ``tm_axil`` / ``m_axis`` and the kvpage core on ``kv_axil``; a job with a token tree drives the first two
 from the same thread, and every job's KV caches take their pages from the kvpage core (unless the job says
 ``"kv": false``).
+
+The job reports the tokens it has generated through :func:`specdec.backends.simulator.report_progress`
+(each verifier round, each prompt), which a quiet run draws as a progress bar; everything else it prints
+goes to the simulation's log.
 """
 from __future__ import annotations
 
@@ -21,30 +25,79 @@ from cocotb.task import bridge
 
 from specdec import runtime
 from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
+from specdec.backends.simulator import report_progress
 from specdec.drivers import KVPage, TreeMask, Verifier
 from specdec.drivers.base import description
+from specdec.job import Job
 from hwcontract.regmap import core
+
+
+class TokenProgress:
+    """Tokens generated so far out of ``prompts * max_new_tokens``, reported as they come.
+
+    A prompt that stops early (end of text) counts as whole once it is done.
+    """
+
+    def __init__(self, prompts: int, max_new_tokens: int) -> None:
+        self.max_new, self.total = max_new_tokens, prompts * max_new_tokens
+        self.done = self.current = 0
+
+    def _report(self, desc: str) -> None:
+        report_progress(self.done + self.current, self.total, "tok", desc)
+
+    def start(self) -> None:
+        """Before the models load."""
+        self._report("loading models")
+
+    def round(self, tokens: int) -> None:
+        """A round emitted ``tokens`` tokens."""
+        self.current = min(self.current + tokens, self.max_new)
+        self._report("generating")
+
+    def prompt(self, finished: int, prompts: int) -> None:
+        """``finished`` of ``prompts`` prompts are done (``runtime.execute``'s progress callback)."""
+        self.done, self.current = finished * self.max_new, 0
+        self._report("generating")
+
+
+class ReportingVerifier(Verifier):
+    """The verifier driver, calling ``on_round`` with the number of tokens each round emits."""
+
+    def __init__(self, description: dict, stream, on_round) -> None:
+        super().__init__(description, stream)
+        self.on_round = on_round
+
+    def verify(self, *args, **kwargs):
+        res = super().verify(*args, **kwargs)
+        self.on_round(len(res.tokens))
+        return res
+
+    def verify_tree(self, *args, **kwargs):
+        res = super().verify_tree(*args, **kwargs)
+        self.on_round(len(res.tokens))
+        return res
 
 
 @cocotb.test()
 async def decode_job(dut):
     """Run the job file's prompts through the decode loop with this RTL verifier."""
-    job = json.loads(Path(os.environ["SPECDEC_JOB"]).read_text())
-    tree = bool(job.get("tree"))
+    job = Job.from_json(Path(os.environ["SPECDEC_JOB"]).read_text())
+    tree = job.tree is not None
     tb = AxilTB(dut, core("verifier"), prefix="ver_axil")
     stream = SimStream(dut)
     tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
     sink = SimSink(dut, "m_axis")
     kv_tb = AxilTB(dut, core("kvpage"), prefix="kv_axil", clock=False)
     await tb.reset()
+    progress = TokenProgress(len(job.prompts), job.max_new_tokens)
+    progress.start()
 
     def run() -> dict:
-        drv = Verifier(description("verifier", SimDevice(tb.axil)), stream)
+        drv = ReportingVerifier(description("verifier", SimDevice(tb.axil)), stream, progress.round)
         masker = TreeMask(description("treemask", SimDevice(tm.axil)), sink) if tree else None
         kv = KVPage(description("kvpage", SimDevice(kv_tb.axil)))
-        return runtime.execute(job, drv if job.get("gamma", 4) != 0 or tree else None,
-                               progress=lambda i, n: tb.log.info("prompt %d/%d done", i, n), masker=masker,
-                               kv=kv)
+        return runtime.execute(job, drv if job.speculative else None, progress=progress.prompt,
+                               masker=masker, kv=kv)
 
     result = await bridge(run)()
     result["backend"] = f"sim:{cocotb.SIM_NAME}"

@@ -8,5 +8,6 @@ from .kvpage import KVPage, KVPageError, SlotInfo
 from .rng import Rng
 from .treemask import DmaSink, TreeMask
 from .verifier import DmaStream, Result, Verifier
+from .verifier_errors import VerifierError
 
-__all__ = ["SpecdecIP", "Rng", "Verifier", "Result", "DmaStream", "TreeMask", "DmaSink", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]
+__all__ = ["SpecdecIP", "Rng", "Verifier", "VerifierError", "Result", "DmaStream", "TreeMask", "DmaSink", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]

@@ -15,17 +15,20 @@ matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
 from hwcontract.formats import inv_temp, quantize
 
 from ..backends.device import RowStream
-from ..errors import CoreTimeout, SpecdecError
+from ..errors import CoreError, CoreTimeout, SpecdecError
 from hwcontract.formats import LOGIT_NEG_INF
-from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA
+from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core
 from .base import SpecdecIP, vlnv
+from .verifier_errors import RoundInputs, VerifierError, check_logits, draft_row, node_row, reason, target_row
 
 _ROW_ALIGN = 32  # buffer rows start on 64-byte boundaries (DMA without data realignment)
 
@@ -53,8 +56,9 @@ class Result:
         return [*self.draft[:self.n_accept], self.next_token]
 
 
-# result field -> its register (the field name in upper case)
-_RESULTS = {f.name: f.name.upper() for f in fields(Result) if f.name != "draft"}
+# result field -> its register: the map's RESULT and COUNTERS groups (Result declares the same fields, in order)
+_GROUPS = [core("verifier").group(g) for g in ("RESULT", "COUNTERS")]
+_RESULTS = {f: r for g in _GROUPS for f, r in zip(g.fields, g.registers)}
 
 
 @dataclass(frozen=True)
@@ -220,13 +224,19 @@ class Verifier(SpecdecIP):
         ------
         ValueError
             Before anything reaches the core: shapes that do not match g and V, V = 0, a draft token
-            that does not fit 16 bits, a bad temperature, NaN or +inf logits, integer codes outside int16.
-        CoreError
-            The core's decoded error bits (BAD_GAMMA for g > gamma_max, BAD_VOCAB for V > vocab_max,
-            BAD_TOKEN for a token >= V, BAD_TEMP, EMPTY_ROW, stream errors). The core stays in error:
-            call :meth:`soft_reset` before the next round (configuration and RNG state survive it).
-        CoreTimeout
-            The core did not answer within ``poll_limit`` polls.
+            that does not fit 16 bits, a bad temperature, NaN or +inf logits anywhere in p or q (naming the
+            row, p_i or q_i), integer codes outside int16.
+        VerifierError
+            A :class:`~specdec.errors.CoreError`: the core's decoded error bits (BAD_GAMMA for
+            g > gamma_max, BAD_VOCAB for V > vocab_max, BAD_TOKEN for a token >= V, BAD_TEMP, EMPTY_ROW,
+            stream errors), with the input behind them named (the tokens, their positions and V; the
+            empty row) and the result registers as the error left them.
+        SpecdecError
+            The core was BUSY before the round (a round this driver did not start); nothing is written.
+
+        Any exception raised once the round has begun (a core error, a timeout, the stream's) soft-resets
+        the core before it reaches the caller, so the core is idle and the next round starts afresh (the
+        configuration and the RNG state survive; the words taken so far stay taken).
         """
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
@@ -252,22 +262,35 @@ class Verifier(SpecdecIP):
                                  f"got {q.shape}")
         itemp = None if greedy else inv_temp(temperature)
         t_start = time.perf_counter()
+        check_logits(p, "p_logits", target_row)
+        if q is not None:
+            check_logits(q, "q_logits", draft_row)
         nb = -(-vocab // self.lanes)
         width = nb * self.lanes
         fits = g <= self.gamma_max and vocab <= self.vocab_max
         buf = self._buf
-        if fits:  # quantize straight into the stream's buffer
+        if fits:  # quantize straight into the stream's buffer (else the core refuses the round at START)
             _load(p, buf[0:2 * g + 1:2, :vocab])
             if q is not None and g:
                 _load(q, buf[1:2 * g:2, :vocab])
             buf[:2 * g + 1, vocab:width] = LOGIT_NEG_INF
-        else:  # the core refuses the round at START (BAD_GAMMA / BAD_VOCAB): validate only
-            _load(p, None)
-            if q is not None:
-                _load(q, None)
         t_quant = time.perf_counter()
-        send_s, compute0 = 0.0, self.stream.compute_s
+        self._check_idle()
+        inputs = RoundInputs(vocab, greedy, temperature, itemp, self._limits(), draft=draft)
+        with self._round(inputs):
+            result, send_s, compute = self._chain_round(draft, vocab, itemp, greedy, q is not None, fits)
+        self.timing = {"quantize_s": t_quant - t_start, "transfer_s": send_s - compute,
+                       "verify_s": time.perf_counter() - t_quant - send_s + compute}
+        return result
 
+    def _chain_round(self, draft: tuple[int, ...], vocab: int, itemp: int | None, greedy: bool, sampling: bool,
+                     fits: bool) -> tuple[Result, float, float]:
+        """Registers, START, then the rows from the buffer as the core asks for them; ``(result, seconds
+        sending, seconds the stream computed)``."""
+        g = len(draft)
+        width = -(-vocab // self.lanes) * self.lanes
+        buf = self._buf
+        send_s, compute0 = 0.0, self.stream.compute_s
         self.write_fields("CONFIG", GREEDY=int(greedy), TREE=0)
         self.write_reg("GAMMA", g)
         self.write_reg("VOCAB", vocab)
@@ -285,7 +308,7 @@ class Verifier(SpecdecIP):
         for i in range(g + 1):
             t = time.perf_counter()
             self.stream.send(buf[2 * i, :width])
-            if q is not None and i < g:
+            if sampling and i < g:
                 self.check()  # an empty p_i stops the round: q_i is not sent
                 self.stream.send(buf[2 * i + 1, :width])
             send_s += time.perf_counter() - t
@@ -294,10 +317,7 @@ class Verifier(SpecdecIP):
             elif not self._wait_position(i):
                 break
         result = Result(**{f: self.read_reg(r) for f, r in _RESULTS.items()}, draft=draft)
-        compute = self.stream.compute_s - compute0
-        self.timing = {"quantize_s": t_quant - t_start, "transfer_s": send_s - compute,
-                       "verify_s": time.perf_counter() - t_quant - send_s + compute}
-        return result
+        return result, send_s, self.stream.compute_s - compute0
 
     # -- one tree round ----------------------------------------------------------------------------
     def verify_tree(self, parents, tokens, p_logits, *, greedy: bool = False,
@@ -328,10 +348,13 @@ class Verifier(SpecdecIP):
         ------
         ValueError
             Before anything reaches the core: shapes, parents that do not fit 8 bits, tokens that do not
-            fit 16 bits, a bad temperature, NaN or +inf logits.
-        CoreError
+            fit 16 bits, a bad temperature, NaN or +inf logits in any node's row (whether the walk would
+            reach it or not; naming the node).
+        VerifierError
             BAD_TREE (N = 0 or over TREE_MAX, a parent not below its child), BAD_VOCAB, BAD_TOKEN,
-            BAD_TEMP, EMPTY_ROW, stream errors; the core stays in error until :meth:`soft_reset`.
+            BAD_TEMP, EMPTY_ROW, stream errors, naming the nodes behind them.
+        SpecdecError, CoreTimeout
+            As :meth:`verify`; any exception once the round has begun leaves the core idle (soft-reset).
         """
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
@@ -350,13 +373,27 @@ class Verifier(SpecdecIP):
         vocab = p.shape[1]
         itemp = None if greedy else inv_temp(temperature)
         t_start = time.perf_counter()
+        check_logits(p, "p_logits", node_row)      # every row: the walk quantizes only those it reaches
+        check_s = time.perf_counter() - t_start
+        self._check_idle()
+        inputs = RoundInputs(vocab, greedy, temperature, itemp, self._limits(), parents=tuple(par),
+                             tokens=tuple(tok))
+        with self._round(inputs):
+            result, quant_s, send_s, compute = self._tree_round(par, tok, p, itemp, greedy)
+        quant_s += check_s
+        self.timing = {"quantize_s": quant_s, "transfer_s": send_s - compute,
+                       "verify_s": time.perf_counter() - t_start - quant_s - send_s + compute}
+        return result
+
+    def _tree_round(self, par: list[int], tok: list[int], p: np.ndarray, itemp: int | None,
+                    greedy: bool) -> tuple[TreeResult, float, float, float]:
+        """Registers, START, then the row of each node the core asks for, quantized as it is asked;
+        ``(result, seconds quantizing, seconds sending, seconds the stream computed)``."""
+        n, vocab = len(par), p.shape[1]
         width = -(-vocab // self.lanes) * self.lanes
         fits = 1 <= n <= min(self.tree_max, TREE_MAX_NODES) and vocab <= self.vocab_max
-        if not fits:    # the core refuses the round at START (BAD_TREE / BAD_VOCAB): validate only
-            _load(p, None)
-        quant_s = time.perf_counter() - t_start
-        send_s, compute0 = 0.0, self.stream.compute_s
-
+        quant_s = send_s = 0.0
+        compute0 = self.stream.compute_s
         self.write_fields("CONFIG", GREEDY=int(greedy), TREE=1)
         self.write_reg("VOCAB", vocab)
         if itemp is not None:
@@ -395,10 +432,53 @@ class Verifier(SpecdecIP):
         result = TreeResult(regs["N_ACCEPT"], regs["NEXT_TOKEN"], tuple(j for j in range(64) if bits >> j & 1),
                             regs["CUR_NODE"], regs["ROWS"], regs["WORDS"], regs["LAST_EP"], regs["LAST_SP"],
                             regs["CYCLES_BUSY"], regs["CYCLES_STALL"], tree_tokens=tuple(tok))
-        compute = self.stream.compute_s - compute0
-        self.timing = {"quantize_s": quant_s, "transfer_s": send_s - compute,
-                       "verify_s": time.perf_counter() - t_start - quant_s - send_s + compute}
-        return result
+        return result, quant_s, send_s, self.stream.compute_s - compute0
+
+    # -- round safety ------------------------------------------------------------------------------
+    def _limits(self) -> dict[str, int]:
+        return {"LANES": self.lanes, "GAMMA_MAX": self.gamma_max, "VOCAB_MAX": self.vocab_max,
+                "TREE_MAX": self.tree_max}
+
+    def _check_idle(self) -> None:
+        """Refuse a round on a core left BUSY or in error by someone else (this driver's rounds never do)."""
+        status = self._status.decode(self.read_reg("STATUS"))
+        if status["ERROR"]:
+            err = self.read_reg("ERR")
+            raise VerifierError(err, self.cmap.decode_err(err), "the core is still in error from an earlier "
+                                "round or operation that this driver did not run; nothing was written", {},
+                                reset=False)
+        if status["BUSY"]:
+            raise SpecdecError("verifier: the core is BUSY with a round this driver did not start (raw register "
+                               "writes, or another program); nothing was written: call soft_reset() to abandon "
+                               "that round")
+
+    @contextmanager
+    def _round(self, inputs: RoundInputs) -> Iterator[None]:
+        """One round's register and stream traffic: any exception in it soft-resets the core before it reaches
+        the caller; a core error becomes a :class:`VerifierError` naming the input behind it."""
+        try:
+            yield
+        except CoreError as e:
+            try:
+                regs = self._result_registers(inputs.tree)
+            finally:
+                self._abandon(e)
+            raise VerifierError(e.err, e.bits, reason(e.bits, regs, inputs), regs) from None
+        except BaseException as e:
+            self._abandon(e)
+            raise
+
+    def _result_registers(self, tree: bool) -> dict[str, int]:
+        groups = ("RESULT", "TREE_RESULT") if tree else ("RESULT",)
+        return {r: self.read_reg(r) for g in groups for r in self.cmap.group(g).registers}
+
+    def _abandon(self, error: BaseException) -> None:
+        """Soft-reset the core after ``error`` inside a round; a failing reset is noted on ``error``."""
+        try:
+            self.soft_reset()
+        except Exception as e:      # the bus itself may be what failed
+            error.add_note(f"verifier: the soft reset after this error failed too ({e!r}); the core may still "
+                           "be inside the round: call soft_reset()")
 
     def _wait_position(self, i: int) -> bool:
         """Poll until position i is decided: True if accepted, False if the round is done."""
@@ -413,14 +493,9 @@ class Verifier(SpecdecIP):
         raise CoreTimeout(f"verifier: position {i} not decided after {self.poll_limit} polls")
 
 
-def _load(a: np.ndarray, out: np.ndarray | None) -> None:
-    """Float logits -> quantized codes, integer codes -> as they are, into ``out`` (or only validated)."""
+def _load(a: np.ndarray, out: np.ndarray) -> None:
+    """Logits validated by :func:`check_logits` into ``out``: floats quantized, integer codes as they are."""
     if np.issubdtype(a.dtype, np.floating):
         quantize(a, out=out)
-    elif np.issubdtype(a.dtype, np.integer):
-        if a.dtype != np.int16 and a.size and (a.min() < -(1 << 15) or a.max() >= 1 << 15):
-            raise ValueError(f"integer logit codes must fit int16, got range {a.min()}..{a.max()}")
-        if out is not None:
-            np.copyto(out, a, casting="unsafe")
     else:
-        raise ValueError(f"logits must be float (quantized here) or integer codes, got dtype {a.dtype}")
+        np.copyto(out, a, casting="unsafe")

@@ -1,0 +1,408 @@
+"""Test vectors for every face of every core: each generator is written here once.
+
+The golden-model tests, the C++ checks, the cocotb testbenches and the agreement flow
+(tests/test_agreement.py) all draw their stimulus from these functions. Every function is pure: its
+randomness comes from an ``np.random.Generator`` argument (or, for the ``*_set`` functions, an integer
+seed), so the same call gives the same vectors in pytest and inside a simulator.
+
+The ``*_set`` functions are the agreement vectors of a core: a few directed vectors first, then ``count``
+random ones. A shorter set is a prefix of a longer one with the same seed (kvpage: up to its closing
+dump), so a slow stage (Icarus) runs the first vectors of what a fast stage (golden, C++) runs.
+
+Tree parent arrays follow ``specdec.tree``: ``parents[0] = -1`` (the root's entry, which every core
+ignores) and ``0 <= parents[i] < i``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hls_ref import kvpage as kv
+from hls_ref.rng import xoshiro128pp
+from hwcontract.formats import LOGIT_NEG_INF, fixed_point_dist, quantize
+
+M32 = 0xFFFFFFFF
+
+#: The INV_TEMP values a random round picks from (plus one drawn from 1..1023): 1.0 twice, the
+#: extremes (65535 clips tempered codes to +-32767, 1 divides them by 256) and a few in between.
+INV_TEMPS = (256, 256, 128, 512, 64, 65535, 1)
+#: Shapes of random trees: uniform parents, long thin, two-wide, a chain, bushy (late parents).
+TREE_STYLES = ("random", "deep", "wide", "chain", "bushy")
+#: Medusa/vLLM tree paths (``specdec.tree.parents_from_paths``): a 3-chain and the Medusa example tree
+#: (two root children, two grandchildren each), parents (-1, 0, 0, 1, 1, 2, 2).
+CHAIN3_PATHS = ((0,), (0, 0), (0, 0, 0))
+MEDUSA_PATHS = ((0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1))
+#: The losslessness test tree: three children at the root (node 3 repeats node 1's token in
+#: :func:`make_tree_case`), two under the first child (nodes 4, 5).
+TREE_PARENTS = (-1, 0, 0, 0, 1, 1)
+
+
+def rng_seed(rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """A random nonzero xoshiro128++ seed s[0..3]."""
+    s = [int(x) for x in rng.integers(0, 1 << 32, size=4, dtype=np.uint64)]
+    if not any(s):
+        s[0] = 1
+    return tuple(s)
+
+
+def rng_seeds(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` (>= 4) nonzero uint32[4] seeds, the first four sparse: a single low bit, a single high
+    bit, all ones, two zero words."""
+    if count < 4:
+        raise ValueError(f"rng_seeds makes at least the 4 sparse seeds, got count={count}")
+    seeds = rng.integers(0, 1 << 32, size=(count, 4), dtype=np.uint64).astype(np.uint32)
+    seeds[0] = (1, 0, 0, 0)
+    seeds[1] = (0, 0, 0, 1 << 31)
+    seeds[2] = (M32, M32, M32, M32)
+    seeds[3, :2] = 0
+    seeds[~seeds.any(axis=1), 0] = 1
+    return seeds
+
+
+@dataclass(frozen=True)
+class RngCase:
+    """One rng vector: load ``seed``, ``steps`` single STEPs (OUT read after each), then a START burst
+    of ``burst`` steps (OUT, XOR and STEPS read after it)."""
+
+    seed: tuple[int, int, int, int]
+    steps: int
+    burst: int
+
+
+def rng_set(seed: int, count: int) -> list[RngCase]:
+    """The rng agreement vectors: the four sparse seeds of :func:`rng_seeds` (bursts of 0, 1 and two
+    random lengths), then ``count`` random seeds; 0..4 single steps and bursts up to 999."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, s in enumerate(rng_seeds(rng, 4)):
+        out.append(RngCase(tuple(int(w) for w in s), int(rng.integers(0, 5)),
+                           k if k < 2 else int(rng.integers(2, 1000))))
+    for _ in range(count):
+        out.append(RngCase(rng_seed(rng), int(rng.integers(0, 5)), int(rng.integers(2, 1000))))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# verifier: chain rounds
+# ------------------------------------------------------------------------------------------------
+
+def random_inv_temp(rng: np.random.Generator) -> int:
+    """An INV_TEMP from :data:`INV_TEMPS` or 1..1023."""
+    return int(rng.choice(INV_TEMPS + (int(rng.integers(1, 1024)),)))
+
+
+def logit_codes(rng: np.random.Generator, base: np.ndarray, noise: float, mask_frac: float) -> np.ndarray:
+    """Rows of codes: ``base`` (float logits, shape (..., V)) plus Gaussian ``noise``, a fraction
+    ``mask_frac`` masked to -inf (one random entry of each row stays live), quantized as the host does."""
+    x = np.array(base, dtype=np.float64) + rng.normal(0.0, noise, np.shape(base))
+    if mask_frac:
+        m = rng.random(x.shape) < mask_frac
+        flat = m.reshape(-1, x.shape[-1])
+        flat[np.arange(flat.shape[0]), rng.integers(0, x.shape[-1], flat.shape[0])] = False
+        x[m] = -np.inf
+    return quantize(x).astype(np.int16)
+
+
+@dataclass(frozen=True)
+class ChainRound:
+    """One chain round: rows p (g+1, V) and q (g, V; None in greedy mode) of codes, the draft tokens,
+    the mode and INV_TEMP, and the RNG seed the core is loaded with before the round."""
+
+    p: np.ndarray
+    q: np.ndarray | None
+    draft: tuple[int, ...]
+    greedy: bool
+    inv_temp: int
+    seed: tuple[int, int, int, int]
+
+    @property
+    def vocab(self) -> int:
+        return int(self.p.shape[1])
+
+    @property
+    def gamma(self) -> int:
+        return len(self.draft)
+
+    def words(self) -> np.ndarray:
+        """The RNG words the core draws from :attr:`seed`: enough for any round (g + 2)."""
+        return xoshiro128pp(self.seed, self.gamma + 2)[0]
+
+
+def chain_round(rng: np.random.Generator, vocab: int, gamma: int, greedy: bool, *, mask_frac: float | None = None,
+                empty: bool = False, inv_temp: int | None = None) -> ChainRound:
+    """A random round whose draft rows overlap the target's, so that drafts are often accepted.
+
+    Each position has float logits ``base`` (scale 0.5 .. 200; all ties one time in ten); p_i and q_i add
+    their own noise and -inf masks. Greedy drafts are p_i's argmax (85 %) or uniform; sampling drafts are
+    drawn from q_i's fixed-point distribution (70 %), q_i's argmax (15 %) or uniform. ``empty`` makes one
+    p or q row all -inf (EMPTY_ROW when the round reaches it).
+    """
+    scale = float(rng.choice([0.5, 2.0, 5.0, 40.0, 200.0]))
+    if mask_frac is None:
+        mask_frac = float(rng.choice([0.0, 0.0, 0.3, 0.8]))
+    base = rng.normal(0.0, scale, (gamma + 1, vocab))
+    base[rng.random(gamma + 1) < 0.1] = 0.0
+    p = logit_codes(rng, base, float(rng.choice([0.0, 0.1, 1.0])), mask_frac)
+    q = logit_codes(rng, base[:gamma], float(rng.choice([0.1, 1.0, 3.0])), mask_frac)
+    t = random_inv_temp(rng) if inv_temp is None else int(inv_temp)
+    draft = []
+    for i in range(gamma):
+        u = rng.random()
+        if greedy:
+            x = int(np.argmax(p[i])) if u < 0.85 else int(rng.integers(vocab))
+        elif u < 0.7:
+            x = int(rng.choice(vocab, p=fixed_point_dist(q[i], t)))
+        else:
+            x = int(np.argmax(q[i])) if u < 0.85 else int(rng.integers(vocab))
+        draft.append(x)
+    if empty:
+        rows = p if (greedy or gamma == 0 or rng.random() < 0.5) else q
+        rows[int(rng.integers(rows.shape[0]))] = LOGIT_NEG_INF
+    return ChainRound(p, None if greedy else q, tuple(draft), bool(greedy), t, rng_seed(rng))
+
+
+def random_chain_round(rng: np.random.Generator, vocab_max: int, gamma_max: int, greedy: bool | None = None,
+                       empty: bool = False) -> ChainRound:
+    """:func:`chain_round` at a random V (1, 2, 3, any up to ``vocab_max``, or ``vocab_max``) and gamma
+    (0..``gamma_max``); greedy one time in three when ``greedy`` is None."""
+    vocab = int(rng.choice([1, 2, 3, rng.integers(1, vocab_max + 1), rng.integers(1, vocab_max + 1), vocab_max]))
+    gamma = int(rng.integers(0, gamma_max + 1))
+    if greedy is None:
+        greedy = bool(rng.random() < 0.35)
+    return chain_round(rng, min(vocab, vocab_max), gamma, greedy, empty=empty)
+
+
+def chain_set(seed: int, count: int, *, vocab_max: int, gamma_max: int) -> list[ChainRound]:
+    """The chain agreement vectors: ``count`` random rounds, one in twenty with an empty row."""
+    rng = np.random.default_rng(seed)
+    return [random_chain_round(rng, vocab_max, gamma_max, empty=bool(rng.random() < 0.05)) for _ in range(count)]
+
+
+def full_vocab_round(rng: np.random.Generator, vocab: int, gamma: int, kind: str):
+    """A round at a real vocabulary size: GPT-2-like logits (a few strong tokens, a long tail).
+
+    ``kind``: ``sample`` (drafts from q's fixed-point distribution at INV_TEMP 256), ``topk`` (the same
+    with q masked to its top 2000), ``greedy`` (the first draft is p_0's argmax, the second misses p_1's),
+    ``last`` (every draft token V - 1, the row buffers' last lane). Returns ``p, q, draft``.
+    """
+    if kind not in ("sample", "topk", "greedy", "last"):
+        raise ValueError(f"full_vocab_round kind {kind!r} not in sample, topk, greedy, last")
+    base = rng.standard_normal(vocab) * 2.0
+    base[rng.integers(0, vocab, 8)] += 12.0
+    p = np.array([base + rng.standard_normal(vocab) * 0.5 for _ in range(gamma + 1)])
+    q = np.array([base + rng.standard_normal(vocab) * 1.5 for _ in range(gamma)]).reshape(gamma, vocab)
+    if kind == "topk":
+        for row in q:
+            row[np.argsort(row)[:-2000]] = -np.inf
+    p, q = quantize(p), quantize(q)
+    if kind == "greedy":
+        draft = [int(np.argmax(p[0])), (int(np.argmax(p[1])) + 1) % vocab][:gamma]
+    elif kind == "last":
+        draft = [vocab - 1] * gamma
+    else:
+        draft = [int(rng.choice(vocab, p=fixed_point_dist(q[i], 256))) for i in range(gamma)]
+    return p, q, draft
+
+
+def make_family(name: str, vocab: int, rng: np.random.Generator, g: int):
+    """Target rows p (g+1, V) and draft rows q (g, V) of one of the losslessness families.
+
+    ``random``: independent rows; ``equal``: q == p; ``disjoint``: p lives on the upper half of the
+    vocabulary, q on the lower; ``peaked_p`` / ``peaked_q``: one token carries almost all the mass.
+    """
+    p = rng.integers(-1500, 1, (g + 1, vocab)).astype(np.int16)
+    q = rng.integers(-1500, 1, (g, vocab)).astype(np.int16)
+    if name == "equal":
+        q = p[:g].copy()
+    elif name == "disjoint":
+        half = vocab // 2
+        p[:, :half] = LOGIT_NEG_INF
+        q[:, half:] = LOGIT_NEG_INF
+    elif name == "peaked_p":
+        p = rng.integers(-12000, -6000, (g + 1, vocab)).astype(np.int16)
+        p[:, 1] = 0
+    elif name == "peaked_q":
+        q = rng.integers(-12000, -6000, (g, vocab)).astype(np.int16)
+        q[:, 2] = 0
+    elif name != "random":
+        raise ValueError(f"unknown family {name!r}; families: random, equal, disjoint, peaked_p, peaked_q")
+    return p, q
+
+
+# ------------------------------------------------------------------------------------------------
+# Trees: parent arrays (treemask, verifier tree mode) and verifier tree rounds
+# ------------------------------------------------------------------------------------------------
+
+def random_parents(rng: np.random.Generator, n: int, style: str = "random") -> list[int]:
+    """A tree of ``n`` nodes in one of :data:`TREE_STYLES`; ``parents[0] = -1``.
+
+    ``random``: parent of node i uniform in 0..i-1; ``deep``: i-1 or i-2; ``wide``: 0 or 1; ``chain``:
+    i-1; ``bushy``: uniform in i//3..i-1.
+    """
+    pick = {"random": lambda i: int(rng.integers(0, i)), "deep": lambda i: max(0, i - int(rng.integers(1, 3))),
+            "wide": lambda i: int(rng.integers(min(i, 2))), "chain": lambda i: i - 1,
+            "bushy": lambda i: int(rng.integers(max(1, i // 3), i)) if i > 1 else 0}
+    if style not in pick:
+        raise ValueError(f"tree style {style!r} not in {TREE_STYLES}")
+    return [-1] + [pick[style](i) for i in range(1, n)]
+
+
+@dataclass(frozen=True)
+class TreeRound:
+    """One tree round: a row of codes per node (N, V), the parents and tokens (node 0's ignored), the
+    mode and INV_TEMP, and the RNG seed the core is loaded with before the round."""
+
+    rows: np.ndarray
+    parents: tuple[int, ...]
+    tokens: tuple[int, ...]
+    greedy: bool
+    inv_temp: int
+    seed: tuple[int, int, int, int]
+
+    @property
+    def vocab(self) -> int:
+        return int(self.rows.shape[1])
+
+    def words(self) -> np.ndarray:
+        """The RNG words the core draws from :attr:`seed`: enough for any round (N + 2)."""
+        return xoshiro128pp(self.seed, len(self.parents) + 2)[0]
+
+
+def tree_round(rng: np.random.Generator, vocab: int, greedy: bool, *, n: int | None = None, parents=None,
+               mask_frac: float | None = None, empty: bool = False, inv_temp: int | None = None) -> TreeRound:
+    """A random tree round whose tokens often follow their parent's row, so paths get long.
+
+    The tree is ``parents`` or a random one of ``n`` nodes in a random style. Each node's token is a
+    sibling's (a duplicate, 15 %), follows the parent's row (60 %: its argmax in greedy mode, a draw from
+    its fixed-point distribution in sampling mode) or is uniform. ``empty`` makes one row all -inf.
+    """
+    if parents is None:
+        parents = random_parents(rng, n, str(rng.choice(TREE_STYLES)))
+    parents = tuple(int(x) for x in parents)
+    n = len(parents)
+    scale = float(rng.choice([0.5, 2.0, 5.0, 40.0]))
+    if mask_frac is None:
+        mask_frac = float(rng.choice([0.0, 0.0, 0.3, 0.8]))
+    rows = logit_codes(rng, rng.normal(0.0, scale, (n, vocab)), 0.0, mask_frac)
+    t = random_inv_temp(rng) if inv_temp is None else int(inv_temp)
+    tokens = [0]
+    for j in range(1, n):
+        r = rows[parents[j]]
+        sibs = [tokens[k] for k in range(1, j) if parents[k] == parents[j]]
+        u = rng.random()
+        if sibs and u < 0.15:
+            tokens.append(int(rng.choice(sibs)))
+        elif u < 0.75:
+            tokens.append(int(np.argmax(r)) if greedy else int(rng.choice(vocab, p=fixed_point_dist(r, t))))
+        else:
+            tokens.append(int(rng.integers(vocab)))
+    if empty:
+        rows[int(rng.integers(n))] = LOGIT_NEG_INF
+    return TreeRound(rows, parents, tuple(tokens), bool(greedy), t, rng_seed(rng))
+
+
+def random_tree_round(rng: np.random.Generator, vocab_max: int, tree_max: int, greedy: bool | None = None,
+                      empty: bool = False) -> TreeRound:
+    """:func:`tree_round` at a random V (as :func:`random_chain_round`) and N (1, 2, any up to
+    ``tree_max``, or ``tree_max``); greedy two times in five when ``greedy`` is None."""
+    vocab = int(rng.choice([1, 2, 3, rng.integers(1, vocab_max + 1), rng.integers(1, vocab_max + 1), vocab_max]))
+    n = int(rng.choice([1, 2, rng.integers(1, tree_max + 1), rng.integers(1, tree_max + 1), tree_max]))
+    if greedy is None:
+        greedy = bool(rng.random() < 0.4)
+    return tree_round(rng, min(vocab, vocab_max), greedy, n=n, empty=empty)
+
+
+def tree_set(seed: int, count: int, *, vocab_max: int, tree_max: int) -> list[TreeRound]:
+    """The tree agreement vectors: ``count`` random tree rounds, one in twenty with an empty row."""
+    rng = np.random.default_rng(seed)
+    return [random_tree_round(rng, vocab_max, tree_max, empty=bool(rng.random() < 0.05)) for _ in range(count)]
+
+
+def make_tree_case(vocab: int, rng: np.random.Generator, inv_temp: int):
+    """Rows (one per node of :data:`TREE_PARENTS`) and tokens: the root's children propose its two most
+    likely tokens and the most likely once more (a duplicate); node 1's children its two most likely
+    tokens. ``vocab`` >= 2."""
+    rows = rng.integers(-1500, 1, (len(TREE_PARENTS), vocab)).astype(np.int16)
+    top0 = np.argsort(-fixed_point_dist(rows[0], inv_temp), kind="stable")
+    top1 = np.argsort(-fixed_point_dist(rows[1], inv_temp), kind="stable")
+    tokens = (0, int(top0[0]), int(top0[1]), int(top0[0]), int(top1[0]), int(top1[1]))
+    return rows, tokens
+
+
+def treemask_set(seed: int, count: int, nodes_max: int) -> list[list[int]]:
+    """The treemask agreement trees: the chain and the star of ``nodes_max`` nodes, two refused trees
+    (N = 0: BAD_NODES; the last node its own parent: BAD_PARENT), then ``count`` random trees of
+    sizes 1, 2, .. ``nodes_max``, 1, .. in random styles."""
+    rng = np.random.default_rng(seed)
+    trees = [[-1] + list(range(nodes_max - 1)), [-1] + [0] * (nodes_max - 1), [],
+             [-1] + list(range(max(nodes_max, 2) - 2)) + [max(nodes_max, 2) - 1]]
+    for k in range(count):
+        trees.append(random_parents(rng, 1 + k % nodes_max, str(rng.choice(TREE_STYLES))))
+    return trees
+
+
+# ------------------------------------------------------------------------------------------------
+# kvpage: operation sequences
+# ------------------------------------------------------------------------------------------------
+
+def kvpage_dump(st: kv.KVState) -> list[kv.Op]:
+    """Read-only operations that show the whole state: INFO of every slot, TRANSLATE of every row of every
+    live slot, REFS of every page."""
+    ops = [kv.Op("INFO", slot=s) for s in range(len(st.kind))]
+    ops += [kv.Op("TRANSLATE", slot=s, row=r) for s in range(len(st.kind)) if st.live(s) for r in range(st.length[s])]
+    return ops + [kv.Op("REFS", page=p) for p in range(st.pages)]
+
+
+def kvpage_ops(rng: np.random.Generator, pages: int, max_blocks: int, count: int,
+               dump_every: int = 0) -> list[kv.Op]:
+    """``count`` operations of :func:`hls_ref.kvpage.random_op` from an empty table, each drawn for the
+    state the ones before it leave (the golden model tracks it), with a :func:`kvpage_dump` after every
+    ``dump_every`` operations (0: none) and at the end."""
+    st = kv.KVState.empty(pages, max_blocks)
+    ops: list[kv.Op] = []
+    for i in range(count):
+        op = kv.random_op(st, rng)
+        st, _ = kv.step(st, op)
+        ops.append(op)
+        if dump_every and (i + 1) % dump_every == 0:
+            ops += kvpage_dump(st)
+    return ops + kvpage_dump(st)
+
+
+def kvpage_exhaust(pages: int, max_blocks: int) -> list[kv.Op]:
+    """Directed operations that run out of everything, then CLEAR: sequences written to MAX_BLOCKS rows
+    until the pool is empty, a WRITE that needs a page (POOL_EMPTY) and a copy on write that needs one
+    (POOL_EMPTY), NEW until every slot is taken (NO_SLOT)."""
+    st = kv.KVState.empty(pages, max_blocks)
+    ops: list[kv.Op] = []
+
+    def run(op: kv.Op) -> kv.Result:
+        nonlocal st
+        st, res = kv.step(st, op)
+        ops.append(op)
+        return res
+
+    seq = run(kv.Op("NEW")).regs["RES_SLOT"]
+    while st.free_pages:
+        if st.length[seq] == max_blocks:
+            res = run(kv.Op("NEW"))
+            if res.err:
+                break
+            seq = res.regs["RES_SLOT"]
+        run(kv.Op("WRITE", slot=seq, row=st.length[seq]))
+    other = run(kv.Op("NEW")).regs.get("RES_SLOT", 0)
+    run(kv.Op("WRITE", slot=other, row=0))
+    br = run(kv.Op("FORK", slot=seq)).regs.get("RES_SLOT", 0)
+    run(kv.Op("WRITE", slot=br, row=max(st.length[br] - 1, 0)))
+    while not run(kv.Op("NEW")).err:
+        pass
+    run(kv.Op("CLEAR"))
+    return ops
+
+
+def kvpage_set(seed: int, count: int, *, pages: int, max_blocks: int) -> list[kv.Op]:
+    """The kvpage agreement vectors: :func:`kvpage_exhaust`, then ``count`` random operations with dumps
+    every 100 and at the end."""
+    return kvpage_exhaust(pages, max_blocks) + kvpage_ops(np.random.default_rng(seed), pages, max_blocks, count,
+                                                          dump_every=100)

@@ -1,0 +1,206 @@
+"""A decode job: the prompts, the model pair and every generation option, typed and validated.
+
+A job is plain data. :meth:`Job.to_json` and :meth:`Job.from_json` carry it into the RTL simulation
+(``specdec.backends.sim_decode``), where :func:`specdec.runtime.execute` runs it as it does in this process.
+Every field is checked when a job is built, before any model loads; a bad one raises
+:class:`~specdec.errors.OptionError` naming the field and the value. The JSON form::
+
+    {"prompts": ["..."], "target": null, "draft": null, "max_new_tokens": 64, "gamma": 4,
+     "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}, "seed": 0,
+     "tree": null or {"kind": "eagle", "budget": 16, ...}, "kv": {"block": "auto"}, {"block": 16} or false}
+
+Any field but ``prompts`` may be left out (its default applies); ``"kv": false`` keeps transformers' dense
+KV caches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .builds import CORE_PARAMS, TREE_LIMIT
+from .decode import GenConfig, PromptLookup, Sampling
+from .errors import OptionError, check_int
+from .kvlayout import BLOCK_MAX as KV_BLOCK_MAX
+from .tree import parents_from_paths
+
+#: The ``draft`` that drafts by prompt lookup instead of with a model.
+PROMPT_LOOKUP = PromptLookup.name
+#: Tree builders (``specdec.tree``): Medusa-style static paths, EAGLE-2's dynamic tree, Sequoia's DP topology.
+TREE_KINDS = ("static", "eagle", "sequoia")
+#: ``kv_block`` that leaves the page size to the runtime: the smallest power of two from
+#: ``specdec.kvlayout.DEFAULT_BLOCK`` (16) on at which the target's whole context fits the kvpage core
+#: (``specdec.kvlayout.pick_block``). A job may ask for any page size up to KV_BLOCK_MAX instead.
+KV_AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """Token-tree speculation: the builder and the tree's shape."""
+
+    kind: str                                       # one of TREE_KINDS
+    budget: int = 16                                # nodes, root included
+    depth: int = 6                                  # largest node depth
+    topk: int = 4                                   # eagle: children per expanded node; sequoia: ranks measured
+    calibration_passages: int = 8                   # sequoia: corpus passages the acceptance is measured on
+    acceptance: tuple[float, ...] | None = None     # sequoia: acceptance by draft rank (None: measure it)
+    paths: tuple[tuple[int, ...], ...] | None = None    # static: Medusa paths (None: tree.default_paths)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TREE_KINDS:
+            raise OptionError("tree kind", self.kind, f"one of {', '.join(TREE_KINDS)}")
+        check_int("tree budget", self.budget, 2, TREE_LIMIT,
+                  f"an integer in 2..{TREE_LIMIT} (the cores take trees of up to {TREE_LIMIT} nodes)")
+        check_int("tree depth", self.depth, 1, TREE_LIMIT - 1)
+        check_int("tree topk", self.topk, 1, TREE_LIMIT - 1)
+        check_int("tree calibration_passages", self.calibration_passages, 1)
+        if self.acceptance is not None:
+            object.__setattr__(self, "acceptance", _acceptance(self.acceptance))
+        if self.paths is not None:
+            object.__setattr__(self, "paths", _paths(self.paths))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TreeSpec:
+        """The spec of a job's ``tree`` object (missing keys take their defaults)."""
+        _known("tree", d, _names(cls))
+        return cls(**{"kind": None, **d})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Prompts run through the decode loop with one model pair and one set of options."""
+
+    prompts: tuple[str, ...]
+    target: str | None = None           # a demo name, a local directory or a hub id (None: the demo target)
+    draft: str | None = None            # the same, or PROMPT_LOOKUP (None: the target's usual draft)
+    max_new_tokens: int = 64
+    gamma: int | str = 4                # draft tokens per round, "auto", or 0 (target-only decoding)
+    sampling: Sampling = Sampling()
+    seed: int = 0
+    tree: TreeSpec | None = None        # token-tree speculation instead of chains
+    kv_block: int | str | None = KV_AUTO    # tokens per page of the paged KV caches (None: dense caches)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompts", _prompts(self.prompts))
+        for name in ("target", "draft"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise OptionError(name, value, "a model name or directory (None: the default)")
+        if self.gamma != "auto":
+            gmax = CORE_PARAMS["GAMMA_MAX"]
+            check_int("gamma", self.gamma, 0, gmax, f"an integer in 0..{gmax} (the verifier core's GAMMA_MAX) "
+                                                    f"or 'auto'")
+        if not isinstance(self.sampling, Sampling):
+            raise OptionError("sampling", self.sampling, "a specdec.decode.Sampling")
+        if self.tree is not None and not isinstance(self.tree, TreeSpec):
+            raise OptionError("tree", self.tree, "a TreeSpec or None")
+        if self.kv_block is not None and self.kv_block != KV_AUTO:
+            check_int("kv_block", self.kv_block, 1, KV_BLOCK_MAX,
+                      f"{KV_AUTO!r} or an integer number of tokens per KV page in 1..{KV_BLOCK_MAX}")
+        if self.tree is not None and self.draft == PROMPT_LOOKUP:
+            raise OptionError("draft", self.draft, "a model for tree speculation (tree speculation drafts "
+                                                   "with a model; prompt lookup builds no trees)")
+        self.config()       # max_new_tokens and seed: GenConfig's checks
+
+    @property
+    def speculative(self) -> bool:
+        """False for target-only decoding (gamma 0, no tree): no drafter and no verifier."""
+        return self.gamma != 0 or self.tree is not None
+
+    def config(self, index: int = 0) -> GenConfig:
+        """The loop's settings for prompt ``index`` (its sampler seeded with ``seed + index``)."""
+        return GenConfig(self.max_new_tokens, self.gamma, self.sampling, self.seed + index,
+                         tree_budget=self.tree.budget if self.tree else 0)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Job:
+        """The job of a JSON object (see the module docstring); unknown keys are refused."""
+        _known("job", d, _names(cls) - {"kv_block"} | {"kv"})
+        kw = {k: v for k, v in d.items() if k not in ("sampling", "tree", "kv")}
+        kw["prompts"] = d.get("prompts")
+        if "sampling" in d:
+            s = d["sampling"] or {}
+            _known("sampling", s, _names(Sampling))
+            kw["sampling"] = Sampling(**s)
+        if d.get("tree"):
+            kw["tree"] = d["tree"] if isinstance(d["tree"], TreeSpec) else TreeSpec.from_dict(d["tree"])
+        if "kv" in d:
+            kw["kv_block"] = _kv_block(d["kv"])
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        return {"prompts": list(self.prompts), "target": self.target, "draft": self.draft,
+                "max_new_tokens": self.max_new_tokens, "gamma": self.gamma,
+                "sampling": dataclasses.asdict(self.sampling), "seed": self.seed,
+                "tree": self.tree.to_dict() if self.tree else None,
+                "kv": False if self.kv_block is None else {"block": self.kv_block}}
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        return cls.from_dict(json.loads(text))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def as_job(job: Job | Mapping[str, Any]) -> Job:
+    """``job`` itself, or the job of its JSON object form."""
+    return job if isinstance(job, Job) else Job.from_dict(job)
+
+
+def _names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _known(what: str, d, names: set[str]) -> None:
+    """Refuse ``d`` unless it is a mapping whose keys are among ``names``, naming the first stranger."""
+    if not isinstance(d, Mapping):
+        raise OptionError(what, d, f"a JSON object with keys among {', '.join(sorted(names))}")
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise OptionError(f"{what} field", unknown[0], f"one of {', '.join(sorted(names))}")
+
+
+def _prompts(prompts) -> tuple[str, ...]:
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise OptionError("prompts", prompts, "a non-empty list of prompt texts")
+    for p in prompts:
+        if not isinstance(p, str) or not p:
+            raise OptionError("prompt", p, "non-empty text")
+    return tuple(prompts)
+
+
+def _kv_block(kv) -> int | None:
+    """A job's ``kv`` entry: false (dense caches), or {"block": B} (B tokens per page, or "auto", the default)."""
+    if kv is False:
+        return None
+    if kv is None or kv is True:
+        return KV_AUTO
+    _known("kv", kv, {"block"})
+    return kv.get("block", KV_AUTO)
+
+
+def _acceptance(acc) -> tuple[float, ...]:
+    try:
+        values = tuple(float(a) for a in acc)
+    except (TypeError, ValueError):
+        values = ()
+    if not values or any(not 0 <= a <= 1 for a in values):
+        raise OptionError("tree acceptance", acc, "one value in [0, 1] per draft rank")
+    return values
+
+
+def _paths(paths) -> tuple[tuple[int, ...], ...]:
+    try:
+        out = tuple(tuple(int(k) for k in p) for p in paths)
+        nodes = len(parents_from_paths(out))
+    except (TypeError, ValueError) as err:
+        raise OptionError("tree paths", paths, f"Medusa paths that form a tree ({err})") from None
+    if nodes > TREE_LIMIT:
+        raise OptionError("tree paths", paths, f"at most {TREE_LIMIT - 1} paths (trees of up to {TREE_LIMIT} "
+                                               f"nodes)")
+    return out

@@ -1,0 +1,129 @@
+"""Model pairs: a target, its draft source and their shared tokenizer; and the drafter a job asks for."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from . import models
+from .decode import Drafter, ModelDraft, PromptLookup
+from .errors import OptionError
+from .job import KV_AUTO, PROMPT_LOOKUP, TreeSpec
+from .kvlayout import pick_block
+
+#: Seed of the corpus passages Sequoia's acceptance vector is measured on (not the benchmarks' held-out ones).
+CALIBRATION_SEED = 4321
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A target, its draft source and their shared tokenizer."""
+
+    target: models.CausalLM
+    draft: ModelDraft | PromptLookup
+    tokenizer: object
+    target_name: str
+    draft_name: str
+
+    @property
+    def vocab(self) -> int:
+        return self.target.vocab
+
+
+def open_pair(target: str | None = None, draft: str | None = None) -> Pair:
+    """Load a target and its draft (a model or ``"prompt-lookup"``), checking they share a vocabulary.
+
+    Raises
+    ------
+    ModelError
+        A model that cannot be loaded, no default draft for the target, or two vocabularies.
+    """
+    target = target or models.DEMO_TARGET
+    t_model, t_tok = models.load(target)
+    if draft is None:
+        draft = models.DEFAULT_DRAFT.get(target)
+        if draft is None:
+            raise models.ModelError(f"no default draft for target {target!r}: pass --draft ID or "
+                                    f"--draft {PROMPT_LOOKUP}")
+    t_lm = models.CausalLM(t_model, "target")
+    if draft == PROMPT_LOOKUP:
+        return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
+    d_model, d_tok = models.load(draft)
+    models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
+    return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, draft)
+
+
+def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:
+    """``pair`` with both models' caches in page pools whose pages the kvpage core ``kv`` assigns, ``block``
+    tokens a page (the same weights; new :class:`~specdec.models.CausalLM` wrappers). ``"auto"``: the
+    smallest page size from 16 on at which the target's whole context fits the core
+    (:func:`specdec.kvlayout.pick_block`); ``pair.target.block`` tells which.
+
+    Raises
+    ------
+    KVCapacityError
+        The target's context does not fit the core at ``block`` (at any page size, for ``"auto"``): the
+        message names the numbers, a page size that fits, and ``--dense-kv``.
+    """
+    sequences = 2 if isinstance(pair.draft, ModelDraft) else 1         # caches sharing the core's pool
+    block = pick_block(models.context_length(pair.target.model), sequences, kv.pages, kv.max_blocks,
+                       None if block == KV_AUTO else block)
+    target = models.CausalLM(pair.target.model, pair.target.name, kv=kv, block=block)
+    if isinstance(pair.draft, ModelDraft):
+        draft = ModelDraft(models.CausalLM(pair.draft.lm.model, pair.draft.lm.name, kv=kv, block=block))
+    else:
+        draft = PromptLookup(target.vocab, pair.draft.max_ngram)
+    return dataclasses.replace(pair, target=target, draft=draft)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """The token ids of a prompt text (at least one)."""
+    if not isinstance(text, str) or not text:
+        raise OptionError("prompt", text, "non-empty text")
+    ids = tokenizer(text)["input_ids"]
+    if not ids:
+        raise OptionError("prompt", text, "text that encodes to at least one token")
+    return [int(t) for t in ids]
+
+
+def drafter(pair: Pair, tree: TreeSpec | None) -> Drafter:
+    """The job's drafter: the pair's draft source for chains, or the tree builder ``tree`` over its draft model
+    (Sequoia's acceptance vector must be set: see :func:`calibrated`)."""
+    if tree is None:
+        return pair.draft
+    from . import tree as trees
+    if not isinstance(pair.draft, ModelDraft):
+        raise OptionError("draft", pair.draft_name, "a model for tree speculation (prompt lookup builds no trees)")
+    lm = pair.draft.lm
+    if tree.kind == "static":
+        return trees.StaticTree(lm, tree.paths or trees.default_paths(tree.budget, tree.depth))
+    if tree.kind == "eagle":
+        return trees.EagleTree(lm, tree.budget, tree.depth, tree.topk)
+    if tree.acceptance is None:
+        raise ValueError("a Sequoia tree needs its acceptance vector: pass the spec through calibrated() first")
+    return trees.SequoiaTree(lm, tree.acceptance, tree.budget, tree.depth)
+
+
+def calibrated(pair: Pair, tree: TreeSpec | None) -> TreeSpec | None:
+    """``tree`` with Sequoia's acceptance vector measured for ``pair`` when it gives none (other kinds and
+    given vectors unchanged)."""
+    if tree is None or tree.kind != "sequoia" or tree.acceptance is not None:
+        return tree
+    return dataclasses.replace(tree, acceptance=tuple(calibrate(pair, tree.topk, tree.calibration_passages)))
+
+
+def calibrate(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48, new_tokens: int = 48) -> list[float]:
+    """Sequoia's acceptance vector for the pair, measured where it is used: on the target's own greedy
+    continuations (``new_tokens`` after the first ``prompt_tokens`` of ``n_passages`` corpus passages, not
+    the benchmark's held-out prompts); only the continuation's positions are scored."""
+    import torch
+    from . import corpus, tree
+    texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)
+    contexts = []
+    for t in texts:
+        ids = encode(pair.tokenizer, t)[:prompt_tokens]
+        with torch.inference_mode():
+            out = pair.target.model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
+                                             pad_token_id=pair.tokenizer.pad_token_id)
+        contexts.append(out[0].tolist())
+    return [float(a) for a in tree.measure_acceptance(pair.target, pair.draft.lm, contexts, k,
+                                                      skip=prompt_tokens - 1)]

