@@ -1,6 +1,6 @@
 # specdec: two commands on a fresh clone.
 #   make demo   the main job: the demo pair generates through the RTL simulation of the verifier
-#   make test   the whole suite (cocotb on Verilator, smoke subset on Icarus), < 20 min on 2 cores
+#   make test   the whole suite (cocotb on Verilator, smoke subset and agreement flow on Icarus), < 12 min on 2 cores
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
@@ -28,8 +28,11 @@ demo-tree: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' --tree eagle \
 	    --tree-budget 16 --max-new-tokens 48
 
+# two pytest workers (CI has 2 cores); a test file stays on one worker, builds are locked per toplevel
+PYTEST_JOBS ?= -n 2 --dist loadfile
+
 test: setup check-generated
-	$(PY) -m pytest -q -m "not long and not board and not vivado" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not long and not board and not vivado" $(PYTEST_JOBS) $(PYTEST_ARGS)
 
 test-long: setup
 	$(PY) -m pytest -q -m "long" $(PYTEST_ARGS)

@@ -28,6 +28,22 @@ def vector_spec() -> tuple[int, int]:
         raise KeyError(f"{e.args[0]} is not set: run the agreement modules from tests/test_agreement.py") from None
 
 
-def write_results(results: list) -> None:
-    """Write the results (JSON-able) where the test reads them."""
-    Path(os.environ[OUT]).write_text(json.dumps(results))
+def results_path(out: Path, index: int) -> Path:
+    """Where the results of stimulus combination ``index`` (0..3, :attr:`tb.common.Stimulus.index`) go."""
+    return out.with_name(f"{out.stem}.{index}{out.suffix}")
+
+
+def write_results(results: list, index: int) -> None:
+    """Write the results (JSON-able) of stimulus combination ``index`` where the test reads them."""
+    results_path(Path(os.environ[OUT]), index).write_text(json.dumps(results))
+
+
+def read_results(out: Path) -> list[list]:
+    """The results of the four stimulus combinations, in :attr:`tb.common.Stimulus.index` order."""
+    return [json.loads(results_path(out, i).read_text()) for i in range(4)]
+
+
+def merge_dealt(parts: list[list]) -> list:
+    """The results of vectors dealt round-robin across the combinations (``Stimulus.deal``), in vector order."""
+    n = sum(len(p) for p in parts)
+    return [parts[i % len(parts)][i // len(parts)] for i in range(n)]

@@ -9,7 +9,6 @@ registers and OPS are read, and an error is followed by a soft reset.
 """
 from __future__ import annotations
 
-import cocotb
 from cocotb.task import bridge
 
 from hls_ref import kvpage as kv
@@ -20,6 +19,7 @@ from specdec.drivers import KVPage
 from specdec.drivers.base import description
 from specdec.errors import CoreError
 from tb.agree import vector_spec, write_results
+from tb.common import Stimulus, cross_test
 
 CMAP = core("kvpage")
 #: The registers read after every operation: ERR, then the RESULT, STATE and COUNTERS groups.
@@ -46,15 +46,16 @@ def kvpage_results(drv: KVPage, ops: list[kv.Op]) -> list[dict]:
     return out
 
 
-@cocotb.test()
-async def agree(dut):
+@cross_test
+async def agree(dut, stim: Stimulus):
     """The operations of ``AGREE_SEED``/``AGREE_COUNT`` for this build's PAGES and MAX_BLOCKS."""
     tb = AxilTB(dut, CMAP)
     await tb.reset()
+    stim.apply(tb)
     seed, count = vector_spec()
 
     def run() -> list[dict]:
         drv = KVPage(description("kvpage", SimDevice(tb.axil)))
         return kvpage_results(drv, kvpage_set(seed, count, pages=drv.pages, max_blocks=drv.max_blocks))
 
-    write_results(await bridge(run)())
+    write_results(await bridge(run)(), stim.index)

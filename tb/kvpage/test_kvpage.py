@@ -200,7 +200,6 @@ async def _double_free(tb: KvpageTB, seq: int) -> None:
 async def _undefined_codes(tb: KvpageTB, seq: int) -> None:
     for code in (0, 11, 15):
         await tb.op(golden.Op("INFO", slot=0), raw_code=code)      # not an operation: BAD_OP
-    await tb.dump()
 
 
 async def _pool_exhausted(tb: KvpageTB, seq: int) -> None:
@@ -322,7 +321,7 @@ def test_kvpage_smoke(sim, waves):
     """The 16-page build on Icarus (its four-state logic sees uninitialised memory as X), fewer random
     operations; test_kvpage[verilator-16-4] is the same on Verilator."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": 16, "MAX_BLOCKS": 4}, waves=waves,
-                extra_env={"KV_OPS": "100"})
+                extra_env={"KV_OPS": "48"})
 
 
 @pytest.mark.parametrize("pages,max_blocks", [PARAMS[2], pytest.param(*PARAMS[3], marks=pytest.mark.long)])

@@ -6,7 +6,6 @@ results for the test to compare with the golden model.
 """
 from __future__ import annotations
 
-import cocotb
 from cocotb.task import bridge
 
 from hls_ref.vectors import RngCase, rng_set
@@ -15,6 +14,7 @@ from specdec.backends.sim import AxilTB, SimDevice
 from specdec.drivers import Rng
 from specdec.drivers.base import description
 from tb.agree import vector_spec, write_results
+from tb.common import Stimulus, cross_test
 
 
 def rng_results(drv: Rng, cases: list[RngCase]) -> list[dict]:
@@ -28,12 +28,13 @@ def rng_results(drv: Rng, cases: list[RngCase]) -> list[dict]:
     return out
 
 
-@cocotb.test()
-async def agree(dut):
+@cross_test
+async def agree(dut, stim: Stimulus):
     """The rng set of ``AGREE_SEED``/``AGREE_COUNT`` through the driver on the RTL."""
     tb = AxilTB(dut, core("rng"))
     await tb.reset()
+    stim.apply(tb)
     seed, count = vector_spec()
     results = await bridge(lambda: rng_results(Rng(description("rng", SimDevice(tb.axil))),
-                                               rng_set(seed, count)))()
-    write_results(results)
+                                               stim.deal(rng_set(seed, count))))()
+    write_results(results, stim.index)

@@ -8,7 +8,6 @@ soft reset.
 """
 from __future__ import annotations
 
-import cocotb
 from cocotb.task import bridge
 
 from hls_ref.vectors import treemask_set
@@ -17,6 +16,7 @@ from specdec.backends.sim import AxilTB, SimDevice, SimSink
 from specdec.drivers import TreeMask
 from specdec.drivers.base import description
 from tb.agree import vector_spec, write_results
+from tb.common import Stimulus, cross_test
 
 
 def treemask_results(drv: TreeMask, trees: list[list[int]]) -> list[dict]:
@@ -38,16 +38,17 @@ def treemask_results(drv: TreeMask, trees: list[list[int]]) -> list[dict]:
     return out
 
 
-@cocotb.test()
-async def agree(dut):
+@cross_test
+async def agree(dut, stim: Stimulus):
     """The trees of ``AGREE_SEED``/``AGREE_COUNT`` for this build's NODES_MAX, through the driver."""
     tb = AxilTB(dut, core("treemask"))
     sink = SimSink(dut)
     await tb.reset()
+    stim.apply(tb, sinks=[sink.sink])
     seed, count = vector_spec()
 
     def run() -> list[dict]:
         drv = TreeMask(description("treemask", SimDevice(tb.axil)), sink)
-        return treemask_results(drv, treemask_set(seed, count, drv.nodes_max))
+        return treemask_results(drv, stim.deal(treemask_set(seed, count, drv.nodes_max)))
 
-    write_results(await bridge(run)())
+    write_results(await bridge(run)(), stim.index)

@@ -10,7 +10,6 @@ completed; a round that ends in an error gives the registers as the driver read 
 """
 from __future__ import annotations
 
-import cocotb
 from cocotb.task import bridge
 
 from hls_ref.vectors import ChainRound, TreeRound, chain_set, tree_set
@@ -21,6 +20,7 @@ from specdec.drivers import Verifier
 from specdec.drivers.base import description
 from specdec.drivers.verifier_errors import VerifierError
 from tb.agree import vector_spec, write_results
+from tb.common import Stimulus, cross_test
 
 CMAP = core("verifier")
 #: The registers read after a chain round (the RESULT group and ERR), by result field (lower case).
@@ -69,29 +69,30 @@ def tree_results(drv: Verifier, rounds: list[TreeRound]) -> list[dict]:
     return out
 
 
-async def _run(dut, results) -> None:
+async def _run(dut, stim: Stimulus, results) -> None:
     """Reset, then the set of ``AGREE_SEED``/``AGREE_COUNT`` through a driver on the RTL, written out."""
     tb = AxilTB(dut, CMAP)
     stream = SimStream(dut)
     await tb.reset()
+    stim.apply(tb, sources=[stream.source])
     seed, count = vector_spec()
 
     def run() -> list[dict]:
         drv = Verifier(description("verifier", SimDevice(tb.axil)), stream)
         return results(drv, seed, count)
 
-    write_results(await bridge(run)())
+    write_results(await bridge(run)(), stim.index)
 
 
-@cocotb.test()
-async def chain(dut):
+@cross_test
+async def chain(dut, stim: Stimulus):
     """The chain rounds of ``hls_ref.vectors.chain_set`` for this build's VOCAB_MAX and GAMMA_MAX."""
-    await _run(dut, lambda drv, seed, count: chain_results(
-        drv, chain_set(seed, count, vocab_max=drv.vocab_max, gamma_max=drv.gamma_max)))
+    await _run(dut, stim, lambda drv, seed, count: chain_results(
+        drv, stim.deal(chain_set(seed, count, vocab_max=drv.vocab_max, gamma_max=drv.gamma_max))))
 
 
-@cocotb.test()
-async def tree(dut):
+@cross_test
+async def tree(dut, stim: Stimulus):
     """The tree rounds of ``hls_ref.vectors.tree_set`` for this build's VOCAB_MAX and TREE_MAX."""
-    await _run(dut, lambda drv, seed, count: tree_results(
-        drv, tree_set(seed, count, vocab_max=drv.vocab_max, tree_max=drv.tree_max)))
+    await _run(dut, stim, lambda drv, seed, count: tree_results(
+        drv, stim.deal(tree_set(seed, count, vocab_max=drv.vocab_max, tree_max=drv.tree_max))))

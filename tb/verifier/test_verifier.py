@@ -192,8 +192,9 @@ async def full_vocab(dut, stim: Stimulus):
 @pytest.mark.icarus
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier(sim, waves, lanes):
+    # Icarus is slower: fewer rounds there (tests/test_agreement.py adds random rounds on Icarus too)
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
-                waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_ROUNDS": "300"})
+                waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_ROUNDS": "120"})
 
 
 @pytest.mark.long
@@ -216,7 +217,7 @@ def test_verifier_split_buffer(sim, waves):
     """VOCAB_MAX 4200 at 4 lanes: 1050-beat buffers, split into 1024 + 26; V drawn up to 4200."""
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": 4, "VOCAB_MAX": 4200},
                 testcase=cross_names("random_rounds", "error_cases"), waves=waves,
-                extra_env={"VERIFIER_ROUNDS": "20"})
+                extra_env={"VERIFIER_ROUNDS": "20" if sim == "verilator" else "8"})
 
 
 @pytest.mark.long

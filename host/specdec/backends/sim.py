@@ -135,18 +135,6 @@ class AxilTB:
         self.axil.write_if.log.setLevel(logging.WARNING)
         self.axil.read_if.log.setLevel(logging.WARNING)
 
-    def set_idle_generator(self, generator=None) -> None:
-        """Pause the master's AW, W and AR channels (idle cycles on the slave's inputs)."""
-        if generator:
-            for ch in (self.axil.write_if.aw_channel, self.axil.write_if.w_channel, self.axil.read_if.ar_channel):
-                ch.set_pause_generator(generator())
-
-    def set_backpressure_generator(self, generator=None) -> None:
-        """Deassert the master's BREADY and RREADY in a pattern (backpressure on the slave's outputs)."""
-        if generator:
-            for ch in (self.axil.write_if.b_channel, self.axil.read_if.r_channel):
-                ch.set_pause_generator(generator())
-
     async def reset(self) -> None:
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)

@@ -312,7 +312,7 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
         _advance(bar, bar.total, bar.total)
     finally:
         bar.close()
-    env = {"COCOTB_REWRITE_ASSERTION_FILES": "*/tb/*/test_*.py", "SPECDEC_CORE": core}
+    env = {"COCOTB_REWRITE_ASSERTION_FILES": "*/tb/*/*.py", "SPECDEC_CORE": core}
     env.update({f"PARAM_{k}": str(v) for k, v in params.items()})
     env.update(extra_env or {})
     _test(get_runner(sim), top, test_module, build_dir, testcase, waves, env, sim,
