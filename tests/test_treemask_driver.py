@@ -79,3 +79,27 @@ def test_driver_through_fake_dma():
     assert allocated[0].nbytes == 64 * WORD_BYTES == 64 * 16
     drv = TreeMask(description("treemask", dev), sink)
     check_treemask_driver(drv, sizes=(1, 2, 17, 64), exact_cycles=True)
+
+
+class _FailingSink:
+    """A word sink whose first receive fails (a DMA timeout, say) and which then passes frames through."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.failed = inner, False
+
+    def recv(self) -> list[int]:
+        if not self.failed:
+            self.failed = True
+            raise CoreTimeout("simulated DMA timeout")
+        return self.inner.recv()
+
+
+def test_failed_call_leaves_the_core_idle_and_the_next_call_clean():
+    """An exception after START soft-resets the core: the next call streams its own tree, not a stale one."""
+    dev = GoldenDevice({0: "treemask"}, params={0: {"nodes_max": 8}})
+    drv = TreeMask(description("treemask", dev), _FailingSink(dev.sink(0)))
+    with pytest.raises(CoreTimeout):
+        drv.masks([-1, 0, 0, 0, 0])                    # its frame is left behind by the failed receive
+    assert drv.read_fields("STATUS") == {"BUSY": 0, "DONE": 0, "ERROR": 0}
+    mask, depth = drv.masks([-1, 0, 1])
+    assert mask.astype(int).tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]] and depth.tolist() == [0, 1, 2]

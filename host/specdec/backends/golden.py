@@ -59,6 +59,7 @@ class RegisterModel(ABC):
         if bits.get("SOFT_RESET"):
             self.busy = self.done = False
             self.err = 0
+            self.on_soft_reset()
             return
         if self.err:
             return
@@ -66,6 +67,9 @@ class RegisterModel(ABC):
 
     def raise_err(self, name: str) -> None:
         self.err |= self.cmap.reg("ERR").field(name).mask
+
+    def on_soft_reset(self) -> None:
+        """What else a soft reset clears in this core (its datapath); nothing by default."""
 
     @abstractmethod
     def on_ctrl(self, bits: dict[str, int]) -> None:
@@ -281,6 +285,9 @@ class TreemaskModel(RegisterModel):
         per = len(self.cmap.reg("PARENT0").fields)
         return [self.cmap.reg(f"PARENT{k // per}").decode(self.rw[f"PARENT{k // per}"])[f"P{k % per}"]
                 for k in range(n)]
+
+    def on_soft_reset(self) -> None:
+        self.frames.clear()             # the core's output stage is cleared: no frame is left to receive
 
     def on_ctrl(self, bits: dict[str, int]) -> None:
         if not bits["START"]:

@@ -143,9 +143,13 @@ class TreeMask(SpecdecIP):
         n = self.write_tree(parents)
         self.start()
         if self.read_fields("STATUS")["ERROR"]:
-            self.check()
-        words = self.sink.recv()
-        self.wait_done()
+            self.check()                # a core error: the core keeps ERR until soft_reset(), as on the board
+        try:
+            words = self.sink.recv()
+            self.wait_done()
+        except BaseException:
+            self.soft_reset()           # a failed receive must not leave the core busy or a frame behind
+            raise
         self.cycles = self.read_reg("CYCLES_BUSY")
         if len(words) != n:
             raise SpecdecError(f"treemask: {len(words)} words for a {n}-node tree")
