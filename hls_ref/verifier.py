@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwcontract.formats import (EH, EL, EXP_DEAD, EXP_PY, EXP_WIDE, EXP_FRAC, LOGIT_NEG_INF, U_BITS, exp_q15,
-                                fixed_point_dist, quantize, rng_uniform, temper)
+from hwcontract.formats import EXP_DEAD, EXP_FRAC, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, U_BITS, rng_uniform, temper
 from hwcontract.formats import weights as _weights
 from hwcontract.regmap import VERIFIER_MAX_GAMMA, core
 

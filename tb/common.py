@@ -31,7 +31,7 @@ import cocotb
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import RisingEdge, Timer
 
-from specdec.backends.sim import AxilTB  # noqa: F401  (clock, reset, AXI-Lite master, registers by name)
+from specdec.backends.sim import AxilTB
 
 #: Fraction of the cycles in which a paused channel holds back ...
 PAUSE_P = 0.2

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import corpus, decode, models, runtime  # noqa: E402
+from specdec import corpus, decode, models, pairs, runtime  # noqa: E402
 
 pytestmark = pytest.mark.ml
 DRAFT_DIR = models.MODELS_DIR / models.DEMO_DRAFT
@@ -20,7 +20,7 @@ DRAFT_DIR = models.MODELS_DIR / models.DEMO_DRAFT
 
 @pytest.fixture(scope="module")
 def pair(monkeypatch_module):
-    return runtime.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT)
+    return pairs.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import model_pairs
-from specdec import models, runtime
+from specdec import models, pairs
 from specdec.models import CausalLM, ModelError
 
 torch = pytest.importorskip("torch")
@@ -58,7 +58,7 @@ def test_pair_loads_at_real_vocab_sizes(gpt2_pair, opt_pair):
 
 def test_width_mismatch_raises(gpt2_dirs, opt_dirs):
     with pytest.raises(ModelError, match="50272.*50257|50257.*50272"):
-        runtime.open_pair(gpt2_dirs[0], opt_dirs[1])
+        pairs.open_pair(gpt2_dirs[0], opt_dirs[1])
 
 
 def changed_tokenizer():
@@ -84,7 +84,7 @@ def test_tokenizer_mismatch_raises(gpt2_dirs, tmp_path):
             f.unlink()
     changed_tokenizer().save_pretrained(draft)
     with pytest.raises(ModelError, match="tokenizer mismatch") as exc:
-        runtime.open_pair(gpt2_dirs[0], str(draft))
+        pairs.open_pair(gpt2_dirs[0], str(draft))
     assert "Hello" in str(exc.value) or "world" in str(exc.value)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hls_ref import verifier as golden
+from hwcontract import formats as fmt
 from specdec.backends.golden import GoldenDevice
 from specdec.drivers import DmaStream, Verifier
 from specdec.drivers.base import description
@@ -63,7 +63,7 @@ def test_driver_through_fake_dma():
     # the round's rows sit in the buffer: p_i in row 2i, padded with -inf past V
     p = np.random.default_rng(3).normal(size=(2, 10))
     drv.verify([int(p[0].argmax())], p, p[:1].copy())
-    assert np.array_equal(buf[0, :10], golden.quantize(p[0])) and (buf[0, 10:12] == LOGIT_NEG_INF).all()
+    assert np.array_equal(buf[0, :10], fmt.quantize(p[0])) and (buf[0, 10:12] == LOGIT_NEG_INF).all()
     assert np.array_equal(dma.sent[-1], buf[2, :12])
 
 
@@ -123,12 +123,12 @@ def test_quantize_out_matches_and_is_left_alone_on_error():
     x = np.random.default_rng(0).normal(0, 50, (3, 7))
     x[1, 2] = -np.inf
     out = np.zeros((5, 9), dtype=np.int16)
-    golden.quantize(x, out=out[1:4, :7])
-    assert np.array_equal(out[1:4, :7], golden.quantize(x)) and not out[0].any() and not out[:, 7:].any()
+    fmt.quantize(x, out=out[1:4, :7])
+    assert np.array_equal(out[1:4, :7], fmt.quantize(x)) and not out[0].any() and not out[:, 7:].any()
     x[2, 3] = np.nan
     before = out.copy()
     with pytest.raises(ValueError, match="nan"):
-        golden.quantize(x, out=out[1:4, :7])
+        fmt.quantize(x, out=out[1:4, :7])
     assert np.array_equal(out, before)
 
 

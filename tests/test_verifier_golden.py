@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from hls_ref import verifier as v
+from hwcontract import formats as fmt
 from hls_ref.rng import xoshiro128pp
 from hwcontract.regmap import core
 from hls_ref.vectors import TREE_PARENTS, make_family, make_tree_case, random_chain_round
@@ -165,10 +166,10 @@ def many_words(rng: np.random.Generator, trials: int, per: int) -> np.ndarray:
 # Tables and exp
 # ------------------------------------------------------------------------------------------------
 def test_tables_and_exp():
-    assert v.EH.dtype == np.int64 and v.EL.dtype == np.int64
-    assert v.EH.tolist() == EH_N and v.EL.tolist() == EL_N
+    assert fmt.EH.dtype == np.int64 and fmt.EL.dtype == np.int64
+    assert fmt.EH.tolist() == EH_N and fmt.EL.tolist() == EL_N
     d = np.arange(0, 70000)
-    e = v.exp_q15(d)
+    e = fmt.exp_q15(d)
     assert e.dtype == np.int64
     assert e[0] == 32768
     # Monotone non-increasing except by one LSB at three places, where EH's rounding at small values
@@ -180,7 +181,7 @@ def test_tables_and_exp():
     assert e[4095] >= 0 and e[4096] == 0 and np.all(e[4096:] == 0)
     assert e[:4096].tolist() == [exp_n(int(x)) for x in range(4096)]
     with pytest.raises(ValueError):
-        v.exp_q15(np.array([-1]))
+        fmt.exp_q15(np.array([-1]))
 
 
 def test_temper_matches_naive():
@@ -188,7 +189,7 @@ def test_temper_matches_naive():
     z = rng.integers(-32768, 32768, 5000).astype(np.int16)
     z[:10] = NEG
     for it in (1, 37, 256, 300, 1000, 65535):
-        assert v.temper(z, it).tolist() == [temper_n(int(c), it) for c in z]
+        assert fmt.temper(z, it).tolist() == [temper_n(int(c), it) for c in z]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ def test_verify_needs_enough_words():
 # ------------------------------------------------------------------------------------------------
 def first_tokens(p, q, g: int, trials: int, inv_temp: int, lanes: int, rng) -> np.ndarray:
     vocab = p.shape[1]
-    draws = np.stack([rng.choice(vocab, size=trials, p=v.fixed_point_dist(q[i], inv_temp)) for i in range(g)], 1)
+    draws = np.stack([rng.choice(vocab, size=trials, p=fmt.fixed_point_dist(q[i], inv_temp)) for i in range(g)], 1)
     words = many_words(rng, trials, g + 1)
     out = np.empty(trials, dtype=np.int64)
     for t in range(trials):
@@ -282,10 +283,10 @@ def check_lossless(family, vocab, g, trials, inv_temp, lanes, seed):
     p, q = make_family(family, vocab, rng, g)
     toks = first_tokens(p, q, g, trials, inv_temp, lanes, rng)
     counts = np.bincount(toks, minlength=vocab)
-    target = v.fixed_point_dist(p[0], inv_temp)
+    target = fmt.fixed_point_dist(p[0], inv_temp)
     pv = chi2_pvalue(counts, target)
     assert pv > ALPHA, f"{family} V={vocab} g={g}: p-value {pv:.2e}"
-    return counts, v.fixed_point_dist(q[0], inv_temp), target
+    return counts, fmt.fixed_point_dist(q[0], inv_temp), target
 
 
 @pytest.mark.parametrize("family,vocab,g,trials,inv_temp,lanes", LOSSLESS)
@@ -316,7 +317,7 @@ def test_gamma0_plain_sampling():
     assert (d.rows, d.words, d.n_accept, d.accept_bits, d.err) == (1, 1, 0, 0, 0)
     counts = np.bincount(toks, minlength=24)
     assert counts[5] == 0
-    assert chi2_pvalue(counts, v.fixed_point_dist(p[0], 256)) > ALPHA
+    assert chi2_pvalue(counts, fmt.fixed_point_dist(p[0], 256)) > ALPHA
 
 
 # ------------------------------------------------------------------------------------------------
@@ -411,30 +412,30 @@ def test_empty_row():
     assert d.err == errbit("EMPTY_ROW") and d.rows == 2 and d.n_accept == 1
     assert v.row_stats(np.full(vocab, NEG, dtype=np.int64), 4) == (NEG, 0)
     with pytest.raises(ValueError):
-        v.fixed_point_dist(np.full(vocab, NEG, dtype=np.int16), 256)
+        fmt.fixed_point_dist(np.full(vocab, NEG, dtype=np.int16), 256)
 
 
 def test_quantize():
     x = np.array([[1.0, 0.5, -np.inf, -200.0, 0.0], [-np.inf] * 5])
-    c = v.quantize(x)
+    c = fmt.quantize(x)
     assert c.dtype == np.int16
     assert c[0].tolist() == [0, -128, NEG, -32767, -256]
     assert c[1].tolist() == [NEG] * 5
-    assert v.quantize(np.array([3.0, 3.0 + 1 / 512])).tolist() == [-1, 0]  # a near-tie keeps the argmax
-    assert v.quantize(np.array([2.0, 2.0])).tolist() == [0, -1]             # exact tie: the first wins
-    assert v.quantize(np.array([3.0, 3.0 - 3 / 512])).tolist() == [0, -2]   # half to even
+    assert fmt.quantize(np.array([3.0, 3.0 + 1 / 512])).tolist() == [-1, 0]  # a near-tie keeps the argmax
+    assert fmt.quantize(np.array([2.0, 2.0])).tolist() == [0, -1]             # exact tie: the first wins
+    assert fmt.quantize(np.array([3.0, 3.0 - 3 / 512])).tolist() == [0, -2]   # half to even
     with pytest.raises(ValueError, match="nan"):
-        v.quantize(np.array([[0.0, 1.0], [np.nan, 0.0]]))
+        fmt.quantize(np.array([[0.0, 1.0], [np.nan, 0.0]]))
     with pytest.raises(ValueError, match=r"inf.*\(0, 2\)|\(0, 2\).*inf"):
-        v.quantize(np.array([[0.0, 1.0, np.inf]]))
+        fmt.quantize(np.array([[0.0, 1.0, np.inf]]))
 
 
 def test_fixed_point_dist():
     z = np.array([0, -256, NEG, -512], dtype=np.int16)
-    d = v.fixed_point_dist(z, 256)
+    d = fmt.fixed_point_dist(z, 256)
     e = np.array([32768, exp_n(256), 0, exp_n(512)], dtype=float)
     assert np.allclose(d, e / e.sum()) and d[2] == 0
-    assert np.allclose(v.fixed_point_dist(z, 0, greedy=True), d)
+    assert np.allclose(fmt.fixed_point_dist(z, 0, greedy=True), d)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -464,9 +465,9 @@ def test_tree_lossless(vocab, inv_temp, lanes, trials):
     assert {"first", "second|node1", "second|node2"} <= set(pvals), pvals
     # Negative controls: the first token is not distributed as a child's p, nor the second as the root's
     first = np.bincount([e[0] for e in emitted], minlength=vocab)
-    assert chi2_pvalue(first, v.fixed_point_dist(rows[1], inv_temp)) < ALPHA
+    assert chi2_pvalue(first, fmt.fixed_point_dist(rows[1], inv_temp)) < ALPHA
     second = np.bincount([e[1] for e in emitted if e[0] == tokens[1]], minlength=vocab)
-    assert chi2_pvalue(second, v.fixed_point_dist(rows[0], inv_temp)) < ALPHA
+    assert chi2_pvalue(second, fmt.fixed_point_dist(rows[0], inv_temp)) < ALPHA
     # The duplicate child (node 3) is never accepted, and every path is a path of the tree
     paths = {tuple(e[:-1]) for e in emitted}
     assert paths <= {(), (tokens[1],), (tokens[2],), (tokens[1], tokens[4]), (tokens[1], tokens[5])}, paths

@@ -286,8 +286,8 @@ def kv_decode(n_prompts: int = 2, tokens: int = 32) -> dict:
     """Greedy decodes of the demo pair with paged KV caches (golden kvpage, verifier and treemask): pages in
     use and kvpage operations per round, chain (gamma 4) and tree (EAGLE-2, 16 nodes), against the same
     decodes with dense caches."""
-    from specdec import bench_e2e, runtime
-    pair = runtime.open_pair()
+    from specdec import bench_e2e, pairs, runtime
+    pair = pairs.open_pair()
     prompts = bench_e2e.default_prompts(n_prompts)
     out = {}
     for label, extra in (("chain gamma 4", {"gamma": 4}), ("eagle-16", {"tree": {"kind": "eagle", "budget": 16}})):

@@ -18,12 +18,12 @@ import pytest
 from cocotb.task import bridge
 
 from hls_ref import kvpage as golden
-from specdec.backends.sim import SimDevice
+from specdec.backends.sim import AxilTB, SimDevice
 from specdec.drivers import KVPage
 from specdec.drivers.base import description
 from hwcontract.regmap import KV_SLOTS, core
 from specdec.backends import simulator as harness
-from tb.common import QUIET, AxilTB, Stimulus, cross_names, cross_test, param
+from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 from tb.kvpage.driver_checks import check_kvpage_driver
 
 CMAP = core("kvpage")

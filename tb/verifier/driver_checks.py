@@ -11,6 +11,7 @@ import numpy as np
 
 from hls_ref import rng as golden_rng
 from hls_ref import verifier as golden
+from hwcontract import formats as fmt
 from specdec.backends.device import RowStream
 from specdec.drivers import Result, Verifier
 from hwcontract.formats import inv_temp
@@ -41,8 +42,8 @@ class Checker:
 
     def expect(self, draft, p, q, greedy: bool, temperature: float) -> golden.Decision:
         """The golden decision for a round (float logits quantized as the driver does)."""
-        pc = golden.quantize(p) if np.issubdtype(np.asarray(p).dtype, np.floating) else p
-        qc = None if q is None or greedy else (golden.quantize(q) if np.issubdtype(np.asarray(q).dtype, np.floating)
+        pc = fmt.quantize(p) if np.issubdtype(np.asarray(p).dtype, np.floating) else p
+        qc = None if q is None or greedy else (fmt.quantize(q) if np.issubdtype(np.asarray(q).dtype, np.floating)
                                               else q)
         words, _ = golden_rng.xoshiro128pp(self.state, len(draft) + 2)
         return golden.verify(pc, qc, draft, greedy=greedy, inv_temp=0 if greedy else inv_temp(temperature),
@@ -128,7 +129,7 @@ def random_round(rnd: np.random.Generator, lanes: int, vocab_max: int, gamma_max
     temperature = float(rnd.choice([1.0, 1.0, 0.7, 1.5, 0.3]))
     as_codes = rnd.random() < 0.2                   # integer codes go out as they are
     if as_codes:
-        p, q = golden.quantize(p), golden.quantize(q)
+        p, q = fmt.quantize(p), fmt.quantize(q)
     return draft, p, (None if greedy else q), greedy, temperature
 
 

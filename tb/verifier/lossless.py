@@ -52,7 +52,7 @@ def check_tree_lossless(emitted: list[list[int]], rows, tokens, inv_temp: int, g
     is the token of root child c, the second follows p of c. Returns the p-values by name; asserts each
     exceeds ALPHA (a conditional bin with fewer than ``min_samples`` samples is skipped). The tree is
     ``hls_ref.vectors.TREE_PARENTS`` with the rows and tokens of ``hls_ref.vectors.make_tree_case``."""
-    from hls_ref.verifier import fixed_point_dist
+    from hwcontract.formats import fixed_point_dist
     vocab = rows.shape[1]
     first = np.bincount([e[0] for e in emitted], minlength=vocab)
     pvals = {"first": chi2_pvalue(first, fixed_point_dist(rows[0], inv_temp, greedy))}

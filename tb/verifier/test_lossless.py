@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from hls_ref import verifier as gv
+from hwcontract import formats as fmt
 from specdec.backends import simulator as harness
 from hls_ref.vectors import TREE_PARENTS, make_family, make_tree_case
 from tb.verifier.lossless import ALPHA, check_tree_lossless, chi2_pvalue, tree_emitted
@@ -35,8 +35,8 @@ async def lossless(dut, stim: Stimulus):
     for family, vocab, trials, inv_temp in CASES:
         trials = stim.share(int(trials * SCALE))
         p, q = make_family(family, vocab, rng, 1)
-        target = gv.fixed_point_dist(p[0], inv_temp)
-        qdist = gv.fixed_point_dist(q[0], inv_temp)
+        target = fmt.fixed_point_dist(p[0], inv_temp)
+        qdist = fmt.fixed_point_dist(q[0], inv_temp)
         drafts = rng.choice(vocab, size=trials, p=qdist)
         await tb.configure(vocab, [0], False, inv_temp)
         frames = [tb.beats(p[0]), tb.beats(q[0]), tb.beats(p[1])]

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from hls_ref import verifier as gv
+from hwcontract import formats as fmt
 from hls_ref.vectors import (CHAIN3_PATHS, MEDUSA_PATHS, random_chain_round, random_tree_round, rng_seed,
                              tree_round)
 from hwcontract.formats import LOGIT_NEG_INF
@@ -238,14 +239,14 @@ async def full_vocab_tree(dut, stim: Stimulus):
     for greedy, inv_temp in stim.deal(FULL_VOCAB_TREE_ROUNDS):
         base = rng.standard_normal(vocab) * 2.0
         base[rng.integers(0, vocab, 8)] += 12.0
-        rows = gv.quantize(np.array([base + rng.standard_normal(vocab) * 0.5 for _ in range(n)]))
+        rows = fmt.quantize(np.array([base + rng.standard_normal(vocab) * 0.5 for _ in range(n)]))
         tokens = [0]
         for j in range(1, n):
             r = rows[parents[j]]
             if rnd.random() < 0.5:
                 tokens.append(int(np.argmax(r)))
             else:
-                tokens.append(int(rng.choice(vocab, p=gv.fixed_point_dist(r, inv_temp))))
+                tokens.append(int(rng.choice(vocab, p=fmt.fixed_point_dist(r, inv_temp))))
         got = await tb.run_tree(rows, parents, tokens, greedy, inv_temp)
         assert got["err"] == 0
         tb.log.info("V=%d N=%d greedy=%s: path depth %d, next %d", vocab, n, greedy, got["n_accept"],

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from cocotb.task import bridge
 
-from specdec.backends.sim import SimDevice, SimStream
+from specdec.backends.sim import AxilTB, SimDevice, SimStream
 from specdec.drivers import Verifier
 from specdec.drivers.base import description
 from hwcontract.regmap import core
-from tb.common import AxilTB, Stimulus, cross_test
+from tb.common import Stimulus, cross_test
 from tb.verifier.driver_checks import check_verifier_driver
 
 #: Random rounds through the driver per build, dealt across the four stimulus combinations.

@@ -15,9 +15,11 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from hls_ref import rng as golden_rng
 from hls_ref import verifier as gv
+from hwcontract import formats as fmt
 from hwcontract.formats import LOGIT_NEG_INF
 from hwcontract.regmap import TREE_MAX_NODES, core
-from tb.common import QUIET, AxilTB, Stimulus
+from specdec.backends.sim import AxilTB
+from tb.common import QUIET, Stimulus
 
 CMAP = core("verifier")
 ERRF = CMAP.reg("ERR")
@@ -114,7 +116,7 @@ class VerifierTB(AxilTB):
             kind = "bonus"
         else:
             i = want.n_accept
-            ztp, ztq = gv.temper(p[i], inv_temp), gv.temper(q[i], inv_temp)
+            ztp, ztq = fmt.temper(p[i], inv_temp), fmt.temper(q[i], inv_temp)
             mp, sp = gv.row_stats(ztp, self.lanes)
             mq, sq = gv.row_stats(ztq, self.lanes)
             w = np.maximum(gv._weights(ztp, mp) * sq - gv._weights(ztq, mq) * sp, 0)

@@ -197,7 +197,7 @@ class Verifier(SpecdecIP):
     def verify(self, draft, p_logits, q_logits=None, *, greedy: bool = False, temperature: float = 1.0) -> Result:
         """Verify ``draft`` against the target rows (and the draft rows, in sampling mode).
 
-        Float logits are quantized on the host (``hls_ref.verifier.quantize``: each row shifted by its
+        Float logits are quantized on the host (``hwcontract.formats.quantize``: each row shifted by its
         max, -inf = masked); integer logits are taken as Q7.8 codes. Rows are streamed as the core asks
         for them: after a rejection the remaining rows are not sent.
 
