@@ -106,9 +106,17 @@ def agree(stage: str, got: list[dict], want: list[dict], describe: Callable[[int
                              f"#{i}: {describe(i)}\n got {got[i]}\nwant {want[i]}")
 
 
-def needs_cpp(stage: str) -> None:
-    if stage == "cpp" and shutil.which("g++") is None:
-        pytest.skip("no C++ compiler")
+def stage_results(stage: str, flow: Flow, n: int, tmp_path, waves: bool, golden: Callable[[], list],
+                  cpp: Callable[[], list]) -> list:
+    """The results of the first ``n`` vectors at ``stage``: ``golden()`` (the driver over the golden register
+    model), ``cpp()`` (the C++ reference, skipped without a compiler), or the flow's RTL on that simulator."""
+    if stage == "golden":
+        return golden()
+    if stage == "cpp":
+        if shutil.which("g++") is None:
+            pytest.skip("no C++ compiler")
+        return cpp()
+    return rtl(flow, stage, n, tmp_path, waves)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -132,15 +140,11 @@ def rng_cpp(c: vectors.RngCase) -> dict:
 @pytest.mark.parametrize("stage", STAGES)
 def test_rng(stage, tmp_path, waves):
     flow = FLOWS["rng"]
-    needs_cpp(stage)
     n = flow.counts[stage]
     cases = vectors.rng_set(SEED, n)
-    if stage == "golden":
-        got = rng_results(Rng(description("rng", flow.golden_device())), cases)
-    elif stage == "cpp":
-        got = [rng_cpp(c) for c in cases]
-    else:
-        got = rtl(flow, stage, n, tmp_path, waves)
+    got = stage_results(stage, flow, n, tmp_path, waves,
+                        golden=lambda: rng_results(Rng(description("rng", flow.golden_device())), cases),
+                        cpp=lambda: [rng_cpp(c) for c in cases])
     agree(stage, got, [rng_expected(c) for c in cases], lambda i: repr(cases[i]))
 
 
@@ -152,6 +156,12 @@ def _stage_view(stage: str, want: dict) -> dict:
     """What a stage reports: the C++ reference the sampling beats, the cores (register stages) the cycles."""
     drop = "cycles" if stage == "cpp" else "sample_beats"
     return {k: v for k, v in want.items() if k != drop}
+
+
+def golden_verifier(flow: Flow) -> Verifier:
+    """The verifier driver over the golden register model of the flow's build, with its row stream."""
+    dev = flow.golden_device()
+    return Verifier(description("verifier", dev), dev.stream(0))
 
 
 def decision(d: ver.Decision) -> dict:
@@ -176,19 +186,17 @@ def chain_describe(r: vectors.ChainRound) -> str:
 @pytest.mark.parametrize("stage", STAGES)
 def test_verifier_chain(stage, tmp_path, waves):
     flow = FLOWS["chain"]
-    needs_cpp(stage)
     b, n = flow.build(), flow.counts[stage]
     rounds = vectors.chain_set(SEED, n, vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
-    if stage == "golden":
-        dev = flow.golden_device()
-        got = chain_results(Verifier(description("verifier", dev), dev.stream(0)), rounds)
-    elif stage == "cpp":
+
+    def cpp_rounds() -> list[dict]:
         from hls_ref import cpp
-        got = [cpp.verifier_round(r.p, r.q, r.draft, greedy=r.greedy, inv_temp=r.inv_temp, words=r.words(),
-                                  lanes=b["LANES"], vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
-               for r in rounds]
-    else:
-        got = rtl(flow, stage, n, tmp_path, waves)
+        return [cpp.verifier_round(r.p, r.q, r.draft, greedy=r.greedy, inv_temp=r.inv_temp, words=r.words(),
+                                   lanes=b["LANES"], vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
+                for r in rounds]
+
+    got = stage_results(stage, flow, n, tmp_path, waves, cpp=cpp_rounds,
+                        golden=lambda: chain_results(golden_verifier(flow), rounds))
     want = [_stage_view(stage, chain_expected(r, b)) for r in rounds]
     agree(stage, got, want, lambda i: chain_describe(rounds[i]))
 
@@ -210,19 +218,17 @@ def tree_describe(r: vectors.TreeRound) -> str:
 @pytest.mark.parametrize("stage", STAGES)
 def test_verifier_tree(stage, tmp_path, waves):
     flow = FLOWS["tree"]
-    needs_cpp(stage)
     b, n = flow.build(), flow.counts[stage]
     rounds = vectors.tree_set(SEED, n, vocab_max=b["VOCAB_MAX"], tree_max=b["TREE_MAX"])
-    if stage == "golden":
-        dev = flow.golden_device()
-        got = tree_results(Verifier(description("verifier", dev), dev.stream(0)), rounds)
-    elif stage == "cpp":
+
+    def cpp_rounds() -> list[dict]:
         from hls_ref import cpp
-        got = [cpp.verifier_tree_round(r.rows, r.parents, r.tokens, greedy=r.greedy, inv_temp=r.inv_temp,
-                                       words=r.words(), lanes=b["LANES"], vocab_max=b["VOCAB_MAX"],
-                                       tree_max=b["TREE_MAX"]) for r in rounds]
-    else:
-        got = rtl(flow, stage, n, tmp_path, waves)
+        return [cpp.verifier_tree_round(r.rows, r.parents, r.tokens, greedy=r.greedy, inv_temp=r.inv_temp,
+                                        words=r.words(), lanes=b["LANES"], vocab_max=b["VOCAB_MAX"],
+                                        tree_max=b["TREE_MAX"]) for r in rounds]
+
+    got = stage_results(stage, flow, n, tmp_path, waves, cpp=cpp_rounds,
+                        golden=lambda: tree_results(golden_verifier(flow), rounds))
     want = [_stage_view(stage, tree_expected(r, b)) for r in rounds]
     agree(stage, got, want, lambda i: tree_describe(rounds[i]))
 
@@ -240,20 +246,18 @@ def treemask_expected(parents, nodes_max: int) -> dict:
 @pytest.mark.parametrize("stage", STAGES)
 def test_treemask(stage, tmp_path, waves):
     flow = FLOWS["treemask"]
-    needs_cpp(stage)
     nodes_max, n = flow.build()["NODES_MAX"], flow.counts[stage]
     trees = vectors.treemask_set(SEED, n, nodes_max)
-    if stage == "golden":
+
+    def golden() -> list[dict]:
         dev = flow.golden_device()
-        got = treemask_results(TreeMask(description("treemask", dev), dev.sink(0)), trees)
-    elif stage == "cpp":
+        return treemask_results(TreeMask(description("treemask", dev), dev.sink(0)), trees)
+
+    def cpp_trees() -> list[dict]:
         from hls_ref import cpp
-        got = []
-        for parents in trees:
-            words, res = cpp.treemask_words(parents, nodes_max)
-            got.append({"words": words, **res})
-    else:
-        got = rtl(flow, stage, n, tmp_path, waves)
+        return [{"words": words, **res} for words, res in (cpp.treemask_words(p, nodes_max) for p in trees)]
+
+    got = stage_results(stage, flow, n, tmp_path, waves, golden=golden, cpp=cpp_trees)
     agree(stage, got, [treemask_expected(p, nodes_max) for p in trees], lambda i: f"parents={trees[i]}")
 
 
@@ -279,22 +283,23 @@ def kvpage_expected(ops: list[kv.Op], pages: int, max_blocks: int) -> list[dict]
 @pytest.mark.parametrize("stage", STAGES)
 def test_kvpage(stage, tmp_path, waves):
     flow = FLOWS["kvpage"]
-    needs_cpp(stage)
     b, n = flow.build(), flow.counts[stage]
     ops = vectors.kvpage_set(SEED, n, pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"])
     want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"])
-    if stage == "golden":
-        got = kvpage_results(KVPage(description("kvpage", flow.golden_device())), ops)
-    elif stage == "cpp":
+
+    def cpp_ops() -> list[dict]:
         from hls_ref import cpp
+        got = []
         with cpp.KvpageCpp(b["PAGES"], b["MAX_BLOCKS"]) as c:
-            got = []
             for op in ops:
                 err, cycles, _, status = c.op(op)
                 got.append({"ERR": err, "CYCLES_BUSY": cycles, **c.registers, **status})
+        return got
+
+    got = stage_results(stage, flow, n, tmp_path, waves, cpp=cpp_ops,
+                        golden=lambda: kvpage_results(KVPage(description("kvpage", flow.golden_device())), ops))
+    if stage == "cpp":
         want = [{k: v for k, v in w.items() if k != "OPS"} for w in want]     # no OPS counter in the C++
-    else:
-        got = rtl(flow, stage, n, tmp_path, waves)
     agree(stage, got, want, lambda i: f"op #{i} {ops[i]}")
 
 
