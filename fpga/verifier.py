@@ -1,36 +1,45 @@
 """verifier: speculative-decoding verifier core (MyHDL face of docs/verifier.md).
 
-The bit-level behaviour is docs/verifier.md; the golden model is ``hls_ref.verifier``. This is the
-simplest correct structure, not a timing-optimised one: one stream beat per cycle with the whole
-per-beat softmax update combinational, then one buffered beat per cycle in the sampling passes (block-RAM
-row buffers with synchronous reads, see row_buffer).
+The bit-level behaviour is docs/verifier.md; the golden model is ``hls_ref.verifier``. Every datapath is
+pipelined so that no register-to-register path holds more than a few logic levels (the 150 MHz goal on the
+xc7z020); the stage counts are ``hwcontract.latency``'s and the cycle models in ``hls_ref.verifier`` add them.
 
 Internal code format: every logit is held *biased*, ``b = code + 32768`` (16-bit unsigned), so the -inf
-code -32768 is 0 and every max/distance is unsigned arithmetic (MyHDL's signed conversion pitfalls do
-not arise). The temperature is applied on the stream lane with unsigned magnitudes and a floor/ceil
-split, which equals ``clip((z * INV_TEMP) >> 8, -32767, 32767)`` for both signs.
+code -32768 is 0 and every max/distance is unsigned arithmetic.
+
+Stream path (one beat per cycle; ``adv`` stalls every stage)::
+
+    in reg -> decode -> M -> P -> temper -> max tree (2) -> running max -> EXP (5) -> lane sums (2) -> S
+
+The running max is the only loop before the sum. ``S <- (S * EXP(m - m')) >> 15 + sum`` is a loop too, but
+``EXP(0) = 32768`` leaves S unchanged whenever the beat does not raise the max, so S accumulates in one
+cycle and a beat that raises a finite running max stalls the pipeline for ``VER_RESCALE`` cycles while a
+pipelined DSP product rescales S (sampling mode only; greedy rounds need no S).
+
+Sampling passes (one buffered beat per cycle)::
+
+    buffer read (2) -> EXP p, q (5) -> e_p S_q, e_q S_p (4) -> weight -> lane prefix sums (log2 L)
+       TOTAL: W_d += sum w, W_e += sum e_p             WALK: C + prefix <= t (3) -> first lane past t
 
 FSM (chain mode, CONFIG.TREE = 0)::
 
-    IDLE --START ok--> STREAM(p_0) --last beat--> ROWEND
+    IDLE --START--> CHECK --ok--> STREAM(p_0) --last beat summed--> ROWEND
     ROWEND  greedy: accept -> STREAM(p_{i+1}) | else NEXT_TOKEN = argmax -> DONE
-            sampling p_i (i < g) -> STREAM(q_i); p_g -> TOTAL (weights e_p); q_i -> EXPX
-    EXPX -> ACC1 -> ACC2: accept -> STREAM(p_{i+1}) | reject -> TOTAL (weights max(0, e_p S_q - e_q S_p))
-    TOTAL (ceil(V/L) beats) -> TDONE (take word) -> TCALC (rem = t = u W >> 24) -> WALK (x // L + 1 beats) -> DONE
+            sampling p_i (i < g) -> STREAM(q_i); p_g -> TOTAL (weights e_p); q_i -> TEST
+    TEST    lane 0 of the sampling pipe computes e_p(x), e_q(x), e_q S_p, e_p S_q; u e_q S_p < e_p S_q << 24:
+            accept -> STREAM(p_{i+1}) | reject -> TOTAL (weights max(0, e_p S_q - e_q S_p))
+    TOTAL (ceil(V/L) beats + drain) -> TDONE (take word) -> TCALC (t = u W >> 24) -> WALK -> DONE
     any stream/start error -> ERR (sticky until CTRL.SOFT_RESET)
 
 Tree mode (CONFIG.TREE = 1; CUR = CUR_NODE, the node whose row is streamed)::
 
-    IDLE --START ok--> STREAM(p_0) --last beat--> ROWEND
-    ROWEND  greedy: first child c of CUR (node order) with token == argmax: CUR = c -> STREAM
-                    | none: NEXT_TOKEN = argmax -> DONE
+    ROWEND  greedy -> THIT: first child c of CUR with token == argmax: CUR = c -> STREAM | none -> DONE
             sampling: m_p, S_p, R = 0, tried = 0 -> TPICK
-    TPICK   c = first untried child of CUR (priority encoder over the child mask), x = token(c) -> TREAD
+    TPICK   first untried child c of CUR (registered mask, priority encoder, token select) -> TREAD
             | none -> TOTAL (weights e_p over the buffer, the rejected tokens zeroed)
-    TREAD   buffer read of beat x >> log2(L)                       (synchronous read: data in TEXP)
-    TEXP    e = EXP(m_p - lane x % L of the beat), S' = S_p - R (0 if R >= S_p), take a word
-    TACC    accept (u S' < e << 24): CUR = c -> STREAM
-            | reject: R += e, write the beat back with lane x % L = -inf -> TPICK
+    TREAD   buffer read of x's beat, lane select
+    TEST    e = EXP(m_p - z_x) on lane 0, S' = S_p - R (0 if R >= S_p); u S' < e << 24: CUR = c -> STREAM
+            | reject: R += e, x's lane of the beat written back as -inf -> TPICK
     TDONE   W = 0 -> EMPTY_ROW (no word); else as in chain mode
 
 The tree registers (NODES, TREE_PARENT*, TREE_TOKEN*) are read at START (checks) and, except NODES,
@@ -40,271 +49,305 @@ from __future__ import annotations
 
 from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always_seq, block, concat, intbv
 
+from hwcontract import latency as lat
 from hwcontract import params as hwparams
-from hwcontract.formats import EH_LIST, EL_LIST
 from hwcontract.regmap import TREE_MAX_NODES, core
 
 from .axil import AxiLite, axil_regs, register_signals
+from .pipe import delay, exp_pipe, mul_latency, mul_wide, reg
 from .rng import xoshiro128pp
 
-EH, EL = EH_LIST, EL_LIST
-
 # FSM states
-ST_IDLE, ST_STREAM, ST_ROWEND, ST_EXPX, ST_ACC1, ST_ACC2, ST_TOTAL, ST_TDONE, ST_TCALC, ST_WALK, \
-    ST_DONE, ST_ERR, ST_TPICK, ST_TREAD, ST_TEXP, ST_TACC = range(16)
+(ST_IDLE, ST_CHECK, ST_STREAM, ST_ROWEND, ST_TEST, ST_TOTAL, ST_TDONE, ST_TCALC, ST_WALK, ST_DONE, ST_ERR,
+ ST_TPICK, ST_TREAD, ST_THIT) = range(14)
 
 SUM_W = 64      # total weight W and running sums (the golden model bounds them by 2**62)
 WL_W = 48       # one lane's rejection weight (<= 2**46)
+PW_W = 56       # a lane prefix of weights (<= 8 * 2**48)
+
+# cycle offsets inside the waiting states (wc counts from 0); the totals are hwcontract.latency's
+T_EXP = lat.EXP                                 # TEST: e_p(x), e_q(x) on lane 0
+T_PROD = lat.EXP + lat.MUL_NARROW               # TEST: e_q S_p, e_p S_q on lane 0
+T_CMP = T_PROD + 1 + lat.MUL_WIDE               # TEST: u * (e_q S_p or S'): compare registered
+T_DECIDE = T_CMP + 1                            # TEST: the registered compare decides
+PICK_WAIT = lat.VER_PICK - 1                    # TPICK: mask, encoder, token select
+HIT_WAIT = lat.VER_HIT - 1                      # THIT: mask, encoder
+READ_WAIT = lat.VER_READ                        # TREAD: address, buffer, lane select
+TCALC_WAIT = lat.VER_TCALC - 1                  # TCALC: operands registered, product
+assert T_DECIDE + 1 == lat.VER_TEST
 
 
 @block
-def exp_unit(m, z, out):
-    """``out = EXP(m - z)`` (Q1.15) for biased codes; 0 when z is -inf (0), z > m or m - z >= 4096."""
-    d = Signal(intbv(0)[12:])
-    ok = Signal(bool(0))
-    hi = Signal(intbv(0)[8:])
-    lo = Signal(intbv(0)[4:])
-    eh = Signal(intbv(0)[16:])
-    el = Signal(intbv(0)[16:])
-    prod = Signal(intbv(0)[32:])
+def max2(a, ai, b, bi, o, oi):
+    """``o, oi`` = the larger of (a, ai) and (b, bi); ``a`` (the lower lanes) wins ties."""
 
     @always_comb
-    def dist():
-        if z != 0 and z <= m and (m - z) < 4096:
-            ok.next = 1
-            d.next = m - z
+    def pick():
+        if b > a:
+            o.next = b
+            oi.next = bi
         else:
-            ok.next = 0
-            d.next = 0
+            o.next = a
+            oi.next = ai
 
-    @always_comb
-    def split():
-        hi.next = d[12:4]
-        lo.next = d[4:0]
-
-    @always_comb
-    def rom_h():
-        eh.next = EH[int(hi)]
-
-    @always_comb
-    def rom_l():
-        el.next = EL[int(lo)]
-
-    @always_comb
-    def mul():
-        prod.next = eh * el
-
-    @always_comb
-    def rnd():
-        if ok:
-            out.next = (prod + 16384) >> 15
-        else:
-            out.next = 0
-
-    return dist, split, rom_h, rom_l, mul, rnd
+    return pick
 
 
 @block
-def lane_in(K, first, raw, jbase, vocab, greedy, inv_temp, xtok, cap_en, best_in, idx_in, cap_in,
-            zb, best_out, idx_out, cap_out):
-    """One stream lane: biased tempered code ``zb`` (0 = -inf or past V) and the max/argmax/capture chains.
+def cap_or(hit, zb, prev, out):
+    """The capture chain: ``out`` = zb where this lane holds the draft token, else ``prev`` (0 for lane 0)."""
+    if prev is None:
+        @always_comb
+        def pick():
+            if hit:
+                out.next = zb
+            else:
+                out.next = 0
+    else:
+        @always_comb
+        def pick():
+            if hit:
+                out.next = zb
+            else:
+                out.next = prev
 
-    ``best/idx`` chain: the beat's max code and its lowest lane. ``cap`` chain: ``zb`` of the lane holding
-    token ``xtok`` (when ``cap_en``), else the incoming value.
+    return pick
+
+
+@block
+def add2(x, y, out):
+    """``out = x + y`` (combinational; a registered stage follows)."""
+
+    @always_comb
+    def add():
+        out.next = x + y
+
+    return add
+
+
+@block
+def const(clk, sig, VALUE):
+    """A register that holds the constant ``VALUE`` (from the first clock on)."""
+
+    @always(clk.posedge)
+    def drive():
+        sig.next = VALUE
+
+    return drive
+
+
+@block
+def lane_in(clk, ce, K, raw, jbase, vocab, greedy, inv_temp, xtok, cap_en, zb, hit):
+    """One stream lane, four stages: decode, DSP product (M, P), temper. ``zb`` is the biased tempered code
+    (0 = -inf or past V), ``hit`` the lane holds draft token ``xtok`` (when ``cap_en``).
+
+    The temper equals ``clip((z * INV_TEMP) >> 8, -32767, 32767)``: with the magnitude product p,
+    ``32768 + (p >> 8)`` for z >= 0 and ``(2**23 - p) >> 8`` (that is ``32768 - ceil(p / 256)``) for z < 0.
     """
-    bsig = Signal(intbv(0)[16:])
-    valid = Signal(bool(0))
-    hit = Signal(bool(0))
-    zpos = Signal(intbv(0)[16:])
-    zneg = Signal(intbv(0)[16:])
-    ppos = Signal(intbv(0)[32:])
-    pneg = Signal(intbv(0)[33:])
-    qp = Signal(intbv(0)[24:])
-    qn = Signal(intbv(0)[25:])
+    bsig, bsig3, bsig4 = (Signal(intbv(0)[16:]) for _ in range(3))
+    mag = Signal(intbv(0)[16:])
+    neg, neg3, neg4 = (Signal(bool(0)) for _ in range(3))
+    ok, ok3, ok4 = (Signal(bool(0)) for _ in range(3))
+    hit2, hit3, hit4 = (Signal(bool(0)) for _ in range(3))
+    m = Signal(intbv(0)[32:])
+    p = Signal(intbv(0)[32:])
     jj = Signal(intbv(0)[18:])
+
+    r = Signal(intbv(0)[16:])       # a plain copy: a slice of a slice does not convert
 
     @always_comb
     def index():
-        jj.next = jbase + K
+        jj.next = jbase | K
+        r.next = raw
 
-    @always_comb
+    @always(clk.posedge)
     def decode():
-        bsig.next = raw ^ 0x8000
-        valid.next = jj < vocab
-        hit.next = cap_en and jj == xtok
+        if ce:
+            bsig.next = r ^ 0x8000
+            ok.next = jj < vocab and r != 0x8000
+            hit2.next = cap_en and jj == xtok
+            if r[15]:               # z < 0: the biased code r & 0x7FFF is below 32768
+                neg.next = 1
+                mag.next = 0x8000 - r[15:0]
+            else:
+                neg.next = 0
+                mag.next = r[15:0]
 
-    @always_comb
-    def mags():
-        if bsig >= 32768:
-            zpos.next = bsig - 32768
-            zneg.next = 0
-        else:
-            zpos.next = 0
-            zneg.next = 32768 - bsig
+    @always(clk.posedge)
+    def dsp():
+        if ce:
+            m.next = mag * inv_temp
+            p.next = m
+            bsig3.next = bsig
+            bsig4.next = bsig3
+            neg3.next = neg
+            neg4.next = neg3
+            ok3.next = ok
+            ok4.next = ok3
+            hit3.next = hit2
+            hit4.next = hit3
 
-    @always_comb
-    def muls():
-        ppos.next = zpos * inv_temp
-        pneg.next = zneg * inv_temp + 255
-
-    @always_comb
-    def shifts():
-        qp.next = ppos >> 8
-        qn.next = pneg >> 8
-
-    @always_comb
+    @always(clk.posedge)
     def temper():
-        if not valid or bsig == 0:
-            zb.next = 0
-        elif greedy:
-            zb.next = bsig
-        elif bsig >= 32768:
-            if qp > 32767:
-                zb.next = 65535
+        if ce:
+            hit.next = hit4
+            if not ok4:
+                zb.next = 0
+            elif greedy:
+                zb.next = bsig4
+            elif neg4:
+                if p > 0x7FFF00:
+                    zb.next = 1
+                else:
+                    zb.next = (0x800000 - p) >> 8
             else:
-                zb.next = 32768 + qp
-        else:
-            if qn > 32767:
-                zb.next = 1
-            else:
-                zb.next = 32768 - qn
+                if p[32:23] != 0:
+                    zb.next = 65535
+                else:
+                    zb.next = 0x8000 + (p >> 8)
 
-    if first:
-        @always_comb
-        def chain():
-            best_out.next = zb
-            idx_out.next = K
-            if hit:
-                cap_out.next = zb
-            else:
-                cap_out.next = cap_in
-    else:
-        @always_comb
-        def chain():
-            if zb > best_in:
-                best_out.next = zb
-                idx_out.next = K
-            else:
-                best_out.next = best_in
-                idx_out.next = idx_in
-            if hit:
-                cap_out.next = zb
-            else:
-                cap_out.next = cap_in
-
-    return index, decode, mags, muls, shifts, temper, chain
+    return index, decode, dsp, temper
 
 
 @block
-def lane_exp(first, zb, mnew, sum_in, sum_out):
-    """``EXP(m' - zb)`` of one lane added to the running lane sum."""
-    e = Signal(intbv(0)[16:])
-    ex = exp_unit(mnew, zb, e)
+def lane_sample(clk, zp, zq, m_p, m_q, s_p, s_q, diff_mode, ep, eq, a, b, wsel, w, epw):
+    """One buffered lane of the sampling pipe: e_p, e_q (EXP stages), ``a = e_p S_q``, ``b = e_q S_p``
+    (MUL_NARROW stages) and the weight stage: ``w = max(0, a - b)``, ``wsel`` = w (residual) or e_p."""
+    epd = Signal(intbv(0)[16:])
+    insts = [exp_pipe(clk, None, m_p, zp, ep), exp_pipe(clk, None, m_q, zq, eq),
+             mul_wide(clk, None, ep, s_q, a), mul_wide(clk, None, eq, s_p, b),
+             delay(clk, None, ep, epd, mul_latency(len(s_q)))]
 
-    if first:
-        @always_comb
-        def add():
-            sum_out.next = e
-    else:
-        @always_comb
-        def add():
-            sum_out.next = sum_in + e
-
-    return ex, add
-
-
-@block
-def lane_sample(first, zp, zq, m_p, m_q, s_p, s_q, diff_mode, rem,
-                pw_in, pd_in, pe_in, cnt_in, pw_out, pd_out, pe_out, cnt_out, ep, eq):
-    """One buffered lane in the sampling passes: e_p, e_q (also outputs), the rejection weight, prefix
-    sums and the count of lanes whose running sum is still <= t: with ``rem = t - c`` (c the sum of the
-    beats before this one) that is ``pw <= rem``, one comparator and no adder per lane."""
-    a = Signal(intbv(0)[WL_W:])
-    b = Signal(intbv(0)[WL_W:])
-    abias = Signal(intbv(0)[WL_W + 1:])
-    dab = Signal(intbv(0)[WL_W + 1:])
-    w = Signal(intbv(0)[WL_W:])
-    wsel = Signal(intbv(0)[WL_W:])
-    le = Signal(bool(0))
-    exp_p = exp_unit(m_p, zp, ep)
-    exp_q = exp_unit(m_q, zq, eq)
-
-    @always_comb
-    def prods():
-        a.next = ep * s_q
-        b.next = eq * s_p
-
-    @always_comb
-    def bias():
-        abias.next = a | (1 << WL_W)
-
-    @always_comb
-    def diff():
-        dab.next = abias - b           # 2**48 + a - b: bit 48 set iff a >= b
-
-    @always_comb
+    @always(clk.posedge)
     def weight():
-        if dab[WL_W]:
-            w.next = dab[WL_W:]
+        if a >= b:
+            w.next = a - b
+            if diff_mode:
+                wsel.next = a - b
+            else:
+                wsel.next = epd
         else:
             w.next = 0
+            if diff_mode:
+                wsel.next = 0
+            else:
+                wsel.next = epd
+        epw.next = epd
 
-    @always_comb
-    def select():
-        if diff_mode:
-            wsel.next = w
+    return insts + [weight]
+
+
+@block
+def prefix_level(clk, x, y, SHIFTED, out):
+    """One registered prefix level: ``out = x + y`` where the lane has a partner ``SHIFTED`` lanes below."""
+    if SHIFTED:
+        @always(clk.posedge)
+        def seq():
+            out.next = x + y
+    else:
+        @always(clk.posedge)
+        def seq():
+            out.next = x
+
+    return seq
+
+
+@block
+def prefix_sums(clk, lanes_in, outs, width):
+    """Kogge-Stone prefix sums over the lanes, one registered level per doubling (log2 L levels)."""
+    insts, cur = [], list(lanes_in)
+    L, step = len(cur), 1
+    while step < L:
+        nxt = [Signal(intbv(0)[width:]) for _ in range(L)] if step * 2 < L else outs
+        for k in range(L):
+            insts.append(prefix_level(clk, cur[k], cur[k - step] if k >= step else cur[k], k >= step, nxt[k]))
+        cur, step = nxt, step * 2
+    if L == 1:
+        insts.append(add2(lanes_in[0], 0, outs[0]))
+    return insts
+
+
+@block
+def tree_sum(clk, xs, total):
+    """The sum of the lanes in log2(L) registered adder levels (the latency of :func:`prefix_sums`)."""
+    insts, level = [], list(xs)
+    while len(level) > 1:
+        nxt = [Signal(intbv(0)[len(total):]) for _ in range(len(level) // 2)] if len(level) > 2 else [total]
+        for k in range(0, len(level), 2):
+            insts.append(prefix_level(clk, level[k + 1], level[k], True, nxt[k // 2]))
+        level = nxt
+    if len(xs) == 1:
+        insts.append(add2(xs[0], 0, total))
+    return insts
+
+
+@block
+def beat_max(clk, ce, zbs, bm, bi):
+    """The beat's max code and lowest argmax lane in two stages: tree levels 1-2, then level 3 (L = 8)."""
+    L = len(zbs)
+    insts = []
+    level = [(zbs[k], k) for k in range(L)]
+    for _ in range(min(2, L.bit_length() - 1)):
+        nxt = []
+        for k in range(0, len(level), 2):
+            o, oi = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
+            insts.append(max2(level[k][0], level[k][1], level[k + 1][0], level[k + 1][1], o, oi))
+            nxt.append((o, oi))
+        level = nxt
+    mid = []
+    for o, oi in level:
+        r, ri = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
+        insts.append(reg(clk, ce, o, r))
+        if isinstance(oi, int):     # L = 1: lane 0
+            insts.append(const(clk, ri, oi))
         else:
-            wsel.next = ep
-
-    if first:
-        @always_comb
-        def sums():
-            pw_out.next = wsel
-            pd_out.next = w
-            pe_out.next = ep
-    else:
-        @always_comb
-        def sums():
-            pw_out.next = pw_in + wsel
-            pd_out.next = pd_in + w
-            pe_out.next = pe_in + ep
-
-    @always_comb
-    def compare():
-        le.next = pw_out <= rem
-
-    if first:
-        @always_comb
-        def count():
-            if le:
-                cnt_out.next = 1
-            else:
-                cnt_out.next = 0
-    else:
-        @always_comb
-        def count():
-            if le:
-                cnt_out.next = cnt_in + 1
-            else:
-                cnt_out.next = cnt_in
-
-    return exp_p, exp_q, prods, bias, diff, weight, select, sums, compare, count
+            insts.append(reg(clk, ce, oi, ri))
+        mid.append((r, ri))
+    if len(mid) == 2:
+        o, oi = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
+        insts.append(max2(mid[0][0], mid[0][1], mid[1][0], mid[1][1], o, oi))
+        mid = [(o, oi)]
+    insts += [reg(clk, ce, mid[0][0], bm), reg(clk, ce, mid[0][1], bi)]
+    return insts
 
 
-SPLIT = 1024     # buffer depth granule, see row_buffer
+@block
+def lane_sum(clk, ce, es, total):
+    """The sum of the lanes' e values in two stages: adder levels 1-2, then level 3 (L = 8)."""
+    insts = []
+    level = list(es)
+    for _ in range(min(2, len(es).bit_length() - 1)):
+        nxt = []
+        for k in range(0, len(level), 2):
+            o = Signal(intbv(0)[20:])
+            insts.append(add2(level[k], level[k + 1], o))
+            nxt.append(o)
+        level = nxt
+    mid = []
+    for o in level:
+        r = Signal(intbv(0)[20:])
+        insts.append(reg(clk, ce, o, r))
+        mid.append(r)
+    if len(mid) == 2:
+        o = Signal(intbv(0)[20:])
+        insts.append(add2(mid[0], mid[1], o))
+        mid = [o]
+    insts.append(reg(clk, ce, mid[0], total))
+    return insts
 
 
 @block
 def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
-    """One row buffer: DEPTH beats of DW bits, one write and one synchronous read port (block RAM).
+    """One row buffer: DEPTH beats of DW bits, one write port and a read with two cycles of latency.
 
-    A depth past a multiple of ``SPLIT`` is split into a main part of ``DEPTH - DEPTH % SPLIT`` beats and
-    a tail. Mapped whole, yosys builds 12568 x 64 bit (V = 50272, L = 4) from 13 x 2 RAMB36 of 1K x 36 and
-    a read mux; split, the main part is 24 RAMB36 and the tail one more, with half the mux LUTs.
+    Block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
+    buffer); the tail (280 beats there) is distributed RAM (``*_lutram``, marked ram_style "distributed"
+    by fpga.convert) read through a registered address. The outputs meet in a registered mux.
     """
     MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
     TAIL = DEPTH - MAIN
     mem_a = [Signal(intbv(0)[DW:]) for _ in range(MAIN)]
+    rd_a = Signal(intbv(0)[DW:])
 
     if TAIL == 0:
         @always(clk.posedge)
@@ -314,37 +357,65 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
         @always(clk.posedge)
         def read():
-            dout.next = mem_a[raddr]
+            rd_a.next = mem_a[raddr]
 
-        return write, read
+        @always(clk.posedge)
+        def out():
+            dout.next = rd_a
 
-    mem_b = [Signal(intbv(0)[DW:]) for _ in range(TAIL)]
-    rd_a = Signal(intbv(0)[DW:])
+        return write, read, out
+
+    mem_b_lutram = [Signal(intbv(0)[DW:]) for _ in range(TAIL)]
+    rb_addr = Signal(intbv(0, min=0, max=TAIL))
     rd_b = Signal(intbv(0)[DW:])
     sel = Signal(bool(0))
+    wb = Signal(bool(0))
+    wa = Signal(bool(0))
+    wboff = Signal(intbv(0, min=0, max=TAIL))
+
+    @always_comb
+    def wsplit():
+        wa.next = we and waddr < MAIN
+        wb.next = we and waddr >= MAIN
+        if waddr >= MAIN:
+            wboff.next = waddr - MAIN
+        else:
+            wboff.next = 0
 
     @always(clk.posedge)
-    def write():
-        if we:
-            if waddr < MAIN:
-                mem_a[waddr].next = din
-            else:
-                mem_b[waddr - MAIN].next = din
+    def write_a():
+        if wa:
+            mem_a[waddr].next = din
+
+    @always(clk.posedge)
+    def write_b():
+        if wb:
+            mem_b_lutram[wboff].next = din
 
     @always(clk.posedge)
     def read():
         rd_a.next = mem_a[raddr]
-        rd_b.next = mem_b[raddr - MAIN]     # out of range (unused) while raddr < MAIN
         sel.next = raddr >= MAIN
+        if raddr >= MAIN:
+            rb_addr.next = raddr - MAIN
+        else:
+            rb_addr.next = 0
 
     @always_comb
-    def mux():
+    def read_b():
+        rd_b.next = mem_b_lutram[rb_addr]
+
+    @always(clk.posedge)
+    def out():
         if sel:
             dout.next = rd_b
         else:
             dout.next = rd_a
 
-    return write, read, mux
+    return wsplit, write_a, write_b, read, read_b, out
+
+
+SPLIT = 512     # block-RAM granule of the row buffers (a RAMB36 as 512 x 72)
 
 
 @block
@@ -380,10 +451,10 @@ def tree_node(J, parent, token, r_nodes, r_vocab, n_nodes, cur, arg, tried, bad_
 
 
 @block
-def first_set(bus, N, found, idx):
-    """Priority encoder: ``idx`` = the lowest set bit of ``bus`` (N bits), ``found`` = any bit set."""
+def first_set(clk, bus, N, found, idx):
+    """Registered priority encoder: ``idx`` = the lowest set bit of ``bus`` (N bits), ``found`` = any."""
 
-    @always_comb
+    @always(clk.posedge)
     def enc():
         f = False
         k = intbv(0)[6:]
@@ -412,6 +483,19 @@ def lane_clear(K, xlane, din, dout):
 
 
 @block
+def lane_le(clk, c, pw, t, le):
+    """WALK, one lane: ``s = C + prefix`` (registered), then ``le = s <= t`` (registered)."""
+    s = Signal(intbv(0)[SUM_W:])
+
+    @always(clk.posedge)
+    def seq():
+        s.next = c + pw
+        le.next = s <= t
+
+    return seq
+
+
+@block
 def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
              VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64):
     """Verifier IP.
@@ -434,6 +518,10 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     DEPTH = -(-VOCAB_MAX // L)
     AW = max(1, (DEPTH - 1).bit_length()) + 1       # beat index width (one spare bit)
     DW = 16 * L
+    NPRE = lat.ver_prefix(L)
+    D_READ = 2                                      # buffer read latency (row_buffer)
+    D_SAMPLE = lat.VER_SAMPLE + NPRE                # issue -> prefix sums registered
+    assert D_SAMPLE == D_READ + lat.EXP + lat.MUL_NARROW + 1 + NPRE
 
     cmap = core("verifier")
     regs = register_signals(cmap)
@@ -476,12 +564,14 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     # ---------------- state ----------------
     state = Signal(intbv(ST_IDLE, min=0, max=16))
+    wc = Signal(intbv(0)[5:])           # cycles spent in a waiting state
     busy = Signal(bool(0))
     err = Signal(intbv(0)[32:])
     i = Signal(intbv(0)[5:])
     kind_q = Signal(bool(0))
     bidx = Signal(intbv(0)[AW:])
     nb = Signal(intbv(0)[AW:])
+    got_last = Signal(bool(0))
     vocab = Signal(intbv(0)[18:])
     gam = Signal(intbv(0)[5:])
     greedy = Signal(bool(0))
@@ -495,15 +585,14 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     arg = Signal(intbv(0)[18:])
     m_p, m_q, ztx_p, ztx_q = (Signal(intbv(0)[16:]) for _ in range(4))
     s_p, s_q = (Signal(intbv(0)[32:]) for _ in range(2))
-    e_p, e_q = (Signal(intbv(0)[16:]) for _ in range(2))
-    a1, b1 = (Signal(intbv(0)[WL_W:]) for _ in range(2))
     u_reg = Signal(intbv(0)[24:])
-    lhs = Signal(intbv(0)[80:])
-    rhs = Signal(intbv(0)[80:])
+    b1_r = Signal(intbv(0)[WL_W:])
+    cmp_r = Signal(bool(0))
     diff_mode = Signal(bool(0))
-    w_d, w_e, w_tot, rem = (Signal(intbv(0)[SUM_W:]) for _ in range(4))   # rem = t - (walked sum)
-    uw = Signal(intbv(0)[SUM_W + 24:])
+    w_d, w_e, w_tot, t_thr, c_walk = (Signal(intbv(0)[SUM_W:]) for _ in range(5))
     addr = Signal(intbv(0)[AW:])
+    issuing = Signal(bool(0))
+    rcv = Signal(intbv(0)[AW:])
     n_acc = Signal(intbv(0)[7:])
     next_tok = Signal(intbv(0)[18:])
     acc_bits = Signal(intbv(0)[32:])
@@ -513,6 +602,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     lsp, lsq = (Signal(intbv(0)[32:]) for _ in range(2))
     cbusy, cstall = (Signal(intbv(0)[32:]) for _ in range(2))
     beat = Signal(bool(0))
+    take = Signal(bool(0))
     jbase = Signal(intbv(0)[18:])
     # tree mode
     tree = Signal(bool(0))
@@ -523,9 +613,9 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     csel = Signal(intbv(0)[6:])         # the child under test
     xsel = Signal(intbv(0)[16:])        # its token
     rsum = Signal(intbv(0)[33:])        # R: e_p of the children rejected at cur
-    s_left = Signal(intbv(0)[32:])      # S' = S_p - R, 0 if R >= S_p
+    s_left = Signal(intbv(0)[32:])      # S' = S_p - R, 0 if R >= S_p (registered)
 
-    # ---------------- start-time token check ----------------
+    # ---------------- start-time checks (registered flags, read in CHECK) ----------------
     dwords = [regs[f"DRAFT{k}"] for k in range(8)]
     toks = []
     for k in range(8):
@@ -537,7 +627,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     bad_bus = ConcatSignal(*reversed(bads))
     draft_bus = ConcatSignal(*reversed(dwords))
 
-    # ---------------- tree: start checks, child mask, priority encoders ----------------
     pwords = [regs[f"TREE_PARENT{k}"] for k in range(TREE_MAX_NODES // 4)]
     twords = [regs[f"TREE_TOKEN{k}"] for k in range(TREE_MAX_NODES // 2)]
     tok_bus = ConcatSignal(*reversed(twords))           # token of node j in bits 16 j + 15 .. 16 j
@@ -552,95 +641,152 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     # bit j = node j; bit 0 (the root) is a constant 0
     bad_par_bus, bad_ttok_bus, kid_bus, hit_bus = (ConcatSignal(*reversed(v[1:]), intbv(0)[1:])
                                                    for v in (bad_par, bad_ttok, kids, hits))
+    f_tree, f_gamma, f_vocab, f_tok, f_temp = (Signal(bool(0)) for _ in range(5))
+    nb_next = Signal(intbv(0)[AW:])
+
+    @always(clk.posedge)
+    def start_flags():
+        f_tree.next = r_nodes == 0 or r_nodes > TREE_MAX or bad_par_bus != 0
+        f_gamma.next = r_gamma > GAMMA_MAX
+        f_vocab.next = r_vocab == 0 or r_vocab > VOCAB_MAX
+        if r_config[bit_tree]:
+            f_tok.next = bad_ttok_bus != 0
+        else:
+            f_tok.next = bad_bus != 0
+        f_temp.next = not r_config[bit_greedy] and (r_itemp == 0 or r_itemp > 0xFFFF)
+        nb_next.next = (r_vocab[18:0] + (L - 1)) >> LOG2L
+
+    insts.append(start_flags)
+
+    # ---------------- tree: registered child / hit masks, encoders, token select ----------------
+    kid_r = Signal(intbv(0)[NT:])
+    hit_r = Signal(intbv(0)[NT:])
     kid_found, hit_found = Signal(bool(0)), Signal(bool(0))
     kid_idx, hit_idx = Signal(intbv(0)[6:]), Signal(intbv(0)[6:])
-    insts.append(first_set(kid_bus, NT, kid_found, kid_idx))
-    insts.append(first_set(hit_bus, NT, hit_found, hit_idx))
-    tsh = Signal(intbv(0)[11:])         # 16 * kid_idx: the token's bit offset in tok_bus
+    kid_found3 = Signal(bool(0))
+    kid_idx3 = Signal(intbv(0)[6:])
     kid_tok = Signal(intbv(0)[16:])
 
-    @always_comb
+    @always(clk.posedge)
+    def masks():
+        kid_r.next = kid_bus
+        hit_r.next = hit_bus
+
+    insts.append(masks)
+    insts.append(first_set(clk, kid_r, NT, kid_found, kid_idx))
+    insts.append(first_set(clk, hit_r, NT, hit_found, hit_idx))
+
+    @always(clk.posedge)
     def kid_token():
-        tsh.next = kid_idx * 16
-        kid_tok.next = (tok_bus >> tsh) & 0xFFFF
+        kid_tok.next = (tok_bus >> (kid_idx * 16)) & 0xFFFF
+        kid_found3.next = kid_found
+        kid_idx3.next = kid_idx
 
     insts.append(kid_token)
 
-    # ---------------- stream lanes ----------------
-    lane_raw = [s_axis_tdata(16 * (k + 1), 16 * k) for k in range(L)]
-    zbs = [Signal(intbv(0)[16:]) for _ in range(L)]
-    bests = [Signal(intbv(0)[16:]) for _ in range(L)]
-    idxs = [Signal(intbv(0)[4:]) for _ in range(L)]
-    caps = [Signal(intbv(0)[16:]) for _ in range(L)]
-    esums = [Signal(intbv(0)[20:]) for _ in range(L)]
-    mnew = Signal(intbv(0)[16:])
-    er = Signal(intbv(0)[16:])
-    s_scaled = Signal(intbv(0)[48:])
-    s_new = Signal(intbv(0)[32:])   # S <= V * 2**15 <= 2**31
+    # ---------------- stream path ----------------
+    adv = Signal(bool(0))               # the stream pipeline advances this cycle
+    NS = lat.VER_STREAM
+    vpipe = Signal(intbv(0)[NS:])       # bit k - 1: a beat is in stage k
+    lpipe = Signal(intbv(0)[NS:])       # bit k - 1: that beat is its row's last
+    raw1 = Signal(intbv(0)[DW:])
+    jbase1 = Signal(intbv(0)[18:])
+    bidx1 = Signal(intbv(0)[AW:])
+
+    @always(clk.posedge)
+    def in_reg():
+        if adv:
+            raw1.next = s_axis_tdata
+            jbase1.next = bidx << LOG2L
+            bidx1.next = bidx
+
+    insts.append(in_reg)
+    lane_raw = [raw1(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [raw1]
+    zbs = [Signal(intbv(0)[16:]) for _ in range(L)]     # stage 5
+    hitl = [Signal(bool(0)) for _ in range(L)]
     for k in range(L):
-        insts.append(lane_in(k, k == 0, lane_raw[k], jbase, vocab, greedy, itemp, xtok, cap_en,
-                             bests[k - 1] if k else bests[0], idxs[k - 1] if k else idxs[0],
-                             caps[k - 1] if k else ztx, zbs[k], bests[k], idxs[k], caps[k]))
-        insts.append(lane_exp(k == 0, zbs[k], mnew, esums[k - 1] if k else esums[0], esums[k]))
-    zbus = ConcatSignal(*reversed(zbs)) if L > 1 else zbs[0]
-    bm = bests[L - 1]
-    bl = idxs[L - 1]
-    insts.append(exp_unit(mnew, m_run, er))
+        insts.append(lane_in(clk, adv, k, lane_raw[k], jbase1, vocab, greedy, itemp, xtok, cap_en, zbs[k],
+                             hitl[k]))
+    zbus5 = ConcatSignal(*reversed(zbs)) if L > 1 else zbs[0]
+    bidx5 = Signal(intbv(0)[AW:])
+    jbase7 = Signal(intbv(0)[18:])
+    insts += [delay(clk, adv, bidx1, bidx5, 4), delay(clk, adv, jbase1, jbase7, 6)]
+
+    # stages 6-7: the beat's max and lowest argmax lane, the captured code
+    bm7, bi7 = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
+    insts.append(beat_max(clk, adv, zbs, bm7, bi7))
+
+    caps = [Signal(intbv(0)[16:]) for _ in range(L)]
+    for k in range(L):
+        insts.append(cap_or(hitl[k], zbs[k], caps[k - 1] if k else None, caps[k]))
+    hit_any = Signal(bool(0))
+    hit_bus5 = ConcatSignal(*reversed(hitl)) if L > 1 else hitl[0]
 
     @always_comb
-    def beat_max():
-        if bm > m_run:
-            mnew.next = bm
-        else:
-            mnew.next = m_run
+    def any_hit():
+        hit_any.next = hit_bus5 != 0
+
+    cap6, cap7 = Signal(intbv(0)[16:]), Signal(intbv(0)[16:])
+    hit6, hit7 = Signal(bool(0)), Signal(bool(0))
+    insts += [any_hit, reg(clk, adv, caps[L - 1], cap6), reg(clk, adv, cap6, cap7),
+              reg(clk, adv, hit_any, hit6), reg(clk, adv, hit6, hit7)]
+
+    # stage 8 (the running max, in the FSM): the beat's max m_t, the one before it, a rescale flag
+    mt8, mold8 = Signal(intbv(0)[16:]), Signal(intbv(0)[16:])
+    grow8 = Signal(bool(0))
+    zb8 = [Signal(intbv(0)[16:]) for _ in range(L)]
+    insts += [delay(clk, adv, zbs[k], zb8[k], 3) for k in range(L)]
+    # stages 9-13: EXP(m_t - z) per lane and EXP(m_t - m_old) (0 while m_old is -inf)
+    e13 = [Signal(intbv(0)[16:]) for _ in range(L)]
+    insts += [exp_pipe(clk, adv, mt8, zb8[k], e13[k]) for k in range(L)]
+    er13 = Signal(intbv(0)[16:])
+    insts.append(exp_pipe(clk, adv, mt8, mold8, er13))
+    grow15 = Signal(bool(0))
+    er15 = Signal(intbv(0)[16:])
+    insts += [delay(clk, adv, grow8, grow15, lat.EXP + 2), delay(clk, adv, er13, er15, 2)]
+
+    # stages 14-15: the lane sum
+    esum15 = Signal(intbv(0)[20:])
+    insts.append(lane_sum(clk, adv, e13, esum15))
+
+    # the rescale product S * EXP(m - m') for a beat that raises a finite max (operands held by the stall)
+    rprod = Signal(intbv(0)[48:])
+    rc = Signal(intbv(0)[3:])
+    insts.append(mul_wide(clk, None, er15, ssum, rprod))
+    stall = Signal(bool(0))
 
     @always_comb
-    def rescale():
-        s_scaled.next = (ssum * er) >> 15
+    def stall_logic():
+        stall.next = state == ST_STREAM and vpipe[NS - 1] and grow15 and rc != lat.VER_RESCALE
+        adv.next = not (state == ST_STREAM and vpipe[NS - 1] and grow15 and rc != lat.VER_RESCALE)
 
-    esum_last = esums[L - 1]
-    cap_last = caps[L - 1]
-
-    @always_comb
-    def row_sum():
-        s_new.next = s_scaled + esum_last
-
-    insts += [beat_max, rescale, row_sum]
+    insts.append(stall_logic)
 
     # ---------------- row buffers ----------------
     rd_p = Signal(intbv(0)[DW:])
     rd_q = Signal(intbv(0)[DW:])
     we_p = Signal(bool(0))
     we_q = Signal(bool(0))
-    wa_p = Signal(intbv(0)[AW - 1:])    # p buffer write port: the stream, or TACC's write-back of x's beat
+    wa_p = Signal(intbv(0)[AW - 1:])    # p buffer write port: the stream, or TEST's write-back of x's beat
     din_p = Signal(intbv(0)[DW:])
     xbeat = Signal(intbv(0)[AW:])       # beat of the token under test, x >> log2(L)
     xlane = Signal(intbv(0)[4:])        # its lane, x % L
     xsh = Signal(intbv(0)[8:])          # 16 * xlane
-    zsel = Signal(intbv(0)[16:])        # its buffered code (lane select of rd_p)
-    # Synchronous reads (block RAM): ``ra`` is the address ``addr`` will hold next cycle, so ``rd_*`` always
-    # shows the buffered beat at ``addr`` and the passes need no extra cycle.
-    ra = Signal(intbv(0)[AW - 1:])      # no spare bit: it only indexes the DEPTH-entry buffers
+    zsel_r = Signal(intbv(0)[16:])      # its buffered code (lane select of rd_p), registered
+    ra = Signal(intbv(0)[AW - 1:])      # read address
+    wa_q = Signal(intbv(0)[AW - 1:])
     insts.append(row_buffer(clk, we_p, wa_p, din_p, ra, rd_p, DEPTH, DW))
-    insts.append(row_buffer(clk, we_q, bidx, zbus, ra, rd_q, DEPTH, DW))
+    insts.append(row_buffer(clk, we_q, wa_q, zbus5, ra, rd_q, DEPTH, DW))
 
     @always_comb
     def read_addr():
-        if state == ST_TOTAL or state == ST_WALK:
-            if addr == nb - 1:
-                ra.next = addr
-            else:
-                ra.next = addr + 1
-        elif state == ST_ROWEND or state == ST_ACC2 or state == ST_TCALC or state == ST_TPICK:
-            ra.next = 0
-        elif state == ST_TREAD or state == ST_TEXP or state == ST_TACC:
+        if state == ST_TREAD or (state == ST_TEST and tree):
             ra.next = xbeat
         else:
             ra.next = addr
 
     insts.append(read_addr)
 
-    # tree mode: lane select of the token under test, and the beat written back with that lane at -inf
     cleared = [Signal(intbv(0)[16:]) for _ in range(L)]
     for k in range(L):
         insts.append(lane_clear(k, xlane, rd_p(16 * (k + 1), 16 * k) if L > 1 else rd_p, cleared[k]))
@@ -651,36 +797,38 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         xbeat.next = xsel >> LOG2L
         xlane.next = xsel & (L - 1)
         xsh.next = (xsel & (L - 1)) * 16
-        zsel.next = (rd_p >> xsh) & 0xFFFF
 
     @always_comb
-    def p_write_port():
-        if state == ST_TACC:
+    def write_ports():
+        wa_q.next = bidx5
+        if state == ST_TEST:
             wa_p.next = xbeat
             din_p.next = cleared_bus
+            we_p.next = tree and wc == T_DECIDE and not cmp_r
         else:
-            wa_p.next = bidx
-            din_p.next = zbus
+            wa_p.next = bidx5
+            din_p.next = zbus5
+            we_p.next = state == ST_STREAM and vpipe[4] and adv and not kind_q
+        we_q.next = state == ST_STREAM and vpipe[4] and adv and kind_q
 
-    insts += [tree_lane, p_write_port]
+    insts += [tree_lane, write_ports]
 
-    # ---------------- sampling lanes ----------------
+    # ---------------- sampling pipe ----------------
     zp_l = [rd_p(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [rd_p]
     zq_l = [rd_q(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [rd_q]
-    # Lane 0's exp units also give e_p(x_i), e_q(x_i) from the captured codes in ST_EXPX (the sampling
-    # passes are idle then): two exp units fewer.
     zp0 = Signal(intbv(0)[16:])
     zq0 = Signal(intbv(0)[16:])
     rp0, rq0 = zp_l[0], zq_l[0]     # plain names: a list named in a generator converts to a memory
 
     @always_comb
-    def lane0_mux():
-        if state == ST_EXPX:
-            zp0.next = ztx_p
-            zq0.next = ztx_q
-        elif state == ST_TEXP:
-            zp0.next = zsel
-            zq0.next = rq0
+    def lane0_mux():      # TEST injects the token under test into lane 0 (the passes are idle then)
+        if state == ST_TEST and wc == 0:
+            if tree:
+                zp0.next = zsel_r
+                zq0.next = 0
+            else:
+                zp0.next = ztx_p
+                zq0.next = ztx_q
         else:
             zp0.next = rp0
             zq0.next = rq0
@@ -688,19 +836,55 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     insts.append(lane0_mux)
     eps = [Signal(intbv(0)[16:]) for _ in range(L)]
     eqs = [Signal(intbv(0)[16:]) for _ in range(L)]
-    pws = [Signal(intbv(0)[WL_W + 4:]) for _ in range(L)]
-    pds = [Signal(intbv(0)[WL_W + 4:]) for _ in range(L)]
-    pes = [Signal(intbv(0)[20:]) for _ in range(L)]
-    cnts = [Signal(intbv(0)[4:]) for _ in range(L)]
+    pa = [Signal(intbv(0)[WL_W:]) for _ in range(L)]
+    pb = [Signal(intbv(0)[WL_W:]) for _ in range(L)]
+    wsels = [Signal(intbv(0)[PW_W:]) for _ in range(L)]
+    ws = [Signal(intbv(0)[PW_W:]) for _ in range(L)]
+    epws = [Signal(intbv(0)[20:]) for _ in range(L)]
     for k in range(L):
-        prev = k - 1 if k else 0
-        insts.append(lane_sample(k == 0, zp0 if k == 0 else zp_l[k], zq0 if k == 0 else zq_l[k], m_p, m_q,
-                                 s_p, s_q, diff_mode, rem,
-                                 pws[prev], pds[prev], pes[prev], cnts[prev], pws[k], pds[k], pes[k], cnts[k],
-                                 eps[k], eqs[k]))
-    pw_last, pd_last, pe_last, cnt_last = pws[L - 1], pds[L - 1], pes[L - 1], cnts[L - 1]
+        insts.append(lane_sample(clk, zp0 if k == 0 else zp_l[k], zq0 if k == 0 else zq_l[k], m_p, m_q,
+                                 s_p, s_q, diff_mode, eps[k], eqs[k], pa[k], pb[k], wsels[k], ws[k], epws[k]))
+    pws = [Signal(intbv(0)[PW_W:]) for _ in range(L)]
+    pd_last = Signal(intbv(0)[PW_W:])
+    pe_last = Signal(intbv(0)[20:])
+    insts += [prefix_sums(clk, wsels, pws, PW_W), tree_sum(clk, ws, pd_last), tree_sum(clk, epws, pe_last)]
+    pw_last = pws[L - 1]
+    ep0, eq0, a0, b0 = eps[0], eqs[0], pa[0], pb[0]
 
-    epx, eqx = eps[0], eqs[0]        # e_p(x_i), e_q(x_i) in ST_EXPX
+    NV = D_SAMPLE + 3
+    svalid = Signal(intbv(0)[NV:])      # bit k - 1: the beat issued k cycles ago is at stage k
+
+    # WALK: C + prefix <= t per lane (two stages), then the count of lanes at or below t
+    les = [Signal(bool(0)) for _ in range(L)]
+    for k in range(L):
+        insts.append(lane_le(clk, c_walk, pws[k], t_thr, les[k]))
+    le_bus = ConcatSignal(*reversed(les)) if L > 1 else les[0]
+    cnt3 = Signal(intbv(0)[4:])
+    found3 = Signal(bool(0))
+
+    if L == 1:
+        @always(clk.posedge)
+        def walk_count():
+            cnt3.next = le_bus
+            found3.next = not le_bus
+    else:
+        @always(clk.posedge)
+        def walk_count():
+            n = intbv(0)[4:]
+            for k in range(L):
+                if le_bus[k]:
+                    n[:] = n + 1
+            cnt3.next = n
+            found3.next = not le_bus[L - 1]
+
+    insts.append(walk_count)
+
+    # the shared multiplier: u * (e_q S_p), u * W, u * S'
+    ma = Signal(intbv(0)[24:])
+    mb = Signal(intbv(0)[SUM_W:])
+    uprod = Signal(intbv(0)[24 + SUM_W:])
+    insts.append(mul_wide(clk, None, ma, mb, uprod))
+    assert mul_latency(SUM_W) == lat.MUL_WIDE
 
     # ---------------- glue ----------------
     @always_comb
@@ -711,38 +895,23 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     @always_comb
     def busy_glue():
         busy.next = state != ST_IDLE and state != ST_DONE and state != ST_ERR
-        s_axis_tready.next = (state == ST_STREAM or state == ST_IDLE or state == ST_DONE
-                              or state == ST_ERR)
-        beat.next = s_axis_tvalid and (state == ST_STREAM or state == ST_IDLE or state == ST_DONE
-                                       or state == ST_ERR)
-        # TACC writes x's beat back with x at -inf; on an accept the next row overwrites it anyway
-        we_p.next = (s_axis_tvalid and state == ST_STREAM and not kind_q) or state == ST_TACC
-        we_q.next = s_axis_tvalid and state == ST_STREAM and kind_q
+        idle = state == ST_IDLE or state == ST_DONE or state == ST_ERR
+        s_axis_tready.next = (state == ST_STREAM and adv and not got_last) or idle
+        beat.next = s_axis_tvalid and ((state == ST_STREAM and adv and not got_last) or idle)
+        take.next = s_axis_tvalid and state == ST_STREAM and adv and not got_last
 
     @always_comb
     def rng_glue():
         load.next = cmd[bit_load] and not cmd[bit_soft] and not busy and err == 0 and not seed_zero
-        step.next = (state == ST_EXPX or state == ST_TEXP
+        step.next = ((state == ST_TEST and wc == 0)
                      or (state == ST_TDONE and not (tree and not diff_mode and w_e == 0)))
 
     @always_comb
     def tok_glue():
         xtok.next = drafts[16:0]
         cap_en.next = i < gam
-        jbase.next = bidx << LOG2L
 
-    t_lhs = Signal(intbv(0)[56:])
-    t_rhs = Signal(intbv(0)[40:])
-
-    @always_comb
-    def accept_glue():
-        lhs.next = u_reg * a1
-        rhs.next = b1 << 24
-        uw.next = (rout >> 8) * w_tot
-        t_lhs.next = (rout >> 8) * lsp         # tree: u * S' (S' is in LAST_SP during TACC)
-        t_rhs.next = lep << 24                 # e << 24
-
-    @always_comb
+    @always(clk.posedge)
     def tree_glue():
         if s_p > rsum:
             s_left.next = s_p - rsum
@@ -768,7 +937,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         r_plo.next = path[32:0]
         r_phi.next = path[64:32]
 
-    insts += [seed_glue, busy_glue, rng_glue, tok_glue, accept_glue, tree_glue, regs_out]
+    insts += [seed_glue, busy_glue, rng_glue, tok_glue, tree_glue, regs_out]
 
     @always_seq(clk.posedge, reset=rst)
     def consts():
@@ -777,12 +946,50 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     insts.append(consts)
 
+    err_in = Signal(bool(0))
+    vin = Signal(bool(0))
+
+    @always_comb
+    def in_check():     # a beat at the input that breaks the row's length
+        err_in.next = (s_axis_tlast and bidx != nb - 1) or (not s_axis_tlast and bidx == nb - 1)
+        vin.next = take and not ((s_axis_tlast and bidx != nb - 1) or (not s_axis_tlast and bidx == nb - 1))
+
+    @always_seq(clk.posedge, reset=rst)
+    def pipes():
+        """Valid bits of the stream pipeline (advance with ``adv``) and the sampling pipe."""
+        if state != ST_STREAM or cmd[bit_soft]:
+            vpipe.next = 0
+            lpipe.next = 0
+        elif adv:
+            vpipe.next = concat(vpipe[NS - 1:0], vin)
+            lpipe.next = concat(lpipe[NS - 1:0], s_axis_tlast)
+        if (state != ST_TOTAL and state != ST_WALK) or cmd[bit_soft]:
+            svalid.next = 0
+        else:
+            svalid.next = concat(svalid[NV - 1:0], issuing)
+
+    insts += [in_check, pipes]
+
     @always_seq(clk.posedge, reset=rst)
     def fsm():
         if busy:
             cbusy.next = cbusy + 1
-            if state == ST_STREAM and not s_axis_tvalid:
+            if state == ST_STREAM and s_axis_tready and not s_axis_tvalid:
                 cstall.next = cstall + 1
+        if ((state == ST_TEST and wc != T_DECIDE) or (state == ST_TPICK and wc != PICK_WAIT)
+                or (state == ST_THIT and wc != HIT_WAIT) or (state == ST_TREAD and wc != READ_WAIT - 1)
+                or (state == ST_TCALC and wc != TCALC_WAIT)):
+            wc.next = wc + 1
+        else:
+            wc.next = 0
+        if state != ST_TOTAL and state != ST_WALK:     # a pass starts at beat 0 with its sums at 0
+            addr.next = 0
+            issuing.next = 1
+            rcv.next = 0
+            c_walk.next = 0
+        if state != ST_TOTAL and state != ST_TDONE:
+            w_d.next = 0
+            w_e.next = 0
         if cmd[bit_soft]:
             state.next = ST_IDLE
             err.next = 0
@@ -817,66 +1024,80 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 i.next = 0
                 kind_q.next = 0
                 bidx.next = 0
+                got_last.next = 0
                 m_run.next = 0
                 ssum.next = 0
                 ztx.next = 0
                 arg.next = 0
-                if r_config[bit_tree] and (r_nodes == 0 or r_nodes > TREE_MAX or bad_par_bus != 0):
-                    err.next = E_BAD_TREE
-                    state.next = ST_ERR
-                elif not r_config[bit_tree] and r_gamma > GAMMA_MAX:
-                    err.next = E_BAD_GAMMA
-                    state.next = ST_ERR
-                elif r_vocab == 0 or r_vocab > VOCAB_MAX:
-                    err.next = E_BAD_VOCAB
-                    state.next = ST_ERR
-                elif (r_config[bit_tree] and bad_ttok_bus != 0) or (not r_config[bit_tree] and bad_bus != 0):
-                    err.next = E_BAD_TOKEN
-                    state.next = ST_ERR
-                elif not r_config[bit_greedy] and (r_itemp == 0 or r_itemp > 0xFFFF):
-                    err.next = E_BAD_TEMP
-                    state.next = ST_ERR
-                else:
-                    nb.next = (r_vocab[18:0] + (L - 1)) >> LOG2L
-                    state.next = ST_STREAM
+                rc.next = 0
+                state.next = ST_CHECK
+        elif state == ST_CHECK:
+            if tree and f_tree:
+                err.next = E_BAD_TREE
+                state.next = ST_ERR
+            elif not tree and f_gamma:
+                err.next = E_BAD_GAMMA
+                state.next = ST_ERR
+            elif f_vocab:
+                err.next = E_BAD_VOCAB
+                state.next = ST_ERR
+            elif f_tok:
+                err.next = E_BAD_TOKEN
+                state.next = ST_ERR
+            elif f_temp:
+                err.next = E_BAD_TEMP
+                state.next = ST_ERR
+            else:
+                nb.next = nb_next
+                state.next = ST_STREAM
         elif state == ST_STREAM:
-            if s_axis_tvalid:
-                if s_axis_tlast and bidx != nb - 1:
+            if take:
+                if err_in and s_axis_tlast:
                     err.next = err | E_SHORT
                     state.next = ST_ERR
-                elif not s_axis_tlast and bidx == nb - 1:
+                elif err_in:
                     err.next = err | E_LONG
                     state.next = ST_ERR
+                elif s_axis_tlast:
+                    got_last.next = 1
                 else:
-                    m_run.next = mnew
-                    ssum.next = s_new
-                    ztx.next = cap_last
-                    if bm > m_run:
-                        arg.next = jbase + bl
-                    if s_axis_tlast:
-                        rows.next = rows + 1
-                        state.next = ST_ROWEND
-                    else:
-                        bidx.next = bidx + 1
+                    bidx.next = bidx + 1
+            if adv and vpipe[6]:                # stage 8 (from stage 7): the running max
+                mold8.next = m_run
+                if bm7 > m_run:
+                    m_run.next = bm7
+                    mt8.next = bm7
+                    arg.next = jbase7 | bi7
+                    grow8.next = m_run != 0 and not greedy
+                else:
+                    mt8.next = m_run
+                    grow8.next = 0
+                if hit7:
+                    ztx.next = cap7
+            if stall:
+                rc.next = rc + 1
+            elif adv and vpipe[NS - 1]:         # stage 15: the sum
+                rc.next = 0
+                if grow15:
+                    ssum.next = (rprod >> 15) + esum15
+                else:
+                    ssum.next = ssum + esum15
+                if lpipe[NS - 1]:
+                    state.next = ST_ROWEND
         elif state == ST_ROWEND:
+            rows.next = rows + 1        # with EMPTY_ROW, if any: a host that sees ROWS sees the error
             bidx.next = 0
+            got_last.next = 0
             m_run.next = 0
             ssum.next = 0
             ztx.next = 0
-            arg.next = 0
+            if not (tree and greedy):
+                arg.next = 0                # THIT still compares the children with it
             if m_run == 0:
                 err.next = err | E_EMPTY
                 state.next = ST_ERR
             elif tree and greedy:
-                if hit_found:
-                    acc_bits.next = concat(acc_bits[31:0], True)
-                    n_acc.next = n_acc + 1
-                    cur.next = hit_idx
-                    path.next[hit_idx] = 1
-                    state.next = ST_STREAM
-                else:
-                    next_tok.next = arg
-                    state.next = ST_DONE
+                state.next = ST_THIT
             elif tree:
                 m_p.next = m_run
                 s_p.next = ssum
@@ -905,79 +1126,94 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 else:
                     lsp.next = ssum
                     diff_mode.next = 0
-                    addr.next = 0
-                    w_d.next = 0
-                    w_e.next = 0
                     state.next = ST_TOTAL
             else:
                 m_q.next = m_run
                 s_q.next = ssum
                 ztx_q.next = ztx
                 kind_q.next = 0
-                state.next = ST_EXPX
-        elif state == ST_EXPX:
-            e_p.next = epx
-            e_q.next = eqx
-            lep.next = epx
-            leq.next = eqx
-            lsp.next = s_p
-            lsq.next = s_q
-            words.next = words + 1
-            state.next = ST_ACC1
-        elif state == ST_ACC1:
-            a1.next = e_q * s_p
-            b1.next = e_p * s_q
-            u_reg.next = rout >> 8
-            state.next = ST_ACC2
-        elif state == ST_ACC2:
-            if lhs < rhs:
-                acc_bits.next = acc_bits | (1 << i)
-                n_acc.next = n_acc + 1
-                i.next = i + 1
-                drafts.next = drafts >> 16
-                state.next = ST_STREAM
-            else:
-                diff_mode.next = 1
-                addr.next = 0
-                w_d.next = 0
-                w_e.next = 0
-                state.next = ST_TOTAL
+                state.next = ST_TEST
+        elif state == ST_THIT:
+            if wc == HIT_WAIT:
+                if hit_found:
+                    acc_bits.next = concat(acc_bits[31:0], True)
+                    n_acc.next = n_acc + 1
+                    cur.next = hit_idx
+                    path.next[hit_idx] = 1
+                    arg.next = 0
+                    state.next = ST_STREAM
+                else:
+                    next_tok.next = arg
+                    state.next = ST_DONE
+        elif state == ST_TEST:
+            if wc == 1:
+                u_reg.next = rout >> 8
+            if wc == T_EXP:
+                lep.next = ep0
+                words.next = words + 1
+                if tree:
+                    lsp.next = s_left
+                else:
+                    leq.next = eq0
+                    lsp.next = s_p
+                    lsq.next = s_q
+            if wc == T_PROD:
+                ma.next = u_reg
+                b1_r.next = a0
+                if tree:
+                    mb.next = s_left
+                else:
+                    mb.next = b0
+            if wc == T_CMP:
+                if tree:
+                    cmp_r.next = uprod < (lep << 24)
+                else:
+                    cmp_r.next = uprod < (b1_r << 24)
+            if wc == T_DECIDE:
+                if tree and cmp_r:
+                    acc_bits.next = concat(acc_bits[31:0], True)
+                    n_acc.next = n_acc + 1
+                    cur.next = csel
+                    path.next[csel] = 1
+                    state.next = ST_STREAM
+                elif tree:
+                    rsum.next = rsum + lep
+                    state.next = ST_TPICK
+                elif cmp_r:
+                    acc_bits.next = acc_bits | (1 << i)
+                    n_acc.next = n_acc + 1
+                    i.next = i + 1
+                    drafts.next = drafts >> 16
+                    state.next = ST_STREAM
+                else:
+                    diff_mode.next = 1
+                    state.next = ST_TOTAL
         elif state == ST_TPICK:
-            if kid_found:
-                csel.next = kid_idx
-                xsel.next = kid_tok
-                tried.next[kid_idx - 1] = 1
-                state.next = ST_TREAD
-            else:
-                diff_mode.next = 0
-                addr.next = 0
-                w_d.next = 0
-                w_e.next = 0
-                state.next = ST_TOTAL
+            if wc == PICK_WAIT:
+                if kid_found3:
+                    csel.next = kid_idx3
+                    xsel.next = kid_tok
+                    tried.next[kid_idx3 - 1] = 1
+                    state.next = ST_TREAD
+                else:
+                    diff_mode.next = 0
+                    state.next = ST_TOTAL
         elif state == ST_TREAD:
-            state.next = ST_TEXP
-        elif state == ST_TEXP:
-            lep.next = epx
-            lsp.next = s_left
-            words.next = words + 1
-            state.next = ST_TACC
-        elif state == ST_TACC:
-            if t_lhs < t_rhs:
-                acc_bits.next = concat(acc_bits[31:0], True)
-                n_acc.next = n_acc + 1
-                cur.next = csel
-                path.next[csel] = 1
-                state.next = ST_STREAM
-            else:
-                rsum.next = rsum + lep
-                state.next = ST_TPICK
+            if wc == READ_WAIT - 1:
+                zsel_r.next = (rd_p >> xsh) & 0xFFFF
+                state.next = ST_TEST
         elif state == ST_TOTAL:
-            w_d.next = w_d + pd_last
-            w_e.next = w_e + pe_last
-            if addr == nb - 1:
-                state.next = ST_TDONE
-            else:
-                addr.next = addr + 1
+            if issuing:
+                if addr == nb - 1:
+                    issuing.next = 0
+                else:
+                    addr.next = addr + 1
+            if svalid[D_SAMPLE - 1]:
+                w_d.next = w_d + pd_last
+                w_e.next = w_e + pe_last
+                rcv.next = rcv + 1
+                if rcv == nb - 1:
+                    state.next = ST_TDONE
         elif state == ST_TDONE:
             if tree and not diff_mode and w_e == 0:
                 err.next = err | E_EMPTY       # tree: every weight left after the rejected children is 0
@@ -991,16 +1227,26 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 words.next = words + 1
                 state.next = ST_TCALC
         elif state == ST_TCALC:
-            rem.next = uw >> 24
-            addr.next = 0
-            state.next = ST_WALK
+            if wc == 0:
+                ma.next = rout >> 8
+                mb.next = w_tot
+            if wc == TCALC_WAIT:
+                t_thr.next = uprod >> 24
+                state.next = ST_WALK
         elif state == ST_WALK:
-            if cnt_last < L or addr == nb - 1:
-                next_tok.next = (addr << LOG2L) + cnt_last
-                state.next = ST_DONE
-            else:
-                rem.next = rem - pw_last
-                addr.next = addr + 1
+            if issuing:
+                if addr == nb - 1:
+                    issuing.next = 0
+                else:
+                    addr.next = addr + 1
+            if svalid[D_SAMPLE - 1]:
+                c_walk.next = c_walk + pw_last
+            if svalid[D_SAMPLE + 2]:
+                if found3 or rcv == nb - 1:
+                    next_tok.next = (rcv << LOG2L) + cnt3
+                    state.next = ST_DONE
+                else:
+                    rcv.next = rcv + 1
 
     insts.append(fsm)
     return insts

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hwcontract import latency as lat
 from hwcontract.formats import EXP_DEAD, EXP_FRAC, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, U_BITS, rng_uniform, temper
 from hwcontract.formats import weights as _weights
 from hwcontract.regmap import VERIFIER_MAX_GAMMA, core
@@ -113,6 +114,20 @@ def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
     return int(m), int(s)
 
 
+def rescales(zt: np.ndarray, lanes: int) -> int:
+    """Beats of a row (L codes each) whose max exceeds a finite running max: the rescales of ``S``.
+
+    The first beat with a real code sets the max from -inf and needs no rescale; so does every beat that
+    does not raise it (``EXP(0) = 32768``).
+    """
+    zt = np.asarray(zt, dtype=np.int64).ravel()
+    nb = -(-zt.size // lanes)
+    pad = np.full(nb * lanes, NEG_INF, dtype=np.int64)
+    pad[:zt.size] = zt
+    run = np.maximum.accumulate(pad.reshape(nb, lanes).max(axis=1))
+    return int(((run[1:] > run[:-1]) & (run[:-1] != NEG_INF)).sum())
+
+
 def e_of(zt_x: int, m: int) -> int:
     """``e(x) = EXP(m - zt[x])``, or 0 when ``zt[x]`` (or the row) is -inf."""
     zt_x, m = int(zt_x), int(m)
@@ -126,7 +141,9 @@ class Decision:
     """The outcome of one verifier round: the values of the core's result registers.
 
     ``sample_beats`` is the cycle model's sampling cost: for each sample ``ceil(V / L)`` beats for the
-    total plus ``x // L + 1`` for the walk (0 in greedy mode).
+    total plus ``x // L + 1`` for the walk (0 in greedy mode). ``rescales`` counts the beats, over the rows
+    streamed in sampling mode, that raised a finite running max (:func:`rescales`): each costs the
+    hardware ``VER_RESCALE`` cycles.
     """
 
     n_accept: int
@@ -142,6 +159,7 @@ class Decision:
     sample_beats: int
     path: int = 0       # tree mode: bit j = node j on the accepted path (PATH_HI:PATH_LO)
     node: int = 0       # tree mode: the last node of the accepted path (CUR_NODE)
+    rescales: int = 0   # sampling mode: beats of the streamed rows that raised a finite running max
 
 
 @dataclass(frozen=True)
@@ -304,16 +322,19 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
         return u
 
     def empty() -> Decision:
-        return Decision(n_accept, 0, accept_bits, rows, nw, *last, ERR_EMPTY_ROW, 0)
+        return Decision(n_accept, 0, accept_bits, rows, nw, *last, ERR_EMPTY_ROW, 0, rescales=resc)
 
+    resc = 0
     for i in range(g):
         ztp = temper((yield from row("p", i)), inv_temp)
         rows += 1
+        resc += rescales(ztp, lanes)
         mp, sp = row_stats(ztp, lanes)
         if mp == NEG_INF:
             return empty()
         ztq = temper((yield from row("q", i)), inv_temp)
         rows += 1
+        resc += rescales(ztq, lanes)
         mq, sq = row_stats(ztq, lanes)
         if mq == NEG_INF:
             return empty()
@@ -330,16 +351,19 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
         if not w.any():
             w = wp
         x_next = _sample(w, take())
-        return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
+        return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1,
+                        rescales=resc)
 
     ztp = temper((yield from row("p", g)), inv_temp)
     rows += 1
+    resc += rescales(ztp, lanes)
     mp, sp = row_stats(ztp, lanes)
     if mp == NEG_INF:
         return empty()
     last[2] = sp
     x_next = _sample(_weights(ztp, mp), take())
-    return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1)
+    return Decision(n_accept, x_next, accept_bits, rows, nw, *last, 0, nbeats + x_next // lanes + 1,
+                    rescales=resc)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -428,33 +452,46 @@ def stream_bound(d: Decision, vocab: int, lanes: int) -> int:
     return d.rows * -(-int(vocab) // int(lanes)) + d.sample_beats
 
 
+def _row_cycles(d: Decision, vocab: int, lanes: int) -> int:
+    """CHECK, then per row its beats, the stream pipeline's depth and ROWEND."""
+    nb = -(-int(vocab) // int(lanes))
+    return lat.VER_START + d.rows * (nb + lat.VER_STREAM + 1)
+
+
+def _sample_cycles(d: Decision, lanes: int) -> int:
+    """The sample: TOTAL and WALK (``sample_beats``, each pass plus the sampling pipe's depth), TDONE, TCALC."""
+    depth = lat.VER_SAMPLE + lat.ver_prefix(int(lanes))
+    return d.sample_beats + 2 * depth + lat.VER_WALK_TAIL + 1 + lat.VER_TCALC
+
+
 def chain_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
     """``CYCLES_BUSY - CYCLES_STALL`` of a completed chain round on fpga/verifier.py (docs/verifier.md).
 
-    ``rows * (ceil(V / L) + 1)`` (one cycle per beat, one per row end: ROWEND) in greedy mode; sampling
-    adds three cycles per tested position (EXPX, ACC1, ACC2: ``words - 1`` of them, since each tested
-    position takes one word and the sample one more) and the sample: TDONE, TCALC and ``sample_beats``
-    (``ceil(V / L)`` + ``x // L + 1``).
+    CHECK, then per row ``ceil(V / L)`` beats, ``VER_STREAM`` cycles of pipeline depth and ROWEND. Sampling
+    adds ``VER_RESCALE`` per rescale (``d.rescales``), ``VER_TEST`` per tested position (``words - 1`` of
+    them: each tested position takes one word and the sample one more) and the sample: TOTAL and WALK
+    (``sample_beats`` plus the sampling pipe's depth each, WALK ``VER_WALK_TAIL`` more), TDONE and TCALC.
+    The constants are ``hwcontract.latency``'s.
     """
-    nb = -(-int(vocab) // int(lanes))
-    base = d.rows * (nb + 1)
+    base = _row_cycles(d, vocab, lanes)
     if greedy:
         return base
-    return base + 3 * (d.words - 1) + 2 + d.sample_beats
+    return base + lat.VER_RESCALE * d.rescales + lat.VER_TEST * (d.words - 1) + _sample_cycles(d, lanes)
 
 
 def tree_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
     """``CYCLES_BUSY - CYCLES_STALL`` of a completed tree round on fpga/verifier.py (docs/verifier.md).
 
-    ``rows * (ceil(V / L) + 1)`` (one cycle per beat, one per row end) in greedy mode; sampling adds four
-    cycles per tested child (TPICK, TREAD, TEXP, TACC: ``words - 1`` of them), one for the TPICK that
-    finds no child left, and the sample: TDONE, TCALC and ``sample_beats`` (``ceil(V / L)`` + ``x // L + 1``).
+    As :func:`chain_rtl_cycles` for the rows; greedy mode adds THIT (``VER_HIT``) per row. Sampling adds the
+    rescales, TPICK, TREAD and TEST per tested child (``words - 1`` of them), one TPICK that finds no child
+    left, and the sample.
     """
-    nb = -(-int(vocab) // int(lanes))
-    base = d.rows * (nb + 1)
+    base = _row_cycles(d, vocab, lanes)
     if greedy:
-        return base
-    return base + 4 * (d.words - 1) + 3 + d.sample_beats
+        return base + lat.VER_HIT * d.rows
+    tests = d.words - 1
+    return (base + lat.VER_RESCALE * d.rescales + (lat.VER_PICK + lat.VER_READ + lat.VER_TEST) * tests
+            + lat.VER_PICK + _sample_cycles(d, lanes))
 
 
 def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int):
@@ -490,7 +527,10 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
         return u
 
     def done(next_token: int, err: int = 0, beats: int = 0) -> Decision:
-        return Decision(n_accept, next_token, _tree_bits(n_accept), rows, nw, *last, err, beats, path, v)
+        return Decision(n_accept, next_token, _tree_bits(n_accept), rows, nw, *last, err, beats, path, v,
+                        rescales=resc)
+
+    resc = 0
 
     while True:
         r = np.asarray((yield Need("p", v, n_accept, _tree_bits(n_accept), rows, nw, tuple(last), path)),
@@ -507,6 +547,7 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
                 return done(a)
         else:
             zt = temper(r, inv_temp)
+            resc += rescales(zt, lanes)
             mp, sp = row_stats(zt, lanes)
             if mp == NEG_INF:
                 return done(0, ERR_EMPTY_ROW)

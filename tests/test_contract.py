@@ -131,7 +131,7 @@ def test_golden_decision_follows_the_result_groups():
     from hls_ref.verifier import Decision
     names = tuple(f.name for f in fields(Decision))
     result = VERIFIER.group("RESULT").fields
-    assert names == result + ("err", "sample_beats", "path", "node")
+    assert names == result + ("err", "sample_beats", "path", "node", "rescales")
     assert VERIFIER.group("TREE_RESULT").registers == ("CUR_NODE", "PATH_LO", "PATH_HI")
 
 

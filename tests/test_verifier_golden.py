@@ -17,6 +17,7 @@ import pytest
 
 from hls_ref import verifier as v
 from hwcontract import formats as fmt
+from hwcontract import latency as lat
 from hls_ref.rng import xoshiro128pp
 from hwcontract.regmap import core
 from hls_ref.vectors import TREE_PARENTS, make_family, make_tree_case, random_chain_round
@@ -60,6 +61,17 @@ def row_stats_n(zt: list[int], lanes: int) -> tuple[int, int]:
         s += sum(exp_n(m2 - z) for z in live)
         m = m2
     return m, s
+
+
+def rescales_n(zt: list[int], lanes: int) -> int:
+    """Beats whose max exceeds a finite running max (the hardware's rescale stalls)."""
+    m, n = NEG, 0
+    for b in range(-(-len(zt) // lanes)):
+        bm = max([zt[j] for j in range(b * lanes, min((b + 1) * lanes, len(zt)))])
+        if bm > m and m != NEG:
+            n += 1
+        m = max(m, bm)
+    return n
 
 
 def e_n(z: int, m: int) -> int:
@@ -107,6 +119,7 @@ def verify_n(p, q, draft, greedy, inv_temp, words, lanes, vocab_max=65536, gamma
                 continue
             return v.Decision(n, best, bits, rows, 0, 0, 0, 0, 0, 0, 0)
     wi = 0
+    resc = 0
     last = [0, 0, 0, 0]
 
     def take():
@@ -118,14 +131,16 @@ def verify_n(p, q, draft, greedy, inv_temp, words, lanes, vocab_max=65536, gamma
     for i in range(g):
         zp = [temper_n(int(c), inv_temp) for c in p[i]]
         rows += 1
+        resc += rescales_n(zp, lanes)
         mp, sp = row_stats_n(zp, lanes)
         if mp == NEG:
-            return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0)
+            return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0, rescales=resc)
         zq = [temper_n(int(c), inv_temp) for c in q[i]]
         rows += 1
+        resc += rescales_n(zq, lanes)
         mq, sq = row_stats_n(zq, lanes)
         if mq == NEG:
-            return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0)
+            return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0, rescales=resc)
         x = int(draft[i])
         ep, eq = e_n(zp[x], mp), e_n(zq[x], mq)
         last = [ep, eq, sp, sq]
@@ -138,15 +153,16 @@ def verify_n(p, q, draft, greedy, inv_temp, words, lanes, vocab_max=65536, gamma
         if sum(w) == 0:
             w = [e_n(zp[y], mp) for y in range(vocab)]
         tok, _ = sample_n(w, take())
-        return v.Decision(n, tok, bits, rows, wi, *last, 0, nb + tok // lanes + 1)
+        return v.Decision(n, tok, bits, rows, wi, *last, 0, nb + tok // lanes + 1, rescales=resc)
     zp = [temper_n(int(c), inv_temp) for c in p[g]]
     rows += 1
+    resc += rescales_n(zp, lanes)
     mp, sp = row_stats_n(zp, lanes)
     if mp == NEG:
-        return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0)
+        return v.Decision(n, 0, bits, rows, wi, *last, errbit("EMPTY_ROW"), 0, rescales=resc)
     last[2] = sp
     tok, _ = sample_n([e_n(zp[y], mp) for y in range(vocab)], take())
-    return v.Decision(n, tok, bits, rows, wi, *last, 0, nb + tok // lanes + 1)
+    return v.Decision(n, tok, bits, rows, wi, *last, 0, nb + tok // lanes + 1, rescales=resc)
 
 
 def words_for(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -494,7 +510,9 @@ def test_tree_greedy_is_greedy_decoding():
             node = kids[0]
         assert tree_emitted(d.path, d.next_token, tokens) == want
         assert d.node == node and d.words == 0 and d.rows == len(want)
-        assert v.tree_rtl_cycles(d, vocab, 4, True) == d.rows * (-(-vocab // 4) + 1)
+        # CHECK, then per row: its beats, the stream pipeline, ROWEND and THIT
+        assert v.tree_rtl_cycles(d, vocab, 4, True) == lat.VER_START + d.rows * (
+            -(-vocab // 4) + lat.VER_STREAM + 1 + lat.VER_HIT)
 
 
 def test_tree_accept_bits_register_width():

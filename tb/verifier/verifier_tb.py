@@ -95,6 +95,15 @@ class VerifierTB(AxilTB):
                 return st
         raise AssertionError(f"position {i} never decided")
 
+    async def wait_rows(self, n: int) -> dict:
+        """Poll until the core has taken ``n`` rows in full (ROWS) or stopped; the last STATUS."""
+        for _ in range(self.poll_limit):
+            taken = await self.read("ROWS") >= n
+            st = await self.read_fields("STATUS")     # ROWS and EMPTY_ROW change in the same cycle
+            if st["ERROR"] or st["DONE"] or taken:
+                return st
+        raise AssertionError(f"row {n} never taken")
+
     async def wait_stop(self) -> dict:
         for _ in range(self.poll_limit):
             st = await self.read_fields("STATUS")
@@ -135,7 +144,7 @@ class VerifierTB(AxilTB):
             for i in range(g + 1):
                 await self.send(self.beats(p[i]))
                 if not greedy and i < g:
-                    st = await self.read_fields("STATUS")
+                    st = await self.wait_rows(2 * i + 1)   # the row's end decides whether q_i is wanted
                     if st["ERROR"]:
                         break
                     await self.send(self.beats(q[i]))

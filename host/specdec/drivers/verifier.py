@@ -309,7 +309,7 @@ class Verifier(SpecdecIP):
             t = time.perf_counter()
             self.stream.send(buf[2 * i, :width])
             if sampling and i < g:
-                self.check()  # an empty p_i stops the round: q_i is not sent
+                self._wait_rows(2 * i + 1)  # an empty p_i stops the round: q_i is not sent
                 self.stream.send(buf[2 * i + 1, :width])
             send_s += time.perf_counter() - t
             if i == g:
@@ -479,6 +479,16 @@ class Verifier(SpecdecIP):
         except Exception as e:      # the bus itself may be what failed
             error.add_note(f"verifier: the soft reset after this error failed too ({e!r}); the core may still "
                            "be inside the round: call soft_reset()")
+
+    def _wait_rows(self, n: int) -> None:
+        """Poll until the core has taken ``n`` rows in full (ROWS; a row counts once its last beat has left
+        the stream pipeline), raising :class:`CoreError` if it stopped with an error instead."""
+        for _ in range(self.poll_limit):
+            taken = self.read_reg("ROWS") >= n
+            self.check()        # ROWS and an EMPTY_ROW error change in the same cycle
+            if taken:
+                return
+        raise CoreTimeout(f"verifier: row {n} not taken after {self.poll_limit} polls")
 
     def _wait_position(self, i: int) -> bool:
         """Poll until position i is decided: True if accepted, False if the round is done."""

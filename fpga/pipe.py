@@ -1,0 +1,180 @@
+"""pipe: pipeline building blocks shared by the cores (registers, delay lines, DSP multipliers, the exp unit).
+
+Every block here is fully registered so that a path starts and ends at a flip-flop, and each block's latency
+is a module constant the cores and the cycle models (``hwcontract.latency``) count with. ``ce`` is a clock
+enable: a stalled pipeline holds every stage; ``ce=None`` builds a free-running block.
+
+Multipliers are built from 24 x 16 unsigned tiles that fit one DSP48E1 (25 x 18 signed) with its input (A/B),
+product (M) and output (P) registers in use, so no combinational multiplier sits on a path::
+
+    cycle      0         1          2          3            4
+    a, b  -> A/B reg -> M = A*B -> P = M  -> partial sums -> (sums)
+
+A product wider than one tile adds the shifted tile outputs in a registered adder tree (one level for two
+tiles, two for three or four).
+"""
+from __future__ import annotations
+
+from myhdl import Signal, always, always_comb, block, intbv
+
+from hwcontract import latency as lat
+from hwcontract.formats import EH_LIST, EL_LIST, EXP_FRAC
+
+TILE_B = 16     # bits of the wide operand per DSP tile
+TILE_A = 24     # widest narrow operand (unsigned, fits the DSP48E1's 25-bit signed A port)
+
+
+@block
+def reg(clk, ce, din, dout):
+    """``dout`` = ``din`` one enabled cycle later (no reset: the value is qualified by a valid bit)."""
+
+    if ce is None:
+        @always(clk.posedge)
+        def seq():
+            dout.next = din
+    else:
+        @always(clk.posedge)
+        def seq():
+            if ce:
+                dout.next = din
+
+    return seq
+
+
+@block
+def delay(clk, ce, din, dout, N):
+    """``dout`` = ``din`` N enabled cycles later (N >= 1), a chain of :func:`reg`."""
+    if N < 1:
+        raise ValueError(f"delay needs N >= 1, got {N}")
+    if N == 1:
+        return reg(clk, ce, din, dout)
+    mid = Signal(intbv(0)[len(din):]) if len(din) > 1 else Signal(bool(0))
+    return reg(clk, ce, din, mid), delay(clk, ce, mid, dout, N - 1)
+
+
+@block
+def mul_tile(clk, ce, a, b, p):
+    """One DSP48E1 tile: ``p = a * b`` three enabled cycles later (A/B, M and P registers)."""
+    ar = Signal(intbv(0)[len(a):])
+    br = Signal(intbv(0)[len(b):])
+    m = Signal(intbv(0)[len(p):])
+
+    if ce is None:
+        @always(clk.posedge)
+        def seq():
+            ar.next = a
+            br.next = b
+            m.next = ar * br
+            p.next = m
+    else:
+        @always(clk.posedge)
+        def seq():
+            if ce:
+                ar.next = a
+                br.next = b
+                m.next = ar * br
+                p.next = m
+
+    return seq
+
+
+@block
+def add_shift(clk, ce, x, y, SHIFT, s):
+    """Registered ``s = x + (y << SHIFT)``."""
+
+    if ce is None:
+        @always(clk.posedge)
+        def seq():
+            s.next = x + (y << SHIFT)
+    else:
+        @always(clk.posedge)
+        def seq():
+            if ce:
+                s.next = x + (y << SHIFT)
+
+    return seq
+
+
+def mul_latency(b_width: int) -> int:
+    """Latency of :func:`mul_wide` for a wide operand of ``b_width`` bits."""
+    return lat.MUL_NARROW if -(-b_width // TILE_B) <= 2 else lat.MUL_WIDE
+
+
+@block
+def mul_wide(clk, ce, a, b, p):
+    """``p = a * b`` for unsigned ``a`` (<= 24 bits) and ``b`` (<= 64 bits), :func:`mul_latency` cycles later.
+
+    ``b`` is cut into 16-bit tiles (one DSP48E1 each); the tiles' products are summed in a registered tree.
+    """
+    AW, BW = len(a), len(b)
+    if AW > TILE_A or BW > 4 * TILE_B:
+        raise ValueError(f"mul_wide takes a <= {TILE_A} bits and b <= {4 * TILE_B} bits, got {AW} x {BW}")
+    n = -(-BW // TILE_B)
+    PW = AW + TILE_B
+    bpad = Signal(intbv(0)[n * TILE_B:])
+
+    @always_comb
+    def pad():
+        bpad.next = b
+
+    chunks = [bpad((k + 1) * TILE_B, k * TILE_B) for k in range(n)]
+    tiles = [Signal(intbv(0)[PW:]) for _ in range(n)]
+    insts = [pad] + [mul_tile(clk, ce, a, chunks[k], tiles[k]) for k in range(n)]
+    if n == 1:
+        insts.append(reg(clk, ce, tiles[0], p))
+    elif n == 2:
+        insts.append(add_shift(clk, ce, tiles[0], tiles[1], TILE_B, p))
+    else:
+        lo = Signal(intbv(0)[PW + TILE_B + 1:])
+        hi = Signal(intbv(0)[PW + TILE_B + 1:])
+        insts.append(add_shift(clk, ce, tiles[0], tiles[1], TILE_B, lo))
+        if n == 3:
+            insts.append(reg(clk, ce, tiles[2], hi))
+        else:
+            insts.append(add_shift(clk, ce, tiles[2], tiles[3], TILE_B, hi))
+        insts.append(add_shift(clk, ce, lo, hi, 2 * TILE_B, p))
+    return insts
+
+
+@block
+def exp_pipe(clk, ce, m, z, out):
+    """``out = EXP(m - z)`` (Q1.15) for biased codes, :data:`hwcontract.latency.EXP` enabled cycles later.
+
+    0 when z is -inf (0), z > m or m - z >= 4096. Stages: distance and range check; the EH/EL table reads;
+    the DSP product (M, P); rounding.
+    """
+    d_n, d = Signal(intbv(0)[12:]), Signal(intbv(0)[12:])
+    ok_n, ok, ok2, ok3, ok4 = (Signal(bool(0)) for _ in range(5))
+    eh_n, eh, el_n, el = (Signal(intbv(0)[16:]) for _ in range(4))
+    prod_n, mm, prod = (Signal(intbv(0)[32:]) for _ in range(3))
+    out_n = Signal(intbv(0)[16:])
+
+    @always_comb
+    def dist():
+        if z != 0 and z <= m and (m - z) < 4096:
+            ok_n.next = 1
+            d_n.next = m - z
+        else:
+            ok_n.next = 0
+            d_n.next = 0
+
+    @always_comb
+    def rom():
+        eh_n.next = EH_LIST[int(d[12:4])]
+        el_n.next = EL_LIST[int(d[4:0])]
+
+    @always_comb
+    def mul():
+        prod_n.next = eh * el
+
+    @always_comb
+    def rnd():
+        if ok4:
+            out_n.next = (prod + (1 << (EXP_FRAC - 1))) >> EXP_FRAC
+        else:
+            out_n.next = 0
+
+    regs = [reg(clk, ce, d_n, d), reg(clk, ce, ok_n, ok), reg(clk, ce, eh_n, eh), reg(clk, ce, el_n, el),
+            reg(clk, ce, ok, ok2), reg(clk, ce, prod_n, mm), reg(clk, ce, ok2, ok3), reg(clk, ce, mm, prod),
+            reg(clk, ce, ok3, ok4), reg(clk, ce, out_n, out)]
+    return [dist, rom, mul, rnd] + regs

@@ -1,0 +1,33 @@
+"""Pipeline latencies: the one place the RTL's stage counts and the cycle models agree on.
+
+The MyHDL blocks build their pipelines to these depths (``fpga.pipe`` and the cores check it), and the
+cycle models in ``hls_ref`` add them up; docs/verifier.md ("Cycle model") explains each term.
+"""
+from __future__ import annotations
+
+# fpga.pipe building blocks
+MUL_NARROW = 4      # mul_wide with one or two 16-bit tiles: A/B, M, P registers, one sum level
+MUL_WIDE = 5        # three or four tiles: two sum levels
+EXP = 5             # exp_pipe: distance, table reads, M, P, rounding
+
+# verifier: stream path (a beat taken at the input to its sum added into S)
+#   input register, decode, M, P, temper, max tree (2), running max, EXP, lane sum (2)
+VER_STREAM = 1 + 1 + 2 + 1 + 2 + 1 + EXP + 2
+VER_RESCALE = MUL_NARROW        # extra cycles of a beat that raises a finite running max (S * EXP(m - m'))
+VER_START = 1                   # CHECK: the start checks read registered flags
+
+# verifier: sampling passes (a buffer read issued to the lane's weight): read (2), EXP, product, weight
+VER_SAMPLE = 2 + EXP + MUL_NARROW + 1
+VER_WALK_TAIL = 3               # WALK: C + prefix, compare with t, count the lanes
+
+# verifier: states that wait a fixed number of cycles (each total counts the state's cycles)
+VER_TEST = EXP + MUL_NARROW + 1 + MUL_WIDE + 2  # TEST: lane 0 (EXP, products), u * x (operands, MUL_WIDE), compare, decide
+VER_PICK = 4                    # TPICK: child mask, priority encoder, token select, decide
+VER_HIT = 3                     # THIT: hit mask, priority encoder, decide
+VER_READ = 3                    # TREAD: address, buffer, lane select
+VER_TCALC = 2 + MUL_WIDE        # TCALC: operands, product, t registered
+
+
+def ver_prefix(lanes: int) -> int:
+    """Registered levels of the verifier's lane prefix sums: log2(L)."""
+    return max(0, lanes.bit_length() - 1)
