@@ -29,13 +29,10 @@ BLOCKS = {
     "treemask": ("fpga.treemask", "treemask"),
     "kvpage": ("fpga.kvpage", "kvpage"),
     "system": ("fpga.system", "system"),     # verifier + treemask + kvpage (simulation of the whole loop)
+    "axil": ("fpga.axil_top", "axil_top"),   # the AXI-Lite register slave alone (the report's axil row)
 }
 CORES = tuple(hwparams.CORES)       # the cores (each has five faces); "system" is a toplevel, not a core
-
-# Parameter overrides for the logic-depth (abc9 + sta) run. yosys 0.23's abc9 aborts on a design with
-# RAMB36E1 cells, so a verifier with block-RAM row buffers is timed on the same datapath with VOCAB_MAX 64
-# (buffers in LUTs, counters narrower): the arrival printed for it says so.
-TIMING_PARAMS = {"verifier": {"VOCAB_MAX": 64}}
+WRAPPERS = ("axil",)                # toplevels without build parameters (not in hwcontract.params)
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,12 +42,16 @@ def params_for(core: str, given: dict | None = None) -> dict[str, int]:
     if core not in BLOCKS:
         raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)} (and toplevels "
                        f"{sorted(set(BLOCKS) - set(CORES))})")
+    if core in WRAPPERS:
+        if given:
+            raise KeyError(f"toplevel {core!r} has no parameters; got {sorted(given)}")
+        return {}
     return hwparams.check(core, given)
 
 
 def toplevel_name(core: str, params: dict[str, int]) -> str:
     """Verilog module name: the core name, suffixed with non-default parameters."""
-    default = hwparams.defaults(core)
+    default = hwparams.defaults(core) if params else {}
     suffix = "".join(f"_{k.lower()}{v}" for k, v in sorted(params.items()) if v != default[k])
     return core + suffix
 
@@ -122,8 +123,19 @@ def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Pat
     path = out_dir / f"{name}.v"
     text = path.read_text()
     lines = [ln for ln in text.splitlines(keepends=True) if not ln.startswith(("// Date:", "// File:"))]
-    path.write_text("".join(lines))
+    path.write_text("".join(_attributes(ln) for ln in lines))
     return path, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+LUTRAM_SUFFIX = "_lutram"      # a MyHDL memory named *_lutram maps to distributed RAM
+
+
+def _attributes(line: str) -> str:
+    """Synthesis attributes MyHDL cannot write: memories named ``*_lutram`` get ``ram_style = "distributed"``
+    (yosys and Vivado would otherwise put a small registered-address memory in a block RAM)."""
+    if line.startswith("reg ") and f"{LUTRAM_SUFFIX} [" in line:
+        return '(* ram_style = "distributed" *) ' + line
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:

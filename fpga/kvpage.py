@@ -185,7 +185,31 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
 
     insts += [table_ram, next_ram, rowof_ram]
 
-    # ---------------- combinational views ----------------
+    # ---------------- views of the operands ----------------
+    # Slot a's fields are registers taken from SLOT on the START edge: no operation changes slot a before
+    # its last edge, so they stay valid for the whole operation without a 64:1 multiplexer in front of
+    # every use. The sequence ps's (COMMIT) are registered every cycle from ps, set on the CHECK edge and
+    # read in C5. The lowest free and zombie slots and the branch mask are registered every cycle: kinds
+    # change only on an operation's last edge, at least one cycle before the next CHECK.
+    sa = Signal(intbv(0)[SW:])                      # SLOT's low bits (the next operation's a)
+    cref_s = Signal(intbv(0)[SW:])                  # whose branches child_m will list: sa, or sa's sequence
+    child_s = Signal(intbv(0)[NS:])
+    br_q = Signal(intbv(0)[NS:])
+    free_lo, zomb_lo = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])   # lowest free / zombie slot, one-hot
+    pick_q = Signal(intbv(0)[SW:])                  # NEW/FORK's slot, registered on the CHECK edge
+    pick_zq = Signal(bool(0))
+    # One-hot selects of the slots an operation relabels (registered with their indices): each slot's
+    # kind and count update on its own select bits instead of comparing a 6-bit index.
+    pick_hot, zsrc_hot, ps_hot = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
+    sa_hot = Signal(intbv(0)[NS:])                  # one-hot of sa
+    slot_en, rw2a_en, rw2z_en = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
+    c5_en, zm_en, clr_en = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
+    s_cnt, b_cnt = Signal(intbv(0)[CW:]), Signal(intbv(0)[CW:])   # COMMIT: the rests' page counts (C3)
+    sb_cnt, sbt = Signal(intbv(0)[CW:]), Signal(intbv(0)[CW:])    # their sum; plus the freed pages (C4)
+    s_head = Signal(intbv(0)[PW:])                  # COMMIT: the sequence's rest's head (C4)
+    link5 = Signal(bool(0))                         # COMMIT: C5 links the two rests
+    own_row, app_row = Signal(bool(0)), Signal(bool(0))   # WRITE: base <= row < len; row == len (RW1)
+    scan_lenq, scan_kindq = Signal(intbv(0)[LW:]), Signal(intbv(0)[2:])
     ka = Signal(intbv(0)[2:])
     la, ba, ca = Signal(intbv(0)[LW:]), Signal(intbv(0)[LW:]), Signal(intbv(0)[CW:])
     ha, ta = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
@@ -194,29 +218,44 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     free_m, zomb_m = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
     seq_m, br_m, child_m = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
     a_hot = Signal(intbv(0)[NS:])                   # one-hot of a
-    cref = Signal(intbv(0)[SW:])                    # whose branches child_m lists: a, or a's sequence (COMMIT)
     cnt_m1, cut_m1, keep_m1 = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
     info_word = Signal(intbv(0)[32:])
     pick = Signal(intbv(0)[SW:])                    # NEW/FORK's slot
     pick_z = Signal(bool(0))                        # ... is a zombie
     zlow = Signal(intbv(0)[SW:])                    # lowest zombie (WRITE's last page source)
-    hz, cz = Signal(intbv(0)[PW:]), Signal(intbv(0)[CW:])
+    pick_lo = Signal(intbv(0)[NS:])                 # one-hot of pick
+    hz = Signal(intbv(0)[PW:])
+    cz = Signal(intbv(0)[CW:])                      # count[zsrc], registered in RW1 (for RW2)
+    cz_one = Signal(bool(0))                        # ... == 1
     hn, tn, cn = Signal(intbv(0)[PW:]), Signal(intbv(0)[CW:]), Signal(intbv(0)[CW:])
     chk_err = Signal(intbv(0)[32:])
-    scan_len, scan_kind = Signal(intbv(0)[LW:]), Signal(intbv(0)[2:])
-    scan_slot = Signal(intbv(0)[SW:])
-    hit = Signal(bool(0))
-    alloc_page = Signal(intbv(0)[PW:])
+    hit = Signal(bool(0))                           # SCAN: the slot whose table entry t_rdata holds counts
+    hit_q = Signal(bool(0))                         # ... registered; REFS adds it one cycle later
+    alloc_sel = Signal(intbv(0)[PW:])               # WRITE's new page, by src
+    alloc_page = Signal(intbv(0)[PW:])              # ... registered in RW1 (fl_head, bump, zsrc hold until RW2)
+    wr_op = Signal(bool(0))                         # code is WRITE (registered on the START edge)
     row_lo = Signal(intbv(0)[BW:])
 
     @always_comb
-    def operand_views():
+    def operand_slices():
         a.next = op_slot[SW:0]
         row_lo.next = op_row[BW:0]
-        if code == OP_COMMIT:
-            cref.next = pa
+
+    @always_comb
+    def start_slot():
+        sa.next = r_slot[SW:0]
+
+    @always_comb
+    def child_ref():
+        # its own block: cref_s reads parent[sa], so sharing a block with sa's driver is a false loop for
+        # Verilator (UNOPTFLAT) once the signals are public (cocotb)
+        if r_op[4:0] == OP_COMMIT:
+            cref_s.next = parent[sa]
         else:
-            cref.next = a
+            cref_s.next = sa
+
+    @always_comb
+    def operand_views():
         cnt_m1.next = 0
         if cnt != 0:
             cnt_m1.next = (cnt - 1) % MAX_BLOCKS
@@ -227,15 +266,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         if op_row != 0:
             keep_m1.next = (op_row - 1) % MAX_BLOCKS
 
-    @always_comb
-    def slot_views():
-        ka.next = kind[a]
-        la.next = slen[a]
-        ba.next = base[a]
-        ca.next = count[a]
-        ha.next = head[a]
-        ta.next = tail[a]
-        pa.next = parent[a]
+    @always(clk.posedge)
+    def seq_views():
         hs.next = head[ps]
         ts.next = tail[ps]
         cs.next = count[ps]
@@ -247,10 +279,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         sm = intbv(0)[NS:]
         bm = intbv(0)[NS:]
         cm = intbv(0)[NS:]
-        ah = intbv(0)[NS:]
         for s in range(NS):
-            if a == s:
-                ah[s] = 1
             if kind[s] == K_FREE:
                 fm[s] = 1
             if kind[s] == K_ZOMBIE:
@@ -259,49 +288,61 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 sm[s] = 1
             if kind[s] == K_BRANCH:
                 bm[s] = 1
-                if parent[s] == cref:
+                if parent[s] == cref_s:
                     cm[s] = 1
         free_m.next = fm
         zomb_m.next = zmk
         seq_m.next = sm
         br_m.next = bm
-        child_m.next = cm
-        a_hot.next = ah
+        child_s.next = cm
+
+    @always_comb
+    def sa_onehot():
+        ah = intbv(0)[NS:]
+        for s in range(NS):
+            if sa == s:
+                ah[s] = 1
+        sa_hot.next = ah
+
+    @always(clk.posedge)
+    def masks_reg():
+        # the lowest set bit of each mask (x & -x: a carry chain, not a 64-step priority chain)
+        free_lo.next = free_m & (~free_m + 1)
+        zomb_lo.next = zomb_m & (~zomb_m + 1)
+        br_q.next = br_m
 
     @always_comb
     def pickers():
+        # the lowest free slot, else the lowest zombie; the lowest zombie: one-hot to index by OR trees
         pf = intbv(0)[SW:]
         pz = intbv(0)[SW:]
-        ff = False
-        fz = False
         for s in range(NS):
-            if free_m[s] and not ff:
-                pf[:] = s
-                ff = True
-            if zomb_m[s] and not fz:
-                pz[:] = s
-                fz = True
+            if free_lo[s]:
+                pf[:] = pf | s
+            if zomb_lo[s]:
+                pz[:] = pz | s
         zlow.next = pz
-        if ff:
+        if free_lo != 0:
             pick.next = pf
             pick_z.next = False
+            pick_lo.next = free_lo
         else:
             pick.next = pz
             pick_z.next = True
+            pick_lo.next = zomb_lo
 
     @always_comb
     def picked_views():
-        hz.next = head[zlow]
-        cz.next = count[zlow]
-        hn.next = head[pick]
-        tn.next = tail[pick]
-        cn.next = count[pick]
+        hz.next = head[zsrc]
+        hn.next = head[pick_q]
+        tn.next = tail[pick_q]
+        cn.next = count[pick_q]
 
     @always_comb
     def check():
         e = intbv(0)[32:]
         slot_ok = op_slot < NS
-        any_slot = (free_m | zomb_m) != 0
+        any_slot = (free_lo | zomb_lo) != 0
         if code == OP_NEW:
             if not any_slot:
                 e[:] = E_NO_SLOT
@@ -330,7 +371,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             elif op_row > la:
                 e[:] = E_BAD_ROW
         elif code == OP_ROLLBACK:
-            if (op_mask & ~br_m) != 0:
+            if (op_mask & ~br_q) != 0:
                 e[:] = E_BAD_SLOT
         elif code == OP_FREE:
             if not slot_ok or ka != K_SEQ:
@@ -345,17 +386,16 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             e[:] = E_BAD_OP
         chk_err.next = e
 
-    @always_comb
+    @always(clk.posedge)
     def scan_views():
-        scan_slot.next = 0
-        if cnt != 0:
-            scan_slot.next = (cnt - 1) % NS
-        scan_len.next = slen[scan_slot]
-        scan_kind.next = kind[scan_slot]
+        # ROW and SCAN read slot cnt's table entry: its length and kind, for the next cycle's hit
+        scan_lenq.next = slen[cnt[SW:0]]
+        scan_kindq.next = kind[cnt[SW:0]]
+        hit_q.next = hit and state == ST_SCAN
 
     @always_comb
     def scan_hit():
-        hit.next = (cnt != 0 and (scan_kind == K_SEQ or scan_kind == K_BRANCH) and ro_rdata < scan_len
+        hit.next = ((scan_kindq == K_SEQ or scan_kindq == K_BRANCH) and ro_rdata < scan_lenq
                     and t_rdata == op_page[PW:0] and op_page < bump)
 
     @always_comb
@@ -368,29 +408,36 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     @always_comb
     def alloc_views():
         if src == SRC_FL:
-            alloc_page.next = fl_head
+            alloc_sel.next = fl_head
         elif src == SRC_BUMP:
-            alloc_page.next = bump[PW:0]
+            alloc_sel.next = bump[PW:0]
         else:
-            alloc_page.next = hz
+            alloc_sel.next = hz
 
     # ---------------- memory ports, by state ----------------
     @always_comb
     def ports():
         t_we.next = False
         t_waddr.next = 0
-        t_wdata.next = 0
+        t_wdata.next = t_rdata            # FORK's copy; WRITE writes alloc_page (t_we qualifies both)
+        if wr_op:
+            t_wdata.next = alloc_page
         t_raddr.next = 0
         n_we.next = False
         n_waddr.next = 0
         n_wdata.next = 0
-        n_raddr.next = 0
+        n_raddr.next = t_rdata            # C2's and C3's; RW1 reads the allocated page's link (n_rdata is
+        if state == ST_RW1:               # used only in RW2, C3 and C4)
+            if fl_count != 0:
+                n_raddr.next = fl_head
+            else:
+                n_raddr.next = hz
         ro_we.next = False
         ro_waddr.next = alloc_page
         ro_wdata.next = row_lo
         ro_raddr.next = op_page[PW:0]
         if state == ST_SLOT:
-            if pick_z:          # the zombie's chain goes to the front of the free list
+            if pick_zq:         # the zombie's chain goes to the front of the free list
                 n_we.next = True
                 n_waddr.next = tn
                 n_wdata.next = fl_head
@@ -399,20 +446,14 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             if cnt != 0:
                 t_we.next = True
                 t_waddr.next = concat(nb, cnt_m1)
-                t_wdata.next = t_rdata
         elif state == ST_RW1:
             t_raddr.next = concat(a, row_lo)
-            if fl_count != 0:
-                n_raddr.next = fl_head
-            else:
-                n_raddr.next = hz
         elif state == ST_RW2:
-            if code == OP_WRITE and not (op_row >= ba and op_row < la):
+            if code == OP_WRITE and not own_row:
                 t_we.next = True
                 t_waddr.next = concat(a, row_lo)
-                t_wdata.next = alloc_page
                 ro_we.next = True
-                if op_row == la:        # append: link after the tail
+                if app_row:             # append: link after the tail
                     if ca != 0:
                         n_we.next = True
                         n_waddr.next = ta
@@ -427,41 +468,45 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         elif state == ST_C2:
             if op_row != 0:
                 t_raddr.next = concat(a, keep_m1)
-            n_raddr.next = t_rdata
-        elif state == ST_C3:
-            n_raddr.next = t_rdata
         elif state == ST_C4:
             if cut != 0 and kbp:
                 n_we.next = True
                 n_waddr.next = j_pg
                 n_wdata.next = ha
         elif state == ST_C5:
-            if cs > cut and ((kbp and ca > kb) or (not kbp and ca != 0)):
+            if link5:
                 n_we.next = True
                 n_waddr.next = ts
                 n_wdata.next = nk if kbp else ha
-        elif state == ST_SCAN:
+        elif state == ST_ROW or state == ST_SCAN:
             t_raddr.next = concat(cnt[SW:0], ro_rdata)
 
     # ---------------- freed-page sum: two registered stages over the 64 counts ----------------
+    # Each stage is a balanced tree of 8 operands (3 adders deep, not a chain of 7) in CW bits: the slots
+    # own disjoint pages, so any sum of their counts is at most PAGES.
     G = 8
-    part = [Signal(intbv(0)[CW:]) for _ in range(NS // G)]
+    if NS != G * G:
+        raise ValueError(f"kvpage: the freed-page sum is written for {G * G} slots, not {NS}")
+    mc = [Signal(intbv(0)[CW:]) for _ in range(NS)]     # count[s] of the dying slots, else 0
+    part = [Signal(intbv(0)[CW:]) for _ in range(G)]
     total = Signal(intbv(0)[CW:])
+
+    @always_comb
+    def masked_counts():
+        for s in range(NS):
+            if zm[s]:
+                mc[s].next = count[s]
+            else:
+                mc[s].next = 0
 
     @always(clk.posedge)
     def sums():
-        for g in range(NS // G):
-            acc = intbv(0)[CW + 3:]
-            for k in range(G):
-                if zm[G * g + k]:
-                    acc += count[G * g + k]
-            part[g].next = acc[CW:0]
-        tot = intbv(0)[CW + 3:]
-        for g in range(NS // G):
-            tot += part[g]
-        total.next = tot[CW:0]
+        for g in range(G):
+            part[g].next = (((mc[G * g] + mc[G * g + 1]) + (mc[G * g + 2] + mc[G * g + 3]))
+                            + ((mc[G * g + 4] + mc[G * g + 5]) + (mc[G * g + 6] + mc[G * g + 7])))
+        total.next = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]))
 
-    insts.append(sums)
+    insts += [masked_counts, sums]
 
     # ---------------- registers out ----------------
     @always_comb
@@ -478,8 +523,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         r_ops.next = ops
         r_params.next = PARAMS_VAL
 
-    insts += [operand_views, slot_views, masks, pickers, picked_views, check, scan_views, scan_hit,
-              info_view, alloc_views, ports, regs_out]
+    insts += [operand_slices, start_slot, child_ref, operand_views, seq_views, masks, sa_onehot, masks_reg, pickers,
+              picked_views, check, scan_views, scan_hit, info_view, alloc_views, ports, regs_out]
 
     # ---------------- the FSM: every slot, pool and result register ----------------
     @always(clk.posedge)
@@ -492,9 +537,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             fl_count.next = 0
             bump.next = 0
             free_pages.next = PAGES
-            for s in range(NS):
-                kind[s].next = K_FREE
-                count[s].next = 0
             res_slot.next = 0
             res_page.next = 0
             res_src.next = 0
@@ -508,22 +550,25 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
             if busy:
                 cbusy.next = cbusy + 1
-            if state == ST_C5 or state == ST_Z3:    # the dying slots (zm): zombies, or free when they own nothing
-                for s in range(NS):
-                    if zm[s]:
-                        if count[s] != 0:
-                            kind[s].next = K_ZOMBIE
-                        else:
-                            kind[s].next = K_FREE
             if state == ST_IDLE or state == ST_DONE:
                 if cmd[bit_soft]:
                     state.next = ST_IDLE
                 elif cmd[bit_start]:
                     code.next = r_op[4:0]
+                    wr_op.next = r_op[4:0] == OP_WRITE
                     op_slot.next = r_slot
                     op_row.next = r_row
                     op_page.next = r_page
                     op_mask.next = concat(r_mhi, r_mlo)
+                    ka.next = kind[sa]
+                    la.next = slen[sa]
+                    ba.next = base[sa]
+                    ca.next = count[sa]
+                    ha.next = head[sa]
+                    ta.next = tail[sa]
+                    pa.next = parent[sa]
+                    a_hot.next = sa_hot
+                    child_m.next = child_s
                     cbusy.next = 0
                     state.next = ST_CHECK
             elif state == ST_ERR:
@@ -545,6 +590,15 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 else:
                     src.next = SRC_ZOMBIE
                 zsrc.next = zlow
+                pick_q.next = pick
+                pick_zq.next = pick_z
+                pick_hot.next = pick_lo
+                zsrc_hot.next = zomb_lo
+                ph = intbv(0)[NS:]
+                for k in range(NS):
+                    if pa == k:
+                        ph[k] = 1
+                ps_hot.next = ph
                 if code == OP_ROLLBACK:
                     zm.next = op_mask
                 elif code == OP_FREE:
@@ -571,24 +625,21 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 else:
                     state.next = ST_CLEAR
             elif state == ST_SLOT:
-                if pick_z:
+                if pick_zq:
                     fl_head.next = hn
                     fl_count.next = fl_count + cn
-                count[pick].next = 0
-                nb.next = pick
-                res_slot.next = pick
+                nb.next = pick_q
+                res_slot.next = pick_q
                 if code == OP_NEW:
-                    kind[pick].next = K_SEQ
-                    parent[pick].next = 0
-                    base[pick].next = 0
-                    slen[pick].next = 0
+                    parent[pick_q].next = 0
+                    base[pick_q].next = 0
+                    slen[pick_q].next = 0
                     state.next = ST_DONE
                     ops.next = ops + 1
                 else:
-                    kind[pick].next = K_BRANCH
-                    parent[pick].next = a
-                    base[pick].next = la
-                    slen[pick].next = la
+                    parent[pick_q].next = a
+                    base[pick_q].next = la
+                    slen[pick_q].next = la
                     state.next = ST_COPY
             elif state == ST_COPY:
                 cnt.next = cnt + 1
@@ -596,13 +647,18 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                     state.next = ST_DONE
                     ops.next = ops + 1
             elif state == ST_RW1:
+                alloc_page.next = alloc_sel
+                cz.next = count[zsrc]
+                cz_one.next = count[zsrc] == 1
+                own_row.next = op_row >= ba and op_row < la
+                app_row.next = op_row == la
                 state.next = ST_RW2
             elif state == ST_RW2:
                 state.next = ST_DONE
                 ops.next = ops + 1
                 if code == OP_TRANSLATE:
                     res_page.next = t_rdata
-                elif op_row >= ba and op_row < la:
+                elif own_row:
                     res_page.next = t_rdata
                     res_src.next = 0
                     res_flags.next = 0
@@ -616,11 +672,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                         bump.next = bump + 1
                     else:
                         head[zsrc].next = n_rdata
-                        count[zsrc].next = cz - 1
-                        if cz == 1:
-                            kind[zsrc].next = K_FREE
-                    count[a].next = ca + 1
-                    if op_row == la:
+                    if app_row:
                         res_src.next = 0
                         res_flags.next = F_ALLOC
                         slen[a].next = la + 1
@@ -642,49 +694,39 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             elif state == ST_C3:
                 k_pg.next = t_rdata if kbp else 0
                 nj.next = n_rdata
+                # the sequence's rest (rows cut..) and the branch's rest (rows keep..): their page counts
+                s_cnt.next = cs - cut
+                if kbp:
+                    b_cnt.next = ca - kb
+                else:
+                    b_cnt.next = ca
                 state.next = ST_C4
             elif state == ST_C4:
                 nk.next = n_rdata
+                sb_cnt.next = s_cnt + b_cnt
+                sbt.next = s_cnt + b_cnt + total
+                if cut != 0:
+                    s_head.next = nj
+                else:
+                    s_head.next = hs
+                link5.next = cs > cut and ((kbp and ca > kb) or (not kbp and ca != 0))
                 state.next = ST_C5
             elif state == ST_C5:
                 state.next = ST_DONE
                 ops.next = ops + 1
                 res_slot.next = a
-                # the sequence's rest (rows cut..) and the branch's rest (rows keep..)
-                s_cnt = intbv(0)[CW:]
-                s_cnt[:] = cs - cut
-                b_cnt = intbv(0)[CW:]
-                if kbp:
-                    b_cnt[:] = ca - kb
-                else:
-                    b_cnt[:] = ca
-                s_head = intbv(0)[PW:]
-                if cut != 0:
-                    s_head[:] = nj
-                else:
-                    s_head[:] = hs
-                b_head = intbv(0)[PW:]
-                if kbp:
-                    b_head[:] = nk
-                else:
-                    b_head[:] = ha
-                count[ps].next = s_cnt + b_cnt
                 if s_cnt != 0:
                     head[ps].next = s_head
+                elif kbp:
+                    head[ps].next = nk
                 else:
-                    head[ps].next = b_head
+                    head[ps].next = ha
                 if b_cnt != 0:
                     tail[ps].next = ta
-                if s_cnt + b_cnt != 0:
-                    kind[ps].next = K_ZOMBIE
-                else:
-                    kind[ps].next = K_FREE
-                free_pages.next = free_pages + s_cnt + b_cnt + total
-                kind[a].next = K_SEQ
+                free_pages.next = free_pages + sbt
                 parent[a].next = 0
                 base[a].next = 0
                 slen[a].next = op_row[LW:0]
-                count[a].next = op_row[CW:0]
                 if cut != 0:
                     head[a].next = hs
                 if kbp:
@@ -699,16 +741,16 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 state.next = ST_DONE
                 ops.next = ops + 1
                 free_pages.next = free_pages + total
-            elif state == ST_ROW:
-                cnt.next = 0
+            elif state == ST_ROW:           # reads slot 0's entry at row rowof[PAGE]
+                cnt.next = 1
                 refs_acc.next = 0
                 state.next = ST_SCAN
-            elif state == ST_SCAN:
+            elif state == ST_SCAN:          # reads slot cnt's entry; checks slot cnt - 1's; adds slot cnt - 2's
                 cnt.next = cnt + 1
-                if hit:
+                if hit_q:
                     refs_acc.next = refs_acc + 1
-                if cnt == NS:
-                    res_refs.next = refs_acc + hit
+                if cnt == NS + 1:
+                    res_refs.next = refs_acc + hit_q
                     state.next = ST_DONE
                     ops.next = ops + 1
             elif state == ST_INFO:
@@ -728,11 +770,53 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 fl_count.next = 0
                 bump.next = 0
                 free_pages.next = PAGES
-                for s in range(NS):
-                    kind[s].next = K_FREE
-                    count[s].next = 0
 
-    insts.append(fsm)
+    # ---------------- kinds and counts: each slot's update on its one-hot selects ----------------
+    @always_comb
+    def slot_enables():
+        slot_en.next = state == ST_SLOT
+        rw2a_en.next = state == ST_RW2 and code == OP_WRITE and not own_row
+        rw2z_en.next = state == ST_RW2 and code == OP_WRITE and not own_row and src == SRC_ZOMBIE
+        c5_en.next = state == ST_C5
+        zm_en.next = state == ST_C5 or state == ST_Z3
+        clr_en.next = state == ST_CLEAR
+
+    @always(clk.posedge)
+    def kinds_counts():
+        # Later assignments win, in the FSM's order: the dying slots (zm), then the slots the state names.
+        for s in range(NS):
+            if rst or clr_en:
+                kind[s].next = K_FREE
+                count[s].next = 0
+            else:
+                if zm_en and zm[s]:             # zombies, or free when they own nothing
+                    if count[s] != 0:
+                        kind[s].next = K_ZOMBIE
+                    else:
+                        kind[s].next = K_FREE
+                if slot_en and pick_hot[s]:     # NEW / FORK: the new slot
+                    count[s].next = 0
+                    if code == OP_NEW:
+                        kind[s].next = K_SEQ
+                    else:
+                        kind[s].next = K_BRANCH
+                if rw2z_en and zsrc_hot[s]:     # WRITE: the page came from this zombie's chain
+                    count[s].next = cz - 1
+                    if cz_one:
+                        kind[s].next = K_FREE
+                if rw2a_en and a_hot[s]:        # WRITE: the slot's new page
+                    count[s].next = ca + 1
+                if c5_en and ps_hot[s]:         # COMMIT: the sequence, a zombie holding the rests
+                    count[s].next = sb_cnt
+                    if sb_cnt != 0:
+                        kind[s].next = K_ZOMBIE
+                    else:
+                        kind[s].next = K_FREE
+                if c5_en and a_hot[s]:          # COMMIT: the branch becomes the sequence
+                    kind[s].next = K_SEQ
+                    count[s].next = op_row[CW:0]
+
+    insts += [fsm, slot_enables, kinds_counts]
     return insts
 
 

