@@ -128,7 +128,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     state = Signal(intbv(ST_IDLE, min=0, max=20))
     err = Signal(intbv(0)[32:])
     code = Signal(intbv(0)[4:])
-    op_slot = Signal(intbv(0)[32:])
+    op_slot = Signal(intbv(0)[SW:])                 # SLOT's low bits (slot_ok says whether SLOT < 64)
     op_row = Signal(intbv(0)[32:])
     op_page = Signal(intbv(0)[32:])
     op_mask = Signal(intbv(0)[NS:])
@@ -192,15 +192,17 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     # read in C5. The lowest free and zombie slots and the branch mask are registered every cycle: kinds
     # change only on an operation's last edge, at least one cycle before the next CHECK.
     sa = Signal(intbv(0)[SW:])                      # SLOT's low bits (the next operation's a)
+    # the operands' range checks, registered on the START edge (so CHECK compares LW-bit rows, not 32-bit)
+    slot_ok = Signal(bool(0))                       # SLOT < 64
+    row_big = Signal(bool(0))                       # ROW >= 2 * MAX_BLOCKS (above any length or base)
+    page_bad = Signal(bool(0))                      # PAGE >= PAGES
+    orow = Signal(intbv(0)[LW:])                    # ROW's low LW bits: ROW itself unless row_big
     cref_s = Signal(intbv(0)[SW:])                  # whose branches child_m will list: sa, or sa's sequence
     child_s = Signal(intbv(0)[NS:])
     br_q = Signal(intbv(0)[NS:])
     free_lo, zomb_lo = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])   # lowest free / zombie slot, one-hot
     pick_q = Signal(intbv(0)[SW:])                  # NEW/FORK's slot, registered on the CHECK edge
     pick_zq = Signal(bool(0))
-    # One-hot selects of the slots an operation relabels (registered with their indices): each slot's
-    # kind and count update on its own select bits instead of comparing a 6-bit index.
-    pick_hot, zsrc_hot, ps_hot = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
     sa_hot = Signal(intbv(0)[NS:])                  # one-hot of sa
     slot_en, rw2a_en, rw2z_en = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
     c5_en, zm_en, clr_en = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
@@ -223,7 +225,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     pick = Signal(intbv(0)[SW:])                    # NEW/FORK's slot
     pick_z = Signal(bool(0))                        # ... is a zombie
     zlow = Signal(intbv(0)[SW:])                    # lowest zombie (WRITE's last page source)
-    pick_lo = Signal(intbv(0)[NS:])                 # one-hot of pick
     hz = Signal(intbv(0)[PW:])
     cz = Signal(intbv(0)[CW:])                      # count[zsrc], registered in RW1 (for RW2)
     cz_one = Signal(bool(0))                        # ... == 1
@@ -231,6 +232,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     chk_err = Signal(intbv(0)[32:])
     hit = Signal(bool(0))                           # SCAN: the slot whose table entry t_rdata holds counts
     hit_q = Signal(bool(0))                         # ... registered; REFS adds it one cycle later
+    ro_q = Signal(intbv(0)[BW:])                    # ro_rdata one cycle later (REFS: constant from ROW on)
     alloc_sel = Signal(intbv(0)[PW:])               # WRITE's new page, by src
     alloc_page = Signal(intbv(0)[PW:])              # ... registered in RW1 (fl_head, bump, zsrc hold until RW2)
     wr_op = Signal(bool(0))                         # code is WRITE (registered on the START edge)
@@ -238,8 +240,9 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
 
     @always_comb
     def operand_slices():
-        a.next = op_slot[SW:0]
+        a.next = op_slot
         row_lo.next = op_row[BW:0]
+        orow.next = op_row[LW:0]
 
     @always_comb
     def start_slot():
@@ -325,11 +328,9 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         if free_lo != 0:
             pick.next = pf
             pick_z.next = False
-            pick_lo.next = free_lo
         else:
             pick.next = pz
             pick_z.next = True
-            pick_lo.next = zomb_lo
 
     @always_comb
     def picked_views():
@@ -341,7 +342,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     @always_comb
     def check():
         e = intbv(0)[32:]
-        slot_ok = op_slot < NS
         any_slot = (free_lo | zomb_lo) != 0
         if code == OP_NEW:
             if not any_slot:
@@ -354,21 +354,21 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         elif code == OP_WRITE:
             if not slot_ok or (ka != K_SEQ and ka != K_BRANCH):
                 e[:] = E_BAD_SLOT
-            elif op_row >= MAX_BLOCKS or op_row > la:
+            elif row_big or orow >= MAX_BLOCKS or orow > la:
                 e[:] = E_BAD_ROW
-            elif (ka == K_BRANCH and op_row + 1 < ba) or (ka == K_SEQ and op_row < la and child_m != 0):
+            elif (ka == K_BRANCH and orow + 1 < ba) or (ka == K_SEQ and orow < la and child_m != 0):
                 e[:] = E_SHARED_ROW
-            elif (op_row == la or (ka == K_BRANCH and op_row + 1 == ba)) and free_pages == 0:
+            elif (orow == la or (ka == K_BRANCH and orow + 1 == ba)) and free_pages == 0:
                 e[:] = E_POOL_EMPTY
         elif code == OP_TRANSLATE:
             if not slot_ok or (ka != K_SEQ and ka != K_BRANCH):
                 e[:] = E_BAD_SLOT
-            elif op_row >= la:
+            elif row_big or orow >= la:
                 e[:] = E_BAD_ROW
         elif code == OP_COMMIT:
             if not slot_ok or ka != K_BRANCH:
                 e[:] = E_BAD_SLOT
-            elif op_row > la:
+            elif row_big or orow > la:
                 e[:] = E_BAD_ROW
         elif code == OP_ROLLBACK:
             if (op_mask & ~br_q) != 0:
@@ -377,7 +377,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             if not slot_ok or ka != K_SEQ:
                 e[:] = E_BAD_SLOT
         elif code == OP_REFS:
-            if op_page >= PAGES:
+            if page_bad:
                 e[:] = E_BAD_PAGE
         elif code == OP_INFO:
             if not slot_ok:
@@ -392,10 +392,11 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         scan_lenq.next = slen[cnt[SW:0]]
         scan_kindq.next = kind[cnt[SW:0]]
         hit_q.next = hit and state == ST_SCAN
+        ro_q.next = ro_rdata
 
     @always_comb
     def scan_hit():
-        hit.next = ((scan_kindq == K_SEQ or scan_kindq == K_BRANCH) and ro_rdata < scan_lenq
+        hit.next = ((scan_kindq == K_SEQ or scan_kindq == K_BRANCH) and ro_q < scan_lenq
                     and t_rdata == op_page[PW:0] and op_page < bump)
 
     @always_comb
@@ -556,8 +557,11 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 elif cmd[bit_start]:
                     code.next = r_op[4:0]
                     wr_op.next = r_op[4:0] == OP_WRITE
-                    op_slot.next = r_slot
+                    op_slot.next = sa
                     op_row.next = r_row
+                    slot_ok.next = r_slot < NS
+                    row_big.next = r_row >= (1 << LW)
+                    page_bad.next = r_page >= PAGES
                     op_page.next = r_page
                     op_mask.next = concat(r_mhi, r_mlo)
                     ka.next = kind[sa]
@@ -578,11 +582,11 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             elif state == ST_CHECK:
                 cnt.next = 0
                 ps.next = pa
-                cut.next = op_row[LW:0] if op_row < ba else ba
-                kbp.next = op_row > ba
+                cut.next = orow if not row_big and orow < ba else ba
+                kbp.next = row_big or orow > ba
                 kb.next = 0
-                if op_row > ba and op_row <= la:
-                    kb.next = op_row[LW:0] - ba
+                if not row_big and orow > ba and orow <= la:
+                    kb.next = orow - ba
                 if fl_count != 0:
                     src.next = SRC_FL
                 elif bump < PAGES:
@@ -592,13 +596,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 zsrc.next = zlow
                 pick_q.next = pick
                 pick_zq.next = pick_z
-                pick_hot.next = pick_lo
-                zsrc_hot.next = zomb_lo
-                ph = intbv(0)[NS:]
-                for k in range(NS):
-                    if pa == k:
-                        ph[k] = 1
-                ps_hot.next = ph
                 if code == OP_ROLLBACK:
                     zm.next = op_mask
                 elif code == OP_FREE:
@@ -650,8 +647,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 alloc_page.next = alloc_sel
                 cz.next = count[zsrc]
                 cz_one.next = count[zsrc] == 1
-                own_row.next = op_row >= ba and op_row < la
-                app_row.next = op_row == la
+                own_row.next = not row_big and orow >= ba and orow < la
+                app_row.next = not row_big and orow == la
                 state.next = ST_RW2
             elif state == ST_RW2:
                 state.next = ST_DONE
@@ -771,7 +768,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 bump.next = 0
                 free_pages.next = PAGES
 
-    # ---------------- kinds and counts: each slot's update on its one-hot selects ----------------
+    # ---------------- kinds and counts: every slot's update in one place ----------------
     @always_comb
     def slot_enables():
         slot_en.next = state == ST_SLOT
@@ -794,25 +791,25 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                         kind[s].next = K_ZOMBIE
                     else:
                         kind[s].next = K_FREE
-                if slot_en and pick_hot[s]:     # NEW / FORK: the new slot
+                if slot_en and pick_q == s:     # NEW / FORK: the new slot
                     count[s].next = 0
                     if code == OP_NEW:
                         kind[s].next = K_SEQ
                     else:
                         kind[s].next = K_BRANCH
-                if rw2z_en and zsrc_hot[s]:     # WRITE: the page came from this zombie's chain
+                if rw2z_en and zsrc == s:       # WRITE: the page came from this zombie's chain
                     count[s].next = cz - 1
                     if cz_one:
                         kind[s].next = K_FREE
-                if rw2a_en and a_hot[s]:        # WRITE: the slot's new page
+                if rw2a_en and a == s:          # WRITE: the slot's new page
                     count[s].next = ca + 1
-                if c5_en and ps_hot[s]:         # COMMIT: the sequence, a zombie holding the rests
+                if c5_en and ps == s:           # COMMIT: the sequence, a zombie holding the rests
                     count[s].next = sb_cnt
                     if sb_cnt != 0:
                         kind[s].next = K_ZOMBIE
                     else:
                         kind[s].next = K_FREE
-                if c5_en and a_hot[s]:          # COMMIT: the branch becomes the sequence
+                if c5_en and a == s:            # COMMIT: the branch becomes the sequence
                     kind[s].next = K_SEQ
                     count[s].next = op_row[CW:0]
 
