@@ -140,12 +140,13 @@ def mul_wide(clk, ce, a, b, p):
 def exp_pipe(clk, ce, m, z, out):
     """``out = EXP(m - z)`` (Q1.15) for biased codes, :data:`hwcontract.latency.EXP` enabled cycles later.
 
-    0 when z is -inf (0), z > m or m - z >= 4096. Stages: distance and range check; the EH/EL table reads;
-    the DSP product (M, P); rounding.
+    0 when z is -inf (0), z > m or m - z >= 4096. Stages: distance and range check; the EH/EL table reads
+    (the block RAM's own read register); a fabric register after the block RAM (its clock-to-out plus the
+    route to the DSP would otherwise share a cycle with the product); the DSP product (M, P); rounding.
     """
     d_n, d = Signal(intbv(0)[12:]), Signal(intbv(0)[12:])
-    ok_n, ok, ok2, ok3, ok4 = (Signal(bool(0)) for _ in range(5))
-    eh_n, eh, el_n, el = (Signal(intbv(0)[16:]) for _ in range(4))
+    ok_n, ok, ok1, ok2, ok3, ok4 = (Signal(bool(0)) for _ in range(6))
+    eh_n, eh, el_n, el, ehr, elr = (Signal(intbv(0)[16:]) for _ in range(6))
     prod_n, mm, prod = (Signal(intbv(0)[32:]) for _ in range(3))
     out_n = Signal(intbv(0)[16:])
 
@@ -165,7 +166,7 @@ def exp_pipe(clk, ce, m, z, out):
 
     @always_comb
     def mul():
-        prod_n.next = eh * el
+        prod_n.next = ehr * elr
 
     @always_comb
     def rnd():
@@ -175,6 +176,6 @@ def exp_pipe(clk, ce, m, z, out):
             out_n.next = 0
 
     regs = [reg(clk, ce, d_n, d), reg(clk, ce, ok_n, ok), reg(clk, ce, eh_n, eh), reg(clk, ce, el_n, el),
-            reg(clk, ce, ok, ok2), reg(clk, ce, prod_n, mm), reg(clk, ce, ok2, ok3), reg(clk, ce, mm, prod),
+            reg(clk, ce, eh, ehr), reg(clk, ce, el, elr), reg(clk, ce, ok, ok1), reg(clk, ce, ok1, ok2), reg(clk, ce, prod_n, mm), reg(clk, ce, ok2, ok3), reg(clk, ce, mm, prod),
             reg(clk, ce, ok3, ok4), reg(clk, ce, out_n, out)]
     return [dist, rom, mul, rnd] + regs

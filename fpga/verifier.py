@@ -736,29 +736,29 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     grow8 = Signal(bool(0))
     zb8 = [Signal(intbv(0)[16:]) for _ in range(L)]
     insts += [delay(clk, adv, zbs[k], zb8[k], 3) for k in range(L)]
-    # stages 9-13: EXP(m_t - z) per lane and EXP(m_t - m_old) (0 while m_old is -inf)
-    e13 = [Signal(intbv(0)[16:]) for _ in range(L)]
-    insts += [exp_pipe(clk, adv, mt8, zb8[k], e13[k]) for k in range(L)]
-    er13 = Signal(intbv(0)[16:])
-    insts.append(exp_pipe(clk, adv, mt8, mold8, er13))
-    grow15 = Signal(bool(0))
-    er15 = Signal(intbv(0)[16:])
-    insts += [delay(clk, adv, grow8, grow15, lat.EXP + 2), delay(clk, adv, er13, er15, 2)]
+    # stages 9-14: EXP(m_t - z) per lane and EXP(m_t - m_old) (0 while m_old is -inf)
+    e_x = [Signal(intbv(0)[16:]) for _ in range(L)]
+    insts += [exp_pipe(clk, adv, mt8, zb8[k], e_x[k]) for k in range(L)]
+    er_x = Signal(intbv(0)[16:])
+    insts.append(exp_pipe(clk, adv, mt8, mold8, er_x))
+    grow_s = Signal(bool(0))
+    er_s = Signal(intbv(0)[16:])
+    insts += [delay(clk, adv, grow8, grow_s, lat.EXP + 2), delay(clk, adv, er_x, er_s, 2)]
 
-    # stages 14-15: the lane sum
-    esum15 = Signal(intbv(0)[20:])
-    insts.append(lane_sum(clk, adv, e13, esum15))
+    # stages 15-16: the lane sum
+    esum_s = Signal(intbv(0)[20:])
+    insts.append(lane_sum(clk, adv, e_x, esum_s))
 
     # the rescale product S * EXP(m - m') for a beat that raises a finite max (operands held by the stall)
     rprod = Signal(intbv(0)[48:])
     rc = Signal(intbv(0)[3:])
-    insts.append(mul_wide(clk, None, er15, ssum, rprod))
+    insts.append(mul_wide(clk, None, er_s, ssum, rprod))
     stall = Signal(bool(0))
 
     @always_comb
     def stall_logic():
-        stall.next = state == ST_STREAM and vpipe[NS - 1] and grow15 and rc != lat.VER_RESCALE
-        adv.next = not (state == ST_STREAM and vpipe[NS - 1] and grow15 and rc != lat.VER_RESCALE)
+        stall.next = state == ST_STREAM and vpipe[NS - 1] and grow_s and rc != lat.VER_RESCALE
+        adv.next = not (state == ST_STREAM and vpipe[NS - 1] and grow_s and rc != lat.VER_RESCALE)
 
     insts.append(stall_logic)
 
@@ -987,6 +987,11 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             issuing.next = 1
             rcv.next = 0
             c_walk.next = 0
+        elif issuing:                                   # TOTAL and WALK issue one buffer read per cycle
+            if addr == nb - 1:
+                issuing.next = 0
+            else:
+                addr.next = addr + 1
         if state != ST_TOTAL and state != ST_TDONE:
             w_d.next = 0
             w_e.next = 0
@@ -1078,10 +1083,10 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 rc.next = rc + 1
             elif adv and vpipe[NS - 1]:         # stage 15: the sum
                 rc.next = 0
-                if grow15:
-                    ssum.next = (rprod >> 15) + esum15
+                if grow_s:
+                    ssum.next = (rprod >> 15) + esum_s
                 else:
-                    ssum.next = ssum + esum15
+                    ssum.next = ssum + esum_s
                 if lpipe[NS - 1]:
                     state.next = ST_ROWEND
         elif state == ST_ROWEND:
@@ -1203,11 +1208,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 zsel_r.next = (rd_p >> xsh) & 0xFFFF
                 state.next = ST_TEST
         elif state == ST_TOTAL:
-            if issuing:
-                if addr == nb - 1:
-                    issuing.next = 0
-                else:
-                    addr.next = addr + 1
             if svalid[D_SAMPLE - 1]:
                 w_d.next = w_d + pd_last
                 w_e.next = w_e + pe_last
@@ -1234,11 +1234,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 t_thr.next = uprod >> 24
                 state.next = ST_WALK
         elif state == ST_WALK:
-            if issuing:
-                if addr == nb - 1:
-                    issuing.next = 0
-                else:
-                    addr.next = addr + 1
             if svalid[D_SAMPLE - 1]:
                 c_walk.next = c_walk + pw_last
             if svalid[D_SAMPLE + 2]:

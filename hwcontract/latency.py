@@ -8,7 +8,7 @@ from __future__ import annotations
 # fpga.pipe building blocks
 MUL_NARROW = 4      # mul_wide with one or two 16-bit tiles: A/B, M, P registers, one sum level
 MUL_WIDE = 5        # three or four tiles: two sum levels
-EXP = 5             # exp_pipe: distance, table reads, M, P, rounding
+EXP = 6             # exp_pipe: distance, table reads, a register after the block RAM, M, P, rounding
 
 # verifier: stream path (a beat taken at the input to its sum added into S)
 #   input register, decode, M, P, temper, max tree (2), running max, EXP, lane sum (2)
