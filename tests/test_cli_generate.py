@@ -111,10 +111,14 @@ def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):
 def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     out, plots = tmp_path / "e2e.json", tmp_path / "plots"
     argv = ["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gammas", "0,2", "--n-prompts",
-            "2", "--max-new-tokens", "8", "--json", str(out), "--plot", str(plots)]
+            "2", "--max-new-tokens", "8", "--pipelined", "2", "--json", str(out), "--plot", str(plots)]
     assert cli.main(argv) == 0
     res = json.loads(out.read_text())
-    assert [r["gamma"] for r in res["rows"]] == [0, 2]
+    assert [r["gamma"] for r in res["rows"]] == [0, 2, "2-pipelined"]
+    piped = res["rows"][2]
+    assert piped["mode"] == "pipelined" and piped["positions_per_call"] == 3
+    assert piped["ahead_hits"] >= 0 and piped["ahead_misses"] >= 0
+    assert piped["tokens_per_call"] == res["rows"][1]["tokens_per_call"]      # the same rounds, drafted ahead
     for r in res["rows"]:
         for key in ("gamma", "tokens_per_s", "speedup", "acceptance", "tokens_per_call", "breakdown"):
             assert key in r
@@ -123,6 +127,23 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert res["rows"][0]["speedup"] == 1.0 and res["rows"][0]["acceptance"] is None
     assert 0 <= res["rows"][1]["acceptance"] <= 1
     assert res["greedy_outputs_identical_across_gammas"] is True
+    # Hugging Face in the same run: target-only and assisted generation give our target-only tokens
+    assert [p["name"] for p in res["peers"]] == ["hf-target", "hf-assisted-g2", "hf-assisted-heuristic",
+                                                 "hf-assisted-default"]
+    for p in res["peers"]:
+        assert p["identical"] is True and p["new_tokens"] == 16 and p["tokens_per_s"] > 0
+        assert p["speedup"] == pytest.approx(p["tokens_per_s"] / res["rows"][0]["tokens_per_s"])
+    assert res["best_vs_hf_assisted"]["peer"].startswith("hf-assisted")
+    # the break-even model: a prediction next to every measured speculative row, a curve up to GAMMA_MAX
+    be = res["breakeven"]
+    assert [p["gamma"] for p in be["rows"]] == [2] and be["rows"][0]["measured_speedup"] == res["rows"][1]["speedup"]
+    assert len(be["curve"]) == 16 and be["best_gamma"] in range(1, 17)
+    # the sampling guard: gamma 0 and 2 again, sampled; cost per target call of each mode
+    guard = res["sampling_guard"]
+    assert [r["gamma"] for r in guard["rows"]] == [0, 2] and guard["sampling"]["temperature"] == 0.8
+    for r in guard["rows"]:
+        assert r["cost_ratio"] == pytest.approx(r["sampled_s_per_call"] / r["greedy_s_per_call"])
+    assert guard["ok"] == all(r["cost_ratio"] <= guard["limit"] for r in guard["rows"])
     pngs = sorted(plots.glob("*.png"))
     assert [p.name for p in pngs] == ["per_position_acceptance.png", "round_breakdown.png", "speedup_vs_gamma.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000 for p in pngs)
@@ -132,6 +153,11 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
 def test_bench_e2e_bad_gammas_exit_2(gammas, message, capsys):
     assert exit_code(["bench", "e2e", "--gammas", gammas]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_e2e_guard_outside_the_gammas_exits_2(capsys):
+    assert exit_code(["bench", "e2e", "--gammas", "0,2", "--sampling-guard", "4"]) == 2
+    assert "--sampling-guard: 4" in capsys.readouterr().err
 
 
 def test_pynq_backend_without_a_board_fails_clearly(gpt2_dirs, tmp_path, monkeypatch, capsys):

@@ -192,6 +192,37 @@ def test_gamma_auto_schedule_steps_and_bounds():
     assert s.gamma == 1                     # never below 1
 
 
+def model_round(g: int, n_accept: int, draft_step: float, cost) -> decode.Round:
+    return decode.Round(g=g, n_accept=n_accept, emitted=n_accept + 1, depth=g,
+                        total_s=g * draft_step + cost(g + 1), draft_s=g * draft_step)
+
+
+@pytest.mark.parametrize("accept,cheap,expect", [
+    (1.0, True, 16),        # every draft accepted, drafting cheap: as deep as the core allows
+    (0.0, True, 1),         # nothing accepted: the least drafting
+    (0.8, False, None),     # the break-even optimum of the measured costs
+])
+def test_gamma_model_schedule_picks_the_predicted_best(accept, cheap, expect):
+    """``--gamma model`` learns acceptance and costs from its rounds and moves to the predicted best gamma."""
+    from specdec.breakeven import expected_tokens
+    d = 0.001 if cheap else 0.005
+    cost = lambda n: 0.040 + 0.004 * n          # noqa: E731  the target's and the rest's seconds at n positions
+    s = GammaSchedule("model", gamma_max=16)
+    assert s.gamma == decode.AUTO_GAMMA_START
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        g = s.gamma
+        n = g if accept == 1.0 else 0 if accept == 0.0 else next((j for j in range(g) if rng.random() >= accept), g)
+        s.update(n, g, model_round(g, n, d, cost))
+    if expect is None:
+        acc = [accept] * 16
+        expect = max(range(1, 17), key=lambda g: expected_tokens(acc, g) / (g * d + cost(g + 1)))
+        assert 1 < expect < 16
+        assert abs(s.gamma - expect) <= 1       # acceptance estimated from samples
+    else:
+        assert s.gamma == expect
+
+
 def test_gamma_auto_start_capped_by_gamma_max():
     assert GammaSchedule("auto", gamma_max=2).gamma == 2
 

@@ -16,27 +16,30 @@ import sys
 import time
 from pathlib import Path
 
-from . import corpus, pairs, runtime
+from . import breakeven, corpus, pairs, peers as hf_peers, runtime
 from .builds import CORE_PARAMS
+from .decode import ADAPTIVE_GAMMAS, ModelDraft, Sampling
 from .job import Job, TreeSpec
 from .metrics import BREAKDOWN, summarize
 
-GOALS = {"speedup": 1.5, "host_fraction": 0.05}
+GOALS = {"speedup": 1.5, "host_fraction": 0.05, "sampling_cost": 1.5, "vs_hf_assisted": 1.3}
 HELD_OUT_SEED = 1234
+#: The sampling guard's settings (issue #15): the loop's cost per target call when it samples, against greedy.
+GUARD_SAMPLING = Sampling(temperature=0.8, top_p=0.95)
 
 
 def parse_gammas(text: str) -> list:
-    """``"0,2,4,auto"`` -> ``[0, 2, 4, "auto"]``; 0 (the baseline) is added first when missing."""
+    """``"0,2,4,auto,model"`` -> ``[0, 2, 4, "auto", "model"]``; 0 (the baseline) is added first when missing."""
     out: list = []
     for part in text.split(","):
         part = part.strip()
-        if part == "auto":
+        if part in ADAPTIVE_GAMMAS:
             g = part
         else:
             try:
                 g = int(part)
             except ValueError:
-                raise ValueError(f"--gammas: {part!r} is not an integer or 'auto'") from None
+                raise ValueError(f"--gammas: {part!r} is not an integer, 'auto' or 'model'") from None
             if not 0 <= g <= CORE_PARAMS["GAMMA_MAX"]:
                 raise ValueError(f"--gammas: {g} outside 0..{CORE_PARAMS['GAMMA_MAX']} (the core's GAMMA_MAX)")
         if g not in out:
@@ -52,12 +55,23 @@ def default_prompts(n: int) -> list[str]:
 
 
 def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = None,
-        trees: list[TreeSpec] | None = None) -> dict:
+        trees: list[TreeSpec] | None = None, guard_gamma: int | None = None,
+        peers: list[hf_peers.Peer] | None = None, pipelined: list[int] | None = None) -> dict:
     """Measure every gamma, and every token tree in ``trees``, on the prompts of ``job``; see the module
     docstring.
 
     Each tree row is compared with the chains at equal target cost: a tree of N nodes makes the target
     score N positions per call, as a chain of gamma = N - 1 does.
+
+    ``guard_gamma`` (an int in ``gammas``) adds the sampling guard: gamma 0 and ``guard_gamma`` run again,
+    interleaved with the rest, in the other mode (sampled at :data:`GUARD_SAMPLING` for a greedy job, greedy
+    for a sampled one), and :func:`sampling_guard` compares the cost per target call of the two modes.
+
+    ``peers`` (:mod:`specdec.peers`) run Hugging Face ``generate`` with the same pair, interleaved per prompt
+    with our rows; a greedy peer must give our target-only tokens (``identical``).
+
+    ``pipelined`` gammas add rows ``"<g>-pipelined"`` (mode ``pipelined``): the same chains drafted with
+    :class:`specdec.pipeline.PipelinedDraft` (the next round drafted while the target scores this one).
     """
     from tqdm import tqdm
     pair = pair or pairs.open_pair(job.target, job.draft)
@@ -73,36 +87,72 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
         label = f"{spec.kind}-{spec.budget}"
         jobs[label], specs[label] = dataclasses.replace(job, tree=spec), spec
         drafters[label] = pairs.drafter(pair, spec)
+    for g in pipelined or []:
+        if not isinstance(pair.draft, ModelDraft) or g not in gammas or g == 0:
+            raise ValueError(f"pipelined gamma {g!r}: one of the measured gammas other than 0, with a draft model")
+        from .pipeline import PipelinedDraft
+        label = f"{g}-pipelined"
+        jobs[label], drafters[label] = dataclasses.replace(job, gamma=g, tree=None), PipelinedDraft(pair.draft.lm)
+    guard = {}
+    if guard_gamma is not None:
+        if guard_gamma not in gammas or guard_gamma == 0:
+            raise ValueError(f"guard gamma {guard_gamma!r}: one of the measured gammas other than 0 ({gammas})")
+        other = Sampling() if not job.sampling.greedy else GUARD_SAMPLING
+        for g in (0, guard_gamma):
+            label = f"{g}-{'greedy' if other.greedy else 'sampled'}"
+            jobs[label], drafters[label], guard[g] = dataclasses.replace(job, gamma=g, tree=None,
+                                                                          sampling=other), pair.draft, label
     labels = list(jobs)
+    peers = [p for p in peers or [] if not p.assisted or isinstance(pair.draft, ModelDraft)]  # a draft model
+    eos = frozenset(pair.target.eos_token_id if isinstance(pair.target.eos_token_id, (list, tuple))
+                    else [] if pair.target.eos_token_id is None else [pair.target.eos_token_id])
+    draft_model = pair.draft.lm.model if hasattr(pair.draft, "lm") else None
+
+    def peer_run(peer, i, ids, n):
+        return hf_peers.generate(peer, pair.target.model, draft_model, ids, n, job.sampling, eos, job.seed + i)
+
     # warm-up (untimed): first calls into torch and numpy allocate
     last = gammas[-1]
     runtime.generate_one(dataclasses.replace(jobs[last], max_new_tokens=4), 0, prompts[0], pair.target,
                          drafters[last], cores.verifier)
+    for peer in peers:
+        peer_run(peer, 0, prompts[0], 4)
     gens: dict = {k: [] for k in labels}
+    peer_out: dict = {p.name: [] for p in peers}
     t0 = time.time()
-    with tqdm(total=len(prompts) * len(labels), desc="bench e2e", unit="gen", file=sys.stderr,
+    with tqdm(total=len(prompts) * (len(labels) + len(peers)), desc="bench e2e", unit="gen", file=sys.stderr,
               disable=not sys.stderr.isatty() and os.environ.get("SPECDEC_PROGRESS") != "1") as bar:
         for i, ids in enumerate(prompts):
             for k in labels:
                 gens[k].append(runtime.generate_one(jobs[k], i, ids, pair.target, drafters[k], cores.verifier,
                                                     cores.masker))
                 bar.update(1)
+            for peer in peers:
+                peer_out[peer.name].append(peer_run(peer, i, ids, job.max_new_tokens))
+                bar.update(1)
     rows = []
     base = summarize(gens[0])["tokens_per_s"]
     for k in labels:
+        if k in guard.values():
+            continue
         s = summarize(gens[k])
         tree = specs.get(k)
-        rows.append({"gamma": k, "mode": tree.kind if tree else "chain",
-                     "positions_per_call": tree.budget if tree else (k + 1 if k != "auto" else None),
+        piped = isinstance(k, str) and k.endswith("-pipelined")
+        rows.append({"gamma": k, "mode": tree.kind if tree else "pipelined" if piped else "chain",
+                     "positions_per_call": tree.budget if tree else jobs[k].gamma + 1 if piped else
+                     (k + 1 if isinstance(k, int) else None),
                      "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / base if base else None,
                      **{key: s[key] for key in ("acceptance", "tokens_per_call", "per_position_acceptance",
                                                 "breakdown", "host_fraction", "target_calls", "new_tokens",
                                                 "wall_s", "verifier_cycles", "verifier_cycles_per_round",
                                                 "mask_cycles_per_round", "kv_ops_per_round",
                                                 "kv_cycles_per_round", "kv_pages_max")}})
+        if piped:
+            rows[-1].update(ahead_hits=drafters[k].hits, ahead_misses=drafters[k].misses)
     spec_rows = [r for r in rows if r["gamma"] != 0]
     best = max(spec_rows, key=lambda r: r["speedup"] or 0) if spec_rows else None
-    same = all(gens[k][i].tokens == gens[0][i].tokens for k in labels for i in range(len(prompts)))
+    same = all(gens[k][i].tokens == gens[0][i].tokens for k in labels if k not in guard.values()
+               for i in range(len(prompts)))
     res = {"target": pair.target_name, "draft": pair.draft_name, "backend": backend,
            "prompts": len(prompts), "max_new_tokens": job.max_new_tokens,
            "sampling": dataclasses.asdict(job.sampling), "seed": job.seed, "rows": rows,
@@ -111,6 +161,24 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
            "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None,
            "host": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "cpu": platform.processor() or platform.machine()}}
+    if spec_rows and any(r["gamma"] == 0 for r in rows):
+        res["breakeven"] = breakeven.report(rows, CORE_PARAMS["GAMMA_MAX"])
+    if peers:
+        res["peers"] = peer_rows(peer_out, [g.tokens for g in gens[0]], base, job.sampling.greedy)
+        assisted = [r for r in res["peers"] if r["name"].startswith("hf-assisted")]
+        if best and assisted:
+            top = max(assisted, key=lambda r: r["tokens_per_s"])
+            ratio = best["tokens_per_s"] / top["tokens_per_s"] if top["tokens_per_s"] else None
+            res["best_vs_hf_assisted"] = {"peer": top["name"], "ratio": ratio}
+            res.setdefault("goals_met", {})[f"best row >= {GOALS['vs_hf_assisted']}x HF assisted at its best "
+                                            f"({top['name']})"] = ratio is not None and ratio >= GOALS["vs_hf_assisted"]
+        if job.sampling.greedy:
+            res["greedy_outputs_identical_across_gammas"] = same and all(r["identical"] for r in res["peers"])
+    if guard:
+        res["sampling_guard"] = sampling_guard({g: (gens[g], gens[label]) for g, label in guard.items()},
+                                               job.sampling.greedy)
+        res.setdefault("goals_met", {})[f"sampling within {GOALS['sampling_cost']}x of greedy per target call"] = \
+            res["sampling_guard"]["ok"]
     if specs:
         res["trees"] = {label: spec.to_dict() for label, spec in specs.items()}
         res["tree_vs_chain"] = tree_vs_chain(rows)
@@ -123,13 +191,47 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     return res
 
 
+def peer_rows(outs: dict, ours: list[list[int]], base: float, greedy: bool) -> list[dict]:
+    """One row per peer: tok/s over every prompt, speedup over our target-only row, and (greedy) whether
+    every prompt's tokens equal our target-only tokens."""
+    rows = []
+    for name, runs in outs.items():
+        n_tok = sum(len(t) for t, _ in runs)
+        wall = sum(s for _, s in runs)
+        tps = n_tok / wall if wall else 0.0
+        rows.append({"name": name, "tokens_per_s": tps, "speedup": tps / base if base else None,
+                     "new_tokens": n_tok, "wall_s": wall,
+                     "identical": all(t == o for (t, _), o in zip(runs, ours)) if greedy else None})
+    return rows
+
+
+def sampling_guard(pairs_by_gamma: dict, job_greedy: bool) -> dict:
+    """The sampling path's cost against greedy at equal acceptance: seconds per target call (a call yields
+    ``tokens_per_call`` tokens, so dividing it out removes the modes' different acceptance), sampled over
+    greedy, for target-only decoding and one gamma. The guard holds when every ratio is at most
+    ``GOALS["sampling_cost"]``; the rows carry tok/s as measured too.
+    """
+    rows = []
+    for g, (mine, other) in pairs_by_gamma.items():
+        greedy, sampled = (mine, other) if job_greedy else (other, mine)
+        sg, ss = summarize(greedy), summarize(sampled)
+        per_call = {m: s["wall_s"] / s["target_calls"] for m, s in (("greedy", sg), ("sampled", ss))}
+        rows.append({"gamma": g, "greedy_tokens_per_s": sg["tokens_per_s"],
+                     "sampled_tokens_per_s": ss["tokens_per_s"],
+                     "greedy_tokens_per_call": sg["tokens_per_call"], "sampled_tokens_per_call": ss["tokens_per_call"],
+                     "greedy_s_per_call": per_call["greedy"], "sampled_s_per_call": per_call["sampled"],
+                     "cost_ratio": per_call["sampled"] / per_call["greedy"]})
+    return {"sampling": dataclasses.asdict(GUARD_SAMPLING), "rows": rows, "limit": GOALS["sampling_cost"],
+            "ok": all(r["cost_ratio"] <= GOALS["sampling_cost"] for r in rows)}
+
+
 def tree_vs_chain(rows: list[dict]) -> list[dict]:
     """Each tree row against the best measured chain (tokens per target call) whose calls score at most as
     many positions as the tree's (gamma + 1 <= N): equal or lower target cost."""
     out = []
-    chains = [r for r in rows if r["mode"] == "chain" and r["gamma"] not in (0, "auto")]
+    chains = [r for r in rows if r["mode"] == "chain" and isinstance(r["gamma"], int) and r["gamma"] > 0]
     for r in rows:
-        if r["mode"] == "chain":
+        if r["mode"] in ("chain", "pipelined"):
             continue
         fair = [c for c in chains if c["positions_per_call"] <= r["positions_per_call"]]
         best = max(fair, key=lambda c: c["tokens_per_call"]) if fair else None
@@ -159,6 +261,21 @@ def format_table(res: dict) -> str:
     for c in res.get("tree_vs_chain", []):
         lines.append(f"{c['tree']}: {c['tokens_per_call']:.2f} tokens/call vs best chain at equal target cost "
                      f"(gamma {c['best_chain_gamma']}): {c['best_chain_tokens_per_call'] or 0:.2f}")
+    be = res.get("breakeven")
+    if be:
+        lines.append(f"break-even model: draft step {be['draft_step_s'] * 1e3:.1f} ms, target "
+                     f"{be['target_s_fixed'] * 1e3:.1f} ms + {be['target_s_per_position'] * 1e3:.2f} ms/position; "
+                     f"predicted best gamma {be['best_gamma']}")
+        for p in be["rows"]:
+            lines.append(f"{p['gamma']!s:>10} predicted {p['speedup']:.2f}x  measured {p['measured_speedup']:.2f}x  "
+                         f"({p['tokens_per_call']:.2f} tok/call, {p['round_s'] * 1e3:.1f} ms/round)")
+    for r in res.get("peers", []):
+        same = "" if r["identical"] is None else ("  tokens identical" if r["identical"] else "  TOKENS DIFFER")
+        lines.append(f"{r['name']:>22} {r['tokens_per_s']:8.2f} {r['speedup']:7.2f}x{same}")
+    for r in res.get("sampling_guard", {}).get("rows", []):
+        lines.append(f"sampling guard, gamma {r['gamma']}: {r['sampled_s_per_call'] * 1e3:.1f} ms per target call "
+                     f"sampled vs {r['greedy_s_per_call'] * 1e3:.1f} greedy ({r['cost_ratio']:.2f}x; "
+                     f"{r['sampled_tokens_per_s']:.2f} vs {r['greedy_tokens_per_s']:.2f} tok/s)")
     for goal, ok in res.get("goals_met", {}).items():
         lines.append(f"goal {goal}: {'met' if ok else 'MISSED'}")
     return "\n".join(lines)

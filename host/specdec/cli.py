@@ -245,26 +245,35 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("bench", "kv")] = _bench_kv
     e = b_sub.add_parser("e2e", help="end-to-end decoding speed vs gamma (HADES Table I), acceptance, breakdown")
     e.add_argument("--gammas", default="0,2,4,8,16", help="comma-separated gammas; 0 = target-only baseline; "
-                                                           "'auto' allowed (default 0,2,4,8,16)")
+                                                           "'auto' and 'model' allowed (default 0,2,4,8,16)")
     e.add_argument("--prompts", metavar="FILE", help="prompt file (.jsonl or one per line); default: held-out "
                                                      "Shakespeare passages")
     e.add_argument("--n-prompts", type=_positive, default=8, help="held-out passages when no --prompts (default 8)")
     _model_args(e)
     _tree_args(e, multi=True)
     e.add_argument("--backend", default="ref", choices=("ref", "pynq"), help="verifier backend (default ref)")
+    e.add_argument("--sampling-guard", metavar="GAMMA", type=int, default=None,
+                   help="rerun gamma 0 and GAMMA in the other mode (sampled T=0.8 top-p 0.95, or greedy) and "
+                        "compare the cost per target call; default: 4 when measured, else the first gamma > 0; "
+                        "-1 = off")
+    e.add_argument("--pipelined", metavar="GAMMAS", default="",
+                   help="comma-separated measured gammas to run again with pipelined drafting (greedy chains)")
+    e.add_argument("--no-peers", action="store_true",
+                   help="skip the Hugging Face peers (target-only generate, assisted generation)")
     e.add_argument("--json", metavar="FILE", help="write the results as JSON")
     e.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
     HANDLERS[("bench", "e2e")] = _bench_e2e
 
 
 def _gamma(text: str) -> int | str:
-    """``--gamma``: an integer or ``auto`` (its range is the job's to check)."""
-    if text == "auto":
+    """``--gamma``: an integer, ``auto`` or ``model`` (its range is the job's to check)."""
+    from specdec.decode import ADAPTIVE_GAMMAS
+    if text in ADAPTIVE_GAMMAS:
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, 'auto' or 'model', got {text!r}") from None
 
 
 def _positive(text: str) -> int:
@@ -374,7 +383,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.set_defaults(action="run")
     g.add_argument("--prompt", required=True, help="the prompt text (a typed \\n is a newline)")
     _model_args(g)
-    g.add_argument("--gamma", type=_gamma, default=4, help="draft tokens per round, or auto (default 4)")
+    g.add_argument("--gamma", type=_gamma, default=4, help="draft tokens per round; auto (HF's heuristic) or model (the "
+                                                          "break-even model's best gamma, measured online) (default 4)")
     _tree_args(g)
     g.add_argument("--backend", default="ref", choices=runtime.BACKENDS,
                    help="verifier: ref (golden model), sim (RTL in Verilator), pynq (a board)")
@@ -394,7 +404,23 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     trees = [_tree_spec(args, kind.strip()) for kind in (args.tree.split(",") if args.tree else [])]
     for spec in trees:
         dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
-    res = bench_e2e.run(job, gammas, args.backend, trees=trees)
+    guard = args.sampling_guard
+    if guard is None:
+        ints = [g for g in gammas if isinstance(g, int) and g > 0]
+        guard = 4 if 4 in ints else (ints[0] if ints else -1)
+    if guard != -1 and (guard == 0 or guard not in gammas):
+        raise UsageError(f"--sampling-guard: {guard} is not one of the measured gammas other than 0 ({args.gammas})")
+    try:
+        piped = [int(x) for x in args.pipelined.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--pipelined: {args.pipelined!r} is not a comma-separated list of gammas") from None
+    for g in piped:
+        if g == 0 or g not in gammas:
+            raise UsageError(f"--pipelined: {g} is not one of the measured gammas other than 0 ({args.gammas})")
+    from specdec.peers import default_peers
+    peers = [] if args.no_peers else default_peers(guard if guard > 0 else 4)
+    res = bench_e2e.run(job, gammas, args.backend, trees=trees, guard_gamma=None if guard == -1 else guard,
+                        peers=peers, pipelined=piped)
     print(bench_e2e.format_table(res))
     _write_json(args.json, res)
     if args.plot:

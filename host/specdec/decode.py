@@ -19,8 +19,9 @@ benchmarks compare against.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from hwcontract.formats import INV_TEMP_MAX, fixed_point_dist, inv_temp, quantiz
 from hwcontract.regmap import TREE_MAX_NODES
 from .errors import OptionError, SpecdecError, check_int
 from .models import CausalLM
+from .threads import owned_threads
 from .tree import Tree
 
 if TYPE_CHECKING:
@@ -35,8 +37,11 @@ if TYPE_CHECKING:
 
     from .drivers import TreeMask, Verifier
 
-#: First gamma of the adaptive schedule (then +2 after a fully accepted round, -1 otherwise, like the
-#: "heuristic" schedule of Hugging Face assisted generation).
+#: Gammas that adapt per round: "auto" (+2 after a fully accepted round, -1 otherwise, like the "heuristic"
+#: schedule of Hugging Face assisted generation) and "model" (the gamma the break-even model of
+#: :mod:`specdec.breakeven` predicts fastest from this generation's own measurements).
+ADAPTIVE_GAMMAS = ("auto", "model")
+#: First gamma of an adaptive schedule.
 AUTO_GAMMA_START = 4
 
 
@@ -70,7 +75,7 @@ class Sampling:
 
 @dataclass(frozen=True)
 class GenConfig:
-    """One generation: the token budget, gamma (int >= 0 or "auto"), sampling, seed and tree size."""
+    """One generation: the token budget, gamma (int >= 0, "auto" or "model"), sampling, seed and tree size."""
 
     max_new_tokens: int = 64
     gamma: int | str = 4
@@ -81,26 +86,66 @@ class GenConfig:
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1)
-        if self.gamma != "auto":
-            check_int("gamma", self.gamma, 0, allowed="an integer >= 0 or 'auto'")
+        if self.gamma not in ADAPTIVE_GAMMAS:
+            check_int("gamma", self.gamma, 0, allowed="an integer >= 0, 'auto' or 'model'")
         check_int("seed", self.seed, 0)
         check_int("tree_budget", self.tree_budget, 0, TREE_MAX_NODES,
                   allowed=f"a node count in 1..{TREE_MAX_NODES} (0 = chain)")
 
 
 class GammaSchedule:
-    """Constant gamma, or "auto": +2 after a round that accepted every draft token, -1 otherwise."""
+    """Constant gamma; "auto": +2 after a round that accepted every draft token, -1 otherwise; "model": after
+    every round, the gamma that maximizes predicted tokens per second, ``E(g) / (g d + C(g + 1))``, where
+    ``E`` comes from the acceptance per position seen so far (each position's count starts with one
+    pseudo-round at its predecessor's estimate, so a position never reached takes that estimate and a
+    schedule that accepts everything explores deeper), ``d`` the mean draft step and ``C(n)`` the rest of a
+    round over n target positions, a least-squares line over the rounds seen (flat while only one n has been
+    seen, so the schedule explores upwards)."""
 
     def __init__(self, gamma: int | str, gamma_max: int) -> None:
-        self.auto = gamma == "auto"
+        self.mode = gamma if gamma in ADAPTIVE_GAMMAS else "constant"
         self.gamma_max = gamma_max
-        self.gamma = min(AUTO_GAMMA_START, gamma_max) if self.auto else int(gamma)
-        if not self.auto and self.gamma > gamma_max:
+        self.gamma = min(AUTO_GAMMA_START, gamma_max) if self.mode != "constant" else int(gamma)
+        if self.mode == "constant" and self.gamma > gamma_max:
             raise ValueError(f"gamma {self.gamma} exceeds the verifier core's GAMMA_MAX {gamma_max}")
+        self._reached = [0] * gamma_max
+        self._taken = [0] * gamma_max
+        self._draft = [0.0, 0]                  # draft seconds, draft steps
+        self._cost: dict[int, list] = {}        # target positions -> [seconds of the round but drafting, rounds]
 
-    def update(self, n_accept: int, g: int) -> None:
-        if self.auto and g:
+    def update(self, n_accept: int, g: int, rnd: Round | None = None) -> None:
+        if self.mode == "auto" and g:
             self.gamma = min(self.gamma + 2, self.gamma_max) if n_accept == g else max(1, self.gamma - 1)
+        elif self.mode == "model" and g and rnd is not None:
+            for j in range(min(g, n_accept + 1)):
+                self._reached[j] += 1
+                self._taken[j] += j < n_accept
+            self._draft[0] += rnd.draft_s
+            self._draft[1] += g
+            c = self._cost.setdefault(g + 1, [0.0, 0])
+            c[0] += rnd.total_s - rnd.draft_s
+            c[1] += 1
+            self.gamma = self.predicted_best()
+
+    def predicted_best(self) -> int:
+        """The gamma in 1..GAMMA_MAX with the highest predicted tokens per second (see the class docstring)."""
+        from .breakeven import expected_tokens
+        acc: list[float] = []
+        for t, r in zip(self._taken, self._reached):     # one pseudo-round at the predecessor's estimate
+            prior = acc[-1] if acc else 0.5
+            acc.append((t + prior) / (r + 1))
+        d = self._draft[0] / self._draft[1] if self._draft[1] else 0.0
+        pts = {n: c[0] / c[1] for n, c in self._cost.items()}
+        if len(pts) > 1:
+            slope, base = np.polyfit(list(pts), list(pts.values()), 1)
+            slope = max(0.0, float(slope))
+        else:
+            slope, base = 0.0, next(iter(pts.values()), 0.0)
+
+        def rate(g: int) -> float:
+            cost = g * d + pts.get(g + 1, base + slope * (g + 1))
+            return expected_tokens(acc, g) / cost if cost > 0 else 0.0
+        return max(range(1, self.gamma_max + 1), key=rate)
 
 
 # --- rows -------------------------------------------------------------------------------------------------
@@ -401,7 +446,9 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
     new: list[int] = []
     rounds: list[Round] = []
     stopped = False
-    try:            # a paged cache's sequence goes back to the pool, also when a round fails
+    # numpy's BLAS pool on one thread (specdec.threads); a paged cache's sequence goes back to the pool, also
+    # when a round fails
+    with owned_threads(), _released(target, drafter):
         prefill(target, drafter, ctx)
         prefill_s = clock.lap()
         while len(new) < cfg.max_new_tokens and not stopped:
@@ -410,11 +457,8 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
             out, stopped, rnd = speculative_round(dec, ctx, budget, left)
             ctx += out
             new += out
-            schedule.update(rnd.n_accept, rnd.g)
+            schedule.update(rnd.n_accept, rnd.g, rnd)
             rounds.append(rnd)
-    finally:
-        target.free()
-        drafter.free()
     return Generation(new, rounds, prefill_s, clock.total(), stopped)
 
 
@@ -511,6 +555,16 @@ def commit(dec: Decoder, valid: int, path: tuple[int, ...] | None) -> None:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _released(target: CausalLM, drafter: Drafter) -> Iterator[None]:
+    """Free both models' sequences when the block ends, also when it fails."""
+    try:
+        yield
+    finally:
+        target.free()
+        drafter.free()
 
 
 class _Stopwatch:

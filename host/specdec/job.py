@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .builds import CORE_PARAMS, TREE_LIMIT
-from .decode import GenConfig, PromptLookup, Sampling
+from .decode import ADAPTIVE_GAMMAS, GenConfig, PromptLookup, Sampling
 from .errors import OptionError, check_int
 from .kvlayout import BLOCK_MAX as KV_BLOCK_MAX
 from .tree import parents_from_paths
@@ -78,7 +78,7 @@ class Job:
     target: str | None = None           # a demo name, a local directory or a hub id (None: the demo target)
     draft: str | None = None            # the same, or PROMPT_LOOKUP (None: the target's usual draft)
     max_new_tokens: int = 64
-    gamma: int | str = 4                # draft tokens per round, "auto", or 0 (target-only decoding)
+    gamma: int | str = 4                # draft tokens per round, "auto", "model", or 0 (target-only decoding)
     sampling: Sampling = Sampling()
     seed: int = 0
     tree: TreeSpec | None = None        # token-tree speculation instead of chains
@@ -90,10 +90,10 @@ class Job:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise OptionError(name, value, "a model name or directory (None: the default)")
-        if self.gamma != "auto":
+        if self.gamma not in ADAPTIVE_GAMMAS:
             gmax = CORE_PARAMS["GAMMA_MAX"]
-            check_int("gamma", self.gamma, 0, gmax, f"an integer in 0..{gmax} (the verifier core's GAMMA_MAX) "
-                                                    f"or 'auto'")
+            check_int("gamma", self.gamma, 0, gmax, f"an integer in 0..{gmax} (the verifier core's GAMMA_MAX), "
+                                                    f"'auto' or 'model'")
         if not isinstance(self.sampling, Sampling):
             raise OptionError("sampling", self.sampling, "a specdec.decode.Sampling")
         if self.tree is not None and not isinstance(self.tree, TreeSpec):

@@ -17,12 +17,27 @@ driver soft-resets the core first, so it takes the next operation at once, with 
 """
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from ..errors import CoreError
 from hwcontract.regmap import KV_SLOTS, core
 from .base import SpecdecIP, vlnv
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _atomic(method: _F) -> _F:
+    """One operation at a time: its operand writes, START, the wait and its result reads hold the driver's
+    lock, so two threads (a target and a draft cache, as with pipelined drafting) may share the core."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked  # type: ignore[return-value]
+
 
 _MAP = core("kvpage")
 _CODES = {n: v for n, v, _ in _MAP.reg("OP").field("CODE").values}
@@ -77,6 +92,7 @@ class KVPage(SpecdecIP):
         #: Operations completed and their CYCLES_BUSY, summed over this driver's life.
         self.total_ops = 0
         self.total_cycles = 0
+        self._lock = threading.RLock()
 
     # -- one operation ------------------------------------------------------------------------------
     def _run(self, op: str, **operands: int) -> None:
@@ -106,16 +122,19 @@ class KVPage(SpecdecIP):
         self.total_cycles += self.cycles
 
     # -- operations -----------------------------------------------------------------------------
+    @_atomic
     def new(self) -> int:
         """Open an empty sequence; returns its slot."""
         self._run("NEW")
         return self.read_reg("RES_SLOT")
 
+    @_atomic
     def fork(self, seq: int) -> int:
         """A branch of sequence ``seq`` sharing all its rows; returns the branch's slot."""
         self._run("FORK", slot=seq)
         return self.read_reg("RES_SLOT")
 
+    @_atomic
     def write_row(self, slot: int, row: int) -> tuple[int, int | None]:
         """Make row ``row`` of ``slot`` writable: ``(page, src)``. ``row == length`` appends a page; the
         first write to a branch's last shared row copies it on write, and ``src`` names the page whose
@@ -125,17 +144,20 @@ class KVPage(SpecdecIP):
         page = self.read_reg("RES_PAGE")
         return page, (self.read_reg("RES_SRC") if flags["COPY"] else None)
 
+    @_atomic
     def translate(self, slot: int, row: int) -> int:
         """The physical page of row ``row`` of ``slot``."""
         self._run("TRANSLATE", slot=slot, row=row)
         return self.read_reg("RES_PAGE")
 
+    @_atomic
     def commit(self, branch: int, keep: int) -> int:
         """Branch ``branch`` becomes its sequence, keeping its first ``keep`` rows; the sequence's other
         branches are freed. Returns the sequence's slot from now on (``branch``)."""
         self._run("COMMIT", slot=branch, row=keep)
         return self.read_reg("RES_SLOT")
 
+    @_atomic
     def rollback(self, branches: Iterable[int]) -> None:
         """Free every branch in ``branches`` (slot numbers) in one operation."""
         mask = 0
@@ -145,15 +167,18 @@ class KVPage(SpecdecIP):
             mask |= 1 << int(b)
         self._run("ROLLBACK", mask=mask)
 
+    @_atomic
     def free(self, seq: int) -> None:
         """Free sequence ``seq`` and all its branches."""
         self._run("FREE", slot=seq)
 
+    @_atomic
     def refs(self, page: int) -> int:
         """How many slots map ``page`` (0: free)."""
         self._run("REFS", page=page)
         return self.read_reg("RES_REFS")
 
+    @_atomic
     def info(self, slot: int) -> SlotInfo:
         """The state of ``slot``."""
         self._run("INFO", slot=slot)
@@ -161,6 +186,7 @@ class KVPage(SpecdecIP):
         return SlotInfo(_KINDS[i["KIND"]], i["PARENT"], self.read_reg("RES_LEN"), self.read_reg("RES_BASE"),
                         self.read_reg("RES_COUNT"))
 
+    @_atomic
     def clear(self) -> None:
         """Free every slot and page."""
         self._run("CLEAR")
@@ -169,8 +195,10 @@ class KVPage(SpecdecIP):
     @property
     def free_pages(self) -> int:
         """Pages free in the pool."""
-        return self.read_reg("FREE_PAGES")
+        with self._lock:
+            return self.read_reg("FREE_PAGES")
 
+    @_atomic
     def live(self) -> tuple[list[int], list[int]]:
         """The slots that are sequences and those that are branches."""
         seqs = self.read_reg("SEQS_LO") | self.read_reg("SEQS_HI") << 32
