@@ -65,7 +65,7 @@ def test_generate_sampling_options(gpt2_dirs, tmp_path):
     (["--prompt", ""], "--prompt must be non-empty text, got ''"),
     (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
     (["--prompt", "x", "--gamma", "17"], "in 0..16 (the verifier core's GAMMA_MAX)"),
-    (["--prompt", "x", "--gamma", "x"], "--gamma: expected an integer or 'auto', got 'x'"),
+    (["--prompt", "x", "--gamma", "x"], "--gamma: expected an integer, 'auto' or 'model', got 'x'"),
     (["--prompt", "x", "--seed", "x"], "--seed"),
     (["--prompt", "x", "--kv-block", "4", "--dense-kv"], "exclude each other"),
 ])

@@ -61,9 +61,11 @@ def test_sampled_rounds_draft_serially():
     """A sampled draft draws from the loop's generator: no drafting ahead, the same tokens as ModelDraft."""
     target, draft_lm = lm(2, seed=1), lm(1, seed=2)
     cfg = GenConfig(16, 3, sampling=Sampling(temperature=1.0), seed=5, stop_at_eos=False)
-    a = decode.generate(target, ModelDraft(draft_lm), runtime.golden_verifier(), PROMPT, cfg).tokens
+    va, vb = runtime.golden_verifier(), runtime.golden_verifier()
+    va.seed([1, 2, 3, 4])
+    vb.seed([1, 2, 3, 4])
+    a = decode.generate(target, ModelDraft(draft_lm), va, PROMPT, cfg).tokens
     piped = PipelinedDraft(draft_lm)
-    runtime_v = runtime.golden_verifier()
-    b = decode.generate(target, piped, runtime_v, PROMPT, cfg).tokens
+    b = decode.generate(target, piped, vb, PROMPT, cfg).tokens
     assert piped.hits == piped.misses == 0
     assert a == b and len(a) == 16

@@ -76,8 +76,10 @@ def test_generate_runs_with_numpy_on_one_thread(sampling):
     from threadpoolctl import threadpool_limits
     target = CausalLM(model_pairs.tiny_gpt2(8, 2, seed=11), "target")
     spy = Spy(decode.ModelDraft(CausalLM(model_pairs.tiny_gpt2(8, 1, seed=12), "draft")))
+    verifier = runtime.golden_verifier()
+    verifier.seed([9, 8, 7, 6])
     with threadpool_limits(limits=2, user_api="blas"):
-        gen = decode.generate(target, spy, runtime.golden_verifier(), [1, 5, 2],
+        gen = decode.generate(target, spy, verifier, [1, 5, 2],
                               GenConfig(8, 2, sampling=sampling, seed=3))
         assert max(p["num_threads"] for p in numpy_pools()) == 2       # restored when the loop ends
     assert gen.tokens and spy.seen and set(spy.seen) == {1}

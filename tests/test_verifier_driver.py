@@ -119,6 +119,21 @@ def test_full_vocabulary_round_on_golden():
     assert res.rows >= 3
 
 
+def test_sampling_before_seed_is_refused_before_the_core():
+    """An unseeded RNG is all zero (u = 0: every draft token accepted, every resample token 0): the driver
+    refuses a sampling round until seed(), chain and tree alike; greedy rounds need no seed."""
+    drv, _ = golden_verifier(4, 64, 16)
+    p = np.random.default_rng(3).normal(0, 1, (3, 40))
+    with pytest.raises(ValueError, match="seed"):
+        drv.verify([1, 2], p, p[:2], temperature=1.0)
+    with pytest.raises(ValueError, match="seed"):
+        drv.verify_tree([0, 0], [1, 2], p, temperature=1.0)
+    assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]    # nothing reached the core
+    assert len(drv.verify([1, 2], p, greedy=True).tokens) >= 1
+    drv.seed([1, 2, 3, 4])
+    assert len(drv.verify([1, 2], p, p[:2], temperature=1.0).tokens) >= 1
+
+
 def test_quantize_out_matches_and_is_left_alone_on_error():
     x = np.random.default_rng(0).normal(0, 50, (3, 7))
     x[1, 2] = -np.inf

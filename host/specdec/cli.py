@@ -297,6 +297,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None,
                    help=f"draft: hub id, local directory, {models.DEMO_DRAFT!r}, or prompt-lookup "
                         "(default: the target's usual draft)")
+    p.add_argument("--draft-vocab", type=int, default=None, metavar="N",
+                   help="the draft predicts only the N most frequent tokens of its training text (a hot-vocabulary "
+                        "LM head; default: the whole vocabulary)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
@@ -352,7 +355,8 @@ def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: T
         raise UsageError("--kv-block and --dense-kv exclude each other")
     return Job(prompts=tuple(prompts), target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
                gamma=gamma, sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, tree=tree,
-               kv_block=None if args.dense_kv else KV_AUTO if args.kv_block is None else args.kv_block)
+               kv_block=None if args.dense_kv else KV_AUTO if args.kv_block is None else args.kv_block,
+               draft_vocab=args.draft_vocab)
 
 
 #: Job options whose flag is not ``--`` and the option's words joined by dashes.

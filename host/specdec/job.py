@@ -83,6 +83,7 @@ class Job:
     seed: int = 0
     tree: TreeSpec | None = None        # token-tree speculation instead of chains
     kv_block: int | str | None = KV_AUTO    # tokens per page of the paged KV caches (None: dense caches)
+    draft_vocab: int | None = None      # the draft's hot vocabulary: its N most frequent tokens (None: all)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompts", _prompts(self.prompts))
@@ -104,6 +105,10 @@ class Job:
         if self.tree is not None and self.draft == PROMPT_LOOKUP:
             raise OptionError("draft", self.draft, "a model for tree speculation (tree speculation drafts "
                                                    "with a model; prompt lookup builds no trees)")
+        if self.draft_vocab is not None:
+            check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (None: all tokens)")
+            if self.draft == PROMPT_LOOKUP:
+                raise OptionError("draft_vocab", self.draft_vocab, "None with prompt lookup (it has no LM head)")
         self.config()       # max_new_tokens and seed: GenConfig's checks
 
     @property
@@ -137,7 +142,7 @@ class Job:
                 "max_new_tokens": self.max_new_tokens, "gamma": self.gamma,
                 "sampling": dataclasses.asdict(self.sampling), "seed": self.seed,
                 "tree": self.tree.to_dict() if self.tree else None,
-                "kv": False if self.kv_block is None else {"block": self.kv_block}}
+                "kv": False if self.kv_block is None else {"block": self.kv_block}, "draft_vocab": self.draft_vocab}
 
     @classmethod
     def from_json(cls, text: str) -> Job:

@@ -29,8 +29,9 @@ class Pair:
         return self.target.vocab
 
 
-def open_pair(target: str | None = None, draft: str | None = None) -> Pair:
+def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: int | None = None) -> Pair:
     """Load a target and its draft (a model or ``"prompt-lookup"``), checking they share a vocabulary.
+    ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.hotvocab`).
 
     Raises
     ------
@@ -48,8 +49,13 @@ def open_pair(target: str | None = None, draft: str | None = None) -> Pair:
     if draft == PROMPT_LOOKUP:
         return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
     d_model, d_tok = models.load(draft)
-    models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
-    return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, draft)
+    vocab = models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
+    name = draft
+    if draft_vocab is not None:
+        from .hotvocab import hot_head_model, hot_ids
+        d_model = hot_head_model(d_model, hot_ids(t_tok, draft_vocab, vocab))
+        name = f"{draft} (hot vocabulary {draft_vocab})"
+    return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, name)
 
 
 def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:

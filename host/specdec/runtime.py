@@ -146,7 +146,7 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         report) when they apply.
     """
     job = as_job(job)
-    pair = pair or open_pair(job.target, job.draft)
+    pair = pair or open_pair(job.target, job.draft, job.draft_vocab)
     paged = kv is not None and job.kv_block is not None
     if paged:
         pair = paged_pair(pair, kv, job.kv_block)

@@ -163,8 +163,20 @@ class Verifier(SpecdecIP):
         #: The last round's seconds: host quantization, row transfer, and the core's decision (polling).
         self.timing = {"quantize_s": 0.0, "transfer_s": 0.0, "verify_s": 0.0}
         self._buf: np.ndarray | None = None
+        self._seeded = False
         if stream is not None:
             self.attach(stream)
+
+    def seed(self, words) -> None:
+        """Load the RNG state (see :meth:`SpecdecIP.seed`); a sampling round needs it first."""
+        super().seed(words)
+        self._seeded = True
+
+    def _check_seeded(self, greedy: bool) -> None:
+        if not greedy and not self._seeded:
+            raise ValueError("a sampling round needs the RNG seeded: call Verifier.seed(words) first (the "
+                             "state after reset is all zero, xoshiro's fixed point: u = 0 would accept every draft "
+                             "token and resample token 0)")
 
     @property
     def lanes(self) -> int:
@@ -225,7 +237,7 @@ class Verifier(SpecdecIP):
         ValueError
             Before anything reaches the core: shapes that do not match g and V, V = 0, a draft token
             that does not fit 16 bits, a bad temperature, NaN or +inf logits anywhere in p or q (naming the
-            row, p_i or q_i), integer codes outside int16.
+            row, p_i or q_i), integer codes outside int16, a sampling round before :meth:`seed`.
         VerifierError
             A :class:`~specdec.errors.CoreError`: the core's decoded error bits (BAD_GAMMA for
             g > gamma_max, BAD_VOCAB for V > vocab_max, BAD_TOKEN for a token >= V, BAD_TEMP, EMPTY_ROW,
@@ -240,6 +252,7 @@ class Verifier(SpecdecIP):
         """
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
+        self._check_seeded(greedy)
         d = np.asarray(draft).ravel()
         if d.size and not np.issubdtype(d.dtype, np.integer):
             raise ValueError(f"draft tokens must be integers, got {d.dtype}: {d.tolist()}")
@@ -349,7 +362,7 @@ class Verifier(SpecdecIP):
         ValueError
             Before anything reaches the core: shapes, parents that do not fit 8 bits, tokens that do not
             fit 16 bits, a bad temperature, NaN or +inf logits in any node's row (whether the walk would
-            reach it or not; naming the node).
+            reach it or not; naming the node), a sampling round before :meth:`seed`.
         VerifierError
             BAD_TREE (N = 0 or over TREE_MAX, a parent not below its child), BAD_VOCAB, BAD_TOKEN,
             BAD_TEMP, EMPTY_ROW, stream errors, naming the nodes behind them.
@@ -358,6 +371,7 @@ class Verifier(SpecdecIP):
         """
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
+        self._check_seeded(greedy)
         par = [int(x) for x in np.asarray(parents).ravel()]
         tok = [int(x) for x in np.asarray(tokens).ravel()]
         n = len(par)
