@@ -60,7 +60,7 @@ def test_draft_is_committed_small_and_documented():
 def test_pair_shares_one_vocabulary(pair):
     assert pair.vocab == 49152
     assert pair.draft.lm.vocab == pair.vocab
-    assert pair.tokenizer.eos_token_id in decode._eos_ids(pair.target)
+    assert pair.tokenizer.eos_token_id in decode.eos_ids(pair.target)
 
 
 def test_greedy_identical_to_target_alone(pair):

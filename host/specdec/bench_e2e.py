@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import breakeven, corpus, pairs, peers as hf_peers, runtime
 from .builds import CORE_PARAMS
-from .decode import ADAPTIVE_GAMMAS, ModelDraft, Sampling
+from .decode import ADAPTIVE_GAMMAS, ModelDraft, Sampling, eos_ids
 from .job import Job, TreeSpec
 from .metrics import BREAKDOWN, summarize
 
@@ -104,9 +104,8 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
                                                                           sampling=other), pair.draft, label
     labels = list(jobs)
     peers = [p for p in peers or [] if not p.assisted or isinstance(pair.draft, ModelDraft)]  # a draft model
-    eos = frozenset(pair.target.eos_token_id if isinstance(pair.target.eos_token_id, (list, tuple))
-                    else [] if pair.target.eos_token_id is None else [pair.target.eos_token_id])
-    draft_model = pair.draft.lm.model if hasattr(pair.draft, "lm") else None
+    eos = frozenset(eos_ids(pair.target))
+    draft_model = pair.draft.lm.model if isinstance(pair.draft, ModelDraft) else None
 
     def peer_run(peer, i, ids, n):
         return hf_peers.generate(peer, pair.target.model, draft_model, ids, n, job.sampling, eos, job.seed + i)

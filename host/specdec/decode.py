@@ -441,7 +441,7 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
         _check_parts(cfg, drafter, verifier, masker)
     schedule = GammaSchedule(cfg.gamma, verifier.gamma_max if verifier is not None else 0)
     dec = Decoder(target, drafter, verifier, masker, cfg.sampling, np.random.default_rng(cfg.seed),
-                  frozenset(_eos_ids(target)) if cfg.stop_at_eos else frozenset())
+                  frozenset(eos_ids(target)) if cfg.stop_at_eos else frozenset())
     clock = _Stopwatch()
     new: list[int] = []
     rounds: list[Round] = []
@@ -637,7 +637,8 @@ def _check_finite(logits, who: str, row: str = "row {0}") -> None:
                            f"{row.format(i)}, token {j}: refusing to verify it")
 
 
-def _eos_ids(lm: CausalLM) -> set[int]:
+def eos_ids(lm: CausalLM) -> set[int]:
+    """The tokens that end a generation of ``lm`` (its generation config's EOS ids; empty when none)."""
     e = lm.eos_token_id
     if e is None:
         return set()
