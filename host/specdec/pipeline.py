@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from .decode import Chain, ModelDraft, Sampling, _check_finite, mask_logits
+from .decode import Chain, ModelDraft, Sampling
 from .models import CausalLM, context_length
 
 
@@ -77,16 +77,8 @@ class PipelinedDraft(ModelDraft):
         if n < 1:
             return
         greedy = Sampling()
-        logits = self.lm.forward(ctx[self.lm.length:])[-1:]
-        _check_finite(logits, self.lm.name or "draft", "the draft's row ahead of the round")
-        guess = ctx + [int(np.argmax(mask_logits(logits[-1], greedy)))]
-        tokens: list[int] = []
-        logits = self.lm.forward(guess[-1:])
-        for i in range(n):
-            _check_finite(logits, self.lm.name or "draft", f"q_{i} (the draft's row ahead, position {i})")
-            tokens.append(int(np.argmax(mask_logits(logits[-1], greedy))))
-            if i + 1 < n:
-                logits = self.lm.forward(tokens[-1:])
+        guess = ctx + list(ModelDraft.propose(self, ctx, 2, greedy, None).tokens)    # the draft's next token
+        tokens = ModelDraft.propose(self, guess, n + 1, greedy, None).tokens         # the next round's chain
         self._ahead = (guess, tuple(tokens))
 
     def _settle(self) -> None:
