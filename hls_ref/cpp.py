@@ -3,7 +3,8 @@
 :func:`load` builds ``build/cpp/lib<core>-<digest>.so`` once, where the digest covers the source, every
 header under ``hls_ref/include`` and the compiler flags, so an edit to any of them rebuilds and an
 unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`, :func:`verifier_round`,
-:func:`verifier_tree_round`, :func:`treemask_run`, :class:`KvpageCpp`, :func:`kvpage_id_hash`) sit on top.
+:func:`verifier_tree_round`, :func:`treemask_run`, :class:`KvpageCpp`, :func:`kvpage_id_hash`,
+:func:`draftengine_run`) sit on top.
 """
 from __future__ import annotations
 
@@ -632,3 +633,35 @@ class KvpageCpp:
 def kvpage_id_hash() -> int:
     """``SPECDEC_KVPAGE_ID_HASH`` as compiled into the library."""
     return int(_kvpage().kvpage_id_hash())
+
+
+# ------------------------------------------------------------------------------------------------
+# draftengine (the arithmetic; the core's registers come with its RTL)
+# ------------------------------------------------------------------------------------------------
+
+_DE_ERRORS = {-1: "bad shape", -2: "bad OUT_BITS", -3: "bad SHIFT"}
+
+
+@functools.lru_cache(maxsize=None)
+def _draftengine() -> ctypes.CDLL:
+    lib = load("draftengine")
+    p = ctypes.c_void_p
+    lib.draftengine_run.argtypes = [ctypes.c_int32] * 3 + [p] * 5 + [ctypes.c_int32, p]
+    lib.draftengine_run.restype = ctypes.c_int32
+    return lib
+
+
+def draftengine_run(job) -> tuple[np.ndarray, int]:
+    """``(y, saturated)`` of one ``hls_ref.draftengine.Job`` from the C++ reference (checked by the golden
+    model's :func:`~hls_ref.draftengine.check` first, so the C++ sees only legal jobs)."""
+    from hls_ref import draftengine as golden
+    j = golden.check(job)
+    m, k = j.x.shape
+    n = j.w.shape[0]
+    arrs = [np.ascontiguousarray(a, dtype=t) for a, t in ((j.x, np.int8), (j.w, np.int8), (j.bias, np.int32),
+                                                           (j.mult, np.uint16), (j.shift, np.uint8))]
+    y = np.zeros((m, n), dtype=np.int32)
+    sat = _draftengine().draftengine_run(m, k, n, *(a.ctypes.data for a in arrs), j.out_bits, y.ctypes.data)
+    if sat < 0:
+        raise ValueError(f"C++ draftengine_run refused the job: {_DE_ERRORS.get(sat, sat)}")
+    return y.astype(np.int64), int(sat)

@@ -406,3 +406,51 @@ def kvpage_set(seed: int, count: int, *, pages: int, max_blocks: int) -> list[kv
     every 100 and at the end."""
     return kvpage_exhaust(pages, max_blocks) + kvpage_ops(np.random.default_rng(seed), pages, max_blocks, count,
                                                           dump_every=100)
+
+
+# ------------------------------------------------------------------------------------------------
+# draftengine: int8 jobs
+# ------------------------------------------------------------------------------------------------
+
+#: The demo draft's (K, N) layer shapes (hidden 192, MLP 512, K/V 64 wide, the hot head at 8192 rows).
+DRAFT_SHAPES = ((192, 192), (192, 64), (192, 512), (512, 192), (192, 8192))
+
+
+def draftengine_job(rng: np.random.Generator, m: int, k: int, n: int, out_bits: int, *, extreme: bool = False):
+    """One random job: operands over the whole int8 range (``extreme``: every operand -128, the largest sum),
+    per-channel biases, multipliers and shifts that put outputs around the width's range, so some saturate."""
+    from hls_ref.draftengine import Job
+    from hwcontract.formats import DE_MULT_BITS, DE_SHIFT_MAX
+    if extreme:
+        x = np.full((m, k), -128, np.int64)
+        w = np.full((n, k), -128, np.int64)
+    else:
+        x = rng.integers(-128, 128, (m, k))
+        w = rng.integers(-128, 128, (n, k))
+    bias = rng.integers(-(1 << 20), 1 << 20, n)
+    bias[rng.random(n) < 0.05] = rng.choice([-(1 << 31), (1 << 31) - 1])       # the bias range's ends
+    mult = rng.integers(1 << (DE_MULT_BITS - 1), 1 << DE_MULT_BITS, n)
+    mult[rng.random(n) < 0.05] = 0
+    # sums of k products of int8 have a spread of about 128 * 128 * sqrt(k) / 3; scale them near the range
+    spread = max(1.0, 128 * 128 * np.sqrt(k) / 3)
+    want = float(1 << (out_bits - 1)) if out_bits < 32 else 1.0
+    base = int(np.clip(np.round(np.log2(spread * (1 << DE_MULT_BITS) / max(want, 1.0))), 0, DE_SHIFT_MAX))
+    shift = np.clip(base + rng.integers(-2, 3, n), 0, DE_SHIFT_MAX)
+    shift[rng.random(n) < 0.05] = rng.choice([0, DE_SHIFT_MAX])
+    return Job(x, w, bias, mult, shift, out_bits)
+
+
+def draftengine_set(seed: int, count: int) -> list:
+    """Directed jobs first (1 x 1 x 1, the largest sum, each demo-draft shape at M = 1 and 16 with every
+    output width), then ``count`` random ones (M 1..16, K and N 1..600, any output width)."""
+    from hwcontract.formats import DE_OUT_BITS
+    rng = np.random.default_rng(seed)
+    jobs = [draftengine_job(rng, 1, 1, 1, 8), draftengine_job(rng, 2, 4096, 3, 32, extreme=True),
+            draftengine_job(rng, 1, 4096, 2, 16, extreme=True)]
+    for i, (k, n) in enumerate(DRAFT_SHAPES):
+        for m in (1, 16):
+            jobs.append(draftengine_job(rng, m, k, n, DE_OUT_BITS[(i + m) % len(DE_OUT_BITS)]))
+    for _ in range(count):
+        jobs.append(draftengine_job(rng, int(rng.integers(1, 17)), int(rng.integers(1, 601)),
+                                    int(rng.integers(1, 601)), int(rng.choice(DE_OUT_BITS))))
+    return jobs

@@ -234,3 +234,44 @@ def pack_mask_word(node: int, depth: int, mask: int) -> int:
 def unpack_mask_word(word: int) -> tuple[int, int, int]:
     """``(node, depth, mask)`` of one treemask m_axis word."""
     return tuple((int(word) >> _M_AXIS[n].lsb) & ((1 << _M_AXIS[n].width) - 1) for n in ("NODE", "DEPTH", "MASK"))
+
+
+# ------------------------------------------------------------------------------------------------
+# The draft engine's numbers (docs/draftengine.md): int8 operands, int32 sums, per-channel requantization
+# ------------------------------------------------------------------------------------------------
+
+DE_OPERAND_BITS = 8         # activations and weights are signed int8
+DE_ACT_MAX = 127            # the host quantizes activations symmetrically to -127..127 (weights likewise)
+DE_ACC_BITS = 32            # the accumulator; K <= DE_K_LIMIT keeps every sum of products inside it
+DE_K_LIMIT = (1 << 31) // (1 << 14) - 1     # 131071: K * 128 * 128 < 2**31
+DE_BIAS_BITS = 32           # per-channel bias, added to the sum before scaling (int32)
+DE_MULT_BITS = 16           # per-channel multiplier, unsigned: y = round((acc + bias) * MULT / 2**SHIFT)
+DE_SHIFT_MAX = 48           # per-channel right shift 0..48 ((acc + bias) * MULT fits 49 bits)
+DE_OUT_BITS = (8, 16, 32)   # output width: 8/16 requantized and saturated; 32 is acc + bias, saturated
+
+
+def de_multiplier(scale: float) -> tuple[int, int]:
+    """``(MULT, SHIFT)`` with ``MULT * 2**-SHIFT`` the nearest representable value to ``scale``.
+
+    MULT is normalised to 2**15..2**16-1 where SHIFT allows (the most precise pair); a scale too small for
+    SHIFT = DE_SHIFT_MAX gets a smaller MULT, and one below 2**-49 is refused.
+
+    Raises
+    ------
+    ValueError
+        ``scale`` is not a finite positive number, or outside what 16 bits and a 0..48 shift represent.
+    """
+    s = float(scale)
+    if not math.isfinite(s) or s <= 0:
+        raise ValueError(f"requantization scale {scale!r} must be a finite positive number")
+    top = (1 << DE_MULT_BITS) - 1
+    if s > top:
+        raise ValueError(f"requantization scale {scale!r} above {top} (MULT is {DE_MULT_BITS} bits, SHIFT >= 0)")
+    shift = min(DE_SHIFT_MAX, max(0, DE_MULT_BITS - 1 - math.frexp(s)[1] + 1))
+    mult = round(s * (1 << shift))
+    if mult > top:                  # rounding carried into bit 16
+        shift -= 1
+        mult = round(s * (1 << shift))
+    if mult == 0:
+        raise ValueError(f"requantization scale {scale!r} below 2**-{DE_SHIFT_MAX + 1}: MULT rounds to 0")
+    return mult, shift

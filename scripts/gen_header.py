@@ -33,6 +33,12 @@ FORMAT_CONSTANTS: tuple[tuple[str, str], ...] = (
     ("EXP_LIMIT", "EXP(d) = (EH[d >> 4] * EL[d & 15] + 2**14) >> 15 for d < EXP_LIMIT, else 0"),
     ("U_BITS", "the uniform u is the top U_BITS bits of an RNG word, compared as u / 2**U_BITS"),
     ("RNG_WORD_BITS", "bits of one xoshiro128++ output word"),
+    ("DE_OPERAND_BITS", "draft engine: activations and weights are signed integers of this width"),
+    ("DE_ACC_BITS", "draft engine: accumulator width (sums of products)"),
+    ("DE_K_LIMIT", "draft engine: largest K (K * 128 * 128 < 2**31)"),
+    ("DE_BIAS_BITS", "draft engine: per-channel bias width (signed)"),
+    ("DE_MULT_BITS", "draft engine: per-channel multiplier width (unsigned)"),
+    ("DE_SHIFT_MAX", "draft engine: largest per-channel right shift"),
 )
 #: Sizes of the register map the C++ needs, by their name in :mod:`hwcontract.regmap`.
 SIZE_CONSTANTS: tuple[tuple[str, str], ...] = (
@@ -51,6 +57,7 @@ SIZE_CONSTANTS: tuple[tuple[str, str], ...] = (
 TABLES: tuple[tuple[str, str, tuple[int, ...], str], ...] = (
     ("SPECDEC_EH", "uint16_t", formats.EH_LIST, "EH[k] = round(2**15 exp(-16 k / 256)), k < SPECDEC_EH_SIZE"),
     ("SPECDEC_EL", "uint16_t", formats.EL_LIST, "EL[j] = round(2**15 exp(-j / 256)), j < SPECDEC_EL_SIZE"),
+    ("SPECDEC_DE_OUT_BITS", "uint8_t", formats.DE_OUT_BITS, "draft engine: the output widths OUT_BITS may take"),
 )
 
 
@@ -285,10 +292,15 @@ def _params_lines() -> list[_Line]:
 
 
 def _table_lines() -> list[_Line]:
-    """The exp tables and the parameter value sets as ``static const`` arrays."""
+    """The exp tables, the draft engine's output widths and the parameter value sets as ``static const``
+    arrays."""
     lines: list[_Line] = [_Comment(), _Comment("==== tables (hwcontract/formats.py EH_LIST, EL_LIST; "
                                                "hwcontract/params.py value sets)")]
-    lines += [_Array(ctype, name, f"{name}_SIZE", values, doc) for name, ctype, values, doc in TABLES]
+    sized = {f"SPECDEC_{n}" for n, _, _, _ in contract_constants()}
+    for name, ctype, values, doc in TABLES:
+        if f"{name}_SIZE" not in sized:         # a value set with no size constant of its own
+            lines.append(_Define(f"{name}_SIZE", dec(len(values))))
+        lines.append(_Array(ctype, name, f"{name}_SIZE", values, doc))
     return lines + _param_tables()
 
 

@@ -95,6 +95,16 @@ def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load,
     assert f"{option} must be " in err and f"got {value}" in err, err
 
 
+@pytest.mark.parametrize("extra,message", [
+    (["--draft-engine", "fabric", "--backend", "sim"], "--draft-engine must be 'host' on backend 'sim'"),
+    (["--draft-engine", "fabric", "--backend", "pynq"], "the draft engine's RTL is not built yet"),
+    (["--draft-engine", "fabric", "--draft", "prompt-lookup"], "--draft-engine must be 'host' with prompt lookup"),
+])
+def test_fabric_draft_where_it_cannot_run_exits_2_before_any_model_loads(extra, message, no_model_load, capsys):
+    assert exit_code(["generate", "--prompt", "x", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_generate_unknown_model_exits_1(monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     name = "no-such-org/no-such-model-specdec"

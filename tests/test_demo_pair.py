@@ -6,13 +6,15 @@ a few prompts in the default suite, 50 prompts x 64 tokens (ref) and 5 prompts x
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import corpus, decode, models, pairs, runtime  # noqa: E402
+from specdec import corpus, decode, int8draft, models, pairs, runtime  # noqa: E402
+from specdec.hotvocab import hot_head_model, hot_ids  # noqa: E402
 
 pytestmark = pytest.mark.ml
 DRAFT_DIR = models.MODELS_DIR / models.DEMO_DRAFT
@@ -38,8 +40,8 @@ def hf_greedy(pair, ids: list[int], n: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
-def check_identity(pair, prompts: list[str], n: int, backend: str = "ref", gamma=4, tree=None) -> dict:
-    job = {"prompts": prompts, "max_new_tokens": n, "gamma": gamma, "seed": 0}
+def check_identity(pair, prompts: list[str], n: int, backend: str = "ref", gamma=4, tree=None, **extra) -> dict:
+    job = {"prompts": prompts, "max_new_tokens": n, "gamma": gamma, "seed": 0, **extra}
     if tree:
         job["tree"] = tree
     res = runtime.run_sim(job) if backend == "sim" else runtime.run(job, backend, pair)
@@ -105,3 +107,27 @@ def test_tree_greedy_identical_50_prompts(pair, kind):
 def test_tree_greedy_identical_on_rtl(pair):
     check_identity(pair, corpus.sample_passages(5, held_out=True, seed=13), 64, backend="sim",
                    tree={"kind": "eagle", "budget": 16})
+
+
+@pytest.fixture(scope="module")
+def fabric_pair(pair):
+    """The demo pair with its draft (hot head of 8192 tokens) on the int8 draft engine's golden model: what
+    ``--draft-engine fabric --draft-vocab 8192`` opens (without loading the target again)."""
+    hot = hot_head_model(pair.draft.lm.model, hot_ids(pair.tokenizer, 8192, pair.vocab)).float()
+    lm = models.CausalLM(int8draft.demo_draft(hot, pair.tokenizer), "draft")
+    assert lm.vocab == pair.vocab
+    return dataclasses.replace(pair, draft=decode.ModelDraft(lm), draft_name="int8")
+
+
+@pytest.mark.long
+def test_fabric_draft_greedy_identical_to_target_alone(fabric_pair):
+    s = check_identity(fabric_pair, corpus.sample_passages(3, held_out=True, seed=7), 32, draft_vocab=8192,
+                       draft_engine="fabric")
+    assert 0 < s["acceptance"] < 1
+
+
+@pytest.mark.long
+def test_fabric_draft_greedy_identical_20_prompts(fabric_pair):
+    s = check_identity(fabric_pair, corpus.sample_passages(20, held_out=True, seed=11), 64, draft_vocab=8192,
+                       draft_engine="fabric")
+    assert s["new_tokens"] >= 20 * 32

@@ -15,7 +15,7 @@ import pytest
 import model_pairs
 from greedy_identity import (N_LONG, N_NEW, Reference, assert_exercised, assert_identical, greedy_job,
                              sim_available)
-from specdec import decode, metrics, pairs, runtime
+from specdec import decode, metrics, models, pairs, runtime
 from specdec.decode import GenConfig, Generation, Round
 from specdec.errors import HardwareMismatch, OptionError, SpecdecError
 from specdec.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
@@ -82,6 +82,21 @@ def test_greedy_identity_ref_quick(family, request, refs):
     """N_QUICK prompts x 64 tokens on the golden verifier equal HF greedy (gamma 4, auto, prompt-lookup)."""
     run_identity(family, request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair"),
                  refs[family], N_QUICK)
+
+
+def test_greedy_identity_fabric_draft(opt_dirs, opt_pair, refs):
+    """The OPT pair's draft on the int8 draft engine's golden model (every nn.Linear an engine job): the loop
+    still equals HF greedy of the target alone, and the engine ran every layer of the draft."""
+    from specdec import int8draft
+    d = opt_pair.draft.lm.model
+    q = int8draft.demo_draft(d.float(), opt_pair.tokenizer, n_calibration=16)
+    engines = [m for m in q.modules() if hasattr(m, "saturated")]
+    assert len(engines) == len(list(int8draft.linear_layers(d))) > 0
+    pair = dataclasses.replace(opt_pair, draft=decode.ModelDraft(models.CausalLM(q, "draft")), draft_name="int8")
+    res = runtime.execute({**greedy_job(opt_dirs, model_pairs.prompts(5), 4), "draft_engine": "fabric"},
+                          runtime.golden_verifier(), pair)
+    assert_identical(res, refs["opt"])
+    assert_exercised(res)
 
 
 @pytest.mark.long

@@ -28,6 +28,12 @@
 #define SPECDEC_EXP_LIMIT                            4096  /* EXP(d) = (EH[d >> 4] * EL[d & 15] + 2**14) >> 15 for d < EXP_LIMIT, else 0 */
 #define SPECDEC_U_BITS                               24  /* the uniform u is the top U_BITS bits of an RNG word, compared as u / 2**U_BITS */
 #define SPECDEC_RNG_WORD_BITS                        32  /* bits of one xoshiro128++ output word */
+#define SPECDEC_DE_OPERAND_BITS                      8  /* draft engine: activations and weights are signed integers of this width */
+#define SPECDEC_DE_ACC_BITS                          32  /* draft engine: accumulator width (sums of products) */
+#define SPECDEC_DE_K_LIMIT                           131071  /* draft engine: largest K (K * 128 * 128 < 2**31) */
+#define SPECDEC_DE_BIAS_BITS                         32  /* draft engine: per-channel bias width (signed) */
+#define SPECDEC_DE_MULT_BITS                         16  /* draft engine: per-channel multiplier width (unsigned) */
+#define SPECDEC_DE_SHIFT_MAX                         48  /* draft engine: largest per-channel right shift */
 
 /* ==== sizes (hwcontract/regmap.py) */
 #define SPECDEC_LOGIT_BITS                           16  /* bits of one logit code (one verifier stream lane) */
@@ -1796,6 +1802,11 @@ static const uint16_t SPECDEC_EH[SPECDEC_EH_SIZE] = {
 /* EL[j] = round(2**15 exp(-j / 256)), j < SPECDEC_EL_SIZE */
 static const uint16_t SPECDEC_EL[SPECDEC_EL_SIZE] = {
     32768, 32640, 32513, 32386, 32260, 32134, 32009, 31884, 31760, 31636, 31513, 31390, 31267, 31146, 31024, 30903,
+};
+#define SPECDEC_DE_OUT_BITS_SIZE                     3u
+/* draft engine: the output widths OUT_BITS may take */
+static const uint8_t SPECDEC_DE_OUT_BITS[SPECDEC_DE_OUT_BITS_SIZE] = {
+    8, 16, 32,
 };
 /* the allowed values of verifier.LANES, ascending */
 static const int32_t SPECDEC_VERIFIER_PARAM_LANES_VALUES[SPECDEC_VERIFIER_PARAM_LANES_COUNT] = {

@@ -74,7 +74,8 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     :class:`specdec.pipeline.PipelinedDraft` (the next round drafted while the target scores this one).
     """
     from tqdm import tqdm
-    pair = pair or pairs.open_pair(job.target, job.draft, job.draft_vocab)
+    job.check_backend(backend)
+    pair = pair or pairs.open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
     cores = runtime.cores(backend)
     if cores.kv is not None and job.kv_block is not None:        # both caches in pages the kvpage core assigns
         pair = pairs.paged_pair(pair, cores.kv, job.kv_block)

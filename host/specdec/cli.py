@@ -291,6 +291,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     """The job's model and generation options (types only: the job checks every value before anything
     loads)."""
     from specdec import models
+    from specdec.job import DRAFT_ENGINES
     from specdec.kvlayout import DEFAULT_BLOCK as KV_BLOCK
     p.add_argument("--target", default=models.DEMO_TARGET,
                    help=f"target: hub id, local directory, or {models.DEMO_TARGET!r} (default)")
@@ -300,6 +301,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-vocab", type=int, default=None, metavar="N",
                    help="the draft predicts only the N most frequent tokens of its training text (a hot-vocabulary "
                         "LM head; default: the whole vocabulary)")
+    p.add_argument("--draft-engine", default="host", choices=DRAFT_ENGINES,
+                   help="where the draft model runs: host (transformers, float; default) or fabric (the int8 draft "
+                        "engine; today its golden model, backend ref only)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
@@ -356,7 +360,7 @@ def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: T
     return Job(prompts=tuple(prompts), target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
                gamma=gamma, sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, tree=tree,
                kv_block=None if args.dense_kv else KV_AUTO if args.kv_block is None else args.kv_block,
-               draft_vocab=args.draft_vocab)
+               draft_vocab=args.draft_vocab, draft_engine=args.draft_engine)
 
 
 #: Job options whose flag is not ``--`` and the option's words joined by dashes.

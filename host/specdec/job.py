@@ -7,7 +7,8 @@ Every field is checked when a job is built, before any model loads; a bad one ra
 
     {"prompts": ["..."], "target": null, "draft": null, "max_new_tokens": 64, "gamma": 4,
      "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}, "seed": 0,
-     "tree": null or {"kind": "eagle", "budget": 16, ...}, "kv": {"block": "auto"}, {"block": 16} or false}
+     "tree": null or {"kind": "eagle", "budget": 16, ...}, "kv": {"block": "auto"}, {"block": 16} or false,
+     "draft_vocab": null or 8192, "draft_engine": "host" or "fabric"}
 
 Any field but ``prompts`` may be left out (its default applies); ``"kv": false`` keeps transformers' dense
 KV caches.
@@ -29,6 +30,11 @@ from .tree import parents_from_paths
 PROMPT_LOOKUP = PromptLookup.name
 #: Tree builders (``specdec.tree``): Medusa-style static paths, EAGLE-2's dynamic tree, Sequoia's DP topology.
 TREE_KINDS = ("static", "eagle", "sequoia")
+#: Where the draft model runs: ``host`` (transformers, float) or ``fabric`` (the int8 draft engine: its golden
+#: model on backend ``ref``; the RTL and the board come with the core, docs/draftengine.md).
+DRAFT_ENGINES = ("host", "fabric")
+#: The backends a fabric draft runs on today.
+FABRIC_BACKENDS = ("ref",)
 #: ``kv_block`` that leaves the page size to the runtime: the smallest power of two from
 #: ``specdec.kvlayout.DEFAULT_BLOCK`` (16) on at which the target's whole context fits the kvpage core
 #: (``specdec.kvlayout.pick_block``). A job may ask for any page size up to KV_BLOCK_MAX instead.
@@ -84,6 +90,7 @@ class Job:
     tree: TreeSpec | None = None        # token-tree speculation instead of chains
     kv_block: int | str | None = KV_AUTO    # tokens per page of the paged KV caches (None: dense caches)
     draft_vocab: int | None = None      # the draft's hot vocabulary: its N most frequent tokens (None: all)
+    draft_engine: str = "host"          # where the draft model runs: DRAFT_ENGINES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompts", _prompts(self.prompts))
@@ -109,7 +116,19 @@ class Job:
             check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (None: all tokens)")
             if self.draft == PROMPT_LOOKUP:
                 raise OptionError("draft_vocab", self.draft_vocab, "None with prompt lookup (it has no LM head)")
+        if self.draft_engine not in DRAFT_ENGINES:
+            raise OptionError("draft_engine", self.draft_engine, f"one of {', '.join(DRAFT_ENGINES)}")
+        if self.draft_engine == "fabric" and self.draft == PROMPT_LOOKUP:
+            raise OptionError("draft_engine", self.draft_engine, "'host' with prompt lookup (there is no draft "
+                                                                 "model to run on the engine)")
         self.config()       # max_new_tokens and seed: GenConfig's checks
+
+    def check_backend(self, backend: str) -> None:
+        """OptionError when this job cannot run on ``backend`` (a fabric draft off FABRIC_BACKENDS)."""
+        if self.draft_engine == "fabric" and backend not in FABRIC_BACKENDS:
+            raise OptionError("draft_engine", self.draft_engine,
+                              f"'host' on backend {backend!r}: the draft engine's RTL is not built yet, so a "
+                              f"fabric draft runs on backend {' or '.join(FABRIC_BACKENDS)} (its golden model)")
 
     @property
     def speculative(self) -> bool:
@@ -142,7 +161,8 @@ class Job:
                 "max_new_tokens": self.max_new_tokens, "gamma": self.gamma,
                 "sampling": dataclasses.asdict(self.sampling), "seed": self.seed,
                 "tree": self.tree.to_dict() if self.tree else None,
-                "kv": False if self.kv_block is None else {"block": self.kv_block}, "draft_vocab": self.draft_vocab}
+                "kv": False if self.kv_block is None else {"block": self.kv_block}, "draft_vocab": self.draft_vocab,
+                "draft_engine": self.draft_engine}
 
     @classmethod
     def from_json(cls, text: str) -> Job:

@@ -197,7 +197,8 @@ class CausalLM:
 
     def __init__(self, model, name: str = "", kv: KVPage | None = None, block: int = DEFAULT_BLOCK) -> None:
         self.model, self.name = model, name
-        self.vocab = model.get_output_embeddings().weight.shape[0]
+        head = model.get_output_embeddings()        # a hot-vocabulary or engine head names its full vocabulary
+        self.vocab = getattr(head, "vocab", None) or head.weight.shape[0]
         self.eos_token_id = model.generation_config.eos_token_id if model.generation_config else None
         self.kv, self.block = kv, block
         self.cache = None

@@ -29,9 +29,12 @@ class Pair:
         return self.target.vocab
 
 
-def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: int | None = None) -> Pair:
+def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: int | None = None,
+              draft_engine: str = "host") -> Pair:
     """Load a target and its draft (a model or ``"prompt-lookup"``), checking they share a vocabulary.
     ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.hotvocab`).
+    ``draft_engine="fabric"``: the draft's linear layers run on the int8 draft engine's golden model
+    (:mod:`specdec.int8draft`, calibrated on the corpus's training passages).
 
     Raises
     ------
@@ -55,6 +58,10 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
         from .hotvocab import hot_head_model, hot_ids
         d_model = hot_head_model(d_model, hot_ids(t_tok, draft_vocab, vocab))
         name = f"{draft} (hot vocabulary {draft_vocab})"
+    if draft_engine == "fabric":
+        from .int8draft import demo_draft
+        d_model = demo_draft(d_model.float(), t_tok)
+        name = f"{name} on the int8 draft engine"
     return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, name)
 
 

@@ -146,7 +146,7 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         report) when they apply.
     """
     job = as_job(job)
-    pair = pair or open_pair(job.target, job.draft, job.draft_vocab)
+    pair = pair or open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
     paged = kv is not None and job.kv_block is not None
     if paged:
         pair = paged_pair(pair, kv, job.kv_block)
@@ -203,6 +203,7 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} not in {BACKENDS}")
     job = as_job(job)
+    job.check_backend(backend)
     if backend == "sim":
         return run_sim(job)
     c = cores(backend)

@@ -1,0 +1,92 @@
+"""The draft on the int8 engine's arithmetic (specdec.int8draft): each layer is the golden engine's job on
+the quantized integers, the LM head writes Q7.8 logit codes, and the demo draft's int8 twin agrees with its
+float twin on held-out text (goal 98%; measured 96.5% on 200 passages, docs/draftengine.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import model_pairs
+from hls_ref import draftengine as golden
+from hwcontract.formats import LOGIT_FRAC
+from specdec import corpus, int8draft, models, runtime
+from specdec.errors import OptionError
+from specdec.job import Job
+from specdec.hotvocab import hot_head_model, hot_ids
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+
+def test_a_layer_is_the_golden_job_on_its_integers():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(24, 40))
+    x = rng.normal(size=(5, 40)) * np.linspace(0.1, 4, 40)      # channel outliers, as after RMSNorm
+    in_ch = np.abs(x).max(axis=0)
+    q = int8draft.quantize_linear("l", w, None, in_ch, float(np.abs(x @ w.T).max()), out_bits=16)
+    y, sat = q(x)
+    ref = golden.run(q.job(q.quantize_input(x)))
+    assert np.array_equal(y, ref.y * q.s_out) and sat == ref.saturated == 0
+    assert np.abs(q.quantize_input(x)).max() == 127               # the calibrated max uses the whole range
+    assert np.abs(y - x @ w.T).max() < 0.05 * np.abs(x @ w.T).max()
+
+
+def test_every_linear_layer_runs_on_the_engine_and_the_head_writes_logit_codes():
+    model = model_pairs.tiny_llama(seed=4)
+    tok_ids = torch.tensor([[1, 5, 9, 2, 7, 3]])
+    vocab = model.get_output_embeddings().weight.shape[0]
+    hot = hot_head_model(model, np.arange(0, vocab, 2))
+    calib = lambda m: {n: (np.ones(mod.weight.shape[1]) * 4.0, 8.0)      # noqa: E731
+                       for n, mod in int8draft.linear_layers(m)}
+    q = int8draft.quantize(hot, calib(hot))
+    kinds = [type(m).__name__ for m in q.modules()]
+    assert "Linear" not in kinds and "_HotHead" not in kinds
+    with torch.inference_mode():
+        z = q(tok_ids).logits[0]
+    assert torch.isinf(z[:, 1::2]).all()                          # outside the hot rows: -inf
+    codes = z[:, ::2] * (1 << LOGIT_FRAC)
+    assert torch.equal(codes, codes.round())                      # Q7.8 codes
+    with pytest.raises(ValueError, match="has no calibration statistics"):
+        int8draft.quantize(hot, {})
+
+
+@pytest.fixture(scope="module")
+def demo_draft():
+    m, tok = models.load(models.DEMO_DRAFT)
+    m = hot_head_model(m, hot_ids(tok, 8192, m.get_output_embeddings().weight.shape[0])).float().eval()
+    return m, tok
+
+
+def agreement(demo_draft, n_calibration, n_eval):
+    m, tok = demo_draft
+    q = int8draft.demo_draft(m, tok, n_calibration)
+    r = int8draft.agreement(m, q, tok, corpus.sample_passages(n_eval, held_out=True, seed=2))
+    return r, int8draft.saturations(q)
+
+
+def test_int8_twin_of_the_demo_draft_agrees_on_held_out_text(demo_draft):
+    r, sat = agreement(demo_draft, 64, 30)
+    assert r["positions"] > 500 and r["rate"] >= 0.95, r        # measured 0.963 (goal 0.98, not met)
+    assert sat == 0
+
+
+@pytest.mark.long
+def test_int8_twin_agreement_on_200_held_out_passages(demo_draft):
+    r, sat = agreement(demo_draft, 400, 200)
+    assert r["positions"] > 4000 and r["rate"] >= 0.96, r       # measured 0.965 (goal 0.98, not met)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(draft_engine="gpu"), "draft_engine must be one of host, fabric, got 'gpu'"),
+    (dict(draft_engine="fabric", draft="prompt-lookup"), "with prompt lookup"),
+])
+def test_job_checks_the_draft_engine(kw, message):
+    with pytest.raises(OptionError, match=message):
+        Job(prompts=("x",), **kw)
+
+
+@pytest.mark.parametrize("backend", ["sim", "pynq"])
+def test_a_fabric_draft_off_the_golden_backend_is_refused_before_anything_runs(backend, monkeypatch):
+    monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))
+    with pytest.raises(OptionError, match=f"on backend '{backend}'"):
+        runtime.run({"prompts": ["x"], "draft_engine": "fabric"}, backend)
