@@ -199,6 +199,18 @@ def _bench_treemask(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _bench_draft(args: argparse.Namespace) -> int:
+    from specdec import bench_draft
+    from specdec.job import Job
+    # the job checks the loop's options (gamma, tokens, hot vocabulary) before anything loads
+    Job(prompts=("x",), max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft_vocab=args.draft_vocab,
+        draft_engine="fabric")
+    res = bench_draft.run(args.n_prompts, args.max_new_tokens, args.gamma, args.draft_vocab, args.n_agreement)
+    print(bench_draft.format_draft(res))
+    _write_json(args.json, res)
+    return EXIT_OK
+
+
 def _bench_kv(args: argparse.Namespace) -> int:
     from specdec import bench
     pages = [_param("--pages", "kvpage", "PAGES", p) for p in _int_list(args.pages, "--pages", "256,1024")]
@@ -263,6 +275,16 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", metavar="FILE", help="write the results as JSON")
     e.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
     HANDLERS[("bench", "e2e")] = _bench_e2e
+    d = b_sub.add_parser("draft", help="the demo draft on the int8 draft engine vs its float twin: agreement, "
+                                       "acceptance, step time, projected step per board")
+    d.add_argument("--n-prompts", type=_positive, default=20, help="held-out prompts of the two decode runs (default 20)")
+    d.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
+    d.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
+    d.add_argument("--draft-vocab", type=int, default=8192, help="the draft's hot vocabulary (default 8192)")
+    d.add_argument("--n-agreement", type=_positive, default=200,
+                   help="held-out passages of the greedy-agreement measurement (default 200)")
+    d.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
+    HANDLERS[("bench", "draft")] = _bench_draft
 
 
 def _gamma(text: str) -> int | str:
