@@ -95,8 +95,7 @@ def requant(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shift: np.ndarr
     if out_bits == 32:
         v = t
     else:
-        rnd = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
-        v = (t * mult + rnd) >> shift           # |t * mult| < 2**49: no int64 overflow
+        v = (t * mult + (np.left_shift(np.int64(1), shift) >> 1)) >> shift      # + 2**(SHIFT-1), 0 at SHIFT 0           # |t * mult| < 2**49: no int64 overflow
     lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
     y = np.clip(v, lo, hi)
     return y, y != v

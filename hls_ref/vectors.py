@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hls_ref import kvpage as kv
+from hls_ref.draftengine import Job as DEJob
 from hls_ref.rng import xoshiro128pp
-from hwcontract.formats import LOGIT_NEG_INF, fixed_point_dist, quantize
+from hwcontract.formats import (DE_MULT_BITS, DE_OUT_BITS, DE_SHIFT_MAX, LOGIT_NEG_INF, fixed_point_dist,
+                                quantize)
 
 M32 = 0xFFFFFFFF
 
@@ -419,8 +421,6 @@ DRAFT_SHAPES = ((192, 192), (192, 64), (192, 512), (512, 192), (192, 8192))
 def draftengine_job(rng: np.random.Generator, m: int, k: int, n: int, out_bits: int, *, extreme: bool = False):
     """One random job: operands over the whole int8 range (``extreme``: every operand -128, the largest sum),
     per-channel biases, multipliers and shifts that put outputs around the width's range, so some saturate."""
-    from hls_ref.draftengine import Job
-    from hwcontract.formats import DE_MULT_BITS, DE_SHIFT_MAX
     if extreme:
         x = np.full((m, k), -128, np.int64)
         w = np.full((n, k), -128, np.int64)
@@ -437,13 +437,12 @@ def draftengine_job(rng: np.random.Generator, m: int, k: int, n: int, out_bits: 
     base = int(np.clip(np.round(np.log2(spread * (1 << DE_MULT_BITS) / max(want, 1.0))), 0, DE_SHIFT_MAX))
     shift = np.clip(base + rng.integers(-2, 3, n), 0, DE_SHIFT_MAX)
     shift[rng.random(n) < 0.05] = rng.choice([0, DE_SHIFT_MAX])
-    return Job(x, w, bias, mult, shift, out_bits)
+    return DEJob(x, w, bias, mult, shift, out_bits)
 
 
 def draftengine_set(seed: int, count: int) -> list:
     """Directed jobs first (1 x 1 x 1, the largest sum, each demo-draft shape at M = 1 and 16 with every
     output width), then ``count`` random ones (M 1..16, K and N 1..600, any output width)."""
-    from hwcontract.formats import DE_OUT_BITS
     rng = np.random.default_rng(seed)
     jobs = [draftengine_job(rng, 1, 1, 1, 8), draftengine_job(rng, 2, 4096, 3, 32, extreme=True),
             draftengine_job(rng, 1, 4096, 2, 16, extreme=True)]

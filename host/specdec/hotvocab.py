@@ -86,12 +86,21 @@ def _module():
             self.vocab = vocab
 
         def forward(self, h):
-            z = torch.nn.functional.linear(h, self.weight, self.bias)
-            out = z.new_full((*z.shape[:-1], self.vocab), float("-inf"))
-            out[..., self.ids] = z
-            return out
+            return scatter(torch.nn.functional.linear(h, self.weight, self.bias), self.ids, self.vocab)
 
     return _HotHead
+
+
+def scatter(z, ids, vocab: int):
+    """The head's outputs ``z`` (..., N) written at token ids ``ids`` of a row of -inf over ``vocab`` tokens."""
+    out = z.new_full((*z.shape[:-1], vocab), float("-inf"))
+    out[..., ids] = z
+    return out
+
+
+def is_hot_head(module) -> bool:
+    """Whether ``module`` is a hot-vocabulary head (its ``ids`` and ``vocab`` say where its rows go)."""
+    return isinstance(module, _module())
 
 
 def HotHead(weight, ids, vocab: int, bias=None):     # noqa: N802  a module class built on first use (torch)

@@ -113,16 +113,16 @@ def weight_codes(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def linear_layers(model):
     """(name, module) of every linear layer the engine runs: nn.Linear and the hot-vocabulary head."""
     import torch
-    from .hotvocab import _module
+    from .hotvocab import is_hot_head
     for name, mod in model.named_modules():
-        if isinstance(mod, (torch.nn.Linear, _module())):
+        if isinstance(mod, torch.nn.Linear) or is_hot_head(mod):
             yield name, mod
 
 
 def calibrate(model, tokenizer, texts: list[str]) -> dict[str, tuple[np.ndarray, float]]:
     """``{layer: (max |input| per input channel, max |output|)}`` over ``texts`` (each run as one sequence) for every linear layer."""
     import torch
-    stats: dict[str, list] = {}
+    stats: dict[str, tuple[np.ndarray, float]] = {}
     hooks = []
 
     def hook(name):
@@ -130,10 +130,11 @@ def calibrate(model, tokenizer, texts: list[str]) -> dict[str, tuple[np.ndarray,
             x = args[0].detach()
             o = out.detach()
             o = o[torch.isfinite(o)]            # the hot head's -inf outside its rows
-            s = stats.setdefault(name, [0.0, 0.0])
             ch = x.reshape(-1, x.shape[-1]).abs().amax(0).double().numpy()
-            s[0] = ch if isinstance(s[0], float) else np.maximum(s[0], ch)
-            s[1] = max(s[1], float(o.abs().max()) if o.numel() else 0.0)
+            om = float(o.abs().max()) if o.numel() else 0.0
+            if name in stats:
+                ch, om = np.maximum(stats[name][0], ch), max(stats[name][1], om)
+            stats[name] = (ch, om)
         return fn
 
     for name, mod in linear_layers(model):
@@ -146,7 +147,7 @@ def calibrate(model, tokenizer, texts: list[str]) -> dict[str, tuple[np.ndarray,
     finally:
         for h in hooks:
             h.remove()
-    return {k: (v[0], v[1]) for k, v in stats.items()}
+    return stats
 
 
 def quantize(model, stats: dict[str, tuple[np.ndarray, float]], out_bits: int = 16, alpha: float | None = ALPHA,
@@ -156,8 +157,7 @@ def quantize(model, stats: dict[str, tuple[np.ndarray, float]], out_bits: int = 
     Each engine module keeps ``saturated``: outputs clipped since it was built. Raises ValueError for a layer
     with no calibration entry.
     """
-    import torch
-    from .hotvocab import _module
+    from .hotvocab import is_hot_head
     out = copy.deepcopy(model)
     head = out.get_output_embeddings()
     for name, mod in list(linear_layers(out)):
@@ -169,8 +169,8 @@ def quantize(model, stats: dict[str, tuple[np.ndarray, float]], out_bits: int = 
         q = quantize_linear(name, w, b, stats[name][0], stats[name][1],
                             16 if is_head else out_bits, logit_codes=is_head,
                             alpha=alpha_head if is_head else alpha)
-        new = EngineModule(q, ids=mod.ids if isinstance(mod, _module()) else None,
-                           vocab=getattr(mod, "vocab", None))
+        hot = is_hot_head(mod)
+        new = EngineModule(q, ids=mod.ids if hot else None, vocab=mod.vocab if hot else None)
         parent, _, attr = name.rpartition(".")
         setattr(out.get_submodule(parent) if parent else out, attr, new)
     if head is not None:
@@ -182,6 +182,7 @@ def EngineModule(q: QLinear, ids=None, vocab: int | None = None):     # noqa: N8
     """A torch module running ``q`` on the golden engine; with ``ids`` (a hot head) it scatters its N outputs
     into a row of -inf over ``vocab`` tokens."""
     import torch
+    from .hotvocab import scatter
 
     class _Engine(torch.nn.Module):
         def __init__(self) -> None:
@@ -195,11 +196,7 @@ def EngineModule(q: QLinear, ids=None, vocab: int | None = None):     # noqa: N8
             y, sat = self.q(x.detach().double().numpy())
             self.saturated += sat
             z = torch.from_numpy(y).to(x.dtype)
-            if self.ids is None:
-                return z
-            row = z.new_full((*z.shape[:-1], self.vocab), float("-inf"))
-            row[..., self.ids] = z
-            return row
+            return z if self.ids is None else scatter(z, self.ids, self.vocab)
 
     return _Engine()
 
