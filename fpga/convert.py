@@ -28,7 +28,9 @@ BLOCKS = {
     "verifier": ("fpga.verifier", "verifier"),
     "treemask": ("fpga.treemask", "treemask"),
     "kvpage": ("fpga.kvpage", "kvpage"),
+    "draftengine": ("fpga.draftengine", "draftengine"),
     "system": ("fpga.system", "system"),     # verifier + treemask + kvpage (simulation of the whole loop)
+    "system_fabric": ("fpga.system_fabric", "system_fabric"),   # ... + the draft engine (a fabric draft)
     "axil": ("fpga.axil_top", "axil_top"),   # the AXI-Lite register slave alone (the report's axil row)
 }
 CORES = tuple(hwparams.CORES)       # the cores (each has five faces); "system" is a toplevel, not a core

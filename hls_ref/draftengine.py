@@ -106,3 +106,61 @@ def run(job: Job) -> Output:
     j = check(job)
     y, sat = requant(matmul(j.x, j.w), j.bias, j.mult, j.shift, j.out_bits)
     return Output(y, int(sat.sum()))
+
+
+# ------------------------------------------------------------------------------------------------
+# The core around the arithmetic: its memories, its checks, its cycle count (fpga/draftengine.py)
+# ------------------------------------------------------------------------------------------------
+
+def tiles(m: int, k: int, n: int, rows: int, cols: int) -> tuple[int, int, int]:
+    """``(NT, KC, AB)`` of a RUN: output tiles ceil(N/ROWS), weight chunks per tile ceil(K/COLS) and activation
+    beats per token ceil(K/(ROWS*COLS))."""
+    return -(-n // rows), -(-k // cols), -(-k // (rows * cols))
+
+
+def cycles(op: str, beats: int, m: int = 0, k: int = 0, n: int = 0, rows: int = 8, cols: int = 8) -> int:
+    """The RTL's ``CYCLES_BUSY - CYCLES_STALL`` of one operation that ran to DONE.
+
+    ``DE_CHECK`` cycles, one per s_axis beat, and for a RUN one per MAC issue (``M * NT * KC``: the array
+    does one weight beat per cycle) plus the pipeline (``hwcontract.latency.de_pipe``) and the last beat's
+    handshake.
+    """
+    from hwcontract.latency import DE_CHECK, de_pipe
+    c = DE_CHECK + beats
+    if op == "RUN":
+        nt, kc, _ = tiles(m, k, n, rows, cols)
+        c += m * nt * kc + de_pipe(cols) + 1
+    return c
+
+
+def mac_utilisation(m: int, k: int, n: int, rows: int, cols: int) -> float:
+    """Useful MACs over the array's MAC slots in a RUN's issue cycles (padding past N and K is the loss)."""
+    nt, kc, _ = tiles(m, k, n, rows, cols)
+    return (m * k * n) / (m * nt * kc * rows * cols)
+
+
+def memory_run(wbeats: np.ndarray, pbeats: np.ndarray, abeats: np.ndarray, m: int, k: int, n: int, out_bits: int,
+               rows: int, cols: int) -> tuple[np.ndarray, int]:
+    """A RUN computed from what the core's memories hold, as the RTL computes it: ``(lanes, saturated)``.
+
+    ``wbeats`` (NT * KC, ROWS*COLS) uint8 are the weight beats WBASE.., ``pbeats`` (NT, ROWS*COLS) the parameter
+    tiles PBASE.., ``abeats`` (M * AB, ROWS*COLS) the activation beats. Every lane of every tile is computed
+    (lanes past N from whatever the memories hold there; features past K inside the last chunk included);
+    ``lanes`` is (NT * M, ROWS) int64 in m_axis order, ``saturated`` counts lanes below N only.
+    """
+    nt, kc, ab = tiles(m, k, n, rows, cols)
+    rc = rows * cols
+    w = np.asarray(wbeats, np.uint8).view(np.int8).reshape(nt, kc, rows, cols).transpose(0, 2, 1, 3)
+    w = w.reshape(nt * rows, kc * cols)
+    x = np.asarray(abeats, np.uint8).view(np.int8).reshape(m, ab * rc)[:, :kc * cols]
+    words = np.ascontiguousarray(np.asarray(pbeats, np.uint8)[:, :rows * 8]).view("<u8").reshape(nt * rows)
+    bias = (words & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    mult = ((words >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
+    shift = ((words >> np.uint64(48)) & np.uint64(0x3F)).astype(np.int64)
+    if out_bits == 32:
+        mult, shift = np.ones_like(mult), np.zeros_like(shift)
+    acc = matmul(x, w)
+    acc = ((acc + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)        # the int32 accumulator wraps (K <= DE_K_LIMIT never does)
+    y, sat = requant(acc, bias, mult, shift, out_bits)
+    lanes = y.reshape(m, nt, rows).transpose(1, 0, 2).reshape(nt * m, rows)
+    return lanes, int(sat[:, :n].sum())

@@ -441,15 +441,20 @@ def draftengine_job(rng: np.random.Generator, m: int, k: int, n: int, out_bits: 
 
 
 def draftengine_set(seed: int, count: int) -> list:
-    """Directed jobs first (1 x 1 x 1, the largest sum, each demo-draft shape at M = 1 and 16 with every
-    output width), then ``count`` random ones (M 1..16, K and N 1..600, any output width)."""
+    """Three directed jobs (1 x 1 x 1 and the largest sums), ``count`` random ones (M 1..16, K and N 1..600,
+    any output width), then each demo-draft shape at M = 1 and 16 with every output width (the largest jobs
+    last, so that a slow stage can run a prefix: :data:`DRAFTENGINE_DIRECTED` + its random jobs)."""
     rng = np.random.default_rng(seed)
     jobs = [draftengine_job(rng, 1, 1, 1, 8), draftengine_job(rng, 2, 4096, 3, 32, extreme=True),
             draftengine_job(rng, 1, 4096, 2, 16, extreme=True)]
-    for i, (k, n) in enumerate(DRAFT_SHAPES):
-        for m in (1, 16):
-            jobs.append(draftengine_job(rng, m, k, n, DE_OUT_BITS[(i + m) % len(DE_OUT_BITS)]))
     for _ in range(count):
         jobs.append(draftengine_job(rng, int(rng.integers(1, 17)), int(rng.integers(1, 601)),
                                     int(rng.integers(1, 601)), int(rng.choice(DE_OUT_BITS))))
+    for i, (k, n) in enumerate(DRAFT_SHAPES):
+        for m in (1, 16):
+            jobs.append(draftengine_job(rng, m, k, n, DE_OUT_BITS[(i + m) % len(DE_OUT_BITS)]))
     return jobs
+
+
+#: The directed jobs at the head of :func:`draftengine_set`.
+DRAFTENGINE_DIRECTED = 3

@@ -275,3 +275,64 @@ def de_multiplier(scale: float) -> tuple[int, int]:
     if mult == 0:
         raise ValueError(f"requantization scale {scale!r} below 2**-{DE_SHIFT_MAX + 1}: MULT rounds to 0")
     return mult, shift
+
+
+# The draft engine's stream words (hwcontract.regmap core "draftengine"): beats of ROWS * COLS bytes in,
+# beats of ROWS int32 lanes out. Each packer returns a (beats, ROWS * COLS) uint8 array, zero past N and K.
+_DE_PARAM = {f.name: f for f in core("draftengine").stream("param_word").fields}
+
+
+def _de_geometry(rows: int, cols: int) -> None:
+    from hwcontract.regmap import DE_COLS, DE_ROWS
+    if rows not in DE_ROWS or cols not in DE_COLS:
+        raise ValueError(f"draftengine geometry {rows} x {cols}: ROWS must be in {DE_ROWS}, COLS in {DE_COLS}")
+
+
+def de_weight_beats(w, rows: int, cols: int) -> np.ndarray:
+    """The LOAD_W beats of an N x K int8 weight matrix: tile t (ROWS channels), chunk c (COLS features) is
+    beat ``t * ceil(K / COLS) + c``, byte ``r * COLS + j`` = ``w[t * ROWS + r, c * COLS + j]``."""
+    _de_geometry(rows, cols)
+    w = np.asarray(w)
+    n, k = w.shape
+    nt, kc = -(-n // rows), -(-k // cols)
+    pad = np.zeros((nt * rows, kc * cols), np.int8)
+    pad[:n, :k] = w
+    return pad.reshape(nt, rows, kc, cols).transpose(0, 2, 1, 3).reshape(nt * kc, rows * cols).view(np.uint8)
+
+
+def de_param_beats(bias, mult, shift, rows: int, cols: int) -> np.ndarray:
+    """The LOAD_P beats of per-channel (BIAS, MULT, SHIFT): tile t holds channels t * ROWS .. + ROWS - 1, the
+    64-bit word of channel t * ROWS + r at bit 64 r (fields ``param_word``); zero words past N."""
+    _de_geometry(rows, cols)
+    bias, mult, shift = (np.asarray(a, dtype=np.int64) for a in (bias, mult, shift))
+    n = bias.shape[0]
+    nt = -(-n // rows)
+    f = _DE_PARAM
+    words = np.zeros(nt * rows, np.uint64)
+    words[:n] = ((bias.astype(np.uint64) & np.uint64(0xFFFFFFFF)) << np.uint64(f["BIAS"].lsb)) \
+        | (mult.astype(np.uint64) << np.uint64(f["MULT"].lsb)) | (shift.astype(np.uint64) << np.uint64(f["SHIFT"].lsb))
+    beats = np.zeros((nt, rows * cols), np.uint8)
+    beats[:, :rows * 8] = words.astype("<u8").view(np.uint8).reshape(nt, rows * 8)
+    return beats
+
+
+def de_act_beats(x, rows: int, cols: int) -> np.ndarray:
+    """The RUN beats of M x K int8 activations: token after token, ``ceil(K / (ROWS*COLS))`` beats each."""
+    _de_geometry(rows, cols)
+    x = np.asarray(x)
+    m, k = x.shape
+    rc = rows * cols
+    ab = -(-k // rc)
+    pad = np.zeros((m, ab * rc), np.int8)
+    pad[:, :k] = x
+    return pad.reshape(m * ab, rc).view(np.uint8)
+
+
+def de_unpack_outputs(lanes, m: int, n: int, rows: int) -> np.ndarray:
+    """The (M, N) int64 outputs of a RUN from its m_axis lanes, an int array (beats, ROWS) in arrival order
+    (beat t * M + m, lane r = channel t * ROWS + r); lanes past N dropped."""
+    lanes = np.asarray(lanes, dtype=np.int64)
+    nt = -(-n // rows)
+    if lanes.shape != (nt * m, rows):
+        raise ValueError(f"a RUN of M={m}, N={n} sends {nt * m} beats of {rows} lanes, got shape {lanes.shape}")
+    return lanes.reshape(nt, m, rows).transpose(1, 0, 2).reshape(m, nt * rows)[:, :n]

@@ -31,3 +31,14 @@ VER_TCALC = 2 + MUL_WIDE        # TCALC: operands, product, t registered
 def ver_prefix(lanes: int) -> int:
     """Registered levels of the verifier's lane prefix sums: log2(L)."""
     return max(0, lanes.bit_length() - 1)
+
+
+# draftengine: issue -> memory read, register (chunk select), DSP A/B, M, P, adder tree (log2 COLS), accumulator,
+# requantization (REQUANT), output register; CHECK cycles validate an operation's registers
+DE_CHECK = 4
+DE_REQUANT = 2 + MUL_WIDE + 5   # bias, |t|, MULT product, sign, coarse shift, fine shift, rounding, saturation
+
+
+def de_pipe(cols: int) -> int:
+    """Enabled cycles from a draftengine MAC issue to its result in the output register (COLS columns)."""
+    return 5 + (cols.bit_length() - 1) + 1 + DE_REQUANT + 1

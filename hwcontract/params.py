@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT
+from hwcontract.regmap import DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,19 @@ CORES: dict[str, tuple[Param, ...]] = {
         Param("PAGES", 256, _pow2(16, KV_MAX_PAGES), "Physical pages in the pool (a power of two)."),
         Param("MAX_BLOCKS", 64, _pow2(4, KV_MAX_BLOCKS), "Rows of each slot's block table (a power of two)."),
     ),
+    "draftengine": (
+        Param("ROWS", 8, DE_ROWS, "Array rows: output channels per tile (m_axis is 32 * ROWS bits)."),
+        Param("COLS", 8, DE_COLS, "Array columns: input features per chunk (s_axis is 8 * ROWS * COLS bits)."),
+        Param("WDEPTH", 1024, range(256, 65536 + 1, 256), "Weight memory depth in beats (a multiple of 256)."),
+        Param("PDEPTH", 256, _pow2(16, 8192), "Parameter memory depth in tiles of ROWS channels (a power of two)."),
+        Param("K_MAX", 1024, _pow2(256, 8192), "Largest K (a power of two): the activation memory holds "
+                                                "M_MAX * K_MAX / (ROWS * COLS) beats."),
+        Param("M_MAX", DE_M_MAX, range(1, DE_M_MAX + 1), "Largest M (tokens per job)."),
+    ),
 }
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.
-SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage")}
+SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage"),
+                                      "system_fabric": ("verifier", "treemask", "kvpage", "draftengine")}
 
 
 def spec(core: str) -> dict[str, Param]:

@@ -533,7 +533,84 @@ def _kvpage_map() -> CoreMap:
     return b.build()
 
 
-CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map(), _kvpage_map())}
+# Draft engine (draftengine core, docs/draftengine.md): an R x C int8 array; jobs of up to DE_M_MAX tokens.
+DE_M_MAX = 16             # tokens per job (a chain's or a tree's batch)
+DE_ROWS = (4, 8, 16)      # ROWS (output channels per tile) a build may have
+DE_COLS = (8, 16)         # COLS (input features per chunk); >= 8 so that a beat holds ROWS parameter words
+DE_PARAM_WORD_BITS = 64   # one output channel's requantization parameters in a parameter beat
+DE_OPS = (("LOAD_W", 1, "Write COUNT beats from s_axis into the weight memory from beat ADDR."),
+          ("LOAD_P", 2, "Write COUNT beats from s_axis into the parameter memory from tile ADDR."),
+          ("RUN", 3, "One job: M * ceil(K / (ROWS*COLS)) activation beats in, ceil(N / ROWS) * M result beats out."))
+DE_OUTS = (("OUT8", 0, "int8 outputs (requantized, saturated)"), ("OUT16", 1, "int16 outputs (requantized, saturated)"),
+           ("OUT32", 2, "int32 outputs: acc + BIAS, saturated (MULT and SHIFT unused)"))
+
+
+def _draftengine_map() -> CoreMap:
+    b = MapBuilder(
+        "draftengine",
+        "int8 draft engine: an output-stationary ROWS x COLS array of int8 multiply-accumulates (int32 sums) "
+        "with per-output-channel requantization (bias, 16-bit multiplier, shift, half-up rounding, saturation). "
+        "Weight tiles and per-channel parameters are loaded once into on-chip memories (LOAD_W, LOAD_P); a job "
+        "(RUN) streams in M activation vectors and streams out requantized outputs, one beat per (tile, token).",
+        errors=[("BAD_OP", "CONFIG.OP is not an operation."),
+                ("BAD_SHAPE", "RUN: M is 0 or above M_MAX, K is 0 or above K_MAX, or N is 0 or above ROWS * PDEPTH."),
+                ("BAD_OUT", "RUN: CONFIG.OUT is not an output width."),
+                ("BAD_RANGE", "LOAD_W / LOAD_P: COUNT is 0 or ADDR + COUNT passes the memory's depth; RUN (shape "
+                              "legal): WBASE + ceil(N/ROWS) * ceil(K/COLS) passes WDEPTH or PBASE + ceil(N/ROWS) "
+                              "passes PDEPTH."),
+                ("SHORT_STREAM", "TLAST came before the last beat the operation expects."),
+                ("LONG_STREAM", "The last beat the operation expects came without TLAST.")],
+    )
+    b.add("CONFIG", "rw", "The operation CTRL.START runs, and the job's output width.", fields=[
+        Field("OP", 0, 2, "Operation.", values=DE_OPS),
+        Field("OUT", 4, 2, "Output width of RUN.", values=DE_OUTS)])
+    b.add("ADDR", "rw", "LOAD_W: first weight beat written; LOAD_P: first parameter tile written.")
+    b.add("COUNT", "rw", "LOAD_W / LOAD_P: beats to write.", reset=1)
+    b.add("M", "rw", "RUN: tokens (activation vectors), 1..M_MAX.", reset=1)
+    b.add("K", "rw", "RUN: input features, 1..K_MAX.", reset=1)
+    b.add("N", "rw", "RUN: output channels, 1..ROWS * PDEPTH.", reset=1)
+    b.add("WBASE", "rw", "RUN: weight beat of tile 0, chunk 0; tile t, chunk c is beat WBASE + t * ceil(K/COLS) + c.")
+    b.add("PBASE", "rw", "RUN: parameter tile of output channels 0..ROWS-1; tile t is PBASE + t.")
+    b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
+        Field("ROWS", 0, 5, "Output channels per tile (array rows)."),
+        Field("COLS", 5, 5, "Input features per weight beat row (array columns)."),
+        Field("M_MAX", 10, 5, "Largest M accepted.")])
+    b.add("WDEPTH", "ro", "Weight memory depth (beats of ROWS * COLS bytes).")
+    b.add("PDEPTH", "ro", "Parameter memory depth (tiles of ROWS channel words).")
+    b.add("K_MAX", "ro", "Largest K accepted (activation memory: M_MAX * K_MAX / (ROWS * COLS) beats).")
+    b.add("SATURATED", "ro", "RUN: outputs of the job that saturated (lanes past N excluded).")
+    b.add("BEATS_IN", "ro", "s_axis beats taken by the last operation.")
+    b.add("BEATS_OUT", "ro", "m_axis beats sent by the last operation.")
+    b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY in the last operation (START to DONE).")
+    b.add("CYCLES_STALL", "ro", "BUSY cycles spent waiting: for an s_axis beat (LOAD, RUN's activations) or for "
+                                "m_axis TREADY (RUN's results).")
+    b.stream(StreamFormat("s_axis", "in", 8 * DE_ROWS[-1] * DE_COLS[-1],
+                          "ROWS * COLS bytes per beat (TDATA is 8 * ROWS * COLS bits), TLAST on an operation's "
+                          "last beat. LOAD_W: one weight tile chunk, byte r * COLS + c = w[t * ROWS + r, "
+                          "chunk * COLS + c]; LOAD_P: ROWS parameter words (param_word), word r for channel "
+                          "t * ROWS + r at bit 64 r; RUN: activations of one token, ROWS * COLS features per "
+                          "beat, token after token. Values past N and K are zero.",
+                          (StreamField("BYTE", 0, 8, "int8 weight or activation (two's complement)",
+                                       count=DE_ROWS[-1] * DE_COLS[-1], signed=True),)))
+    b.stream(StreamFormat("param_word", "in", DE_PARAM_WORD_BITS,
+                          "One output channel's requantization parameters inside a LOAD_P beat.",
+                          (StreamField("BIAS", 0, 32, "added to the sum (int32)", signed=True),
+                           StreamField("MULT", 32, 16, "multiplier (unsigned)"),
+                           StreamField("SHIFT", 48, 6, "right shift 0..48 (rounding half up)"))))
+    b.stream(StreamFormat("m_axis", "out", 32 * DE_ROWS[-1],
+                          "RUN: one beat per (tile t, token m), t-major (t = 0: m = 0..M-1, then t = 1, ...), "
+                          "TLAST on the job's last beat; lane r (bits 32 r + 31 .. 32 r) is output channel "
+                          "t * ROWS + r, sign-extended (TDATA is 32 * ROWS bits).",
+                          (StreamField("Y", 0, 32, "output value, sign-extended to 32 bits", count=DE_ROWS[-1],
+                                       signed=True),)))
+    b.group("RESULT", ("SATURATED", "BEATS_IN", "BEATS_OUT"), "The outcome of one operation (outputs are on m_axis).")
+    b.group("COUNTERS", ("CYCLES_BUSY", "CYCLES_STALL"),
+            "Cycle counters of one operation (the cycle model in hls_ref.draftengine predicts BUSY - STALL).")
+    return b.build()
+
+
+CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map(), _kvpage_map(),
+                                                  _draftengine_map())}
 
 
 def core(name: str) -> CoreMap:

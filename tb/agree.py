@@ -12,12 +12,22 @@ import json
 import os
 from pathlib import Path
 
-SEED, COUNT, OUT = "AGREE_SEED", "AGREE_COUNT", "AGREE_OUT"
+SEED, COUNT, OUT, LIMIT = "AGREE_SEED", "AGREE_COUNT", "AGREE_OUT", "AGREE_LIMIT"
 
 
-def environment(seed: int, count: int, out: Path) -> dict[str, str]:
-    """The simulator's extra environment for a set of ``count`` vectors from ``seed``, results to ``out``."""
-    return {SEED: str(seed), COUNT: str(count), OUT: str(out)}
+def environment(seed: int, count: int, out: Path, limit: int | None = None) -> dict[str, str]:
+    """The simulator's extra environment for a set of ``count`` vectors from ``seed``, results to ``out``;
+    ``limit``: run only the set's first ``limit`` vectors (a slow stage's prefix)."""
+    env = {SEED: str(seed), COUNT: str(count), OUT: str(out)}
+    if limit is not None:
+        env[LIMIT] = str(limit)
+    return env
+
+
+def vector_limit() -> int | None:
+    """How many of the set's vectors to run (None: all), inside the simulator."""
+    raw = os.environ.get(LIMIT)
+    return None if raw is None else int(raw)
 
 
 def vector_spec() -> tuple[int, int]:

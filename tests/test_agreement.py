@@ -16,12 +16,13 @@ and the kvpage's ``CYCLES_BUSY``. A slow stage runs the first vectors of the set
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import pytest
 
+from hls_ref import draftengine as de
 from hls_ref import kvpage as kv
 from hls_ref import treemask as tm
 from hls_ref import vectors
@@ -31,10 +32,11 @@ from hwcontract import params as hwparams
 from hwcontract.regmap import core
 from specdec.backends import simulator as harness
 from specdec.backends.golden import GoldenDevice
-from specdec.drivers import KVPage, Rng, TreeMask, Verifier
+from specdec.drivers import DraftEngine, KVPage, Rng, TreeMask, Verifier
 from specdec.drivers.base import description
 from tb.agree import environment, merge_dealt, read_results
 from tb.common import Stimulus, cross_names
+from tb.draftengine.agree_draftengine import draftengine_results
 from tb.kvpage.agree_kvpage import kvpage_results
 from tb.rng.agree_rng import rng_results
 from tb.treemask.agree_treemask import treemask_results
@@ -54,6 +56,7 @@ class Flow:
     testcase: str
     params: dict[str, int]
     counts: dict[str, int]
+    limits: dict[str, int] = field(default_factory=dict)   # a slow stage runs the set's first vectors only
 
     def build(self) -> dict[str, int]:
         """Every build parameter (the defaults filled in)."""
@@ -74,6 +77,11 @@ FLOWS = {
                      {"golden": 128, "cpp": 128, "verilator": 64, "icarus": 24}),
     "kvpage": Flow("kvpage", "tb.kvpage.agree_kvpage", "agree", {"PAGES": 16, "MAX_BLOCKS": 4},
                    {"golden": 600, "cpp": 600, "verilator": 60, "icarus": 20}),
+    # a build whose memories hold every vector: the hot head (1024 tiles x 24 chunks) and K = 4096
+    "draftengine": Flow("draftengine", "tb.draftengine.agree_draftengine", "agree",
+                        {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096},
+                        {"golden": 60, "cpp": 60, "verilator": 12, "icarus": 4},
+                        {"icarus": vectors.DRAFTENGINE_DIRECTED + 4}),     # Icarus: no demo-draft shapes
 }
 
 
@@ -85,7 +93,7 @@ def rtl(flow: Flow, sim: str, count: int, tmp_path, waves: bool) -> list[dict]:
     every combination runs the whole sequence and all four must give the same results."""
     out = tmp_path / "results.json"
     harness.run(flow.core, flow.module, sim, params=flow.params, testcase=cross_names(flow.testcase),
-                waves=waves, extra_env=environment(SEED, count, out))
+                waves=waves, extra_env=environment(SEED, count, out, flow.limits.get(sim)))
     parts = read_results(out)
     if flow.core != "kvpage":
         return merge_dealt(parts)
@@ -301,6 +309,48 @@ def test_kvpage(stage, tmp_path, waves):
     if stage == "cpp":
         want = [{k: v for k, v in w.items() if k != "OPS"} for w in want]     # no OPS counter in the C++
     agree(stage, got, want, lambda i: f"op #{i} {ops[i]}")
+
+
+# ------------------------------------------------------------------------------------------------
+# draftengine
+# ------------------------------------------------------------------------------------------------
+
+def draftengine_expected(job: de.Job, b: dict[str, int]) -> dict:
+    m, k = job.x.shape
+    n = job.w.shape[0]
+    out = de.run(job)
+    nt, _, ab = de.tiles(m, k, n, b["ROWS"], b["COLS"])
+    return {"y": out.y.tolist(), "saturated": out.saturated, "beats_in": m * ab, "beats_out": nt * m,
+            "cycles": de.cycles("RUN", m * ab, m, k, n, b["ROWS"], b["COLS"])}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_draftengine(stage, tmp_path, waves):
+    """Every job's outputs and saturation count, bit for bit, through the golden register model, the C++
+    reference and both simulators (the demo draft's shapes, the hot head included, the largest sums,
+    random shapes off the array's multiples); the register stages also their beats and cycles."""
+    flow = FLOWS["draftengine"]
+    b, n = flow.build(), flow.counts[stage]
+    jobs = vectors.draftengine_set(SEED, n)[:flow.limits.get(stage)]
+    want = [draftengine_expected(j, b) for j in jobs]
+
+    def cpp_jobs() -> list[dict]:
+        from hls_ref import cpp
+        got = []
+        for j in jobs:
+            y, sat = cpp.draftengine_run(j)
+            got.append({"y": y.tolist(), "saturated": sat})
+        return got
+
+    def golden() -> list[dict]:
+        dev = flow.golden_device()
+        return draftengine_results(DraftEngine(description("draftengine", dev), dev.stream(0), dev.sink(0)), jobs)
+
+    got = stage_results(stage, flow, n, tmp_path, waves, golden=golden, cpp=cpp_jobs)
+    if stage == "cpp":
+        want = [{"y": w["y"], "saturated": w["saturated"]} for w in want]
+    agree(stage, got, want, lambda i: f"job #{i}: M, K, N = {jobs[i].x.shape[0]}, {jobs[i].x.shape[1]}, "
+                                      f"{jobs[i].w.shape[0]}, OUT_BITS {jobs[i].out_bits}")
 
 
 # ------------------------------------------------------------------------------------------------

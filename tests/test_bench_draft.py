@@ -13,18 +13,27 @@ DEMO = [(f"l{i}.{n}", nn, k) for i in range(4) for n, nn, k in
 
 
 def test_projection_of_the_demo_draft():
+    from hls_ref import draftengine as de
+    from hwcontract.latency import DE_CHECK, de_pipe
     p = bench_draft.projection(DEMO)
     assert p["macs_per_token"] == p["weight_bytes"] == 4 * 393_216 + 8192 * 192 == 3_145_728
     r, c = bench_draft.ARRAY
-    assert p["array_cycles_per_token"] == 3_145_728 // (r * c)        # every shape is a multiple of 8
-    assert p["kv260"] == pytest.approx(49_152 / 150e6) and p["kv260"] < bench_draft.GOALS["kv260_step_s"]
-    assert p["pynq-z2"] == pytest.approx(3_145_728 / 8 / 150e6)       # bound by the HP port's 8 bytes a clock
-    assert "not built" in p["source"]
+    assert p["mac_cycles_per_token"] == 3_145_728 // (r * c) and p["mac_utilisation_steady"] == 1.0
+    # per job: the checks, the activation beats (K / 64 at M = 1), the MAC cycles, the pipeline
+    overhead = sum(DE_CHECK + -(-k // (r * c)) + de_pipe(c) + 1 for _, _, k in DEMO)
+    assert p["cycles_per_token"] == 49_152 + overhead
+    assert p["cycles_per_token"] == sum(de.cycles("RUN", -(-k // 64), 1, k, n) for _, n, k in DEMO)
+    assert p["mac_utilisation_with_overheads"] > 0.9
+    assert p["kv260"] == pytest.approx(p["cycles_per_token"] / 150e6) and p["kv260"] < bench_draft.GOALS["kv260_step_s"]
+    # the PYNQ-Z2 streams every weight beat (64 bytes) through an 8-byte HP port before the job
+    assert p["pynq-z2"] == pytest.approx((p["cycles_per_token"] + 49_152 * 8 + len(DEMO) * DE_CHECK) / 150e6)
+    assert p["stream_bytes_per_s_at_m1"] == 64 * 150e6 == 8 * p["hp_port_bytes_per_s"]
 
 
 def test_projection_pads_partial_tiles():
     p = bench_draft.projection([("x", 9, 17)])
-    assert p["array_cycles_per_token"] == 2 * 3 and p["macs_per_token"] == 153
+    assert p["mac_cycles_per_token"] == 2 * 3 and p["macs_per_token"] == 153
+    assert p["mac_utilisation_steady"] == 153 / (6 * 64)
 
 
 @pytest.mark.parametrize("extra,message", [

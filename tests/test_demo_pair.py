@@ -127,6 +127,20 @@ def test_fabric_draft_greedy_identical_to_target_alone(fabric_pair):
 
 
 @pytest.mark.long
+def test_fabric_draft_greedy_identical_on_rtl(pair):
+    """The fabric draft on the RTL (toplevel system_fabric): every linear layer of the draft a job on the
+    draft engine's simulation, its weights loaded once; 2 held-out prompts equal the target alone."""
+    job = {"prompts": corpus.sample_passages(2, held_out=True, seed=7), "max_new_tokens": 32, "gamma": 4,
+           "seed": 0, "draft_vocab": 8192, "draft_engine": "fabric"}
+    res = runtime.run_sim(job)
+    eng = res["draft_engine"]
+    assert eng["layers"] == 29 and eng["weight_beats"] == 49_152 and eng["jobs"] > 29
+    for g in res["generations"]:
+        assert g["tokens"] == hf_greedy(pair, g["prompt_ids"], 32), g["prompt"]
+    print(json.dumps({"summary": res["summary"], "draft_engine": eng}))
+
+
+@pytest.mark.long
 def test_fabric_draft_greedy_identical_20_prompts(fabric_pair):
     s = check_identity(fabric_pair, corpus.sample_passages(20, held_out=True, seed=11), 64, draft_vocab=8192,
                        draft_engine="fabric")

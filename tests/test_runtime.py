@@ -97,6 +97,9 @@ def test_greedy_identity_fabric_draft(opt_dirs, opt_pair, refs):
                           runtime.golden_verifier(), pair)
     assert_identical(res, refs["opt"])
     assert_exercised(res)
+    # every layer placed once on the draft engine (the golden register model, through its driver), and run
+    eng = res["draft_engine"]
+    assert eng["layers"] == len(engines) and eng["jobs"] >= len(engines) and eng["busy_cycles"] > 0
 
 
 @pytest.mark.long

@@ -6,1778 +6,2023 @@
 
 #include <stdint.h>
 
-#define SPECDEC_WORD_BYTES                           4u  /* bytes per register */
-#define SPECDEC_ACCESS_RO                            0u
-#define SPECDEC_ACCESS_RW                            1u
-#define SPECDEC_ACCESS_PULSE                         2u
-#define SPECDEC_DIR_IN                               0u
-#define SPECDEC_DIR_OUT                              1u
-#define SPECDEC_RESP_OKAY                            0u  /* AXI BRESP/RRESP */
-#define SPECDEC_RESP_SLVERR                          2u  /* write to a ro register */
-#define SPECDEC_RESP_DECERR                          3u  /* address outside the map */
+#define SPECDEC_WORD_BYTES                                 4u  /* bytes per register */
+#define SPECDEC_ACCESS_RO                                  0u
+#define SPECDEC_ACCESS_RW                                  1u
+#define SPECDEC_ACCESS_PULSE                               2u
+#define SPECDEC_DIR_IN                                     0u
+#define SPECDEC_DIR_OUT                                    1u
+#define SPECDEC_RESP_OKAY                                  0u  /* AXI BRESP/RRESP */
+#define SPECDEC_RESP_SLVERR                                2u  /* write to a ro register */
+#define SPECDEC_RESP_DECERR                                3u  /* address outside the map */
 
 /* ==== number formats (hwcontract/formats.py) */
-#define SPECDEC_LOGIT_FRAC                           8  /* logit codes are Q7.8: code = round(logit * 2**LOGIT_FRAC) */
-#define SPECDEC_LOGIT_NEG_INF                        (-32768)  /* the code of -inf (a token masked by top-k/top-p) */
-#define SPECDEC_CODE_MAX                             32767  /* real codes (and tempered codes) clip to +-CODE_MAX */
-#define SPECDEC_INV_TEMP_FRAC                        8  /* INV_TEMP = round(2**INV_TEMP_FRAC / T), unsigned Q8.8 */
-#define SPECDEC_INV_TEMP_MAX                         65535  /* largest INV_TEMP (a 16-bit field) */
-#define SPECDEC_EXP_FRAC                             15  /* exp values are Q1.15: EXP(0) = 2**EXP_FRAC */
-#define SPECDEC_EH_SIZE                              256  /* entries of EH: EH[k] = round(2**15 exp(-16 k / 256)) */
-#define SPECDEC_EL_SIZE                              16  /* entries of EL: EL[j] = round(2**15 exp(-j / 256)) */
-#define SPECDEC_EXP_LIMIT                            4096  /* EXP(d) = (EH[d >> 4] * EL[d & 15] + 2**14) >> 15 for d < EXP_LIMIT, else 0 */
-#define SPECDEC_U_BITS                               24  /* the uniform u is the top U_BITS bits of an RNG word, compared as u / 2**U_BITS */
-#define SPECDEC_RNG_WORD_BITS                        32  /* bits of one xoshiro128++ output word */
-#define SPECDEC_DE_OPERAND_BITS                      8  /* draft engine: activations and weights are signed integers of this width */
-#define SPECDEC_DE_ACC_BITS                          32  /* draft engine: accumulator width (sums of products) */
-#define SPECDEC_DE_K_LIMIT                           131071  /* draft engine: largest K (K * 128 * 128 < 2**31) */
-#define SPECDEC_DE_BIAS_BITS                         32  /* draft engine: per-channel bias width (signed) */
-#define SPECDEC_DE_MULT_BITS                         16  /* draft engine: per-channel multiplier width (unsigned) */
-#define SPECDEC_DE_SHIFT_MAX                         48  /* draft engine: largest per-channel right shift */
+#define SPECDEC_LOGIT_FRAC                                 8  /* logit codes are Q7.8: code = round(logit * 2**LOGIT_FRAC) */
+#define SPECDEC_LOGIT_NEG_INF                              (-32768)  /* the code of -inf (a token masked by top-k/top-p) */
+#define SPECDEC_CODE_MAX                                   32767  /* real codes (and tempered codes) clip to +-CODE_MAX */
+#define SPECDEC_INV_TEMP_FRAC                              8  /* INV_TEMP = round(2**INV_TEMP_FRAC / T), unsigned Q8.8 */
+#define SPECDEC_INV_TEMP_MAX                               65535  /* largest INV_TEMP (a 16-bit field) */
+#define SPECDEC_EXP_FRAC                                   15  /* exp values are Q1.15: EXP(0) = 2**EXP_FRAC */
+#define SPECDEC_EH_SIZE                                    256  /* entries of EH: EH[k] = round(2**15 exp(-16 k / 256)) */
+#define SPECDEC_EL_SIZE                                    16  /* entries of EL: EL[j] = round(2**15 exp(-j / 256)) */
+#define SPECDEC_EXP_LIMIT                                  4096  /* EXP(d) = (EH[d >> 4] * EL[d & 15] + 2**14) >> 15 for d < EXP_LIMIT, else 0 */
+#define SPECDEC_U_BITS                                     24  /* the uniform u is the top U_BITS bits of an RNG word, compared as u / 2**U_BITS */
+#define SPECDEC_RNG_WORD_BITS                              32  /* bits of one xoshiro128++ output word */
+#define SPECDEC_DE_OPERAND_BITS                            8  /* draft engine: activations and weights are signed integers of this width */
+#define SPECDEC_DE_ACC_BITS                                32  /* draft engine: accumulator width (sums of products) */
+#define SPECDEC_DE_K_LIMIT                                 131071  /* draft engine: largest K (K * 128 * 128 < 2**31) */
+#define SPECDEC_DE_BIAS_BITS                               32  /* draft engine: per-channel bias width (signed) */
+#define SPECDEC_DE_MULT_BITS                               16  /* draft engine: per-channel multiplier width (unsigned) */
+#define SPECDEC_DE_SHIFT_MAX                               48  /* draft engine: largest per-channel right shift */
 
 /* ==== sizes (hwcontract/regmap.py) */
-#define SPECDEC_LOGIT_BITS                           16  /* bits of one logit code (one verifier stream lane) */
-#define SPECDEC_VERIFIER_MAX_GAMMA                   16  /* largest GAMMA any verifier build accepts (DRAFT0.. and ACCEPT_BITS hold it) */
-#define SPECDEC_VOCAB_LIMIT                          65536  /* largest VOCAB_MAX: 16-bit tokens, and a row's sum S fits 32 bits */
-#define SPECDEC_TREE_MAX_NODES                       64  /* largest token tree (root included) any build accepts; one mask bit per node */
-#define SPECDEC_TREE_PARENT_BITS                     8  /* bits of one parent index in the PARENT registers */
-#define SPECDEC_TREE_TOKEN_BITS                      16  /* bits of one token in the TREE_TOKEN registers */
-#define SPECDEC_TREEMASK_MASK_BITS                   64  /* bits of the MASK field of a treemask m_axis word */
-#define SPECDEC_KV_SLOTS                             64  /* kvpage slots (sequences and branches): one bit each in MASK_HI:MASK_LO */
-#define SPECDEC_KV_MAX_PAGES                         1024  /* largest kvpage PAGES parameter */
-#define SPECDEC_KV_MAX_BLOCKS                        1024  /* largest kvpage MAX_BLOCKS parameter */
+#define SPECDEC_LOGIT_BITS                                 16  /* bits of one logit code (one verifier stream lane) */
+#define SPECDEC_VERIFIER_MAX_GAMMA                         16  /* largest GAMMA any verifier build accepts (DRAFT0.. and ACCEPT_BITS hold it) */
+#define SPECDEC_VOCAB_LIMIT                                65536  /* largest VOCAB_MAX: 16-bit tokens, and a row's sum S fits 32 bits */
+#define SPECDEC_TREE_MAX_NODES                             64  /* largest token tree (root included) any build accepts; one mask bit per node */
+#define SPECDEC_TREE_PARENT_BITS                           8  /* bits of one parent index in the PARENT registers */
+#define SPECDEC_TREE_TOKEN_BITS                            16  /* bits of one token in the TREE_TOKEN registers */
+#define SPECDEC_TREEMASK_MASK_BITS                         64  /* bits of the MASK field of a treemask m_axis word */
+#define SPECDEC_KV_SLOTS                                   64  /* kvpage slots (sequences and branches): one bit each in MASK_HI:MASK_LO */
+#define SPECDEC_KV_MAX_PAGES                               1024  /* largest kvpage PAGES parameter */
+#define SPECDEC_KV_MAX_BLOCKS                              1024  /* largest kvpage MAX_BLOCKS parameter */
 
 /* ==== build parameters (hwcontract/params.py): default and allowed values; a set's values are in *_VALUES */
 /* verifier.VOCAB_MAX: Largest VOCAB accepted: depth of the two on-chip row buffers (tokens). Allowed: 1..65536. */
-#define SPECDEC_VERIFIER_PARAM_VOCAB_MAX_DEFAULT     64
-#define SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MIN         1
-#define SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MAX         65536
+#define SPECDEC_VERIFIER_PARAM_VOCAB_MAX_DEFAULT           64
+#define SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MIN               1
+#define SPECDEC_VERIFIER_PARAM_VOCAB_MAX_MAX               65536
 /* verifier.LANES: Logit codes per stream beat (TDATA is 16 * LANES bits). Allowed: {1, 2, 4, 8}. */
-#define SPECDEC_VERIFIER_PARAM_LANES_DEFAULT         4
-#define SPECDEC_VERIFIER_PARAM_LANES_MIN             1
-#define SPECDEC_VERIFIER_PARAM_LANES_MAX             8
-#define SPECDEC_VERIFIER_PARAM_LANES_COUNT           4  /* allowed values: SPECDEC_VERIFIER_PARAM_LANES_VALUES */
+#define SPECDEC_VERIFIER_PARAM_LANES_DEFAULT               4
+#define SPECDEC_VERIFIER_PARAM_LANES_MIN                   1
+#define SPECDEC_VERIFIER_PARAM_LANES_MAX                   8
+#define SPECDEC_VERIFIER_PARAM_LANES_COUNT                 4  /* allowed values: SPECDEC_VERIFIER_PARAM_LANES_VALUES */
 /* verifier.GAMMA_MAX: Largest GAMMA (draft tokens per round) accepted. Allowed: 1..16. */
-#define SPECDEC_VERIFIER_PARAM_GAMMA_MAX_DEFAULT     16
-#define SPECDEC_VERIFIER_PARAM_GAMMA_MAX_MIN         1
-#define SPECDEC_VERIFIER_PARAM_GAMMA_MAX_MAX         16
+#define SPECDEC_VERIFIER_PARAM_GAMMA_MAX_DEFAULT           16
+#define SPECDEC_VERIFIER_PARAM_GAMMA_MAX_MIN               1
+#define SPECDEC_VERIFIER_PARAM_GAMMA_MAX_MAX               16
 /* verifier.TREE_MAX: Largest NODES (token-tree nodes, root included) accepted in tree mode. Allowed: 1..64. */
-#define SPECDEC_VERIFIER_PARAM_TREE_MAX_DEFAULT      64
-#define SPECDEC_VERIFIER_PARAM_TREE_MAX_MIN          1
-#define SPECDEC_VERIFIER_PARAM_TREE_MAX_MAX          64
+#define SPECDEC_VERIFIER_PARAM_TREE_MAX_DEFAULT            64
+#define SPECDEC_VERIFIER_PARAM_TREE_MAX_MIN                1
+#define SPECDEC_VERIFIER_PARAM_TREE_MAX_MAX                64
 /* treemask.NODES_MAX: Largest NODES (tree nodes, root included) accepted. Allowed: 1..64. */
-#define SPECDEC_TREEMASK_PARAM_NODES_MAX_DEFAULT     64
-#define SPECDEC_TREEMASK_PARAM_NODES_MAX_MIN         1
-#define SPECDEC_TREEMASK_PARAM_NODES_MAX_MAX         64
+#define SPECDEC_TREEMASK_PARAM_NODES_MAX_DEFAULT           64
+#define SPECDEC_TREEMASK_PARAM_NODES_MAX_MIN               1
+#define SPECDEC_TREEMASK_PARAM_NODES_MAX_MAX               64
 /* kvpage.PAGES: Physical pages in the pool (a power of two). Allowed: {16, 32, 64, 128, 256, 512, 1024}. */
-#define SPECDEC_KVPAGE_PARAM_PAGES_DEFAULT           256
-#define SPECDEC_KVPAGE_PARAM_PAGES_MIN               16
-#define SPECDEC_KVPAGE_PARAM_PAGES_MAX               1024
-#define SPECDEC_KVPAGE_PARAM_PAGES_COUNT             7  /* allowed values: SPECDEC_KVPAGE_PARAM_PAGES_VALUES */
+#define SPECDEC_KVPAGE_PARAM_PAGES_DEFAULT                 256
+#define SPECDEC_KVPAGE_PARAM_PAGES_MIN                     16
+#define SPECDEC_KVPAGE_PARAM_PAGES_MAX                     1024
+#define SPECDEC_KVPAGE_PARAM_PAGES_COUNT                   7  /* allowed values: SPECDEC_KVPAGE_PARAM_PAGES_VALUES */
 /* kvpage.MAX_BLOCKS: Rows of each slot's block table (a power of two). Allowed: {4, 8, 16, 32, 64, 128, 256, 512, 1024}. */
-#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_DEFAULT      64
-#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MIN          4
-#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MAX          1024
-#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT        9  /* allowed values: SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES */
+#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_DEFAULT            64
+#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MIN                4
+#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MAX                1024
+#define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT              9  /* allowed values: SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES */
+/* draftengine.ROWS: Array rows: output channels per tile (m_axis is 32 * ROWS bits). Allowed: {4, 8, 16}. */
+#define SPECDEC_DRAFTENGINE_PARAM_ROWS_DEFAULT             8
+#define SPECDEC_DRAFTENGINE_PARAM_ROWS_MIN                 4
+#define SPECDEC_DRAFTENGINE_PARAM_ROWS_MAX                 16
+#define SPECDEC_DRAFTENGINE_PARAM_ROWS_COUNT               3  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_ROWS_VALUES */
+/* draftengine.COLS: Array columns: input features per chunk (s_axis is 8 * ROWS * COLS bits). Allowed: {8, 16}. */
+#define SPECDEC_DRAFTENGINE_PARAM_COLS_DEFAULT             8
+#define SPECDEC_DRAFTENGINE_PARAM_COLS_MIN                 8
+#define SPECDEC_DRAFTENGINE_PARAM_COLS_MAX                 16
+#define SPECDEC_DRAFTENGINE_PARAM_COLS_COUNT               2  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_COLS_VALUES */
+/* draftengine.WDEPTH: Weight memory depth in beats (a multiple of 256). Allowed: {256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096, 4352, 4608, 4864, 5120, 5376, 5632, 5888, 6144, 6400, 6656, 6912, 7168, 7424, 7680, 7936, 8192, 8448, 8704, 8960, 9216, 9472, 9728, 9984, 10240, 10496, 10752, 11008, 11264, 11520, 11776, 12032, 12288, 12544, 12800, 13056, 13312, 13568, 13824, 14080, 14336, 14592, 14848, 15104, 15360, 15616, 15872, 16128, 16384, 16640, 16896, 17152, 17408, 17664, 17920, 18176, 18432, 18688, 18944, 19200, 19456, 19712, 19968, 20224, 20480, 20736, 20992, 21248, 21504, 21760, 22016, 22272, 22528, 22784, 23040, 23296, 23552, 23808, 24064, 24320, 24576, 24832, 25088, 25344, 25600, 25856, 26112, 26368, 26624, 26880, 27136, 27392, 27648, 27904, 28160, 28416, 28672, 28928, 29184, 29440, 29696, 29952, 30208, 30464, 30720, 30976, 31232, 31488, 31744, 32000, 32256, 32512, 32768, 33024, 33280, 33536, 33792, 34048, 34304, 34560, 34816, 35072, 35328, 35584, 35840, 36096, 36352, 36608, 36864, 37120, 37376, 37632, 37888, 38144, 38400, 38656, 38912, 39168, 39424, 39680, 39936, 40192, 40448, 40704, 40960, 41216, 41472, 41728, 41984, 42240, 42496, 42752, 43008, 43264, 43520, 43776, 44032, 44288, 44544, 44800, 45056, 45312, 45568, 45824, 46080, 46336, 46592, 46848, 47104, 47360, 47616, 47872, 48128, 48384, 48640, 48896, 49152, 49408, 49664, 49920, 50176, 50432, 50688, 50944, 51200, 51456, 51712, 51968, 52224, 52480, 52736, 52992, 53248, 53504, 53760, 54016, 54272, 54528, 54784, 55040, 55296, 55552, 55808, 56064, 56320, 56576, 56832, 57088, 57344, 57600, 57856, 58112, 58368, 58624, 58880, 59136, 59392, 59648, 59904, 60160, 60416, 60672, 60928, 61184, 61440, 61696, 61952, 62208, 62464, 62720, 62976, 63232, 63488, 63744, 64000, 64256, 64512, 64768, 65024, 65280, 65536}. */
+#define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_DEFAULT           1024
+#define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_MIN               256
+#define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_MAX               65536
+#define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_COUNT             256  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_WDEPTH_VALUES */
+/* draftengine.PDEPTH: Parameter memory depth in tiles of ROWS channels (a power of two). Allowed: {16, 32, 64, 128, 256, 512, 1024, 2048, 4096}. */
+#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_DEFAULT           256
+#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_MIN               16
+#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_MAX               4096
+#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_COUNT             9  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_PDEPTH_VALUES */
+/* draftengine.K_MAX: Largest K (a power of two): the activation memory holds M_MAX * K_MAX / (ROWS * COLS) beats. Allowed: {256, 512, 1024, 2048, 4096, 8192}. */
+#define SPECDEC_DRAFTENGINE_PARAM_K_MAX_DEFAULT            1024
+#define SPECDEC_DRAFTENGINE_PARAM_K_MAX_MIN                256
+#define SPECDEC_DRAFTENGINE_PARAM_K_MAX_MAX                8192
+#define SPECDEC_DRAFTENGINE_PARAM_K_MAX_COUNT              6  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_K_MAX_VALUES */
+/* draftengine.M_MAX: Largest M (tokens per job). Allowed: 1..16. */
+#define SPECDEC_DRAFTENGINE_PARAM_M_MAX_DEFAULT            16
+#define SPECDEC_DRAFTENGINE_PARAM_M_MAX_MIN                1
+#define SPECDEC_DRAFTENGINE_PARAM_M_MAX_MAX                16
 
 /* ==== core rng: xoshiro128++ uniform random number generator: 128-bit state loaded from SEED0..3, one 32-bit output per step. The verifier embeds the same generator for its acceptance tests. */
-#define SPECDEC_RNG_ID_HASH                          0xEE8698FEu  /* value of the ID register */
-#define SPECDEC_RNG_NUM_REGS                         12u
-#define SPECDEC_RNG_SPAN                             0x30u  /* bytes of register space */
-#define SPECDEC_RNG_ADDR_WIDTH                       8u  /* AXI4-Lite address bits */
+#define SPECDEC_RNG_ID_HASH                                0xEE8698FEu  /* value of the ID register */
+#define SPECDEC_RNG_NUM_REGS                               12u
+#define SPECDEC_RNG_SPAN                                   0x30u  /* bytes of register space */
+#define SPECDEC_RNG_ADDR_WIDTH                             8u  /* AXI4-Lite address bits */
 
 /* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
-#define SPECDEC_RNG_ID_OFFSET                        0x00u
-#define SPECDEC_RNG_ID_RESET                         0x00000000u
-#define SPECDEC_RNG_ID_ACCESS                        SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_ID_OFFSET                              0x00u
+#define SPECDEC_RNG_ID_RESET                               0x00000000u
+#define SPECDEC_RNG_ID_ACCESS                              SPECDEC_ACCESS_RO
 
 /* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
-#define SPECDEC_RNG_CTRL_OFFSET                      0x04u
-#define SPECDEC_RNG_CTRL_RESET                       0x00000000u
-#define SPECDEC_RNG_CTRL_ACCESS                      SPECDEC_ACCESS_PULSE
-#define SPECDEC_RNG_CTRL_START_LSB                   0u  /* Start an operation. */
-#define SPECDEC_RNG_CTRL_START_WIDTH                 1u
-#define SPECDEC_RNG_CTRL_START_MASK                  0x00000001u
-#define SPECDEC_RNG_CTRL_SOFT_RESET_LSB              1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
-#define SPECDEC_RNG_CTRL_SOFT_RESET_WIDTH            1u
-#define SPECDEC_RNG_CTRL_SOFT_RESET_MASK             0x00000002u
-#define SPECDEC_RNG_CTRL_LOAD_SEED_LSB               2u  /* Load the state from SEED0..3 (an all-zero seed raises SEED_ZERO). */
-#define SPECDEC_RNG_CTRL_LOAD_SEED_WIDTH             1u
-#define SPECDEC_RNG_CTRL_LOAD_SEED_MASK              0x00000004u
-#define SPECDEC_RNG_CTRL_STEP_LSB                    3u  /* Advance one step; OUT takes the new output. */
-#define SPECDEC_RNG_CTRL_STEP_WIDTH                  1u
-#define SPECDEC_RNG_CTRL_STEP_MASK                   0x00000008u
+#define SPECDEC_RNG_CTRL_OFFSET                            0x04u
+#define SPECDEC_RNG_CTRL_RESET                             0x00000000u
+#define SPECDEC_RNG_CTRL_ACCESS                            SPECDEC_ACCESS_PULSE
+#define SPECDEC_RNG_CTRL_START_LSB                         0u  /* Start an operation. */
+#define SPECDEC_RNG_CTRL_START_WIDTH                       1u
+#define SPECDEC_RNG_CTRL_START_MASK                        0x00000001u
+#define SPECDEC_RNG_CTRL_SOFT_RESET_LSB                    1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_RNG_CTRL_SOFT_RESET_WIDTH                  1u
+#define SPECDEC_RNG_CTRL_SOFT_RESET_MASK                   0x00000002u
+#define SPECDEC_RNG_CTRL_LOAD_SEED_LSB                     2u  /* Load the state from SEED0..3 (an all-zero seed raises SEED_ZERO). */
+#define SPECDEC_RNG_CTRL_LOAD_SEED_WIDTH                   1u
+#define SPECDEC_RNG_CTRL_LOAD_SEED_MASK                    0x00000004u
+#define SPECDEC_RNG_CTRL_STEP_LSB                          3u  /* Advance one step; OUT takes the new output. */
+#define SPECDEC_RNG_CTRL_STEP_WIDTH                        1u
+#define SPECDEC_RNG_CTRL_STEP_MASK                         0x00000008u
 
 /* STATUS (ro) @ 0x08: Core state. */
-#define SPECDEC_RNG_STATUS_OFFSET                    0x08u
-#define SPECDEC_RNG_STATUS_RESET                     0x00000000u
-#define SPECDEC_RNG_STATUS_ACCESS                    SPECDEC_ACCESS_RO
-#define SPECDEC_RNG_STATUS_BUSY_LSB                  0u  /* An operation is running. */
-#define SPECDEC_RNG_STATUS_BUSY_WIDTH                1u
-#define SPECDEC_RNG_STATUS_BUSY_MASK                 0x00000001u
-#define SPECDEC_RNG_STATUS_DONE_LSB                  1u  /* The last operation finished; cleared by START or SOFT_RESET. */
-#define SPECDEC_RNG_STATUS_DONE_WIDTH                1u
-#define SPECDEC_RNG_STATUS_DONE_MASK                 0x00000002u
-#define SPECDEC_RNG_STATUS_ERROR_LSB                 2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
-#define SPECDEC_RNG_STATUS_ERROR_WIDTH               1u
-#define SPECDEC_RNG_STATUS_ERROR_MASK                0x00000004u
+#define SPECDEC_RNG_STATUS_OFFSET                          0x08u
+#define SPECDEC_RNG_STATUS_RESET                           0x00000000u
+#define SPECDEC_RNG_STATUS_ACCESS                          SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_STATUS_BUSY_LSB                        0u  /* An operation is running. */
+#define SPECDEC_RNG_STATUS_BUSY_WIDTH                      1u
+#define SPECDEC_RNG_STATUS_BUSY_MASK                       0x00000001u
+#define SPECDEC_RNG_STATUS_DONE_LSB                        1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_RNG_STATUS_DONE_WIDTH                      1u
+#define SPECDEC_RNG_STATUS_DONE_MASK                       0x00000002u
+#define SPECDEC_RNG_STATUS_ERROR_LSB                       2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_RNG_STATUS_ERROR_WIDTH                     1u
+#define SPECDEC_RNG_STATUS_ERROR_MASK                      0x00000004u
 
 /* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
-#define SPECDEC_RNG_ERR_OFFSET                       0x0Cu
-#define SPECDEC_RNG_ERR_RESET                        0x00000000u
-#define SPECDEC_RNG_ERR_ACCESS                       SPECDEC_ACCESS_RO
-#define SPECDEC_RNG_ERR_SEED_ZERO_LSB                0u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
-#define SPECDEC_RNG_ERR_SEED_ZERO_WIDTH              1u
-#define SPECDEC_RNG_ERR_SEED_ZERO_MASK               0x00000001u
+#define SPECDEC_RNG_ERR_OFFSET                             0x0Cu
+#define SPECDEC_RNG_ERR_RESET                              0x00000000u
+#define SPECDEC_RNG_ERR_ACCESS                             SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_ERR_SEED_ZERO_LSB                      0u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
+#define SPECDEC_RNG_ERR_SEED_ZERO_WIDTH                    1u
+#define SPECDEC_RNG_ERR_SEED_ZERO_MASK                     0x00000001u
 
 /* SEED0 (rw) @ 0x10: State word s[0] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED0_OFFSET                     0x10u
-#define SPECDEC_RNG_SEED0_RESET                      0x00000000u
-#define SPECDEC_RNG_SEED0_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED0_OFFSET                           0x10u
+#define SPECDEC_RNG_SEED0_RESET                            0x00000000u
+#define SPECDEC_RNG_SEED0_ACCESS                           SPECDEC_ACCESS_RW
 
 /* SEED1 (rw) @ 0x14: State word s[1] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED1_OFFSET                     0x14u
-#define SPECDEC_RNG_SEED1_RESET                      0x00000000u
-#define SPECDEC_RNG_SEED1_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED1_OFFSET                           0x14u
+#define SPECDEC_RNG_SEED1_RESET                            0x00000000u
+#define SPECDEC_RNG_SEED1_ACCESS                           SPECDEC_ACCESS_RW
 
 /* SEED2 (rw) @ 0x18: State word s[2] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED2_OFFSET                     0x18u
-#define SPECDEC_RNG_SEED2_RESET                      0x00000000u
-#define SPECDEC_RNG_SEED2_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED2_OFFSET                           0x18u
+#define SPECDEC_RNG_SEED2_RESET                            0x00000000u
+#define SPECDEC_RNG_SEED2_ACCESS                           SPECDEC_ACCESS_RW
 
 /* SEED3 (rw) @ 0x1C: State word s[3] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_RNG_SEED3_OFFSET                     0x1Cu
-#define SPECDEC_RNG_SEED3_RESET                      0x00000000u
-#define SPECDEC_RNG_SEED3_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_SEED3_OFFSET                           0x1Cu
+#define SPECDEC_RNG_SEED3_RESET                            0x00000000u
+#define SPECDEC_RNG_SEED3_ACCESS                           SPECDEC_ACCESS_RW
 
 /* COUNT (rw) @ 0x20: Steps that CTRL.START runs (0 runs none). */
-#define SPECDEC_RNG_COUNT_OFFSET                     0x20u
-#define SPECDEC_RNG_COUNT_RESET                      0x00000001u
-#define SPECDEC_RNG_COUNT_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_RNG_COUNT_OFFSET                           0x20u
+#define SPECDEC_RNG_COUNT_RESET                            0x00000001u
+#define SPECDEC_RNG_COUNT_ACCESS                           SPECDEC_ACCESS_RW
 
 /* OUT (ro) @ 0x24: The latest 32-bit output. */
-#define SPECDEC_RNG_OUT_OFFSET                       0x24u
-#define SPECDEC_RNG_OUT_RESET                        0x00000000u
-#define SPECDEC_RNG_OUT_ACCESS                       SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_OUT_OFFSET                             0x24u
+#define SPECDEC_RNG_OUT_RESET                              0x00000000u
+#define SPECDEC_RNG_OUT_ACCESS                             SPECDEC_ACCESS_RO
 
 /* XOR (ro) @ 0x28: XOR of every output since LOAD_SEED: a cheap check that a long burst matched. */
-#define SPECDEC_RNG_XOR_OFFSET                       0x28u
-#define SPECDEC_RNG_XOR_RESET                        0x00000000u
-#define SPECDEC_RNG_XOR_ACCESS                       SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_XOR_OFFSET                             0x28u
+#define SPECDEC_RNG_XOR_RESET                              0x00000000u
+#define SPECDEC_RNG_XOR_ACCESS                             SPECDEC_ACCESS_RO
 
 /* STEPS (ro) @ 0x2C: Steps taken since LOAD_SEED (wraps at 2**32). */
-#define SPECDEC_RNG_STEPS_OFFSET                     0x2Cu
-#define SPECDEC_RNG_STEPS_RESET                      0x00000000u
-#define SPECDEC_RNG_STEPS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_RNG_STEPS_OFFSET                           0x2Cu
+#define SPECDEC_RNG_STEPS_RESET                            0x00000000u
+#define SPECDEC_RNG_STEPS_ACCESS                           SPECDEC_ACCESS_RO
 
 /* rng error bits (masks of ERR) */
-#define SPECDEC_RNG_ERR_SEED_ZERO                    0x00000001u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
+#define SPECDEC_RNG_ERR_SEED_ZERO                          0x00000001u  /* LOAD_SEED with an all-zero seed (xoshiro's forbidden state). */
 
 /* group RESULT: What a run leaves: the latest output, the XOR and the step count. */
-#define SPECDEC_RNG_RESULT_COUNT                     3u  /* registers in the group */
-#define SPECDEC_RNG_RESULT_OUT_INDEX                 0u
-#define SPECDEC_RNG_RESULT_XOR_INDEX                 1u
-#define SPECDEC_RNG_RESULT_STEPS_INDEX               2u
+#define SPECDEC_RNG_RESULT_COUNT                           3u  /* registers in the group */
+#define SPECDEC_RNG_RESULT_OUT_INDEX                       0u
+#define SPECDEC_RNG_RESULT_XOR_INDEX                       1u
+#define SPECDEC_RNG_RESULT_STEPS_INDEX                     2u
 
 /* ==== core verifier: Speculative-decoding verifier: streams target rows p_i and draft rows q_i of fixed-point logits, computes a streaming softmax per row, accepts draft token x_i when u < p(x_i)/q(x_i) (no divider), resamples the first rejected position from norm(max(0, p - q)) or samples the bonus token from p_gamma over an on-chip row buffer. Greedy mode compares the target's argmax with the draft. */
-#define SPECDEC_VERIFIER_ID_HASH                     0x2E661311u  /* value of the ID register */
-#define SPECDEC_VERIFIER_NUM_REGS                    85u
-#define SPECDEC_VERIFIER_SPAN                        0x154u  /* bytes of register space */
-#define SPECDEC_VERIFIER_ADDR_WIDTH                  9u  /* AXI4-Lite address bits */
+#define SPECDEC_VERIFIER_ID_HASH                           0x2E661311u  /* value of the ID register */
+#define SPECDEC_VERIFIER_NUM_REGS                          85u
+#define SPECDEC_VERIFIER_SPAN                              0x154u  /* bytes of register space */
+#define SPECDEC_VERIFIER_ADDR_WIDTH                        9u  /* AXI4-Lite address bits */
 
 /* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
-#define SPECDEC_VERIFIER_ID_OFFSET                   0x00u
-#define SPECDEC_VERIFIER_ID_RESET                    0x00000000u
-#define SPECDEC_VERIFIER_ID_ACCESS                   SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_ID_OFFSET                         0x00u
+#define SPECDEC_VERIFIER_ID_RESET                          0x00000000u
+#define SPECDEC_VERIFIER_ID_ACCESS                         SPECDEC_ACCESS_RO
 
 /* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
-#define SPECDEC_VERIFIER_CTRL_OFFSET                 0x04u
-#define SPECDEC_VERIFIER_CTRL_RESET                  0x00000000u
-#define SPECDEC_VERIFIER_CTRL_ACCESS                 SPECDEC_ACCESS_PULSE
-#define SPECDEC_VERIFIER_CTRL_START_LSB              0u  /* Start an operation. */
-#define SPECDEC_VERIFIER_CTRL_START_WIDTH            1u
-#define SPECDEC_VERIFIER_CTRL_START_MASK             0x00000001u
-#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_LSB         1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
-#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_WIDTH       1u
-#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_MASK        0x00000002u
-#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_LSB          2u  /* Load the RNG state from SEED0..3. */
-#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_WIDTH        1u
-#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_MASK         0x00000004u
+#define SPECDEC_VERIFIER_CTRL_OFFSET                       0x04u
+#define SPECDEC_VERIFIER_CTRL_RESET                        0x00000000u
+#define SPECDEC_VERIFIER_CTRL_ACCESS                       SPECDEC_ACCESS_PULSE
+#define SPECDEC_VERIFIER_CTRL_START_LSB                    0u  /* Start an operation. */
+#define SPECDEC_VERIFIER_CTRL_START_WIDTH                  1u
+#define SPECDEC_VERIFIER_CTRL_START_MASK                   0x00000001u
+#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_LSB               1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_WIDTH             1u
+#define SPECDEC_VERIFIER_CTRL_SOFT_RESET_MASK              0x00000002u
+#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_LSB                2u  /* Load the RNG state from SEED0..3. */
+#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_WIDTH              1u
+#define SPECDEC_VERIFIER_CTRL_LOAD_SEED_MASK               0x00000004u
 
 /* STATUS (ro) @ 0x08: Core state. */
-#define SPECDEC_VERIFIER_STATUS_OFFSET               0x08u
-#define SPECDEC_VERIFIER_STATUS_RESET                0x00000000u
-#define SPECDEC_VERIFIER_STATUS_ACCESS               SPECDEC_ACCESS_RO
-#define SPECDEC_VERIFIER_STATUS_BUSY_LSB             0u  /* An operation is running. */
-#define SPECDEC_VERIFIER_STATUS_BUSY_WIDTH           1u
-#define SPECDEC_VERIFIER_STATUS_BUSY_MASK            0x00000001u
-#define SPECDEC_VERIFIER_STATUS_DONE_LSB             1u  /* The last operation finished; cleared by START or SOFT_RESET. */
-#define SPECDEC_VERIFIER_STATUS_DONE_WIDTH           1u
-#define SPECDEC_VERIFIER_STATUS_DONE_MASK            0x00000002u
-#define SPECDEC_VERIFIER_STATUS_ERROR_LSB            2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
-#define SPECDEC_VERIFIER_STATUS_ERROR_WIDTH          1u
-#define SPECDEC_VERIFIER_STATUS_ERROR_MASK           0x00000004u
+#define SPECDEC_VERIFIER_STATUS_OFFSET                     0x08u
+#define SPECDEC_VERIFIER_STATUS_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_STATUS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_STATUS_BUSY_LSB                   0u  /* An operation is running. */
+#define SPECDEC_VERIFIER_STATUS_BUSY_WIDTH                 1u
+#define SPECDEC_VERIFIER_STATUS_BUSY_MASK                  0x00000001u
+#define SPECDEC_VERIFIER_STATUS_DONE_LSB                   1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_VERIFIER_STATUS_DONE_WIDTH                 1u
+#define SPECDEC_VERIFIER_STATUS_DONE_MASK                  0x00000002u
+#define SPECDEC_VERIFIER_STATUS_ERROR_LSB                  2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_VERIFIER_STATUS_ERROR_WIDTH                1u
+#define SPECDEC_VERIFIER_STATUS_ERROR_MASK                 0x00000004u
 
 /* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
-#define SPECDEC_VERIFIER_ERR_OFFSET                  0x0Cu
-#define SPECDEC_VERIFIER_ERR_RESET                   0x00000000u
-#define SPECDEC_VERIFIER_ERR_ACCESS                  SPECDEC_ACCESS_RO
-#define SPECDEC_VERIFIER_ERR_SEED_ZERO_LSB           0u  /* LOAD_SEED with an all-zero seed. */
-#define SPECDEC_VERIFIER_ERR_SEED_ZERO_WIDTH         1u
-#define SPECDEC_VERIFIER_ERR_SEED_ZERO_MASK          0x00000001u
-#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_LSB           1u  /* GAMMA above the core's GAMMA_MAX. */
-#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_WIDTH         1u
-#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_MASK          0x00000002u
-#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_LSB           2u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
-#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_WIDTH         1u
-#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_MASK          0x00000004u
-#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_LSB           3u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
-#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_WIDTH         1u
-#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_MASK          0x00000008u
-#define SPECDEC_VERIFIER_ERR_BAD_TEMP_LSB            4u  /* INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode. */
-#define SPECDEC_VERIFIER_ERR_BAD_TEMP_WIDTH          1u
-#define SPECDEC_VERIFIER_ERR_BAD_TEMP_MASK           0x00000010u
-#define SPECDEC_VERIFIER_ERR_SHORT_ROW_LSB           5u  /* TLAST came before the last beat of a row. */
-#define SPECDEC_VERIFIER_ERR_SHORT_ROW_WIDTH         1u
-#define SPECDEC_VERIFIER_ERR_SHORT_ROW_MASK          0x00000020u
-#define SPECDEC_VERIFIER_ERR_LONG_ROW_LSB            6u  /* The last beat of a row came without TLAST. */
-#define SPECDEC_VERIFIER_ERR_LONG_ROW_WIDTH          1u
-#define SPECDEC_VERIFIER_ERR_LONG_ROW_MASK           0x00000040u
-#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_LSB     7u  /* A stream beat arrived while the core expected none (stream longer than announced). */
-#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_WIDTH   1u
-#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_MASK    0x00000080u
-#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_LSB           8u  /* Every logit of a row is -inf, or (tree mode) every weight left after the rejected children is 0: no distribution to sample from. */
-#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_WIDTH         1u
-#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_MASK          0x00000100u
-#define SPECDEC_VERIFIER_ERR_BAD_TREE_LSB            9u  /* Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a parent not below i. */
-#define SPECDEC_VERIFIER_ERR_BAD_TREE_WIDTH          1u
-#define SPECDEC_VERIFIER_ERR_BAD_TREE_MASK           0x00000200u
+#define SPECDEC_VERIFIER_ERR_OFFSET                        0x0Cu
+#define SPECDEC_VERIFIER_ERR_RESET                         0x00000000u
+#define SPECDEC_VERIFIER_ERR_ACCESS                        SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO_LSB                 0u  /* LOAD_SEED with an all-zero seed. */
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO_WIDTH               1u
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO_MASK                0x00000001u
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_LSB                 1u  /* GAMMA above the core's GAMMA_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_WIDTH               1u
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA_MASK                0x00000002u
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_LSB                 2u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_WIDTH               1u
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB_MASK                0x00000004u
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_LSB                 3u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_WIDTH               1u
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN_MASK                0x00000008u
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_LSB                  4u  /* INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode. */
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_WIDTH                1u
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP_MASK                 0x00000010u
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW_LSB                 5u  /* TLAST came before the last beat of a row. */
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW_WIDTH               1u
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW_MASK                0x00000020u
+#define SPECDEC_VERIFIER_ERR_LONG_ROW_LSB                  6u  /* The last beat of a row came without TLAST. */
+#define SPECDEC_VERIFIER_ERR_LONG_ROW_WIDTH                1u
+#define SPECDEC_VERIFIER_ERR_LONG_ROW_MASK                 0x00000040u
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_LSB           7u  /* A stream beat arrived while the core expected none (stream longer than announced). */
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_WIDTH         1u
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA_MASK          0x00000080u
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_LSB                 8u  /* Every logit of a row is -inf, or (tree mode) every weight left after the rejected children is 0: no distribution to sample from. */
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_WIDTH               1u
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW_MASK                0x00000100u
+#define SPECDEC_VERIFIER_ERR_BAD_TREE_LSB                  9u  /* Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a parent not below i. */
+#define SPECDEC_VERIFIER_ERR_BAD_TREE_WIDTH                1u
+#define SPECDEC_VERIFIER_ERR_BAD_TREE_MASK                 0x00000200u
 
 /* CONFIG (rw) @ 0x10: Round configuration. */
-#define SPECDEC_VERIFIER_CONFIG_OFFSET               0x10u
-#define SPECDEC_VERIFIER_CONFIG_RESET                0x00000000u
-#define SPECDEC_VERIFIER_CONFIG_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_CONFIG_GREEDY_LSB           0u  /* 1: greedy (argmax) verification, only target rows are streamed; 0: sampling. */
-#define SPECDEC_VERIFIER_CONFIG_GREEDY_WIDTH         1u
-#define SPECDEC_VERIFIER_CONFIG_GREEDY_MASK          0x00000001u
-#define SPECDEC_VERIFIER_CONFIG_TREE_LSB             1u  /* 1: verify the token tree NODES / TREE_PARENT* / TREE_TOKEN* (GAMMA and DRAFT* are ignored; only target rows are streamed, one per node on the walked path). */
-#define SPECDEC_VERIFIER_CONFIG_TREE_WIDTH           1u
-#define SPECDEC_VERIFIER_CONFIG_TREE_MASK            0x00000002u
+#define SPECDEC_VERIFIER_CONFIG_OFFSET                     0x10u
+#define SPECDEC_VERIFIER_CONFIG_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_CONFIG_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_CONFIG_GREEDY_LSB                 0u  /* 1: greedy (argmax) verification, only target rows are streamed; 0: sampling. */
+#define SPECDEC_VERIFIER_CONFIG_GREEDY_WIDTH               1u
+#define SPECDEC_VERIFIER_CONFIG_GREEDY_MASK                0x00000001u
+#define SPECDEC_VERIFIER_CONFIG_TREE_LSB                   1u  /* 1: verify the token tree NODES / TREE_PARENT* / TREE_TOKEN* (GAMMA and DRAFT* are ignored; only target rows are streamed, one per node on the walked path). */
+#define SPECDEC_VERIFIER_CONFIG_TREE_WIDTH                 1u
+#define SPECDEC_VERIFIER_CONFIG_TREE_MASK                  0x00000002u
 
 /* GAMMA (rw) @ 0x14: Draft tokens this round (0 = plain sampling of the next token). */
-#define SPECDEC_VERIFIER_GAMMA_OFFSET                0x14u
-#define SPECDEC_VERIFIER_GAMMA_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_GAMMA_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_GAMMA_OFFSET                      0x14u
+#define SPECDEC_VERIFIER_GAMMA_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_GAMMA_ACCESS                      SPECDEC_ACCESS_RW
 
 /* VOCAB (rw) @ 0x18: Vocabulary size V of the rows streamed (1..VOCAB_MAX). */
-#define SPECDEC_VERIFIER_VOCAB_OFFSET                0x18u
-#define SPECDEC_VERIFIER_VOCAB_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_VOCAB_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_VOCAB_OFFSET                      0x18u
+#define SPECDEC_VERIFIER_VOCAB_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_VOCAB_ACCESS                      SPECDEC_ACCESS_RW
 
 /* INV_TEMP (rw) @ 0x1C: 1/temperature, unsigned Q8.8 (256 = 1.0); 0 is an error in sampling mode. */
-#define SPECDEC_VERIFIER_INV_TEMP_OFFSET             0x1Cu
-#define SPECDEC_VERIFIER_INV_TEMP_RESET              0x00000100u
-#define SPECDEC_VERIFIER_INV_TEMP_ACCESS             SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_INV_TEMP_OFFSET                   0x1Cu
+#define SPECDEC_VERIFIER_INV_TEMP_RESET                    0x00000100u
+#define SPECDEC_VERIFIER_INV_TEMP_ACCESS                   SPECDEC_ACCESS_RW
 
 /* DRAFT0 (rw) @ 0x20: Draft tokens x_0 (bits 15:0) and x_1 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT0_OFFSET               0x20u
-#define SPECDEC_VERIFIER_DRAFT0_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT0_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT0_LO_LSB               0u  /* x_0 */
-#define SPECDEC_VERIFIER_DRAFT0_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT0_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT0_HI_LSB               16u  /* x_1 */
-#define SPECDEC_VERIFIER_DRAFT0_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT0_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT0_OFFSET                     0x20u
+#define SPECDEC_VERIFIER_DRAFT0_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT0_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT0_LO_LSB                     0u  /* x_0 */
+#define SPECDEC_VERIFIER_DRAFT0_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT0_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT0_HI_LSB                     16u  /* x_1 */
+#define SPECDEC_VERIFIER_DRAFT0_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT0_HI_MASK                    0xFFFF0000u
 
 /* DRAFT1 (rw) @ 0x24: Draft tokens x_2 (bits 15:0) and x_3 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT1_OFFSET               0x24u
-#define SPECDEC_VERIFIER_DRAFT1_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT1_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT1_LO_LSB               0u  /* x_2 */
-#define SPECDEC_VERIFIER_DRAFT1_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT1_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT1_HI_LSB               16u  /* x_3 */
-#define SPECDEC_VERIFIER_DRAFT1_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT1_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT1_OFFSET                     0x24u
+#define SPECDEC_VERIFIER_DRAFT1_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT1_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT1_LO_LSB                     0u  /* x_2 */
+#define SPECDEC_VERIFIER_DRAFT1_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT1_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT1_HI_LSB                     16u  /* x_3 */
+#define SPECDEC_VERIFIER_DRAFT1_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT1_HI_MASK                    0xFFFF0000u
 
 /* DRAFT2 (rw) @ 0x28: Draft tokens x_4 (bits 15:0) and x_5 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT2_OFFSET               0x28u
-#define SPECDEC_VERIFIER_DRAFT2_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT2_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT2_LO_LSB               0u  /* x_4 */
-#define SPECDEC_VERIFIER_DRAFT2_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT2_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT2_HI_LSB               16u  /* x_5 */
-#define SPECDEC_VERIFIER_DRAFT2_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT2_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT2_OFFSET                     0x28u
+#define SPECDEC_VERIFIER_DRAFT2_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT2_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT2_LO_LSB                     0u  /* x_4 */
+#define SPECDEC_VERIFIER_DRAFT2_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT2_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT2_HI_LSB                     16u  /* x_5 */
+#define SPECDEC_VERIFIER_DRAFT2_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT2_HI_MASK                    0xFFFF0000u
 
 /* DRAFT3 (rw) @ 0x2C: Draft tokens x_6 (bits 15:0) and x_7 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT3_OFFSET               0x2Cu
-#define SPECDEC_VERIFIER_DRAFT3_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT3_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT3_LO_LSB               0u  /* x_6 */
-#define SPECDEC_VERIFIER_DRAFT3_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT3_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT3_HI_LSB               16u  /* x_7 */
-#define SPECDEC_VERIFIER_DRAFT3_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT3_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT3_OFFSET                     0x2Cu
+#define SPECDEC_VERIFIER_DRAFT3_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT3_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT3_LO_LSB                     0u  /* x_6 */
+#define SPECDEC_VERIFIER_DRAFT3_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT3_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT3_HI_LSB                     16u  /* x_7 */
+#define SPECDEC_VERIFIER_DRAFT3_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT3_HI_MASK                    0xFFFF0000u
 
 /* DRAFT4 (rw) @ 0x30: Draft tokens x_8 (bits 15:0) and x_9 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT4_OFFSET               0x30u
-#define SPECDEC_VERIFIER_DRAFT4_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT4_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT4_LO_LSB               0u  /* x_8 */
-#define SPECDEC_VERIFIER_DRAFT4_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT4_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT4_HI_LSB               16u  /* x_9 */
-#define SPECDEC_VERIFIER_DRAFT4_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT4_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT4_OFFSET                     0x30u
+#define SPECDEC_VERIFIER_DRAFT4_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT4_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT4_LO_LSB                     0u  /* x_8 */
+#define SPECDEC_VERIFIER_DRAFT4_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT4_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT4_HI_LSB                     16u  /* x_9 */
+#define SPECDEC_VERIFIER_DRAFT4_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT4_HI_MASK                    0xFFFF0000u
 
 /* DRAFT5 (rw) @ 0x34: Draft tokens x_10 (bits 15:0) and x_11 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT5_OFFSET               0x34u
-#define SPECDEC_VERIFIER_DRAFT5_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT5_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT5_LO_LSB               0u  /* x_10 */
-#define SPECDEC_VERIFIER_DRAFT5_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT5_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT5_HI_LSB               16u  /* x_11 */
-#define SPECDEC_VERIFIER_DRAFT5_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT5_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT5_OFFSET                     0x34u
+#define SPECDEC_VERIFIER_DRAFT5_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT5_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT5_LO_LSB                     0u  /* x_10 */
+#define SPECDEC_VERIFIER_DRAFT5_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT5_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT5_HI_LSB                     16u  /* x_11 */
+#define SPECDEC_VERIFIER_DRAFT5_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT5_HI_MASK                    0xFFFF0000u
 
 /* DRAFT6 (rw) @ 0x38: Draft tokens x_12 (bits 15:0) and x_13 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT6_OFFSET               0x38u
-#define SPECDEC_VERIFIER_DRAFT6_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT6_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT6_LO_LSB               0u  /* x_12 */
-#define SPECDEC_VERIFIER_DRAFT6_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT6_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT6_HI_LSB               16u  /* x_13 */
-#define SPECDEC_VERIFIER_DRAFT6_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT6_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT6_OFFSET                     0x38u
+#define SPECDEC_VERIFIER_DRAFT6_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT6_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT6_LO_LSB                     0u  /* x_12 */
+#define SPECDEC_VERIFIER_DRAFT6_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT6_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT6_HI_LSB                     16u  /* x_13 */
+#define SPECDEC_VERIFIER_DRAFT6_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT6_HI_MASK                    0xFFFF0000u
 
 /* DRAFT7 (rw) @ 0x3C: Draft tokens x_14 (bits 15:0) and x_15 (bits 31:16). */
-#define SPECDEC_VERIFIER_DRAFT7_OFFSET               0x3Cu
-#define SPECDEC_VERIFIER_DRAFT7_RESET                0x00000000u
-#define SPECDEC_VERIFIER_DRAFT7_ACCESS               SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_DRAFT7_LO_LSB               0u  /* x_14 */
-#define SPECDEC_VERIFIER_DRAFT7_LO_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT7_LO_MASK              0x0000FFFFu
-#define SPECDEC_VERIFIER_DRAFT7_HI_LSB               16u  /* x_15 */
-#define SPECDEC_VERIFIER_DRAFT7_HI_WIDTH             16u
-#define SPECDEC_VERIFIER_DRAFT7_HI_MASK              0xFFFF0000u
+#define SPECDEC_VERIFIER_DRAFT7_OFFSET                     0x3Cu
+#define SPECDEC_VERIFIER_DRAFT7_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_DRAFT7_ACCESS                     SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_DRAFT7_LO_LSB                     0u  /* x_14 */
+#define SPECDEC_VERIFIER_DRAFT7_LO_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT7_LO_MASK                    0x0000FFFFu
+#define SPECDEC_VERIFIER_DRAFT7_HI_LSB                     16u  /* x_15 */
+#define SPECDEC_VERIFIER_DRAFT7_HI_WIDTH                   16u
+#define SPECDEC_VERIFIER_DRAFT7_HI_MASK                    0xFFFF0000u
 
 /* SEED0 (rw) @ 0x40: RNG state word s[0] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_VERIFIER_SEED0_OFFSET                0x40u
-#define SPECDEC_VERIFIER_SEED0_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_SEED0_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_SEED0_OFFSET                      0x40u
+#define SPECDEC_VERIFIER_SEED0_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_SEED0_ACCESS                      SPECDEC_ACCESS_RW
 
 /* SEED1 (rw) @ 0x44: RNG state word s[1] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_VERIFIER_SEED1_OFFSET                0x44u
-#define SPECDEC_VERIFIER_SEED1_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_SEED1_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_SEED1_OFFSET                      0x44u
+#define SPECDEC_VERIFIER_SEED1_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_SEED1_ACCESS                      SPECDEC_ACCESS_RW
 
 /* SEED2 (rw) @ 0x48: RNG state word s[2] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_VERIFIER_SEED2_OFFSET                0x48u
-#define SPECDEC_VERIFIER_SEED2_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_SEED2_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_SEED2_OFFSET                      0x48u
+#define SPECDEC_VERIFIER_SEED2_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_SEED2_ACCESS                      SPECDEC_ACCESS_RW
 
 /* SEED3 (rw) @ 0x4C: RNG state word s[3] loaded by CTRL.LOAD_SEED. */
-#define SPECDEC_VERIFIER_SEED3_OFFSET                0x4Cu
-#define SPECDEC_VERIFIER_SEED3_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_SEED3_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_SEED3_OFFSET                      0x4Cu
+#define SPECDEC_VERIFIER_SEED3_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_SEED3_ACCESS                      SPECDEC_ACCESS_RW
 
 /* NODES (rw) @ 0x50: Tree mode: nodes of the tree, root included (1..TREE_MAX). */
-#define SPECDEC_VERIFIER_NODES_OFFSET                0x50u
-#define SPECDEC_VERIFIER_NODES_RESET                 0x00000001u
-#define SPECDEC_VERIFIER_NODES_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_NODES_OFFSET                      0x50u
+#define SPECDEC_VERIFIER_NODES_RESET                       0x00000001u
+#define SPECDEC_VERIFIER_NODES_ACCESS                      SPECDEC_ACCESS_RW
 
 /* TREE_PARENT0 (rw) @ 0x54: Parents of nodes 0..3, one byte each (node 0 in bits 7:0); node 0's byte is ignored (the root). */
-#define SPECDEC_VERIFIER_TREE_PARENT0_OFFSET         0x54u
-#define SPECDEC_VERIFIER_TREE_PARENT0_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT0_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT0_P0_LSB         0u  /* parent of node 0 */
-#define SPECDEC_VERIFIER_TREE_PARENT0_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT0_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT0_P1_LSB         8u  /* parent of node 1 */
-#define SPECDEC_VERIFIER_TREE_PARENT0_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT0_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT0_P2_LSB         16u  /* parent of node 2 */
-#define SPECDEC_VERIFIER_TREE_PARENT0_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT0_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT0_P3_LSB         24u  /* parent of node 3 */
-#define SPECDEC_VERIFIER_TREE_PARENT0_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT0_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT0_OFFSET               0x54u
+#define SPECDEC_VERIFIER_TREE_PARENT0_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT0_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT0_P0_LSB               0u  /* parent of node 0 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT0_P1_LSB               8u  /* parent of node 1 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P2_LSB               16u  /* parent of node 2 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P3_LSB               24u  /* parent of node 3 */
+#define SPECDEC_VERIFIER_TREE_PARENT0_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT0_P3_MASK              0xFF000000u
 
 /* TREE_PARENT1 (rw) @ 0x58: Parents of nodes 4..7, one byte each (node 4 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT1_OFFSET         0x58u
-#define SPECDEC_VERIFIER_TREE_PARENT1_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT1_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT1_P0_LSB         0u  /* parent of node 4 */
-#define SPECDEC_VERIFIER_TREE_PARENT1_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT1_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT1_P1_LSB         8u  /* parent of node 5 */
-#define SPECDEC_VERIFIER_TREE_PARENT1_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT1_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT1_P2_LSB         16u  /* parent of node 6 */
-#define SPECDEC_VERIFIER_TREE_PARENT1_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT1_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT1_P3_LSB         24u  /* parent of node 7 */
-#define SPECDEC_VERIFIER_TREE_PARENT1_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT1_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT1_OFFSET               0x58u
+#define SPECDEC_VERIFIER_TREE_PARENT1_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT1_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT1_P0_LSB               0u  /* parent of node 4 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT1_P1_LSB               8u  /* parent of node 5 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P2_LSB               16u  /* parent of node 6 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P3_LSB               24u  /* parent of node 7 */
+#define SPECDEC_VERIFIER_TREE_PARENT1_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT1_P3_MASK              0xFF000000u
 
 /* TREE_PARENT2 (rw) @ 0x5C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT2_OFFSET         0x5Cu
-#define SPECDEC_VERIFIER_TREE_PARENT2_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT2_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT2_P0_LSB         0u  /* parent of node 8 */
-#define SPECDEC_VERIFIER_TREE_PARENT2_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT2_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT2_P1_LSB         8u  /* parent of node 9 */
-#define SPECDEC_VERIFIER_TREE_PARENT2_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT2_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT2_P2_LSB         16u  /* parent of node 10 */
-#define SPECDEC_VERIFIER_TREE_PARENT2_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT2_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT2_P3_LSB         24u  /* parent of node 11 */
-#define SPECDEC_VERIFIER_TREE_PARENT2_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT2_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT2_OFFSET               0x5Cu
+#define SPECDEC_VERIFIER_TREE_PARENT2_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT2_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT2_P0_LSB               0u  /* parent of node 8 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT2_P1_LSB               8u  /* parent of node 9 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P2_LSB               16u  /* parent of node 10 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P3_LSB               24u  /* parent of node 11 */
+#define SPECDEC_VERIFIER_TREE_PARENT2_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT2_P3_MASK              0xFF000000u
 
 /* TREE_PARENT3 (rw) @ 0x60: Parents of nodes 12..15, one byte each (node 12 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT3_OFFSET         0x60u
-#define SPECDEC_VERIFIER_TREE_PARENT3_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT3_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT3_P0_LSB         0u  /* parent of node 12 */
-#define SPECDEC_VERIFIER_TREE_PARENT3_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT3_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT3_P1_LSB         8u  /* parent of node 13 */
-#define SPECDEC_VERIFIER_TREE_PARENT3_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT3_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT3_P2_LSB         16u  /* parent of node 14 */
-#define SPECDEC_VERIFIER_TREE_PARENT3_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT3_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT3_P3_LSB         24u  /* parent of node 15 */
-#define SPECDEC_VERIFIER_TREE_PARENT3_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT3_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT3_OFFSET               0x60u
+#define SPECDEC_VERIFIER_TREE_PARENT3_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT3_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT3_P0_LSB               0u  /* parent of node 12 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT3_P1_LSB               8u  /* parent of node 13 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P2_LSB               16u  /* parent of node 14 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P3_LSB               24u  /* parent of node 15 */
+#define SPECDEC_VERIFIER_TREE_PARENT3_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT3_P3_MASK              0xFF000000u
 
 /* TREE_PARENT4 (rw) @ 0x64: Parents of nodes 16..19, one byte each (node 16 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT4_OFFSET         0x64u
-#define SPECDEC_VERIFIER_TREE_PARENT4_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT4_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT4_P0_LSB         0u  /* parent of node 16 */
-#define SPECDEC_VERIFIER_TREE_PARENT4_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT4_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT4_P1_LSB         8u  /* parent of node 17 */
-#define SPECDEC_VERIFIER_TREE_PARENT4_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT4_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT4_P2_LSB         16u  /* parent of node 18 */
-#define SPECDEC_VERIFIER_TREE_PARENT4_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT4_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT4_P3_LSB         24u  /* parent of node 19 */
-#define SPECDEC_VERIFIER_TREE_PARENT4_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT4_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT4_OFFSET               0x64u
+#define SPECDEC_VERIFIER_TREE_PARENT4_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT4_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT4_P0_LSB               0u  /* parent of node 16 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT4_P1_LSB               8u  /* parent of node 17 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P2_LSB               16u  /* parent of node 18 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P3_LSB               24u  /* parent of node 19 */
+#define SPECDEC_VERIFIER_TREE_PARENT4_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT4_P3_MASK              0xFF000000u
 
 /* TREE_PARENT5 (rw) @ 0x68: Parents of nodes 20..23, one byte each (node 20 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT5_OFFSET         0x68u
-#define SPECDEC_VERIFIER_TREE_PARENT5_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT5_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT5_P0_LSB         0u  /* parent of node 20 */
-#define SPECDEC_VERIFIER_TREE_PARENT5_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT5_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT5_P1_LSB         8u  /* parent of node 21 */
-#define SPECDEC_VERIFIER_TREE_PARENT5_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT5_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT5_P2_LSB         16u  /* parent of node 22 */
-#define SPECDEC_VERIFIER_TREE_PARENT5_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT5_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT5_P3_LSB         24u  /* parent of node 23 */
-#define SPECDEC_VERIFIER_TREE_PARENT5_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT5_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT5_OFFSET               0x68u
+#define SPECDEC_VERIFIER_TREE_PARENT5_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT5_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT5_P0_LSB               0u  /* parent of node 20 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT5_P1_LSB               8u  /* parent of node 21 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P2_LSB               16u  /* parent of node 22 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P3_LSB               24u  /* parent of node 23 */
+#define SPECDEC_VERIFIER_TREE_PARENT5_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT5_P3_MASK              0xFF000000u
 
 /* TREE_PARENT6 (rw) @ 0x6C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT6_OFFSET         0x6Cu
-#define SPECDEC_VERIFIER_TREE_PARENT6_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT6_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT6_P0_LSB         0u  /* parent of node 24 */
-#define SPECDEC_VERIFIER_TREE_PARENT6_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT6_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT6_P1_LSB         8u  /* parent of node 25 */
-#define SPECDEC_VERIFIER_TREE_PARENT6_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT6_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT6_P2_LSB         16u  /* parent of node 26 */
-#define SPECDEC_VERIFIER_TREE_PARENT6_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT6_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT6_P3_LSB         24u  /* parent of node 27 */
-#define SPECDEC_VERIFIER_TREE_PARENT6_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT6_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT6_OFFSET               0x6Cu
+#define SPECDEC_VERIFIER_TREE_PARENT6_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT6_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT6_P0_LSB               0u  /* parent of node 24 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT6_P1_LSB               8u  /* parent of node 25 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P2_LSB               16u  /* parent of node 26 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P3_LSB               24u  /* parent of node 27 */
+#define SPECDEC_VERIFIER_TREE_PARENT6_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT6_P3_MASK              0xFF000000u
 
 /* TREE_PARENT7 (rw) @ 0x70: Parents of nodes 28..31, one byte each (node 28 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT7_OFFSET         0x70u
-#define SPECDEC_VERIFIER_TREE_PARENT7_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT7_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT7_P0_LSB         0u  /* parent of node 28 */
-#define SPECDEC_VERIFIER_TREE_PARENT7_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT7_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT7_P1_LSB         8u  /* parent of node 29 */
-#define SPECDEC_VERIFIER_TREE_PARENT7_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT7_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT7_P2_LSB         16u  /* parent of node 30 */
-#define SPECDEC_VERIFIER_TREE_PARENT7_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT7_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT7_P3_LSB         24u  /* parent of node 31 */
-#define SPECDEC_VERIFIER_TREE_PARENT7_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT7_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT7_OFFSET               0x70u
+#define SPECDEC_VERIFIER_TREE_PARENT7_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT7_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT7_P0_LSB               0u  /* parent of node 28 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT7_P1_LSB               8u  /* parent of node 29 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P2_LSB               16u  /* parent of node 30 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P3_LSB               24u  /* parent of node 31 */
+#define SPECDEC_VERIFIER_TREE_PARENT7_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT7_P3_MASK              0xFF000000u
 
 /* TREE_PARENT8 (rw) @ 0x74: Parents of nodes 32..35, one byte each (node 32 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT8_OFFSET         0x74u
-#define SPECDEC_VERIFIER_TREE_PARENT8_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT8_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT8_P0_LSB         0u  /* parent of node 32 */
-#define SPECDEC_VERIFIER_TREE_PARENT8_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT8_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT8_P1_LSB         8u  /* parent of node 33 */
-#define SPECDEC_VERIFIER_TREE_PARENT8_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT8_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT8_P2_LSB         16u  /* parent of node 34 */
-#define SPECDEC_VERIFIER_TREE_PARENT8_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT8_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT8_P3_LSB         24u  /* parent of node 35 */
-#define SPECDEC_VERIFIER_TREE_PARENT8_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT8_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT8_OFFSET               0x74u
+#define SPECDEC_VERIFIER_TREE_PARENT8_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT8_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT8_P0_LSB               0u  /* parent of node 32 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT8_P1_LSB               8u  /* parent of node 33 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P2_LSB               16u  /* parent of node 34 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P3_LSB               24u  /* parent of node 35 */
+#define SPECDEC_VERIFIER_TREE_PARENT8_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT8_P3_MASK              0xFF000000u
 
 /* TREE_PARENT9 (rw) @ 0x78: Parents of nodes 36..39, one byte each (node 36 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT9_OFFSET         0x78u
-#define SPECDEC_VERIFIER_TREE_PARENT9_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT9_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT9_P0_LSB         0u  /* parent of node 36 */
-#define SPECDEC_VERIFIER_TREE_PARENT9_P0_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT9_P0_MASK        0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT9_P1_LSB         8u  /* parent of node 37 */
-#define SPECDEC_VERIFIER_TREE_PARENT9_P1_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT9_P1_MASK        0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT9_P2_LSB         16u  /* parent of node 38 */
-#define SPECDEC_VERIFIER_TREE_PARENT9_P2_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT9_P2_MASK        0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT9_P3_LSB         24u  /* parent of node 39 */
-#define SPECDEC_VERIFIER_TREE_PARENT9_P3_WIDTH       8u
-#define SPECDEC_VERIFIER_TREE_PARENT9_P3_MASK        0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT9_OFFSET               0x78u
+#define SPECDEC_VERIFIER_TREE_PARENT9_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT9_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT9_P0_LSB               0u  /* parent of node 36 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P0_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P0_MASK              0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT9_P1_LSB               8u  /* parent of node 37 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P1_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P1_MASK              0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P2_LSB               16u  /* parent of node 38 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P2_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P2_MASK              0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P3_LSB               24u  /* parent of node 39 */
+#define SPECDEC_VERIFIER_TREE_PARENT9_P3_WIDTH             8u
+#define SPECDEC_VERIFIER_TREE_PARENT9_P3_MASK              0xFF000000u
 
 /* TREE_PARENT10 (rw) @ 0x7C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT10_OFFSET        0x7Cu
-#define SPECDEC_VERIFIER_TREE_PARENT10_RESET         0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT10_ACCESS        SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT10_P0_LSB        0u  /* parent of node 40 */
-#define SPECDEC_VERIFIER_TREE_PARENT10_P0_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT10_P0_MASK       0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT10_P1_LSB        8u  /* parent of node 41 */
-#define SPECDEC_VERIFIER_TREE_PARENT10_P1_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT10_P1_MASK       0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT10_P2_LSB        16u  /* parent of node 42 */
-#define SPECDEC_VERIFIER_TREE_PARENT10_P2_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT10_P2_MASK       0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT10_P3_LSB        24u  /* parent of node 43 */
-#define SPECDEC_VERIFIER_TREE_PARENT10_P3_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT10_P3_MASK       0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT10_OFFSET              0x7Cu
+#define SPECDEC_VERIFIER_TREE_PARENT10_RESET               0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT10_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT10_P0_LSB              0u  /* parent of node 40 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P0_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P0_MASK             0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT10_P1_LSB              8u  /* parent of node 41 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P1_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P1_MASK             0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P2_LSB              16u  /* parent of node 42 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P2_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P2_MASK             0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P3_LSB              24u  /* parent of node 43 */
+#define SPECDEC_VERIFIER_TREE_PARENT10_P3_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT10_P3_MASK             0xFF000000u
 
 /* TREE_PARENT11 (rw) @ 0x80: Parents of nodes 44..47, one byte each (node 44 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT11_OFFSET        0x80u
-#define SPECDEC_VERIFIER_TREE_PARENT11_RESET         0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT11_ACCESS        SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT11_P0_LSB        0u  /* parent of node 44 */
-#define SPECDEC_VERIFIER_TREE_PARENT11_P0_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT11_P0_MASK       0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT11_P1_LSB        8u  /* parent of node 45 */
-#define SPECDEC_VERIFIER_TREE_PARENT11_P1_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT11_P1_MASK       0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT11_P2_LSB        16u  /* parent of node 46 */
-#define SPECDEC_VERIFIER_TREE_PARENT11_P2_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT11_P2_MASK       0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT11_P3_LSB        24u  /* parent of node 47 */
-#define SPECDEC_VERIFIER_TREE_PARENT11_P3_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT11_P3_MASK       0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT11_OFFSET              0x80u
+#define SPECDEC_VERIFIER_TREE_PARENT11_RESET               0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT11_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT11_P0_LSB              0u  /* parent of node 44 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P0_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P0_MASK             0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT11_P1_LSB              8u  /* parent of node 45 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P1_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P1_MASK             0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P2_LSB              16u  /* parent of node 46 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P2_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P2_MASK             0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P3_LSB              24u  /* parent of node 47 */
+#define SPECDEC_VERIFIER_TREE_PARENT11_P3_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT11_P3_MASK             0xFF000000u
 
 /* TREE_PARENT12 (rw) @ 0x84: Parents of nodes 48..51, one byte each (node 48 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT12_OFFSET        0x84u
-#define SPECDEC_VERIFIER_TREE_PARENT12_RESET         0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT12_ACCESS        SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT12_P0_LSB        0u  /* parent of node 48 */
-#define SPECDEC_VERIFIER_TREE_PARENT12_P0_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT12_P0_MASK       0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT12_P1_LSB        8u  /* parent of node 49 */
-#define SPECDEC_VERIFIER_TREE_PARENT12_P1_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT12_P1_MASK       0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT12_P2_LSB        16u  /* parent of node 50 */
-#define SPECDEC_VERIFIER_TREE_PARENT12_P2_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT12_P2_MASK       0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT12_P3_LSB        24u  /* parent of node 51 */
-#define SPECDEC_VERIFIER_TREE_PARENT12_P3_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT12_P3_MASK       0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT12_OFFSET              0x84u
+#define SPECDEC_VERIFIER_TREE_PARENT12_RESET               0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT12_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT12_P0_LSB              0u  /* parent of node 48 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P0_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P0_MASK             0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT12_P1_LSB              8u  /* parent of node 49 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P1_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P1_MASK             0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P2_LSB              16u  /* parent of node 50 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P2_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P2_MASK             0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P3_LSB              24u  /* parent of node 51 */
+#define SPECDEC_VERIFIER_TREE_PARENT12_P3_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT12_P3_MASK             0xFF000000u
 
 /* TREE_PARENT13 (rw) @ 0x88: Parents of nodes 52..55, one byte each (node 52 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT13_OFFSET        0x88u
-#define SPECDEC_VERIFIER_TREE_PARENT13_RESET         0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT13_ACCESS        SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT13_P0_LSB        0u  /* parent of node 52 */
-#define SPECDEC_VERIFIER_TREE_PARENT13_P0_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT13_P0_MASK       0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT13_P1_LSB        8u  /* parent of node 53 */
-#define SPECDEC_VERIFIER_TREE_PARENT13_P1_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT13_P1_MASK       0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT13_P2_LSB        16u  /* parent of node 54 */
-#define SPECDEC_VERIFIER_TREE_PARENT13_P2_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT13_P2_MASK       0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT13_P3_LSB        24u  /* parent of node 55 */
-#define SPECDEC_VERIFIER_TREE_PARENT13_P3_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT13_P3_MASK       0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT13_OFFSET              0x88u
+#define SPECDEC_VERIFIER_TREE_PARENT13_RESET               0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT13_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT13_P0_LSB              0u  /* parent of node 52 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P0_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P0_MASK             0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT13_P1_LSB              8u  /* parent of node 53 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P1_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P1_MASK             0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P2_LSB              16u  /* parent of node 54 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P2_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P2_MASK             0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P3_LSB              24u  /* parent of node 55 */
+#define SPECDEC_VERIFIER_TREE_PARENT13_P3_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT13_P3_MASK             0xFF000000u
 
 /* TREE_PARENT14 (rw) @ 0x8C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT14_OFFSET        0x8Cu
-#define SPECDEC_VERIFIER_TREE_PARENT14_RESET         0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT14_ACCESS        SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT14_P0_LSB        0u  /* parent of node 56 */
-#define SPECDEC_VERIFIER_TREE_PARENT14_P0_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT14_P0_MASK       0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT14_P1_LSB        8u  /* parent of node 57 */
-#define SPECDEC_VERIFIER_TREE_PARENT14_P1_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT14_P1_MASK       0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT14_P2_LSB        16u  /* parent of node 58 */
-#define SPECDEC_VERIFIER_TREE_PARENT14_P2_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT14_P2_MASK       0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT14_P3_LSB        24u  /* parent of node 59 */
-#define SPECDEC_VERIFIER_TREE_PARENT14_P3_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT14_P3_MASK       0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT14_OFFSET              0x8Cu
+#define SPECDEC_VERIFIER_TREE_PARENT14_RESET               0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT14_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT14_P0_LSB              0u  /* parent of node 56 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P0_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P0_MASK             0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT14_P1_LSB              8u  /* parent of node 57 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P1_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P1_MASK             0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P2_LSB              16u  /* parent of node 58 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P2_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P2_MASK             0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P3_LSB              24u  /* parent of node 59 */
+#define SPECDEC_VERIFIER_TREE_PARENT14_P3_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT14_P3_MASK             0xFF000000u
 
 /* TREE_PARENT15 (rw) @ 0x90: Parents of nodes 60..63, one byte each (node 60 in bits 7:0). */
-#define SPECDEC_VERIFIER_TREE_PARENT15_OFFSET        0x90u
-#define SPECDEC_VERIFIER_TREE_PARENT15_RESET         0x00000000u
-#define SPECDEC_VERIFIER_TREE_PARENT15_ACCESS        SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_PARENT15_P0_LSB        0u  /* parent of node 60 */
-#define SPECDEC_VERIFIER_TREE_PARENT15_P0_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT15_P0_MASK       0x000000FFu
-#define SPECDEC_VERIFIER_TREE_PARENT15_P1_LSB        8u  /* parent of node 61 */
-#define SPECDEC_VERIFIER_TREE_PARENT15_P1_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT15_P1_MASK       0x0000FF00u
-#define SPECDEC_VERIFIER_TREE_PARENT15_P2_LSB        16u  /* parent of node 62 */
-#define SPECDEC_VERIFIER_TREE_PARENT15_P2_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT15_P2_MASK       0x00FF0000u
-#define SPECDEC_VERIFIER_TREE_PARENT15_P3_LSB        24u  /* parent of node 63 */
-#define SPECDEC_VERIFIER_TREE_PARENT15_P3_WIDTH      8u
-#define SPECDEC_VERIFIER_TREE_PARENT15_P3_MASK       0xFF000000u
+#define SPECDEC_VERIFIER_TREE_PARENT15_OFFSET              0x90u
+#define SPECDEC_VERIFIER_TREE_PARENT15_RESET               0x00000000u
+#define SPECDEC_VERIFIER_TREE_PARENT15_ACCESS              SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_PARENT15_P0_LSB              0u  /* parent of node 60 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P0_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P0_MASK             0x000000FFu
+#define SPECDEC_VERIFIER_TREE_PARENT15_P1_LSB              8u  /* parent of node 61 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P1_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P1_MASK             0x0000FF00u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P2_LSB              16u  /* parent of node 62 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P2_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P2_MASK             0x00FF0000u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P3_LSB              24u  /* parent of node 63 */
+#define SPECDEC_VERIFIER_TREE_PARENT15_P3_WIDTH            8u
+#define SPECDEC_VERIFIER_TREE_PARENT15_P3_MASK             0xFF000000u
 
 /* TREE_TOKEN0 (rw) @ 0x94: Draft tokens of nodes 0 (bits 15:0) and 1 (bits 31:16); node 0's token is ignored (the root's token was chosen last round). */
-#define SPECDEC_VERIFIER_TREE_TOKEN0_OFFSET          0x94u
-#define SPECDEC_VERIFIER_TREE_TOKEN0_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN0_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_LSB          0u  /* token of node 0 */
-#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_LSB          16u  /* token of node 1 */
-#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_OFFSET                0x94u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_LSB                0u  /* token of node 0 */
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_LSB                16u  /* token of node 1 */
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN0_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN1 (rw) @ 0x98: Draft tokens of nodes 2 (bits 15:0) and 3 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN1_OFFSET          0x98u
-#define SPECDEC_VERIFIER_TREE_TOKEN1_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN1_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_LSB          0u  /* token of node 2 */
-#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_LSB          16u  /* token of node 3 */
-#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_OFFSET                0x98u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_LSB                0u  /* token of node 2 */
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_LSB                16u  /* token of node 3 */
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN1_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN2 (rw) @ 0x9C: Draft tokens of nodes 4 (bits 15:0) and 5 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN2_OFFSET          0x9Cu
-#define SPECDEC_VERIFIER_TREE_TOKEN2_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN2_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_LSB          0u  /* token of node 4 */
-#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_LSB          16u  /* token of node 5 */
-#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_OFFSET                0x9Cu
+#define SPECDEC_VERIFIER_TREE_TOKEN2_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_LSB                0u  /* token of node 4 */
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_LSB                16u  /* token of node 5 */
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN2_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN3 (rw) @ 0xA0: Draft tokens of nodes 6 (bits 15:0) and 7 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN3_OFFSET          0xA0u
-#define SPECDEC_VERIFIER_TREE_TOKEN3_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN3_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_LSB          0u  /* token of node 6 */
-#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_LSB          16u  /* token of node 7 */
-#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_OFFSET                0xA0u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_LSB                0u  /* token of node 6 */
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_LSB                16u  /* token of node 7 */
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN3_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN4 (rw) @ 0xA4: Draft tokens of nodes 8 (bits 15:0) and 9 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN4_OFFSET          0xA4u
-#define SPECDEC_VERIFIER_TREE_TOKEN4_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN4_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_LSB          0u  /* token of node 8 */
-#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_LSB          16u  /* token of node 9 */
-#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_OFFSET                0xA4u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_LSB                0u  /* token of node 8 */
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_LSB                16u  /* token of node 9 */
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN4_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN5 (rw) @ 0xA8: Draft tokens of nodes 10 (bits 15:0) and 11 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN5_OFFSET          0xA8u
-#define SPECDEC_VERIFIER_TREE_TOKEN5_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN5_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_LSB          0u  /* token of node 10 */
-#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_LSB          16u  /* token of node 11 */
-#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_OFFSET                0xA8u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_LSB                0u  /* token of node 10 */
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_LSB                16u  /* token of node 11 */
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN5_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN6 (rw) @ 0xAC: Draft tokens of nodes 12 (bits 15:0) and 13 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN6_OFFSET          0xACu
-#define SPECDEC_VERIFIER_TREE_TOKEN6_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN6_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_LSB          0u  /* token of node 12 */
-#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_LSB          16u  /* token of node 13 */
-#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_OFFSET                0xACu
+#define SPECDEC_VERIFIER_TREE_TOKEN6_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_LSB                0u  /* token of node 12 */
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_LSB                16u  /* token of node 13 */
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN6_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN7 (rw) @ 0xB0: Draft tokens of nodes 14 (bits 15:0) and 15 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN7_OFFSET          0xB0u
-#define SPECDEC_VERIFIER_TREE_TOKEN7_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN7_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_LSB          0u  /* token of node 14 */
-#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_LSB          16u  /* token of node 15 */
-#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_OFFSET                0xB0u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_LSB                0u  /* token of node 14 */
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_LSB                16u  /* token of node 15 */
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN7_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN8 (rw) @ 0xB4: Draft tokens of nodes 16 (bits 15:0) and 17 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN8_OFFSET          0xB4u
-#define SPECDEC_VERIFIER_TREE_TOKEN8_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN8_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_LSB          0u  /* token of node 16 */
-#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_LSB          16u  /* token of node 17 */
-#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_OFFSET                0xB4u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_LSB                0u  /* token of node 16 */
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_LSB                16u  /* token of node 17 */
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN8_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN9 (rw) @ 0xB8: Draft tokens of nodes 18 (bits 15:0) and 19 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN9_OFFSET          0xB8u
-#define SPECDEC_VERIFIER_TREE_TOKEN9_RESET           0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN9_ACCESS          SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_LSB          0u  /* token of node 18 */
-#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_MASK         0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_LSB          16u  /* token of node 19 */
-#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_WIDTH        16u
-#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_MASK         0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_OFFSET                0xB8u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_LSB                0u  /* token of node 18 */
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T0_MASK               0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_LSB                16u  /* token of node 19 */
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_WIDTH              16u
+#define SPECDEC_VERIFIER_TREE_TOKEN9_T1_MASK               0xFFFF0000u
 
 /* TREE_TOKEN10 (rw) @ 0xBC: Draft tokens of nodes 20 (bits 15:0) and 21 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN10_OFFSET         0xBCu
-#define SPECDEC_VERIFIER_TREE_TOKEN10_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN10_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_LSB         0u  /* token of node 20 */
-#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_LSB         16u  /* token of node 21 */
-#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_OFFSET               0xBCu
+#define SPECDEC_VERIFIER_TREE_TOKEN10_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_LSB               0u  /* token of node 20 */
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_LSB               16u  /* token of node 21 */
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN10_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN11 (rw) @ 0xC0: Draft tokens of nodes 22 (bits 15:0) and 23 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN11_OFFSET         0xC0u
-#define SPECDEC_VERIFIER_TREE_TOKEN11_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN11_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_LSB         0u  /* token of node 22 */
-#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_LSB         16u  /* token of node 23 */
-#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_OFFSET               0xC0u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_LSB               0u  /* token of node 22 */
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_LSB               16u  /* token of node 23 */
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN11_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN12 (rw) @ 0xC4: Draft tokens of nodes 24 (bits 15:0) and 25 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN12_OFFSET         0xC4u
-#define SPECDEC_VERIFIER_TREE_TOKEN12_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN12_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_LSB         0u  /* token of node 24 */
-#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_LSB         16u  /* token of node 25 */
-#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_OFFSET               0xC4u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_LSB               0u  /* token of node 24 */
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_LSB               16u  /* token of node 25 */
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN12_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN13 (rw) @ 0xC8: Draft tokens of nodes 26 (bits 15:0) and 27 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN13_OFFSET         0xC8u
-#define SPECDEC_VERIFIER_TREE_TOKEN13_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN13_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_LSB         0u  /* token of node 26 */
-#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_LSB         16u  /* token of node 27 */
-#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_OFFSET               0xC8u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_LSB               0u  /* token of node 26 */
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_LSB               16u  /* token of node 27 */
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN13_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN14 (rw) @ 0xCC: Draft tokens of nodes 28 (bits 15:0) and 29 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN14_OFFSET         0xCCu
-#define SPECDEC_VERIFIER_TREE_TOKEN14_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN14_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_LSB         0u  /* token of node 28 */
-#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_LSB         16u  /* token of node 29 */
-#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_OFFSET               0xCCu
+#define SPECDEC_VERIFIER_TREE_TOKEN14_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_LSB               0u  /* token of node 28 */
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_LSB               16u  /* token of node 29 */
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN14_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN15 (rw) @ 0xD0: Draft tokens of nodes 30 (bits 15:0) and 31 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN15_OFFSET         0xD0u
-#define SPECDEC_VERIFIER_TREE_TOKEN15_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN15_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_LSB         0u  /* token of node 30 */
-#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_LSB         16u  /* token of node 31 */
-#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_OFFSET               0xD0u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_LSB               0u  /* token of node 30 */
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_LSB               16u  /* token of node 31 */
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN15_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN16 (rw) @ 0xD4: Draft tokens of nodes 32 (bits 15:0) and 33 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN16_OFFSET         0xD4u
-#define SPECDEC_VERIFIER_TREE_TOKEN16_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN16_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_LSB         0u  /* token of node 32 */
-#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_LSB         16u  /* token of node 33 */
-#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_OFFSET               0xD4u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_LSB               0u  /* token of node 32 */
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_LSB               16u  /* token of node 33 */
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN16_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN17 (rw) @ 0xD8: Draft tokens of nodes 34 (bits 15:0) and 35 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN17_OFFSET         0xD8u
-#define SPECDEC_VERIFIER_TREE_TOKEN17_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN17_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_LSB         0u  /* token of node 34 */
-#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_LSB         16u  /* token of node 35 */
-#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_OFFSET               0xD8u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_LSB               0u  /* token of node 34 */
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_LSB               16u  /* token of node 35 */
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN17_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN18 (rw) @ 0xDC: Draft tokens of nodes 36 (bits 15:0) and 37 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN18_OFFSET         0xDCu
-#define SPECDEC_VERIFIER_TREE_TOKEN18_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN18_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_LSB         0u  /* token of node 36 */
-#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_LSB         16u  /* token of node 37 */
-#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_OFFSET               0xDCu
+#define SPECDEC_VERIFIER_TREE_TOKEN18_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_LSB               0u  /* token of node 36 */
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_LSB               16u  /* token of node 37 */
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN18_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN19 (rw) @ 0xE0: Draft tokens of nodes 38 (bits 15:0) and 39 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN19_OFFSET         0xE0u
-#define SPECDEC_VERIFIER_TREE_TOKEN19_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN19_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_LSB         0u  /* token of node 38 */
-#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_LSB         16u  /* token of node 39 */
-#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_OFFSET               0xE0u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_LSB               0u  /* token of node 38 */
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_LSB               16u  /* token of node 39 */
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN19_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN20 (rw) @ 0xE4: Draft tokens of nodes 40 (bits 15:0) and 41 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN20_OFFSET         0xE4u
-#define SPECDEC_VERIFIER_TREE_TOKEN20_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN20_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_LSB         0u  /* token of node 40 */
-#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_LSB         16u  /* token of node 41 */
-#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_OFFSET               0xE4u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_LSB               0u  /* token of node 40 */
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_LSB               16u  /* token of node 41 */
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN20_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN21 (rw) @ 0xE8: Draft tokens of nodes 42 (bits 15:0) and 43 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN21_OFFSET         0xE8u
-#define SPECDEC_VERIFIER_TREE_TOKEN21_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN21_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_LSB         0u  /* token of node 42 */
-#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_LSB         16u  /* token of node 43 */
-#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_OFFSET               0xE8u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_LSB               0u  /* token of node 42 */
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_LSB               16u  /* token of node 43 */
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN21_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN22 (rw) @ 0xEC: Draft tokens of nodes 44 (bits 15:0) and 45 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN22_OFFSET         0xECu
-#define SPECDEC_VERIFIER_TREE_TOKEN22_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN22_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_LSB         0u  /* token of node 44 */
-#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_LSB         16u  /* token of node 45 */
-#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_OFFSET               0xECu
+#define SPECDEC_VERIFIER_TREE_TOKEN22_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_LSB               0u  /* token of node 44 */
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_LSB               16u  /* token of node 45 */
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN22_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN23 (rw) @ 0xF0: Draft tokens of nodes 46 (bits 15:0) and 47 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN23_OFFSET         0xF0u
-#define SPECDEC_VERIFIER_TREE_TOKEN23_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN23_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_LSB         0u  /* token of node 46 */
-#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_LSB         16u  /* token of node 47 */
-#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_OFFSET               0xF0u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_LSB               0u  /* token of node 46 */
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_LSB               16u  /* token of node 47 */
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN23_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN24 (rw) @ 0xF4: Draft tokens of nodes 48 (bits 15:0) and 49 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN24_OFFSET         0xF4u
-#define SPECDEC_VERIFIER_TREE_TOKEN24_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN24_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_LSB         0u  /* token of node 48 */
-#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_LSB         16u  /* token of node 49 */
-#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_OFFSET               0xF4u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_LSB               0u  /* token of node 48 */
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_LSB               16u  /* token of node 49 */
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN24_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN25 (rw) @ 0xF8: Draft tokens of nodes 50 (bits 15:0) and 51 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN25_OFFSET         0xF8u
-#define SPECDEC_VERIFIER_TREE_TOKEN25_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN25_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_LSB         0u  /* token of node 50 */
-#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_LSB         16u  /* token of node 51 */
-#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_OFFSET               0xF8u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_LSB               0u  /* token of node 50 */
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_LSB               16u  /* token of node 51 */
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN25_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN26 (rw) @ 0xFC: Draft tokens of nodes 52 (bits 15:0) and 53 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN26_OFFSET         0xFCu
-#define SPECDEC_VERIFIER_TREE_TOKEN26_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN26_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_LSB         0u  /* token of node 52 */
-#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_LSB         16u  /* token of node 53 */
-#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_OFFSET               0xFCu
+#define SPECDEC_VERIFIER_TREE_TOKEN26_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_LSB               0u  /* token of node 52 */
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_LSB               16u  /* token of node 53 */
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN26_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN27 (rw) @ 0x100: Draft tokens of nodes 54 (bits 15:0) and 55 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN27_OFFSET         0x100u
-#define SPECDEC_VERIFIER_TREE_TOKEN27_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN27_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_LSB         0u  /* token of node 54 */
-#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_LSB         16u  /* token of node 55 */
-#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_OFFSET               0x100u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_LSB               0u  /* token of node 54 */
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_LSB               16u  /* token of node 55 */
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN27_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN28 (rw) @ 0x104: Draft tokens of nodes 56 (bits 15:0) and 57 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN28_OFFSET         0x104u
-#define SPECDEC_VERIFIER_TREE_TOKEN28_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN28_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_LSB         0u  /* token of node 56 */
-#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_LSB         16u  /* token of node 57 */
-#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_OFFSET               0x104u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_LSB               0u  /* token of node 56 */
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_LSB               16u  /* token of node 57 */
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN28_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN29 (rw) @ 0x108: Draft tokens of nodes 58 (bits 15:0) and 59 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN29_OFFSET         0x108u
-#define SPECDEC_VERIFIER_TREE_TOKEN29_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN29_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_LSB         0u  /* token of node 58 */
-#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_LSB         16u  /* token of node 59 */
-#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_OFFSET               0x108u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_LSB               0u  /* token of node 58 */
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_LSB               16u  /* token of node 59 */
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN29_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN30 (rw) @ 0x10C: Draft tokens of nodes 60 (bits 15:0) and 61 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN30_OFFSET         0x10Cu
-#define SPECDEC_VERIFIER_TREE_TOKEN30_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN30_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_LSB         0u  /* token of node 60 */
-#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_LSB         16u  /* token of node 61 */
-#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_OFFSET               0x10Cu
+#define SPECDEC_VERIFIER_TREE_TOKEN30_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_LSB               0u  /* token of node 60 */
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_LSB               16u  /* token of node 61 */
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN30_T1_MASK              0xFFFF0000u
 
 /* TREE_TOKEN31 (rw) @ 0x110: Draft tokens of nodes 62 (bits 15:0) and 63 (bits 31:16). */
-#define SPECDEC_VERIFIER_TREE_TOKEN31_OFFSET         0x110u
-#define SPECDEC_VERIFIER_TREE_TOKEN31_RESET          0x00000000u
-#define SPECDEC_VERIFIER_TREE_TOKEN31_ACCESS         SPECDEC_ACCESS_RW
-#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_LSB         0u  /* token of node 62 */
-#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_MASK        0x0000FFFFu
-#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_LSB         16u  /* token of node 63 */
-#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_WIDTH       16u
-#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_MASK        0xFFFF0000u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_OFFSET               0x110u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_RESET                0x00000000u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_ACCESS               SPECDEC_ACCESS_RW
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_LSB               0u  /* token of node 62 */
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T0_MASK              0x0000FFFFu
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_LSB               16u  /* token of node 63 */
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_WIDTH             16u
+#define SPECDEC_VERIFIER_TREE_TOKEN31_T1_MASK              0xFFFF0000u
 
 /* PARAMS (ro) @ 0x114: Build parameters of this instance. */
-#define SPECDEC_VERIFIER_PARAMS_OFFSET               0x114u
-#define SPECDEC_VERIFIER_PARAMS_RESET                0x00000000u
-#define SPECDEC_VERIFIER_PARAMS_ACCESS               SPECDEC_ACCESS_RO
-#define SPECDEC_VERIFIER_PARAMS_LANES_LSB            0u  /* Logits per stream beat. */
-#define SPECDEC_VERIFIER_PARAMS_LANES_WIDTH          4u
-#define SPECDEC_VERIFIER_PARAMS_LANES_MASK           0x0000000Fu
-#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_LSB        4u  /* Largest GAMMA accepted. */
-#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_WIDTH      5u
-#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_MASK       0x000001F0u
-#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_LSB         9u  /* Largest NODES accepted in tree mode. */
-#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_WIDTH       7u
-#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_MASK        0x0000FE00u
+#define SPECDEC_VERIFIER_PARAMS_OFFSET                     0x114u
+#define SPECDEC_VERIFIER_PARAMS_RESET                      0x00000000u
+#define SPECDEC_VERIFIER_PARAMS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_PARAMS_LANES_LSB                  0u  /* Logits per stream beat. */
+#define SPECDEC_VERIFIER_PARAMS_LANES_WIDTH                4u
+#define SPECDEC_VERIFIER_PARAMS_LANES_MASK                 0x0000000Fu
+#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_LSB              4u  /* Largest GAMMA accepted. */
+#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_WIDTH            5u
+#define SPECDEC_VERIFIER_PARAMS_GAMMA_MAX_MASK             0x000001F0u
+#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_LSB               9u  /* Largest NODES accepted in tree mode. */
+#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_WIDTH             7u
+#define SPECDEC_VERIFIER_PARAMS_TREE_MAX_MASK              0x0000FE00u
 
 /* VOCAB_MAX (ro) @ 0x118: Largest VOCAB accepted (row buffer depth). */
-#define SPECDEC_VERIFIER_VOCAB_MAX_OFFSET            0x118u
-#define SPECDEC_VERIFIER_VOCAB_MAX_RESET             0x00000000u
-#define SPECDEC_VERIFIER_VOCAB_MAX_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_VOCAB_MAX_OFFSET                  0x118u
+#define SPECDEC_VERIFIER_VOCAB_MAX_RESET                   0x00000000u
+#define SPECDEC_VERIFIER_VOCAB_MAX_ACCESS                  SPECDEC_ACCESS_RO
 
 /* N_ACCEPT (ro) @ 0x11C: Draft tokens accepted in the last round (tree mode: nodes on the accepted path, root excluded). */
-#define SPECDEC_VERIFIER_N_ACCEPT_OFFSET             0x11Cu
-#define SPECDEC_VERIFIER_N_ACCEPT_RESET              0x00000000u
-#define SPECDEC_VERIFIER_N_ACCEPT_ACCESS             SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_N_ACCEPT_OFFSET                   0x11Cu
+#define SPECDEC_VERIFIER_N_ACCEPT_RESET                    0x00000000u
+#define SPECDEC_VERIFIER_N_ACCEPT_ACCESS                   SPECDEC_ACCESS_RO
 
 /* NEXT_TOKEN (ro) @ 0x120: The token emitted after the accepted prefix (resampled, argmax or bonus). */
-#define SPECDEC_VERIFIER_NEXT_TOKEN_OFFSET           0x120u
-#define SPECDEC_VERIFIER_NEXT_TOKEN_RESET            0x00000000u
-#define SPECDEC_VERIFIER_NEXT_TOKEN_ACCESS           SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_NEXT_TOKEN_OFFSET                 0x120u
+#define SPECDEC_VERIFIER_NEXT_TOKEN_RESET                  0x00000000u
+#define SPECDEC_VERIFIER_NEXT_TOKEN_ACCESS                 SPECDEC_ACCESS_RO
 
 /* ACCEPT_BITS (ro) @ 0x124: Bit i: position i was tested and accepted (tree mode: depth i + 1 of the path). */
-#define SPECDEC_VERIFIER_ACCEPT_BITS_OFFSET          0x124u
-#define SPECDEC_VERIFIER_ACCEPT_BITS_RESET           0x00000000u
-#define SPECDEC_VERIFIER_ACCEPT_BITS_ACCESS          SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_ACCEPT_BITS_OFFSET                0x124u
+#define SPECDEC_VERIFIER_ACCEPT_BITS_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_ACCEPT_BITS_ACCESS                SPECDEC_ACCESS_RO
 
 /* ROWS (ro) @ 0x128: Rows consumed this round (target and draft). */
-#define SPECDEC_VERIFIER_ROWS_OFFSET                 0x128u
-#define SPECDEC_VERIFIER_ROWS_RESET                  0x00000000u
-#define SPECDEC_VERIFIER_ROWS_ACCESS                 SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_ROWS_OFFSET                       0x128u
+#define SPECDEC_VERIFIER_ROWS_RESET                        0x00000000u
+#define SPECDEC_VERIFIER_ROWS_ACCESS                       SPECDEC_ACCESS_RO
 
 /* WORDS (ro) @ 0x12C: RNG words consumed this round. */
-#define SPECDEC_VERIFIER_WORDS_OFFSET                0x12Cu
-#define SPECDEC_VERIFIER_WORDS_RESET                 0x00000000u
-#define SPECDEC_VERIFIER_WORDS_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_WORDS_OFFSET                      0x12Cu
+#define SPECDEC_VERIFIER_WORDS_RESET                       0x00000000u
+#define SPECDEC_VERIFIER_WORDS_ACCESS                      SPECDEC_ACCESS_RO
 
 /* LAST_EP (ro) @ 0x130: e_p(x) = EXP(m_p - z_p[x]) of the last tested position (Q1.15). */
-#define SPECDEC_VERIFIER_LAST_EP_OFFSET              0x130u
-#define SPECDEC_VERIFIER_LAST_EP_RESET               0x00000000u
-#define SPECDEC_VERIFIER_LAST_EP_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_LAST_EP_OFFSET                    0x130u
+#define SPECDEC_VERIFIER_LAST_EP_RESET                     0x00000000u
+#define SPECDEC_VERIFIER_LAST_EP_ACCESS                    SPECDEC_ACCESS_RO
 
 /* LAST_EQ (ro) @ 0x134: e_q(x) of the last tested position (Q1.15). */
-#define SPECDEC_VERIFIER_LAST_EQ_OFFSET              0x134u
-#define SPECDEC_VERIFIER_LAST_EQ_RESET               0x00000000u
-#define SPECDEC_VERIFIER_LAST_EQ_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_LAST_EQ_OFFSET                    0x134u
+#define SPECDEC_VERIFIER_LAST_EQ_RESET                     0x00000000u
+#define SPECDEC_VERIFIER_LAST_EQ_ACCESS                    SPECDEC_ACCESS_RO
 
 /* LAST_SP (ro) @ 0x138: Running sum S_p of the last target row. */
-#define SPECDEC_VERIFIER_LAST_SP_OFFSET              0x138u
-#define SPECDEC_VERIFIER_LAST_SP_RESET               0x00000000u
-#define SPECDEC_VERIFIER_LAST_SP_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_LAST_SP_OFFSET                    0x138u
+#define SPECDEC_VERIFIER_LAST_SP_RESET                     0x00000000u
+#define SPECDEC_VERIFIER_LAST_SP_ACCESS                    SPECDEC_ACCESS_RO
 
 /* LAST_SQ (ro) @ 0x13C: Running sum S_q of the last draft row. */
-#define SPECDEC_VERIFIER_LAST_SQ_OFFSET              0x13Cu
-#define SPECDEC_VERIFIER_LAST_SQ_RESET               0x00000000u
-#define SPECDEC_VERIFIER_LAST_SQ_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_LAST_SQ_OFFSET                    0x13Cu
+#define SPECDEC_VERIFIER_LAST_SQ_RESET                     0x00000000u
+#define SPECDEC_VERIFIER_LAST_SQ_ACCESS                    SPECDEC_ACCESS_RO
 
 /* CYCLES_BUSY (ro) @ 0x140: Clock cycles BUSY this round. */
-#define SPECDEC_VERIFIER_CYCLES_BUSY_OFFSET          0x140u
-#define SPECDEC_VERIFIER_CYCLES_BUSY_RESET           0x00000000u
-#define SPECDEC_VERIFIER_CYCLES_BUSY_ACCESS          SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_CYCLES_BUSY_OFFSET                0x140u
+#define SPECDEC_VERIFIER_CYCLES_BUSY_RESET                 0x00000000u
+#define SPECDEC_VERIFIER_CYCLES_BUSY_ACCESS                SPECDEC_ACCESS_RO
 
 /* CYCLES_STALL (ro) @ 0x144: BUSY cycles spent waiting for a stream beat. */
-#define SPECDEC_VERIFIER_CYCLES_STALL_OFFSET         0x144u
-#define SPECDEC_VERIFIER_CYCLES_STALL_RESET          0x00000000u
-#define SPECDEC_VERIFIER_CYCLES_STALL_ACCESS         SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_CYCLES_STALL_OFFSET               0x144u
+#define SPECDEC_VERIFIER_CYCLES_STALL_RESET                0x00000000u
+#define SPECDEC_VERIFIER_CYCLES_STALL_ACCESS               SPECDEC_ACCESS_RO
 
 /* CUR_NODE (ro) @ 0x148: Tree mode: the node whose target row the core takes next (while BUSY), or the last node of the accepted path (when DONE); 0 in chain mode. */
-#define SPECDEC_VERIFIER_CUR_NODE_OFFSET             0x148u
-#define SPECDEC_VERIFIER_CUR_NODE_RESET              0x00000000u
-#define SPECDEC_VERIFIER_CUR_NODE_ACCESS             SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_CUR_NODE_OFFSET                   0x148u
+#define SPECDEC_VERIFIER_CUR_NODE_RESET                    0x00000000u
+#define SPECDEC_VERIFIER_CUR_NODE_ACCESS                   SPECDEC_ACCESS_RO
 
 /* PATH_LO (ro) @ 0x14C: Tree mode: bit j set when node j (1..31) is on the accepted path. */
-#define SPECDEC_VERIFIER_PATH_LO_OFFSET              0x14Cu
-#define SPECDEC_VERIFIER_PATH_LO_RESET               0x00000000u
-#define SPECDEC_VERIFIER_PATH_LO_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_PATH_LO_OFFSET                    0x14Cu
+#define SPECDEC_VERIFIER_PATH_LO_RESET                     0x00000000u
+#define SPECDEC_VERIFIER_PATH_LO_ACCESS                    SPECDEC_ACCESS_RO
 
 /* PATH_HI (ro) @ 0x150: Tree mode: bit j set when node 32 + j is on the accepted path. */
-#define SPECDEC_VERIFIER_PATH_HI_OFFSET              0x150u
-#define SPECDEC_VERIFIER_PATH_HI_RESET               0x00000000u
-#define SPECDEC_VERIFIER_PATH_HI_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_VERIFIER_PATH_HI_OFFSET                    0x150u
+#define SPECDEC_VERIFIER_PATH_HI_RESET                     0x00000000u
+#define SPECDEC_VERIFIER_PATH_HI_ACCESS                    SPECDEC_ACCESS_RO
 
 /* verifier error bits (masks of ERR) */
-#define SPECDEC_VERIFIER_ERR_SEED_ZERO               0x00000001u  /* LOAD_SEED with an all-zero seed. */
-#define SPECDEC_VERIFIER_ERR_BAD_GAMMA               0x00000002u  /* GAMMA above the core's GAMMA_MAX. */
-#define SPECDEC_VERIFIER_ERR_BAD_VOCAB               0x00000004u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
-#define SPECDEC_VERIFIER_ERR_BAD_TOKEN               0x00000008u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
-#define SPECDEC_VERIFIER_ERR_BAD_TEMP                0x00000010u  /* INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode. */
-#define SPECDEC_VERIFIER_ERR_SHORT_ROW               0x00000020u  /* TLAST came before the last beat of a row. */
-#define SPECDEC_VERIFIER_ERR_LONG_ROW                0x00000040u  /* The last beat of a row came without TLAST. */
-#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA         0x00000080u  /* A stream beat arrived while the core expected none (stream longer than announced). */
-#define SPECDEC_VERIFIER_ERR_EMPTY_ROW               0x00000100u  /* Every logit of a row is -inf, or (tree mode) every weight left after the rejected children is 0: no distribution to sample from. */
-#define SPECDEC_VERIFIER_ERR_BAD_TREE                0x00000200u  /* Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a parent not below i. */
+#define SPECDEC_VERIFIER_ERR_SEED_ZERO                     0x00000001u  /* LOAD_SEED with an all-zero seed. */
+#define SPECDEC_VERIFIER_ERR_BAD_GAMMA                     0x00000002u  /* GAMMA above the core's GAMMA_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_VOCAB                     0x00000004u  /* VOCAB is 0 or above the core's VOCAB_MAX. */
+#define SPECDEC_VERIFIER_ERR_BAD_TOKEN                     0x00000008u  /* A draft token DRAFT[i], i < GAMMA, is not below VOCAB. */
+#define SPECDEC_VERIFIER_ERR_BAD_TEMP                      0x00000010u  /* INV_TEMP is 0 (temperature 0: use greedy mode) or above 65535 (outside Q8.8) in sampling mode. */
+#define SPECDEC_VERIFIER_ERR_SHORT_ROW                     0x00000020u  /* TLAST came before the last beat of a row. */
+#define SPECDEC_VERIFIER_ERR_LONG_ROW                      0x00000040u  /* The last beat of a row came without TLAST. */
+#define SPECDEC_VERIFIER_ERR_UNEXPECTED_DATA               0x00000080u  /* A stream beat arrived while the core expected none (stream longer than announced). */
+#define SPECDEC_VERIFIER_ERR_EMPTY_ROW                     0x00000100u  /* Every logit of a row is -inf, or (tree mode) every weight left after the rejected children is 0: no distribution to sample from. */
+#define SPECDEC_VERIFIER_ERR_BAD_TREE                      0x00000200u  /* Tree mode: NODES is 0 or above the core's TREE_MAX, or a node i in 1..NODES-1 has a parent not below i. */
 
 /* stream s_axis (in, 128 bits): Logit rows, LANES codes per beat (element j = beat*LANES + lane; lanes past VOCAB carry -inf), TLAST on each row's last beat. Order: p_0, q_0, p_1, q_1, ..., p_gamma (greedy: p_0 .. p_gamma). The host stops at the first rejection (STATUS.DONE). Tree mode: p of node 0, then p of each node CUR_NODE names, until DONE. */
-#define SPECDEC_VERIFIER_STREAM_S_AXIS_WIDTH         128u
-#define SPECDEC_VERIFIER_STREAM_S_AXIS_DIR           SPECDEC_DIR_IN
-#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_LSB     0u  /* Q7.8 logit code; -32768 = -inf */
-#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_WIDTH   16u
-#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_COUNT   8u
-#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_SIGNED  1u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_WIDTH               128u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_DIR                 SPECDEC_DIR_IN
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_LSB           0u  /* Q7.8 logit code; -32768 = -inf */
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_WIDTH         16u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_COUNT         8u
+#define SPECDEC_VERIFIER_STREAM_S_AXIS_LOGIT_SIGNED        1u
 
 /* group RESULT: The decision of one round, bit-exact across the golden model, the C++ reference and the RTL. */
-#define SPECDEC_VERIFIER_RESULT_COUNT                9u  /* registers in the group */
-#define SPECDEC_VERIFIER_RESULT_N_ACCEPT_INDEX       0u
-#define SPECDEC_VERIFIER_RESULT_NEXT_TOKEN_INDEX     1u
-#define SPECDEC_VERIFIER_RESULT_ACCEPT_BITS_INDEX    2u
-#define SPECDEC_VERIFIER_RESULT_ROWS_INDEX           3u
-#define SPECDEC_VERIFIER_RESULT_WORDS_INDEX          4u
-#define SPECDEC_VERIFIER_RESULT_LAST_EP_INDEX        5u
-#define SPECDEC_VERIFIER_RESULT_LAST_EQ_INDEX        6u
-#define SPECDEC_VERIFIER_RESULT_LAST_SP_INDEX        7u
-#define SPECDEC_VERIFIER_RESULT_LAST_SQ_INDEX        8u
+#define SPECDEC_VERIFIER_RESULT_COUNT                      9u  /* registers in the group */
+#define SPECDEC_VERIFIER_RESULT_N_ACCEPT_INDEX             0u
+#define SPECDEC_VERIFIER_RESULT_NEXT_TOKEN_INDEX           1u
+#define SPECDEC_VERIFIER_RESULT_ACCEPT_BITS_INDEX          2u
+#define SPECDEC_VERIFIER_RESULT_ROWS_INDEX                 3u
+#define SPECDEC_VERIFIER_RESULT_WORDS_INDEX                4u
+#define SPECDEC_VERIFIER_RESULT_LAST_EP_INDEX              5u
+#define SPECDEC_VERIFIER_RESULT_LAST_EQ_INDEX              6u
+#define SPECDEC_VERIFIER_RESULT_LAST_SP_INDEX              7u
+#define SPECDEC_VERIFIER_RESULT_LAST_SQ_INDEX              8u
 
 /* group TREE_RESULT: What a tree-mode round adds to RESULT: the accepted path and its last node. */
-#define SPECDEC_VERIFIER_TREE_RESULT_COUNT           3u  /* registers in the group */
-#define SPECDEC_VERIFIER_TREE_RESULT_CUR_NODE_INDEX  0u
-#define SPECDEC_VERIFIER_TREE_RESULT_PATH_LO_INDEX   1u
-#define SPECDEC_VERIFIER_TREE_RESULT_PATH_HI_INDEX   2u
+#define SPECDEC_VERIFIER_TREE_RESULT_COUNT                 3u  /* registers in the group */
+#define SPECDEC_VERIFIER_TREE_RESULT_CUR_NODE_INDEX        0u
+#define SPECDEC_VERIFIER_TREE_RESULT_PATH_LO_INDEX         1u
+#define SPECDEC_VERIFIER_TREE_RESULT_PATH_HI_INDEX         2u
 
 /* group COUNTERS: Cycle counters of one round (the RTL's; the cycle model in hls_ref predicts BUSY - STALL). */
-#define SPECDEC_VERIFIER_COUNTERS_COUNT              2u  /* registers in the group */
-#define SPECDEC_VERIFIER_COUNTERS_CYCLES_BUSY_INDEX  0u
-#define SPECDEC_VERIFIER_COUNTERS_CYCLES_STALL_INDEX 1u
+#define SPECDEC_VERIFIER_COUNTERS_COUNT                    2u  /* registers in the group */
+#define SPECDEC_VERIFIER_COUNTERS_CYCLES_BUSY_INDEX        0u
+#define SPECDEC_VERIFIER_COUNTERS_CYCLES_STALL_INDEX       1u
 
 /* ==== core treemask: Tree-attention mask generator: from the parent array of an N-node token tree (node 0 the root, parent(i) < i) it streams the N x N ancestor mask, row i = row parent(i) with bit i set, one row per cycle, each with the node's depth (its position id after the root). */
-#define SPECDEC_TREEMASK_ID_HASH                     0x1F2FD1FEu  /* value of the ID register */
-#define SPECDEC_TREEMASK_NUM_REGS                    26u
-#define SPECDEC_TREEMASK_SPAN                        0x68u  /* bytes of register space */
-#define SPECDEC_TREEMASK_ADDR_WIDTH                  8u  /* AXI4-Lite address bits */
+#define SPECDEC_TREEMASK_ID_HASH                           0x1F2FD1FEu  /* value of the ID register */
+#define SPECDEC_TREEMASK_NUM_REGS                          26u
+#define SPECDEC_TREEMASK_SPAN                              0x68u  /* bytes of register space */
+#define SPECDEC_TREEMASK_ADDR_WIDTH                        8u  /* AXI4-Lite address bits */
 
 /* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
-#define SPECDEC_TREEMASK_ID_OFFSET                   0x00u
-#define SPECDEC_TREEMASK_ID_RESET                    0x00000000u
-#define SPECDEC_TREEMASK_ID_ACCESS                   SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_ID_OFFSET                         0x00u
+#define SPECDEC_TREEMASK_ID_RESET                          0x00000000u
+#define SPECDEC_TREEMASK_ID_ACCESS                         SPECDEC_ACCESS_RO
 
 /* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
-#define SPECDEC_TREEMASK_CTRL_OFFSET                 0x04u
-#define SPECDEC_TREEMASK_CTRL_RESET                  0x00000000u
-#define SPECDEC_TREEMASK_CTRL_ACCESS                 SPECDEC_ACCESS_PULSE
-#define SPECDEC_TREEMASK_CTRL_START_LSB              0u  /* Start an operation. */
-#define SPECDEC_TREEMASK_CTRL_START_WIDTH            1u
-#define SPECDEC_TREEMASK_CTRL_START_MASK             0x00000001u
-#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_LSB         1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
-#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_WIDTH       1u
-#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_MASK        0x00000002u
+#define SPECDEC_TREEMASK_CTRL_OFFSET                       0x04u
+#define SPECDEC_TREEMASK_CTRL_RESET                        0x00000000u
+#define SPECDEC_TREEMASK_CTRL_ACCESS                       SPECDEC_ACCESS_PULSE
+#define SPECDEC_TREEMASK_CTRL_START_LSB                    0u  /* Start an operation. */
+#define SPECDEC_TREEMASK_CTRL_START_WIDTH                  1u
+#define SPECDEC_TREEMASK_CTRL_START_MASK                   0x00000001u
+#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_LSB               1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_WIDTH             1u
+#define SPECDEC_TREEMASK_CTRL_SOFT_RESET_MASK              0x00000002u
 
 /* STATUS (ro) @ 0x08: Core state. */
-#define SPECDEC_TREEMASK_STATUS_OFFSET               0x08u
-#define SPECDEC_TREEMASK_STATUS_RESET                0x00000000u
-#define SPECDEC_TREEMASK_STATUS_ACCESS               SPECDEC_ACCESS_RO
-#define SPECDEC_TREEMASK_STATUS_BUSY_LSB             0u  /* An operation is running. */
-#define SPECDEC_TREEMASK_STATUS_BUSY_WIDTH           1u
-#define SPECDEC_TREEMASK_STATUS_BUSY_MASK            0x00000001u
-#define SPECDEC_TREEMASK_STATUS_DONE_LSB             1u  /* The last operation finished; cleared by START or SOFT_RESET. */
-#define SPECDEC_TREEMASK_STATUS_DONE_WIDTH           1u
-#define SPECDEC_TREEMASK_STATUS_DONE_MASK            0x00000002u
-#define SPECDEC_TREEMASK_STATUS_ERROR_LSB            2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
-#define SPECDEC_TREEMASK_STATUS_ERROR_WIDTH          1u
-#define SPECDEC_TREEMASK_STATUS_ERROR_MASK           0x00000004u
+#define SPECDEC_TREEMASK_STATUS_OFFSET                     0x08u
+#define SPECDEC_TREEMASK_STATUS_RESET                      0x00000000u
+#define SPECDEC_TREEMASK_STATUS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_STATUS_BUSY_LSB                   0u  /* An operation is running. */
+#define SPECDEC_TREEMASK_STATUS_BUSY_WIDTH                 1u
+#define SPECDEC_TREEMASK_STATUS_BUSY_MASK                  0x00000001u
+#define SPECDEC_TREEMASK_STATUS_DONE_LSB                   1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_TREEMASK_STATUS_DONE_WIDTH                 1u
+#define SPECDEC_TREEMASK_STATUS_DONE_MASK                  0x00000002u
+#define SPECDEC_TREEMASK_STATUS_ERROR_LSB                  2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_TREEMASK_STATUS_ERROR_WIDTH                1u
+#define SPECDEC_TREEMASK_STATUS_ERROR_MASK                 0x00000004u
 
 /* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
-#define SPECDEC_TREEMASK_ERR_OFFSET                  0x0Cu
-#define SPECDEC_TREEMASK_ERR_RESET                   0x00000000u
-#define SPECDEC_TREEMASK_ERR_ACCESS                  SPECDEC_ACCESS_RO
-#define SPECDEC_TREEMASK_ERR_BAD_NODES_LSB           0u  /* NODES is 0 or above the core's NODES_MAX. */
-#define SPECDEC_TREEMASK_ERR_BAD_NODES_WIDTH         1u
-#define SPECDEC_TREEMASK_ERR_BAD_NODES_MASK          0x00000001u
-#define SPECDEC_TREEMASK_ERR_BAD_PARENT_LSB          1u  /* A node i in 1..NODES-1 has a parent not below i. */
-#define SPECDEC_TREEMASK_ERR_BAD_PARENT_WIDTH        1u
-#define SPECDEC_TREEMASK_ERR_BAD_PARENT_MASK         0x00000002u
+#define SPECDEC_TREEMASK_ERR_OFFSET                        0x0Cu
+#define SPECDEC_TREEMASK_ERR_RESET                         0x00000000u
+#define SPECDEC_TREEMASK_ERR_ACCESS                        SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_ERR_BAD_NODES_LSB                 0u  /* NODES is 0 or above the core's NODES_MAX. */
+#define SPECDEC_TREEMASK_ERR_BAD_NODES_WIDTH               1u
+#define SPECDEC_TREEMASK_ERR_BAD_NODES_MASK                0x00000001u
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT_LSB                1u  /* A node i in 1..NODES-1 has a parent not below i. */
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT_WIDTH              1u
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT_MASK               0x00000002u
 
 /* NODES (rw) @ 0x10: Nodes N of the tree, root included (1..NODES_MAX). */
-#define SPECDEC_TREEMASK_NODES_OFFSET                0x10u
-#define SPECDEC_TREEMASK_NODES_RESET                 0x00000001u
-#define SPECDEC_TREEMASK_NODES_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_NODES_OFFSET                      0x10u
+#define SPECDEC_TREEMASK_NODES_RESET                       0x00000001u
+#define SPECDEC_TREEMASK_NODES_ACCESS                      SPECDEC_ACCESS_RW
 
 /* PARENT0 (rw) @ 0x14: Parents of nodes 0..3, one byte each (node 0 in bits 7:0); node 0's byte is ignored (the root). */
-#define SPECDEC_TREEMASK_PARENT0_OFFSET              0x14u
-#define SPECDEC_TREEMASK_PARENT0_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT0_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT0_P0_LSB              0u  /* parent of node 0 */
-#define SPECDEC_TREEMASK_PARENT0_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT0_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT0_P1_LSB              8u  /* parent of node 1 */
-#define SPECDEC_TREEMASK_PARENT0_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT0_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT0_P2_LSB              16u  /* parent of node 2 */
-#define SPECDEC_TREEMASK_PARENT0_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT0_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT0_P3_LSB              24u  /* parent of node 3 */
-#define SPECDEC_TREEMASK_PARENT0_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT0_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT0_OFFSET                    0x14u
+#define SPECDEC_TREEMASK_PARENT0_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT0_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT0_P0_LSB                    0u  /* parent of node 0 */
+#define SPECDEC_TREEMASK_PARENT0_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT0_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT0_P1_LSB                    8u  /* parent of node 1 */
+#define SPECDEC_TREEMASK_PARENT0_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT0_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT0_P2_LSB                    16u  /* parent of node 2 */
+#define SPECDEC_TREEMASK_PARENT0_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT0_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT0_P3_LSB                    24u  /* parent of node 3 */
+#define SPECDEC_TREEMASK_PARENT0_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT0_P3_MASK                   0xFF000000u
 
 /* PARENT1 (rw) @ 0x18: Parents of nodes 4..7, one byte each (node 4 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT1_OFFSET              0x18u
-#define SPECDEC_TREEMASK_PARENT1_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT1_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT1_P0_LSB              0u  /* parent of node 4 */
-#define SPECDEC_TREEMASK_PARENT1_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT1_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT1_P1_LSB              8u  /* parent of node 5 */
-#define SPECDEC_TREEMASK_PARENT1_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT1_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT1_P2_LSB              16u  /* parent of node 6 */
-#define SPECDEC_TREEMASK_PARENT1_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT1_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT1_P3_LSB              24u  /* parent of node 7 */
-#define SPECDEC_TREEMASK_PARENT1_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT1_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT1_OFFSET                    0x18u
+#define SPECDEC_TREEMASK_PARENT1_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT1_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT1_P0_LSB                    0u  /* parent of node 4 */
+#define SPECDEC_TREEMASK_PARENT1_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT1_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT1_P1_LSB                    8u  /* parent of node 5 */
+#define SPECDEC_TREEMASK_PARENT1_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT1_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT1_P2_LSB                    16u  /* parent of node 6 */
+#define SPECDEC_TREEMASK_PARENT1_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT1_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT1_P3_LSB                    24u  /* parent of node 7 */
+#define SPECDEC_TREEMASK_PARENT1_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT1_P3_MASK                   0xFF000000u
 
 /* PARENT2 (rw) @ 0x1C: Parents of nodes 8..11, one byte each (node 8 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT2_OFFSET              0x1Cu
-#define SPECDEC_TREEMASK_PARENT2_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT2_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT2_P0_LSB              0u  /* parent of node 8 */
-#define SPECDEC_TREEMASK_PARENT2_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT2_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT2_P1_LSB              8u  /* parent of node 9 */
-#define SPECDEC_TREEMASK_PARENT2_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT2_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT2_P2_LSB              16u  /* parent of node 10 */
-#define SPECDEC_TREEMASK_PARENT2_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT2_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT2_P3_LSB              24u  /* parent of node 11 */
-#define SPECDEC_TREEMASK_PARENT2_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT2_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT2_OFFSET                    0x1Cu
+#define SPECDEC_TREEMASK_PARENT2_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT2_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT2_P0_LSB                    0u  /* parent of node 8 */
+#define SPECDEC_TREEMASK_PARENT2_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT2_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT2_P1_LSB                    8u  /* parent of node 9 */
+#define SPECDEC_TREEMASK_PARENT2_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT2_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT2_P2_LSB                    16u  /* parent of node 10 */
+#define SPECDEC_TREEMASK_PARENT2_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT2_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT2_P3_LSB                    24u  /* parent of node 11 */
+#define SPECDEC_TREEMASK_PARENT2_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT2_P3_MASK                   0xFF000000u
 
 /* PARENT3 (rw) @ 0x20: Parents of nodes 12..15, one byte each (node 12 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT3_OFFSET              0x20u
-#define SPECDEC_TREEMASK_PARENT3_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT3_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT3_P0_LSB              0u  /* parent of node 12 */
-#define SPECDEC_TREEMASK_PARENT3_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT3_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT3_P1_LSB              8u  /* parent of node 13 */
-#define SPECDEC_TREEMASK_PARENT3_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT3_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT3_P2_LSB              16u  /* parent of node 14 */
-#define SPECDEC_TREEMASK_PARENT3_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT3_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT3_P3_LSB              24u  /* parent of node 15 */
-#define SPECDEC_TREEMASK_PARENT3_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT3_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT3_OFFSET                    0x20u
+#define SPECDEC_TREEMASK_PARENT3_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT3_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT3_P0_LSB                    0u  /* parent of node 12 */
+#define SPECDEC_TREEMASK_PARENT3_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT3_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT3_P1_LSB                    8u  /* parent of node 13 */
+#define SPECDEC_TREEMASK_PARENT3_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT3_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT3_P2_LSB                    16u  /* parent of node 14 */
+#define SPECDEC_TREEMASK_PARENT3_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT3_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT3_P3_LSB                    24u  /* parent of node 15 */
+#define SPECDEC_TREEMASK_PARENT3_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT3_P3_MASK                   0xFF000000u
 
 /* PARENT4 (rw) @ 0x24: Parents of nodes 16..19, one byte each (node 16 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT4_OFFSET              0x24u
-#define SPECDEC_TREEMASK_PARENT4_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT4_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT4_P0_LSB              0u  /* parent of node 16 */
-#define SPECDEC_TREEMASK_PARENT4_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT4_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT4_P1_LSB              8u  /* parent of node 17 */
-#define SPECDEC_TREEMASK_PARENT4_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT4_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT4_P2_LSB              16u  /* parent of node 18 */
-#define SPECDEC_TREEMASK_PARENT4_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT4_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT4_P3_LSB              24u  /* parent of node 19 */
-#define SPECDEC_TREEMASK_PARENT4_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT4_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT4_OFFSET                    0x24u
+#define SPECDEC_TREEMASK_PARENT4_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT4_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT4_P0_LSB                    0u  /* parent of node 16 */
+#define SPECDEC_TREEMASK_PARENT4_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT4_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT4_P1_LSB                    8u  /* parent of node 17 */
+#define SPECDEC_TREEMASK_PARENT4_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT4_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT4_P2_LSB                    16u  /* parent of node 18 */
+#define SPECDEC_TREEMASK_PARENT4_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT4_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT4_P3_LSB                    24u  /* parent of node 19 */
+#define SPECDEC_TREEMASK_PARENT4_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT4_P3_MASK                   0xFF000000u
 
 /* PARENT5 (rw) @ 0x28: Parents of nodes 20..23, one byte each (node 20 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT5_OFFSET              0x28u
-#define SPECDEC_TREEMASK_PARENT5_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT5_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT5_P0_LSB              0u  /* parent of node 20 */
-#define SPECDEC_TREEMASK_PARENT5_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT5_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT5_P1_LSB              8u  /* parent of node 21 */
-#define SPECDEC_TREEMASK_PARENT5_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT5_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT5_P2_LSB              16u  /* parent of node 22 */
-#define SPECDEC_TREEMASK_PARENT5_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT5_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT5_P3_LSB              24u  /* parent of node 23 */
-#define SPECDEC_TREEMASK_PARENT5_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT5_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT5_OFFSET                    0x28u
+#define SPECDEC_TREEMASK_PARENT5_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT5_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT5_P0_LSB                    0u  /* parent of node 20 */
+#define SPECDEC_TREEMASK_PARENT5_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT5_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT5_P1_LSB                    8u  /* parent of node 21 */
+#define SPECDEC_TREEMASK_PARENT5_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT5_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT5_P2_LSB                    16u  /* parent of node 22 */
+#define SPECDEC_TREEMASK_PARENT5_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT5_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT5_P3_LSB                    24u  /* parent of node 23 */
+#define SPECDEC_TREEMASK_PARENT5_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT5_P3_MASK                   0xFF000000u
 
 /* PARENT6 (rw) @ 0x2C: Parents of nodes 24..27, one byte each (node 24 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT6_OFFSET              0x2Cu
-#define SPECDEC_TREEMASK_PARENT6_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT6_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT6_P0_LSB              0u  /* parent of node 24 */
-#define SPECDEC_TREEMASK_PARENT6_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT6_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT6_P1_LSB              8u  /* parent of node 25 */
-#define SPECDEC_TREEMASK_PARENT6_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT6_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT6_P2_LSB              16u  /* parent of node 26 */
-#define SPECDEC_TREEMASK_PARENT6_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT6_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT6_P3_LSB              24u  /* parent of node 27 */
-#define SPECDEC_TREEMASK_PARENT6_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT6_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT6_OFFSET                    0x2Cu
+#define SPECDEC_TREEMASK_PARENT6_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT6_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT6_P0_LSB                    0u  /* parent of node 24 */
+#define SPECDEC_TREEMASK_PARENT6_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT6_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT6_P1_LSB                    8u  /* parent of node 25 */
+#define SPECDEC_TREEMASK_PARENT6_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT6_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT6_P2_LSB                    16u  /* parent of node 26 */
+#define SPECDEC_TREEMASK_PARENT6_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT6_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT6_P3_LSB                    24u  /* parent of node 27 */
+#define SPECDEC_TREEMASK_PARENT6_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT6_P3_MASK                   0xFF000000u
 
 /* PARENT7 (rw) @ 0x30: Parents of nodes 28..31, one byte each (node 28 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT7_OFFSET              0x30u
-#define SPECDEC_TREEMASK_PARENT7_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT7_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT7_P0_LSB              0u  /* parent of node 28 */
-#define SPECDEC_TREEMASK_PARENT7_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT7_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT7_P1_LSB              8u  /* parent of node 29 */
-#define SPECDEC_TREEMASK_PARENT7_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT7_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT7_P2_LSB              16u  /* parent of node 30 */
-#define SPECDEC_TREEMASK_PARENT7_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT7_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT7_P3_LSB              24u  /* parent of node 31 */
-#define SPECDEC_TREEMASK_PARENT7_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT7_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT7_OFFSET                    0x30u
+#define SPECDEC_TREEMASK_PARENT7_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT7_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT7_P0_LSB                    0u  /* parent of node 28 */
+#define SPECDEC_TREEMASK_PARENT7_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT7_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT7_P1_LSB                    8u  /* parent of node 29 */
+#define SPECDEC_TREEMASK_PARENT7_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT7_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT7_P2_LSB                    16u  /* parent of node 30 */
+#define SPECDEC_TREEMASK_PARENT7_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT7_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT7_P3_LSB                    24u  /* parent of node 31 */
+#define SPECDEC_TREEMASK_PARENT7_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT7_P3_MASK                   0xFF000000u
 
 /* PARENT8 (rw) @ 0x34: Parents of nodes 32..35, one byte each (node 32 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT8_OFFSET              0x34u
-#define SPECDEC_TREEMASK_PARENT8_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT8_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT8_P0_LSB              0u  /* parent of node 32 */
-#define SPECDEC_TREEMASK_PARENT8_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT8_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT8_P1_LSB              8u  /* parent of node 33 */
-#define SPECDEC_TREEMASK_PARENT8_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT8_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT8_P2_LSB              16u  /* parent of node 34 */
-#define SPECDEC_TREEMASK_PARENT8_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT8_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT8_P3_LSB              24u  /* parent of node 35 */
-#define SPECDEC_TREEMASK_PARENT8_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT8_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT8_OFFSET                    0x34u
+#define SPECDEC_TREEMASK_PARENT8_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT8_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT8_P0_LSB                    0u  /* parent of node 32 */
+#define SPECDEC_TREEMASK_PARENT8_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT8_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT8_P1_LSB                    8u  /* parent of node 33 */
+#define SPECDEC_TREEMASK_PARENT8_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT8_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT8_P2_LSB                    16u  /* parent of node 34 */
+#define SPECDEC_TREEMASK_PARENT8_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT8_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT8_P3_LSB                    24u  /* parent of node 35 */
+#define SPECDEC_TREEMASK_PARENT8_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT8_P3_MASK                   0xFF000000u
 
 /* PARENT9 (rw) @ 0x38: Parents of nodes 36..39, one byte each (node 36 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT9_OFFSET              0x38u
-#define SPECDEC_TREEMASK_PARENT9_RESET               0x00000000u
-#define SPECDEC_TREEMASK_PARENT9_ACCESS              SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT9_P0_LSB              0u  /* parent of node 36 */
-#define SPECDEC_TREEMASK_PARENT9_P0_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT9_P0_MASK             0x000000FFu
-#define SPECDEC_TREEMASK_PARENT9_P1_LSB              8u  /* parent of node 37 */
-#define SPECDEC_TREEMASK_PARENT9_P1_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT9_P1_MASK             0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT9_P2_LSB              16u  /* parent of node 38 */
-#define SPECDEC_TREEMASK_PARENT9_P2_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT9_P2_MASK             0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT9_P3_LSB              24u  /* parent of node 39 */
-#define SPECDEC_TREEMASK_PARENT9_P3_WIDTH            8u
-#define SPECDEC_TREEMASK_PARENT9_P3_MASK             0xFF000000u
+#define SPECDEC_TREEMASK_PARENT9_OFFSET                    0x38u
+#define SPECDEC_TREEMASK_PARENT9_RESET                     0x00000000u
+#define SPECDEC_TREEMASK_PARENT9_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT9_P0_LSB                    0u  /* parent of node 36 */
+#define SPECDEC_TREEMASK_PARENT9_P0_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT9_P0_MASK                   0x000000FFu
+#define SPECDEC_TREEMASK_PARENT9_P1_LSB                    8u  /* parent of node 37 */
+#define SPECDEC_TREEMASK_PARENT9_P1_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT9_P1_MASK                   0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT9_P2_LSB                    16u  /* parent of node 38 */
+#define SPECDEC_TREEMASK_PARENT9_P2_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT9_P2_MASK                   0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT9_P3_LSB                    24u  /* parent of node 39 */
+#define SPECDEC_TREEMASK_PARENT9_P3_WIDTH                  8u
+#define SPECDEC_TREEMASK_PARENT9_P3_MASK                   0xFF000000u
 
 /* PARENT10 (rw) @ 0x3C: Parents of nodes 40..43, one byte each (node 40 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT10_OFFSET             0x3Cu
-#define SPECDEC_TREEMASK_PARENT10_RESET              0x00000000u
-#define SPECDEC_TREEMASK_PARENT10_ACCESS             SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT10_P0_LSB             0u  /* parent of node 40 */
-#define SPECDEC_TREEMASK_PARENT10_P0_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT10_P0_MASK            0x000000FFu
-#define SPECDEC_TREEMASK_PARENT10_P1_LSB             8u  /* parent of node 41 */
-#define SPECDEC_TREEMASK_PARENT10_P1_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT10_P1_MASK            0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT10_P2_LSB             16u  /* parent of node 42 */
-#define SPECDEC_TREEMASK_PARENT10_P2_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT10_P2_MASK            0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT10_P3_LSB             24u  /* parent of node 43 */
-#define SPECDEC_TREEMASK_PARENT10_P3_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT10_P3_MASK            0xFF000000u
+#define SPECDEC_TREEMASK_PARENT10_OFFSET                   0x3Cu
+#define SPECDEC_TREEMASK_PARENT10_RESET                    0x00000000u
+#define SPECDEC_TREEMASK_PARENT10_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT10_P0_LSB                   0u  /* parent of node 40 */
+#define SPECDEC_TREEMASK_PARENT10_P0_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT10_P0_MASK                  0x000000FFu
+#define SPECDEC_TREEMASK_PARENT10_P1_LSB                   8u  /* parent of node 41 */
+#define SPECDEC_TREEMASK_PARENT10_P1_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT10_P1_MASK                  0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT10_P2_LSB                   16u  /* parent of node 42 */
+#define SPECDEC_TREEMASK_PARENT10_P2_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT10_P2_MASK                  0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT10_P3_LSB                   24u  /* parent of node 43 */
+#define SPECDEC_TREEMASK_PARENT10_P3_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT10_P3_MASK                  0xFF000000u
 
 /* PARENT11 (rw) @ 0x40: Parents of nodes 44..47, one byte each (node 44 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT11_OFFSET             0x40u
-#define SPECDEC_TREEMASK_PARENT11_RESET              0x00000000u
-#define SPECDEC_TREEMASK_PARENT11_ACCESS             SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT11_P0_LSB             0u  /* parent of node 44 */
-#define SPECDEC_TREEMASK_PARENT11_P0_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT11_P0_MASK            0x000000FFu
-#define SPECDEC_TREEMASK_PARENT11_P1_LSB             8u  /* parent of node 45 */
-#define SPECDEC_TREEMASK_PARENT11_P1_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT11_P1_MASK            0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT11_P2_LSB             16u  /* parent of node 46 */
-#define SPECDEC_TREEMASK_PARENT11_P2_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT11_P2_MASK            0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT11_P3_LSB             24u  /* parent of node 47 */
-#define SPECDEC_TREEMASK_PARENT11_P3_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT11_P3_MASK            0xFF000000u
+#define SPECDEC_TREEMASK_PARENT11_OFFSET                   0x40u
+#define SPECDEC_TREEMASK_PARENT11_RESET                    0x00000000u
+#define SPECDEC_TREEMASK_PARENT11_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT11_P0_LSB                   0u  /* parent of node 44 */
+#define SPECDEC_TREEMASK_PARENT11_P0_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT11_P0_MASK                  0x000000FFu
+#define SPECDEC_TREEMASK_PARENT11_P1_LSB                   8u  /* parent of node 45 */
+#define SPECDEC_TREEMASK_PARENT11_P1_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT11_P1_MASK                  0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT11_P2_LSB                   16u  /* parent of node 46 */
+#define SPECDEC_TREEMASK_PARENT11_P2_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT11_P2_MASK                  0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT11_P3_LSB                   24u  /* parent of node 47 */
+#define SPECDEC_TREEMASK_PARENT11_P3_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT11_P3_MASK                  0xFF000000u
 
 /* PARENT12 (rw) @ 0x44: Parents of nodes 48..51, one byte each (node 48 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT12_OFFSET             0x44u
-#define SPECDEC_TREEMASK_PARENT12_RESET              0x00000000u
-#define SPECDEC_TREEMASK_PARENT12_ACCESS             SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT12_P0_LSB             0u  /* parent of node 48 */
-#define SPECDEC_TREEMASK_PARENT12_P0_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT12_P0_MASK            0x000000FFu
-#define SPECDEC_TREEMASK_PARENT12_P1_LSB             8u  /* parent of node 49 */
-#define SPECDEC_TREEMASK_PARENT12_P1_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT12_P1_MASK            0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT12_P2_LSB             16u  /* parent of node 50 */
-#define SPECDEC_TREEMASK_PARENT12_P2_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT12_P2_MASK            0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT12_P3_LSB             24u  /* parent of node 51 */
-#define SPECDEC_TREEMASK_PARENT12_P3_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT12_P3_MASK            0xFF000000u
+#define SPECDEC_TREEMASK_PARENT12_OFFSET                   0x44u
+#define SPECDEC_TREEMASK_PARENT12_RESET                    0x00000000u
+#define SPECDEC_TREEMASK_PARENT12_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT12_P0_LSB                   0u  /* parent of node 48 */
+#define SPECDEC_TREEMASK_PARENT12_P0_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT12_P0_MASK                  0x000000FFu
+#define SPECDEC_TREEMASK_PARENT12_P1_LSB                   8u  /* parent of node 49 */
+#define SPECDEC_TREEMASK_PARENT12_P1_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT12_P1_MASK                  0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT12_P2_LSB                   16u  /* parent of node 50 */
+#define SPECDEC_TREEMASK_PARENT12_P2_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT12_P2_MASK                  0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT12_P3_LSB                   24u  /* parent of node 51 */
+#define SPECDEC_TREEMASK_PARENT12_P3_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT12_P3_MASK                  0xFF000000u
 
 /* PARENT13 (rw) @ 0x48: Parents of nodes 52..55, one byte each (node 52 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT13_OFFSET             0x48u
-#define SPECDEC_TREEMASK_PARENT13_RESET              0x00000000u
-#define SPECDEC_TREEMASK_PARENT13_ACCESS             SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT13_P0_LSB             0u  /* parent of node 52 */
-#define SPECDEC_TREEMASK_PARENT13_P0_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT13_P0_MASK            0x000000FFu
-#define SPECDEC_TREEMASK_PARENT13_P1_LSB             8u  /* parent of node 53 */
-#define SPECDEC_TREEMASK_PARENT13_P1_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT13_P1_MASK            0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT13_P2_LSB             16u  /* parent of node 54 */
-#define SPECDEC_TREEMASK_PARENT13_P2_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT13_P2_MASK            0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT13_P3_LSB             24u  /* parent of node 55 */
-#define SPECDEC_TREEMASK_PARENT13_P3_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT13_P3_MASK            0xFF000000u
+#define SPECDEC_TREEMASK_PARENT13_OFFSET                   0x48u
+#define SPECDEC_TREEMASK_PARENT13_RESET                    0x00000000u
+#define SPECDEC_TREEMASK_PARENT13_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT13_P0_LSB                   0u  /* parent of node 52 */
+#define SPECDEC_TREEMASK_PARENT13_P0_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT13_P0_MASK                  0x000000FFu
+#define SPECDEC_TREEMASK_PARENT13_P1_LSB                   8u  /* parent of node 53 */
+#define SPECDEC_TREEMASK_PARENT13_P1_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT13_P1_MASK                  0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT13_P2_LSB                   16u  /* parent of node 54 */
+#define SPECDEC_TREEMASK_PARENT13_P2_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT13_P2_MASK                  0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT13_P3_LSB                   24u  /* parent of node 55 */
+#define SPECDEC_TREEMASK_PARENT13_P3_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT13_P3_MASK                  0xFF000000u
 
 /* PARENT14 (rw) @ 0x4C: Parents of nodes 56..59, one byte each (node 56 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT14_OFFSET             0x4Cu
-#define SPECDEC_TREEMASK_PARENT14_RESET              0x00000000u
-#define SPECDEC_TREEMASK_PARENT14_ACCESS             SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT14_P0_LSB             0u  /* parent of node 56 */
-#define SPECDEC_TREEMASK_PARENT14_P0_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT14_P0_MASK            0x000000FFu
-#define SPECDEC_TREEMASK_PARENT14_P1_LSB             8u  /* parent of node 57 */
-#define SPECDEC_TREEMASK_PARENT14_P1_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT14_P1_MASK            0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT14_P2_LSB             16u  /* parent of node 58 */
-#define SPECDEC_TREEMASK_PARENT14_P2_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT14_P2_MASK            0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT14_P3_LSB             24u  /* parent of node 59 */
-#define SPECDEC_TREEMASK_PARENT14_P3_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT14_P3_MASK            0xFF000000u
+#define SPECDEC_TREEMASK_PARENT14_OFFSET                   0x4Cu
+#define SPECDEC_TREEMASK_PARENT14_RESET                    0x00000000u
+#define SPECDEC_TREEMASK_PARENT14_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT14_P0_LSB                   0u  /* parent of node 56 */
+#define SPECDEC_TREEMASK_PARENT14_P0_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT14_P0_MASK                  0x000000FFu
+#define SPECDEC_TREEMASK_PARENT14_P1_LSB                   8u  /* parent of node 57 */
+#define SPECDEC_TREEMASK_PARENT14_P1_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT14_P1_MASK                  0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT14_P2_LSB                   16u  /* parent of node 58 */
+#define SPECDEC_TREEMASK_PARENT14_P2_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT14_P2_MASK                  0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT14_P3_LSB                   24u  /* parent of node 59 */
+#define SPECDEC_TREEMASK_PARENT14_P3_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT14_P3_MASK                  0xFF000000u
 
 /* PARENT15 (rw) @ 0x50: Parents of nodes 60..63, one byte each (node 60 in bits 7:0). */
-#define SPECDEC_TREEMASK_PARENT15_OFFSET             0x50u
-#define SPECDEC_TREEMASK_PARENT15_RESET              0x00000000u
-#define SPECDEC_TREEMASK_PARENT15_ACCESS             SPECDEC_ACCESS_RW
-#define SPECDEC_TREEMASK_PARENT15_P0_LSB             0u  /* parent of node 60 */
-#define SPECDEC_TREEMASK_PARENT15_P0_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT15_P0_MASK            0x000000FFu
-#define SPECDEC_TREEMASK_PARENT15_P1_LSB             8u  /* parent of node 61 */
-#define SPECDEC_TREEMASK_PARENT15_P1_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT15_P1_MASK            0x0000FF00u
-#define SPECDEC_TREEMASK_PARENT15_P2_LSB             16u  /* parent of node 62 */
-#define SPECDEC_TREEMASK_PARENT15_P2_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT15_P2_MASK            0x00FF0000u
-#define SPECDEC_TREEMASK_PARENT15_P3_LSB             24u  /* parent of node 63 */
-#define SPECDEC_TREEMASK_PARENT15_P3_WIDTH           8u
-#define SPECDEC_TREEMASK_PARENT15_P3_MASK            0xFF000000u
+#define SPECDEC_TREEMASK_PARENT15_OFFSET                   0x50u
+#define SPECDEC_TREEMASK_PARENT15_RESET                    0x00000000u
+#define SPECDEC_TREEMASK_PARENT15_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_TREEMASK_PARENT15_P0_LSB                   0u  /* parent of node 60 */
+#define SPECDEC_TREEMASK_PARENT15_P0_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT15_P0_MASK                  0x000000FFu
+#define SPECDEC_TREEMASK_PARENT15_P1_LSB                   8u  /* parent of node 61 */
+#define SPECDEC_TREEMASK_PARENT15_P1_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT15_P1_MASK                  0x0000FF00u
+#define SPECDEC_TREEMASK_PARENT15_P2_LSB                   16u  /* parent of node 62 */
+#define SPECDEC_TREEMASK_PARENT15_P2_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT15_P2_MASK                  0x00FF0000u
+#define SPECDEC_TREEMASK_PARENT15_P3_LSB                   24u  /* parent of node 63 */
+#define SPECDEC_TREEMASK_PARENT15_P3_WIDTH                 8u
+#define SPECDEC_TREEMASK_PARENT15_P3_MASK                  0xFF000000u
 
 /* PARAMS (ro) @ 0x54: Build parameters of this instance. */
-#define SPECDEC_TREEMASK_PARAMS_OFFSET               0x54u
-#define SPECDEC_TREEMASK_PARAMS_RESET                0x00000000u
-#define SPECDEC_TREEMASK_PARAMS_ACCESS               SPECDEC_ACCESS_RO
-#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_LSB        0u  /* Largest NODES accepted. */
-#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_WIDTH      7u
-#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_MASK       0x0000007Fu
+#define SPECDEC_TREEMASK_PARAMS_OFFSET                     0x54u
+#define SPECDEC_TREEMASK_PARAMS_RESET                      0x00000000u
+#define SPECDEC_TREEMASK_PARAMS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_LSB              0u  /* Largest NODES accepted. */
+#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_WIDTH            7u
+#define SPECDEC_TREEMASK_PARAMS_NODES_MAX_MASK             0x0000007Fu
 
 /* ROWS (ro) @ 0x58: Mask rows sent this operation. */
-#define SPECDEC_TREEMASK_ROWS_OFFSET                 0x58u
-#define SPECDEC_TREEMASK_ROWS_RESET                  0x00000000u
-#define SPECDEC_TREEMASK_ROWS_ACCESS                 SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_ROWS_OFFSET                       0x58u
+#define SPECDEC_TREEMASK_ROWS_RESET                        0x00000000u
+#define SPECDEC_TREEMASK_ROWS_ACCESS                       SPECDEC_ACCESS_RO
 
 /* MAX_DEPTH (ro) @ 0x5C: Largest depth in the tree (0 for the root alone). */
-#define SPECDEC_TREEMASK_MAX_DEPTH_OFFSET            0x5Cu
-#define SPECDEC_TREEMASK_MAX_DEPTH_RESET             0x00000000u
-#define SPECDEC_TREEMASK_MAX_DEPTH_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_MAX_DEPTH_OFFSET                  0x5Cu
+#define SPECDEC_TREEMASK_MAX_DEPTH_RESET                   0x00000000u
+#define SPECDEC_TREEMASK_MAX_DEPTH_ACCESS                  SPECDEC_ACCESS_RO
 
 /* CYCLES_BUSY (ro) @ 0x60: Clock cycles BUSY this operation (START to DONE). */
-#define SPECDEC_TREEMASK_CYCLES_BUSY_OFFSET          0x60u
-#define SPECDEC_TREEMASK_CYCLES_BUSY_RESET           0x00000000u
-#define SPECDEC_TREEMASK_CYCLES_BUSY_ACCESS          SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_CYCLES_BUSY_OFFSET                0x60u
+#define SPECDEC_TREEMASK_CYCLES_BUSY_RESET                 0x00000000u
+#define SPECDEC_TREEMASK_CYCLES_BUSY_ACCESS                SPECDEC_ACCESS_RO
 
 /* CYCLES_STALL (ro) @ 0x64: BUSY cycles in which a row waited for m_axis TREADY. */
-#define SPECDEC_TREEMASK_CYCLES_STALL_OFFSET         0x64u
-#define SPECDEC_TREEMASK_CYCLES_STALL_RESET          0x00000000u
-#define SPECDEC_TREEMASK_CYCLES_STALL_ACCESS         SPECDEC_ACCESS_RO
+#define SPECDEC_TREEMASK_CYCLES_STALL_OFFSET               0x64u
+#define SPECDEC_TREEMASK_CYCLES_STALL_RESET                0x00000000u
+#define SPECDEC_TREEMASK_CYCLES_STALL_ACCESS               SPECDEC_ACCESS_RO
 
 /* treemask error bits (masks of ERR) */
-#define SPECDEC_TREEMASK_ERR_BAD_NODES               0x00000001u  /* NODES is 0 or above the core's NODES_MAX. */
-#define SPECDEC_TREEMASK_ERR_BAD_PARENT              0x00000002u  /* A node i in 1..NODES-1 has a parent not below i. */
+#define SPECDEC_TREEMASK_ERR_BAD_NODES                     0x00000001u  /* NODES is 0 or above the core's NODES_MAX. */
+#define SPECDEC_TREEMASK_ERR_BAD_PARENT                    0x00000002u  /* A node i in 1..NODES-1 has a parent not below i. */
 
 /* stream m_axis (out, 128 bits): One word per node, in node order, TLAST on node N-1: its ancestor mask (bit j set when node j is node i or one of its ancestors) and its depth. */
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_WIDTH         128u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_DIR           SPECDEC_DIR_OUT
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_LSB      0u  /* ancestor-or-self bits, bit j = node j */
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_WIDTH    64u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_COUNT    1u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_SIGNED   0u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_LSB     64u  /* depth of the node (root 0) */
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_WIDTH   8u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_COUNT   1u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_SIGNED  0u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_LSB      72u  /* the node's index i */
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_WIDTH    8u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_COUNT    1u
-#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_SIGNED   0u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_WIDTH               128u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DIR                 SPECDEC_DIR_OUT
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_LSB            0u  /* ancestor-or-self bits, bit j = node j */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_WIDTH          64u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_COUNT          1u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_MASK_SIGNED         0u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_LSB           64u  /* depth of the node (root 0) */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_WIDTH         8u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_COUNT         1u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_DEPTH_SIGNED        0u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_LSB            72u  /* the node's index i */
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_WIDTH          8u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_COUNT          1u
+#define SPECDEC_TREEMASK_STREAM_M_AXIS_NODE_SIGNED         0u
 
 /* group RESULT: The outcome of one operation (the mask rows are on m_axis). */
-#define SPECDEC_TREEMASK_RESULT_COUNT                2u  /* registers in the group */
-#define SPECDEC_TREEMASK_RESULT_ROWS_INDEX           0u
-#define SPECDEC_TREEMASK_RESULT_MAX_DEPTH_INDEX      1u
+#define SPECDEC_TREEMASK_RESULT_COUNT                      2u  /* registers in the group */
+#define SPECDEC_TREEMASK_RESULT_ROWS_INDEX                 0u
+#define SPECDEC_TREEMASK_RESULT_MAX_DEPTH_INDEX            1u
 
 /* group COUNTERS: Cycle counters of one operation. */
-#define SPECDEC_TREEMASK_COUNTERS_COUNT              2u  /* registers in the group */
-#define SPECDEC_TREEMASK_COUNTERS_CYCLES_BUSY_INDEX  0u
-#define SPECDEC_TREEMASK_COUNTERS_CYCLES_STALL_INDEX 1u
+#define SPECDEC_TREEMASK_COUNTERS_COUNT                    2u  /* registers in the group */
+#define SPECDEC_TREEMASK_COUNTERS_CYCLES_BUSY_INDEX        0u
+#define SPECDEC_TREEMASK_COUNTERS_CYCLES_STALL_INDEX       1u
 
 /* ==== core kvpage: KV-cache page table: block tables of up to 64 sequences and branches over a pool of PAGES physical pages, a free list, copy-on-write forks, and commit / rollback in a constant number of cycles. */
-#define SPECDEC_KVPAGE_ID_HASH                       0xA96723DDu  /* value of the ID register */
-#define SPECDEC_KVPAGE_NUM_REGS                      27u
-#define SPECDEC_KVPAGE_SPAN                          0x6Cu  /* bytes of register space */
-#define SPECDEC_KVPAGE_ADDR_WIDTH                    8u  /* AXI4-Lite address bits */
+#define SPECDEC_KVPAGE_ID_HASH                             0xA96723DDu  /* value of the ID register */
+#define SPECDEC_KVPAGE_NUM_REGS                            27u
+#define SPECDEC_KVPAGE_SPAN                                0x6Cu  /* bytes of register space */
+#define SPECDEC_KVPAGE_ADDR_WIDTH                          8u  /* AXI4-Lite address bits */
 
 /* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
-#define SPECDEC_KVPAGE_ID_OFFSET                     0x00u
-#define SPECDEC_KVPAGE_ID_RESET                      0x00000000u
-#define SPECDEC_KVPAGE_ID_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_ID_OFFSET                           0x00u
+#define SPECDEC_KVPAGE_ID_RESET                            0x00000000u
+#define SPECDEC_KVPAGE_ID_ACCESS                           SPECDEC_ACCESS_RO
 
 /* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
-#define SPECDEC_KVPAGE_CTRL_OFFSET                   0x04u
-#define SPECDEC_KVPAGE_CTRL_RESET                    0x00000000u
-#define SPECDEC_KVPAGE_CTRL_ACCESS                   SPECDEC_ACCESS_PULSE
-#define SPECDEC_KVPAGE_CTRL_START_LSB                0u  /* Start an operation. */
-#define SPECDEC_KVPAGE_CTRL_START_WIDTH              1u
-#define SPECDEC_KVPAGE_CTRL_START_MASK               0x00000001u
-#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_LSB           1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
-#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_WIDTH         1u
-#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_MASK          0x00000002u
+#define SPECDEC_KVPAGE_CTRL_OFFSET                         0x04u
+#define SPECDEC_KVPAGE_CTRL_RESET                          0x00000000u
+#define SPECDEC_KVPAGE_CTRL_ACCESS                         SPECDEC_ACCESS_PULSE
+#define SPECDEC_KVPAGE_CTRL_START_LSB                      0u  /* Start an operation. */
+#define SPECDEC_KVPAGE_CTRL_START_WIDTH                    1u
+#define SPECDEC_KVPAGE_CTRL_START_MASK                     0x00000001u
+#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_LSB                 1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_WIDTH               1u
+#define SPECDEC_KVPAGE_CTRL_SOFT_RESET_MASK                0x00000002u
 
 /* STATUS (ro) @ 0x08: Core state. */
-#define SPECDEC_KVPAGE_STATUS_OFFSET                 0x08u
-#define SPECDEC_KVPAGE_STATUS_RESET                  0x00000000u
-#define SPECDEC_KVPAGE_STATUS_ACCESS                 SPECDEC_ACCESS_RO
-#define SPECDEC_KVPAGE_STATUS_BUSY_LSB               0u  /* An operation is running. */
-#define SPECDEC_KVPAGE_STATUS_BUSY_WIDTH             1u
-#define SPECDEC_KVPAGE_STATUS_BUSY_MASK              0x00000001u
-#define SPECDEC_KVPAGE_STATUS_DONE_LSB               1u  /* The last operation finished; cleared by START or SOFT_RESET. */
-#define SPECDEC_KVPAGE_STATUS_DONE_WIDTH             1u
-#define SPECDEC_KVPAGE_STATUS_DONE_MASK              0x00000002u
-#define SPECDEC_KVPAGE_STATUS_ERROR_LSB              2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
-#define SPECDEC_KVPAGE_STATUS_ERROR_WIDTH            1u
-#define SPECDEC_KVPAGE_STATUS_ERROR_MASK             0x00000004u
+#define SPECDEC_KVPAGE_STATUS_OFFSET                       0x08u
+#define SPECDEC_KVPAGE_STATUS_RESET                        0x00000000u
+#define SPECDEC_KVPAGE_STATUS_ACCESS                       SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_STATUS_BUSY_LSB                     0u  /* An operation is running. */
+#define SPECDEC_KVPAGE_STATUS_BUSY_WIDTH                   1u
+#define SPECDEC_KVPAGE_STATUS_BUSY_MASK                    0x00000001u
+#define SPECDEC_KVPAGE_STATUS_DONE_LSB                     1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_KVPAGE_STATUS_DONE_WIDTH                   1u
+#define SPECDEC_KVPAGE_STATUS_DONE_MASK                    0x00000002u
+#define SPECDEC_KVPAGE_STATUS_ERROR_LSB                    2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_KVPAGE_STATUS_ERROR_WIDTH                  1u
+#define SPECDEC_KVPAGE_STATUS_ERROR_MASK                   0x00000004u
 
 /* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
-#define SPECDEC_KVPAGE_ERR_OFFSET                    0x0Cu
-#define SPECDEC_KVPAGE_ERR_RESET                     0x00000000u
-#define SPECDEC_KVPAGE_ERR_ACCESS                    SPECDEC_ACCESS_RO
-#define SPECDEC_KVPAGE_ERR_BAD_OP_LSB                0u  /* OP.CODE is not an operation. */
-#define SPECDEC_KVPAGE_ERR_BAD_OP_WIDTH              1u
-#define SPECDEC_KVPAGE_ERR_BAD_OP_MASK               0x00000001u
-#define SPECDEC_KVPAGE_ERR_BAD_SLOT_LSB              1u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
-#define SPECDEC_KVPAGE_ERR_BAD_SLOT_WIDTH            1u
-#define SPECDEC_KVPAGE_ERR_BAD_SLOT_MASK             0x00000002u
-#define SPECDEC_KVPAGE_ERR_NO_SLOT_LSB               2u  /* NEW or FORK with all 64 slots live. */
-#define SPECDEC_KVPAGE_ERR_NO_SLOT_WIDTH             1u
-#define SPECDEC_KVPAGE_ERR_NO_SLOT_MASK              0x00000004u
-#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_LSB            3u  /* WRITE needs a page and the pool has none free. */
-#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_WIDTH          1u
-#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_MASK           0x00000008u
-#define SPECDEC_KVPAGE_ERR_BAD_ROW_LSB               4u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
-#define SPECDEC_KVPAGE_ERR_BAD_ROW_WIDTH             1u
-#define SPECDEC_KVPAGE_ERR_BAD_ROW_MASK              0x00000010u
-#define SPECDEC_KVPAGE_ERR_SHARED_ROW_LSB            5u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
-#define SPECDEC_KVPAGE_ERR_SHARED_ROW_WIDTH          1u
-#define SPECDEC_KVPAGE_ERR_SHARED_ROW_MASK           0x00000020u
-#define SPECDEC_KVPAGE_ERR_BAD_PAGE_LSB              6u  /* REFS of a page at or past PAGES. */
-#define SPECDEC_KVPAGE_ERR_BAD_PAGE_WIDTH            1u
-#define SPECDEC_KVPAGE_ERR_BAD_PAGE_MASK             0x00000040u
+#define SPECDEC_KVPAGE_ERR_OFFSET                          0x0Cu
+#define SPECDEC_KVPAGE_ERR_RESET                           0x00000000u
+#define SPECDEC_KVPAGE_ERR_ACCESS                          SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_ERR_BAD_OP_LSB                      0u  /* OP.CODE is not an operation. */
+#define SPECDEC_KVPAGE_ERR_BAD_OP_WIDTH                    1u
+#define SPECDEC_KVPAGE_ERR_BAD_OP_MASK                     0x00000001u
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_LSB                    1u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_WIDTH                  1u
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_MASK                   0x00000002u
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_LSB                     2u  /* NEW or FORK with all 64 slots live. */
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_WIDTH                   1u
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_MASK                    0x00000004u
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_LSB                  3u  /* WRITE needs a page and the pool has none free. */
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_WIDTH                1u
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY_MASK                 0x00000008u
+#define SPECDEC_KVPAGE_ERR_BAD_ROW_LSB                     4u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
+#define SPECDEC_KVPAGE_ERR_BAD_ROW_WIDTH                   1u
+#define SPECDEC_KVPAGE_ERR_BAD_ROW_MASK                    0x00000010u
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW_LSB                  5u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW_WIDTH                1u
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW_MASK                 0x00000020u
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE_LSB                    6u  /* REFS of a page at or past PAGES. */
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE_WIDTH                  1u
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE_MASK                   0x00000040u
 
 /* OP (rw) @ 0x10: The operation CTRL.START runs. */
-#define SPECDEC_KVPAGE_OP_OFFSET                     0x10u
-#define SPECDEC_KVPAGE_OP_RESET                      0x00000000u
-#define SPECDEC_KVPAGE_OP_ACCESS                     SPECDEC_ACCESS_RW
-#define SPECDEC_KVPAGE_OP_CODE_LSB                   0u  /* Operation. */
-#define SPECDEC_KVPAGE_OP_CODE_WIDTH                 4u
-#define SPECDEC_KVPAGE_OP_CODE_MASK                  0x0000000Fu
-#define SPECDEC_KVPAGE_OP_CODE_NEW                   1u  /* Open an empty sequence in the lowest free slot -> RES_SLOT. */
-#define SPECDEC_KVPAGE_OP_CODE_FORK                  2u  /* Branch the sequence SLOT: the new slot shares its rows (block table copied, pages shared) -> RES_SLOT. */
-#define SPECDEC_KVPAGE_OP_CODE_WRITE                 3u  /* Make row ROW of SLOT writable: ROW = LEN appends a new page; the branch's last shared row is copied on write (RES_SRC -> RES_PAGE, FLAGS.COPY); an own row returns its page -> RES_PAGE. */
-#define SPECDEC_KVPAGE_OP_CODE_TRANSLATE             4u  /* Physical page of row ROW of SLOT -> RES_PAGE. */
-#define SPECDEC_KVPAGE_OP_CODE_COMMIT                5u  /* The branch SLOT becomes its parent's sequence, keeping its first ROW rows; the parent's other branches are rolled back -> RES_SLOT (= SLOT). */
-#define SPECDEC_KVPAGE_OP_CODE_ROLLBACK              6u  /* Free every branch in MASK_HI:MASK_LO (bit s = slot s) in one operation. */
-#define SPECDEC_KVPAGE_OP_CODE_FREE                  7u  /* Free the sequence SLOT and every branch of it. */
-#define SPECDEC_KVPAGE_OP_CODE_REFS                  8u  /* Reference count of page PAGE (slots mapping it) -> RES_REFS. */
-#define SPECDEC_KVPAGE_OP_CODE_INFO                  9u  /* State of slot SLOT -> RES_INFO, RES_LEN, RES_BASE, RES_COUNT. */
-#define SPECDEC_KVPAGE_OP_CODE_CLEAR                 10u  /* Free every slot and every page (the state after reset). */
+#define SPECDEC_KVPAGE_OP_OFFSET                           0x10u
+#define SPECDEC_KVPAGE_OP_RESET                            0x00000000u
+#define SPECDEC_KVPAGE_OP_ACCESS                           SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_OP_CODE_LSB                         0u  /* Operation. */
+#define SPECDEC_KVPAGE_OP_CODE_WIDTH                       4u
+#define SPECDEC_KVPAGE_OP_CODE_MASK                        0x0000000Fu
+#define SPECDEC_KVPAGE_OP_CODE_NEW                         1u  /* Open an empty sequence in the lowest free slot -> RES_SLOT. */
+#define SPECDEC_KVPAGE_OP_CODE_FORK                        2u  /* Branch the sequence SLOT: the new slot shares its rows (block table copied, pages shared) -> RES_SLOT. */
+#define SPECDEC_KVPAGE_OP_CODE_WRITE                       3u  /* Make row ROW of SLOT writable: ROW = LEN appends a new page; the branch's last shared row is copied on write (RES_SRC -> RES_PAGE, FLAGS.COPY); an own row returns its page -> RES_PAGE. */
+#define SPECDEC_KVPAGE_OP_CODE_TRANSLATE                   4u  /* Physical page of row ROW of SLOT -> RES_PAGE. */
+#define SPECDEC_KVPAGE_OP_CODE_COMMIT                      5u  /* The branch SLOT becomes its parent's sequence, keeping its first ROW rows; the parent's other branches are rolled back -> RES_SLOT (= SLOT). */
+#define SPECDEC_KVPAGE_OP_CODE_ROLLBACK                    6u  /* Free every branch in MASK_HI:MASK_LO (bit s = slot s) in one operation. */
+#define SPECDEC_KVPAGE_OP_CODE_FREE                        7u  /* Free the sequence SLOT and every branch of it. */
+#define SPECDEC_KVPAGE_OP_CODE_REFS                        8u  /* Reference count of page PAGE (slots mapping it) -> RES_REFS. */
+#define SPECDEC_KVPAGE_OP_CODE_INFO                        9u  /* State of slot SLOT -> RES_INFO, RES_LEN, RES_BASE, RES_COUNT. */
+#define SPECDEC_KVPAGE_OP_CODE_CLEAR                       10u  /* Free every slot and every page (the state after reset). */
 
 /* SLOT (rw) @ 0x14: Slot operand (0..63). */
-#define SPECDEC_KVPAGE_SLOT_OFFSET                   0x14u
-#define SPECDEC_KVPAGE_SLOT_RESET                    0x00000000u
-#define SPECDEC_KVPAGE_SLOT_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_SLOT_OFFSET                         0x14u
+#define SPECDEC_KVPAGE_SLOT_RESET                          0x00000000u
+#define SPECDEC_KVPAGE_SLOT_ACCESS                         SPECDEC_ACCESS_RW
 
 /* ROW (rw) @ 0x18: Row operand: the logical block (WRITE, TRANSLATE) or the rows to keep (COMMIT). */
-#define SPECDEC_KVPAGE_ROW_OFFSET                    0x18u
-#define SPECDEC_KVPAGE_ROW_RESET                     0x00000000u
-#define SPECDEC_KVPAGE_ROW_ACCESS                    SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_ROW_OFFSET                          0x18u
+#define SPECDEC_KVPAGE_ROW_RESET                           0x00000000u
+#define SPECDEC_KVPAGE_ROW_ACCESS                          SPECDEC_ACCESS_RW
 
 /* PAGE (rw) @ 0x1C: Page operand (REFS). */
-#define SPECDEC_KVPAGE_PAGE_OFFSET                   0x1Cu
-#define SPECDEC_KVPAGE_PAGE_RESET                    0x00000000u
-#define SPECDEC_KVPAGE_PAGE_ACCESS                   SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_PAGE_OFFSET                         0x1Cu
+#define SPECDEC_KVPAGE_PAGE_RESET                          0x00000000u
+#define SPECDEC_KVPAGE_PAGE_ACCESS                         SPECDEC_ACCESS_RW
 
 /* MASK_LO (rw) @ 0x20: ROLLBACK: branch slots 0..31 (bit s = slot s). */
-#define SPECDEC_KVPAGE_MASK_LO_OFFSET                0x20u
-#define SPECDEC_KVPAGE_MASK_LO_RESET                 0x00000000u
-#define SPECDEC_KVPAGE_MASK_LO_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_MASK_LO_OFFSET                      0x20u
+#define SPECDEC_KVPAGE_MASK_LO_RESET                       0x00000000u
+#define SPECDEC_KVPAGE_MASK_LO_ACCESS                      SPECDEC_ACCESS_RW
 
 /* MASK_HI (rw) @ 0x24: ROLLBACK: branch slots 32..63 (bit s = slot 32 + s). */
-#define SPECDEC_KVPAGE_MASK_HI_OFFSET                0x24u
-#define SPECDEC_KVPAGE_MASK_HI_RESET                 0x00000000u
-#define SPECDEC_KVPAGE_MASK_HI_ACCESS                SPECDEC_ACCESS_RW
+#define SPECDEC_KVPAGE_MASK_HI_OFFSET                      0x24u
+#define SPECDEC_KVPAGE_MASK_HI_RESET                       0x00000000u
+#define SPECDEC_KVPAGE_MASK_HI_ACCESS                      SPECDEC_ACCESS_RW
 
 /* PARAMS (ro) @ 0x28: Build parameters of this instance. */
-#define SPECDEC_KVPAGE_PARAMS_OFFSET                 0x28u
-#define SPECDEC_KVPAGE_PARAMS_RESET                  0x00000000u
-#define SPECDEC_KVPAGE_PARAMS_ACCESS                 SPECDEC_ACCESS_RO
-#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_LSB         0u  /* log2 of PAGES (physical pages in the pool). */
-#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_WIDTH       4u
-#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_MASK        0x0000000Fu
-#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_LSB        4u  /* log2 of MAX_BLOCKS (rows of a slot's block table). */
-#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_WIDTH      4u
-#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_MASK       0x000000F0u
-#define SPECDEC_KVPAGE_PARAMS_SLOTS_LSB              8u  /* Slots (sequences and branches) */
-#define SPECDEC_KVPAGE_PARAMS_SLOTS_WIDTH            8u
-#define SPECDEC_KVPAGE_PARAMS_SLOTS_MASK             0x0000FF00u
+#define SPECDEC_KVPAGE_PARAMS_OFFSET                       0x28u
+#define SPECDEC_KVPAGE_PARAMS_RESET                        0x00000000u
+#define SPECDEC_KVPAGE_PARAMS_ACCESS                       SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_LSB               0u  /* log2 of PAGES (physical pages in the pool). */
+#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_WIDTH             4u
+#define SPECDEC_KVPAGE_PARAMS_PAGES_LOG2_MASK              0x0000000Fu
+#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_LSB              4u  /* log2 of MAX_BLOCKS (rows of a slot's block table). */
+#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_WIDTH            4u
+#define SPECDEC_KVPAGE_PARAMS_BLOCKS_LOG2_MASK             0x000000F0u
+#define SPECDEC_KVPAGE_PARAMS_SLOTS_LSB                    8u  /* Slots (sequences and branches) */
+#define SPECDEC_KVPAGE_PARAMS_SLOTS_WIDTH                  8u
+#define SPECDEC_KVPAGE_PARAMS_SLOTS_MASK                   0x0000FF00u
 
 /* RES_SLOT (ro) @ 0x2C: NEW, FORK, COMMIT: the slot of the result. */
-#define SPECDEC_KVPAGE_RES_SLOT_OFFSET               0x2Cu
-#define SPECDEC_KVPAGE_RES_SLOT_RESET                0x00000000u
-#define SPECDEC_KVPAGE_RES_SLOT_ACCESS               SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_SLOT_OFFSET                     0x2Cu
+#define SPECDEC_KVPAGE_RES_SLOT_RESET                      0x00000000u
+#define SPECDEC_KVPAGE_RES_SLOT_ACCESS                     SPECDEC_ACCESS_RO
 
 /* RES_PAGE (ro) @ 0x30: WRITE, TRANSLATE: the physical page of the row. */
-#define SPECDEC_KVPAGE_RES_PAGE_OFFSET               0x30u
-#define SPECDEC_KVPAGE_RES_PAGE_RESET                0x00000000u
-#define SPECDEC_KVPAGE_RES_PAGE_ACCESS               SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_PAGE_OFFSET                     0x30u
+#define SPECDEC_KVPAGE_RES_PAGE_RESET                      0x00000000u
+#define SPECDEC_KVPAGE_RES_PAGE_ACCESS                     SPECDEC_ACCESS_RO
 
 /* RES_SRC (ro) @ 0x34: WRITE with FLAGS.COPY: the page whose contents the host copies into RES_PAGE. */
-#define SPECDEC_KVPAGE_RES_SRC_OFFSET                0x34u
-#define SPECDEC_KVPAGE_RES_SRC_RESET                 0x00000000u
-#define SPECDEC_KVPAGE_RES_SRC_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_SRC_OFFSET                      0x34u
+#define SPECDEC_KVPAGE_RES_SRC_RESET                       0x00000000u
+#define SPECDEC_KVPAGE_RES_SRC_ACCESS                      SPECDEC_ACCESS_RO
 
 /* RES_FLAGS (ro) @ 0x38: WRITE: what it did. */
-#define SPECDEC_KVPAGE_RES_FLAGS_OFFSET              0x38u
-#define SPECDEC_KVPAGE_RES_FLAGS_RESET               0x00000000u
-#define SPECDEC_KVPAGE_RES_FLAGS_ACCESS              SPECDEC_ACCESS_RO
-#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_LSB           0u  /* A page was taken from the pool. */
-#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_WIDTH         1u
-#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_MASK          0x00000001u
-#define SPECDEC_KVPAGE_RES_FLAGS_COPY_LSB            1u  /* Copy on write: copy page RES_SRC into RES_PAGE before writing. */
-#define SPECDEC_KVPAGE_RES_FLAGS_COPY_WIDTH          1u
-#define SPECDEC_KVPAGE_RES_FLAGS_COPY_MASK           0x00000002u
+#define SPECDEC_KVPAGE_RES_FLAGS_OFFSET                    0x38u
+#define SPECDEC_KVPAGE_RES_FLAGS_RESET                     0x00000000u
+#define SPECDEC_KVPAGE_RES_FLAGS_ACCESS                    SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_LSB                 0u  /* A page was taken from the pool. */
+#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_WIDTH               1u
+#define SPECDEC_KVPAGE_RES_FLAGS_ALLOC_MASK                0x00000001u
+#define SPECDEC_KVPAGE_RES_FLAGS_COPY_LSB                  1u  /* Copy on write: copy page RES_SRC into RES_PAGE before writing. */
+#define SPECDEC_KVPAGE_RES_FLAGS_COPY_WIDTH                1u
+#define SPECDEC_KVPAGE_RES_FLAGS_COPY_MASK                 0x00000002u
 
 /* RES_REFS (ro) @ 0x3C: REFS: slots whose block table maps the page (0: free). */
-#define SPECDEC_KVPAGE_RES_REFS_OFFSET               0x3Cu
-#define SPECDEC_KVPAGE_RES_REFS_RESET                0x00000000u
-#define SPECDEC_KVPAGE_RES_REFS_ACCESS               SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_REFS_OFFSET                     0x3Cu
+#define SPECDEC_KVPAGE_RES_REFS_RESET                      0x00000000u
+#define SPECDEC_KVPAGE_RES_REFS_ACCESS                     SPECDEC_ACCESS_RO
 
 /* RES_INFO (ro) @ 0x40: INFO: kind and parent of the slot. */
-#define SPECDEC_KVPAGE_RES_INFO_OFFSET               0x40u
-#define SPECDEC_KVPAGE_RES_INFO_RESET                0x00000000u
-#define SPECDEC_KVPAGE_RES_INFO_ACCESS               SPECDEC_ACCESS_RO
-#define SPECDEC_KVPAGE_RES_INFO_KIND_LSB             0u  /* Slot kind. */
-#define SPECDEC_KVPAGE_RES_INFO_KIND_WIDTH           2u
-#define SPECDEC_KVPAGE_RES_INFO_KIND_MASK            0x00000003u
-#define SPECDEC_KVPAGE_RES_INFO_KIND_FREE            0u  /* unused */
-#define SPECDEC_KVPAGE_RES_INFO_KIND_SEQ             1u  /* a sequence */
-#define SPECDEC_KVPAGE_RES_INFO_KIND_BRANCH          2u  /* a branch of a sequence */
-#define SPECDEC_KVPAGE_RES_INFO_KIND_ZOMBIE          3u  /* freed; its pages wait on its chain to be reused */
-#define SPECDEC_KVPAGE_RES_INFO_PARENT_LSB           8u  /* A branch's sequence. */
-#define SPECDEC_KVPAGE_RES_INFO_PARENT_WIDTH         6u
-#define SPECDEC_KVPAGE_RES_INFO_PARENT_MASK          0x00003F00u
+#define SPECDEC_KVPAGE_RES_INFO_OFFSET                     0x40u
+#define SPECDEC_KVPAGE_RES_INFO_RESET                      0x00000000u
+#define SPECDEC_KVPAGE_RES_INFO_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_INFO_KIND_LSB                   0u  /* Slot kind. */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_WIDTH                 2u
+#define SPECDEC_KVPAGE_RES_INFO_KIND_MASK                  0x00000003u
+#define SPECDEC_KVPAGE_RES_INFO_KIND_FREE                  0u  /* unused */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_SEQ                   1u  /* a sequence */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_BRANCH                2u  /* a branch of a sequence */
+#define SPECDEC_KVPAGE_RES_INFO_KIND_ZOMBIE                3u  /* freed; its pages wait on its chain to be reused */
+#define SPECDEC_KVPAGE_RES_INFO_PARENT_LSB                 8u  /* A branch's sequence. */
+#define SPECDEC_KVPAGE_RES_INFO_PARENT_WIDTH               6u
+#define SPECDEC_KVPAGE_RES_INFO_PARENT_MASK                0x00003F00u
 
 /* RES_LEN (ro) @ 0x44: INFO: rows in the slot's block table. */
-#define SPECDEC_KVPAGE_RES_LEN_OFFSET                0x44u
-#define SPECDEC_KVPAGE_RES_LEN_RESET                 0x00000000u
-#define SPECDEC_KVPAGE_RES_LEN_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_LEN_OFFSET                      0x44u
+#define SPECDEC_KVPAGE_RES_LEN_RESET                       0x00000000u
+#define SPECDEC_KVPAGE_RES_LEN_ACCESS                      SPECDEC_ACCESS_RO
 
 /* RES_BASE (ro) @ 0x48: INFO: a branch's rows 0..BASE-1 are shared with its sequence (0 for a sequence). */
-#define SPECDEC_KVPAGE_RES_BASE_OFFSET               0x48u
-#define SPECDEC_KVPAGE_RES_BASE_RESET                0x00000000u
-#define SPECDEC_KVPAGE_RES_BASE_ACCESS               SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_BASE_OFFSET                     0x48u
+#define SPECDEC_KVPAGE_RES_BASE_RESET                      0x00000000u
+#define SPECDEC_KVPAGE_RES_BASE_ACCESS                     SPECDEC_ACCESS_RO
 
 /* RES_COUNT (ro) @ 0x4C: INFO: pages the slot owns (its chain; a zombie's pages wait there to be reused). */
-#define SPECDEC_KVPAGE_RES_COUNT_OFFSET              0x4Cu
-#define SPECDEC_KVPAGE_RES_COUNT_RESET               0x00000000u
-#define SPECDEC_KVPAGE_RES_COUNT_ACCESS              SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_RES_COUNT_OFFSET                    0x4Cu
+#define SPECDEC_KVPAGE_RES_COUNT_RESET                     0x00000000u
+#define SPECDEC_KVPAGE_RES_COUNT_ACCESS                    SPECDEC_ACCESS_RO
 
 /* FREE_PAGES (ro) @ 0x50: Pages free in the pool. */
-#define SPECDEC_KVPAGE_FREE_PAGES_OFFSET             0x50u
-#define SPECDEC_KVPAGE_FREE_PAGES_RESET              0x00000000u
-#define SPECDEC_KVPAGE_FREE_PAGES_ACCESS             SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_FREE_PAGES_OFFSET                   0x50u
+#define SPECDEC_KVPAGE_FREE_PAGES_RESET                    0x00000000u
+#define SPECDEC_KVPAGE_FREE_PAGES_ACCESS                   SPECDEC_ACCESS_RO
 
 /* SEQS_LO (ro) @ 0x54: Bit s: slot s is a sequence (slots 0..31). */
-#define SPECDEC_KVPAGE_SEQS_LO_OFFSET                0x54u
-#define SPECDEC_KVPAGE_SEQS_LO_RESET                 0x00000000u
-#define SPECDEC_KVPAGE_SEQS_LO_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_SEQS_LO_OFFSET                      0x54u
+#define SPECDEC_KVPAGE_SEQS_LO_RESET                       0x00000000u
+#define SPECDEC_KVPAGE_SEQS_LO_ACCESS                      SPECDEC_ACCESS_RO
 
 /* SEQS_HI (ro) @ 0x58: Bit s: slot 32 + s is a sequence. */
-#define SPECDEC_KVPAGE_SEQS_HI_OFFSET                0x58u
-#define SPECDEC_KVPAGE_SEQS_HI_RESET                 0x00000000u
-#define SPECDEC_KVPAGE_SEQS_HI_ACCESS                SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_SEQS_HI_OFFSET                      0x58u
+#define SPECDEC_KVPAGE_SEQS_HI_RESET                       0x00000000u
+#define SPECDEC_KVPAGE_SEQS_HI_ACCESS                      SPECDEC_ACCESS_RO
 
 /* BRANCHES_LO (ro) @ 0x5C: Bit s: slot s is a branch (slots 0..31). */
-#define SPECDEC_KVPAGE_BRANCHES_LO_OFFSET            0x5Cu
-#define SPECDEC_KVPAGE_BRANCHES_LO_RESET             0x00000000u
-#define SPECDEC_KVPAGE_BRANCHES_LO_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_BRANCHES_LO_OFFSET                  0x5Cu
+#define SPECDEC_KVPAGE_BRANCHES_LO_RESET                   0x00000000u
+#define SPECDEC_KVPAGE_BRANCHES_LO_ACCESS                  SPECDEC_ACCESS_RO
 
 /* BRANCHES_HI (ro) @ 0x60: Bit s: slot 32 + s is a branch. */
-#define SPECDEC_KVPAGE_BRANCHES_HI_OFFSET            0x60u
-#define SPECDEC_KVPAGE_BRANCHES_HI_RESET             0x00000000u
-#define SPECDEC_KVPAGE_BRANCHES_HI_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_BRANCHES_HI_OFFSET                  0x60u
+#define SPECDEC_KVPAGE_BRANCHES_HI_RESET                   0x00000000u
+#define SPECDEC_KVPAGE_BRANCHES_HI_ACCESS                  SPECDEC_ACCESS_RO
 
 /* CYCLES_BUSY (ro) @ 0x64: Clock cycles BUSY in the last operation (START to DONE). */
-#define SPECDEC_KVPAGE_CYCLES_BUSY_OFFSET            0x64u
-#define SPECDEC_KVPAGE_CYCLES_BUSY_RESET             0x00000000u
-#define SPECDEC_KVPAGE_CYCLES_BUSY_ACCESS            SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_CYCLES_BUSY_OFFSET                  0x64u
+#define SPECDEC_KVPAGE_CYCLES_BUSY_RESET                   0x00000000u
+#define SPECDEC_KVPAGE_CYCLES_BUSY_ACCESS                  SPECDEC_ACCESS_RO
 
 /* OPS (ro) @ 0x68: Operations completed since reset (wraps at 2**32). */
-#define SPECDEC_KVPAGE_OPS_OFFSET                    0x68u
-#define SPECDEC_KVPAGE_OPS_RESET                     0x00000000u
-#define SPECDEC_KVPAGE_OPS_ACCESS                    SPECDEC_ACCESS_RO
+#define SPECDEC_KVPAGE_OPS_OFFSET                          0x68u
+#define SPECDEC_KVPAGE_OPS_RESET                           0x00000000u
+#define SPECDEC_KVPAGE_OPS_ACCESS                          SPECDEC_ACCESS_RO
 
 /* kvpage error bits (masks of ERR) */
-#define SPECDEC_KVPAGE_ERR_BAD_OP                    0x00000001u  /* OP.CODE is not an operation. */
-#define SPECDEC_KVPAGE_ERR_BAD_SLOT                  0x00000002u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
-#define SPECDEC_KVPAGE_ERR_NO_SLOT                   0x00000004u  /* NEW or FORK with all 64 slots live. */
-#define SPECDEC_KVPAGE_ERR_POOL_EMPTY                0x00000008u  /* WRITE needs a page and the pool has none free. */
-#define SPECDEC_KVPAGE_ERR_BAD_ROW                   0x00000010u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
-#define SPECDEC_KVPAGE_ERR_SHARED_ROW                0x00000020u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
-#define SPECDEC_KVPAGE_ERR_BAD_PAGE                  0x00000040u  /* REFS of a page at or past PAGES. */
+#define SPECDEC_KVPAGE_ERR_BAD_OP                          0x00000001u  /* OP.CODE is not an operation. */
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT                        0x00000002u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
+#define SPECDEC_KVPAGE_ERR_NO_SLOT                         0x00000004u  /* NEW or FORK with all 64 slots live. */
+#define SPECDEC_KVPAGE_ERR_POOL_EMPTY                      0x00000008u  /* WRITE needs a page and the pool has none free. */
+#define SPECDEC_KVPAGE_ERR_BAD_ROW                         0x00000010u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
+#define SPECDEC_KVPAGE_ERR_SHARED_ROW                      0x00000020u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
+#define SPECDEC_KVPAGE_ERR_BAD_PAGE                        0x00000040u  /* REFS of a page at or past PAGES. */
 
 /* group RESULT: The result registers an operation may write; each keeps its value until an operation writes it. */
-#define SPECDEC_KVPAGE_RESULT_COUNT                  9u  /* registers in the group */
-#define SPECDEC_KVPAGE_RESULT_RES_SLOT_INDEX         0u
-#define SPECDEC_KVPAGE_RESULT_RES_PAGE_INDEX         1u
-#define SPECDEC_KVPAGE_RESULT_RES_SRC_INDEX          2u
-#define SPECDEC_KVPAGE_RESULT_RES_FLAGS_INDEX        3u
-#define SPECDEC_KVPAGE_RESULT_RES_REFS_INDEX         4u
-#define SPECDEC_KVPAGE_RESULT_RES_INFO_INDEX         5u
-#define SPECDEC_KVPAGE_RESULT_RES_LEN_INDEX          6u
-#define SPECDEC_KVPAGE_RESULT_RES_BASE_INDEX         7u
-#define SPECDEC_KVPAGE_RESULT_RES_COUNT_INDEX        8u
+#define SPECDEC_KVPAGE_RESULT_COUNT                        9u  /* registers in the group */
+#define SPECDEC_KVPAGE_RESULT_RES_SLOT_INDEX               0u
+#define SPECDEC_KVPAGE_RESULT_RES_PAGE_INDEX               1u
+#define SPECDEC_KVPAGE_RESULT_RES_SRC_INDEX                2u
+#define SPECDEC_KVPAGE_RESULT_RES_FLAGS_INDEX              3u
+#define SPECDEC_KVPAGE_RESULT_RES_REFS_INDEX               4u
+#define SPECDEC_KVPAGE_RESULT_RES_INFO_INDEX               5u
+#define SPECDEC_KVPAGE_RESULT_RES_LEN_INDEX                6u
+#define SPECDEC_KVPAGE_RESULT_RES_BASE_INDEX               7u
+#define SPECDEC_KVPAGE_RESULT_RES_COUNT_INDEX              8u
 
 /* group STATE: The always-visible state of the page table after an operation. */
-#define SPECDEC_KVPAGE_STATE_COUNT                   5u  /* registers in the group */
-#define SPECDEC_KVPAGE_STATE_FREE_PAGES_INDEX        0u
-#define SPECDEC_KVPAGE_STATE_SEQS_LO_INDEX           1u
-#define SPECDEC_KVPAGE_STATE_SEQS_HI_INDEX           2u
-#define SPECDEC_KVPAGE_STATE_BRANCHES_LO_INDEX       3u
-#define SPECDEC_KVPAGE_STATE_BRANCHES_HI_INDEX       4u
+#define SPECDEC_KVPAGE_STATE_COUNT                         5u  /* registers in the group */
+#define SPECDEC_KVPAGE_STATE_FREE_PAGES_INDEX              0u
+#define SPECDEC_KVPAGE_STATE_SEQS_LO_INDEX                 1u
+#define SPECDEC_KVPAGE_STATE_SEQS_HI_INDEX                 2u
+#define SPECDEC_KVPAGE_STATE_BRANCHES_LO_INDEX             3u
+#define SPECDEC_KVPAGE_STATE_BRANCHES_HI_INDEX             4u
 
 /* group COUNTERS: Cycles of the last operation and operations since reset. */
-#define SPECDEC_KVPAGE_COUNTERS_COUNT                2u  /* registers in the group */
-#define SPECDEC_KVPAGE_COUNTERS_CYCLES_BUSY_INDEX    0u
-#define SPECDEC_KVPAGE_COUNTERS_OPS_INDEX            1u
+#define SPECDEC_KVPAGE_COUNTERS_COUNT                      2u  /* registers in the group */
+#define SPECDEC_KVPAGE_COUNTERS_CYCLES_BUSY_INDEX          0u
+#define SPECDEC_KVPAGE_COUNTERS_OPS_INDEX                  1u
+
+/* ==== core draftengine: int8 draft engine: an output-stationary ROWS x COLS array of int8 multiply-accumulates (int32 sums) with per-output-channel requantization (bias, 16-bit multiplier, shift, half-up rounding, saturation). Weight tiles and per-channel parameters are loaded once into on-chip memories (LOAD_W, LOAD_P); a job (RUN) streams in M activation vectors and streams out requantized outputs, one beat per (tile, token). */
+#define SPECDEC_DRAFTENGINE_ID_HASH                        0xDA198B5Fu  /* value of the ID register */
+#define SPECDEC_DRAFTENGINE_NUM_REGS                       21u
+#define SPECDEC_DRAFTENGINE_SPAN                           0x54u  /* bytes of register space */
+#define SPECDEC_DRAFTENGINE_ADDR_WIDTH                     8u  /* AXI4-Lite address bits */
+
+/* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
+#define SPECDEC_DRAFTENGINE_ID_OFFSET                      0x00u
+#define SPECDEC_DRAFTENGINE_ID_RESET                       0x00000000u
+#define SPECDEC_DRAFTENGINE_ID_ACCESS                      SPECDEC_ACCESS_RO
+
+/* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
+#define SPECDEC_DRAFTENGINE_CTRL_OFFSET                    0x04u
+#define SPECDEC_DRAFTENGINE_CTRL_RESET                     0x00000000u
+#define SPECDEC_DRAFTENGINE_CTRL_ACCESS                    SPECDEC_ACCESS_PULSE
+#define SPECDEC_DRAFTENGINE_CTRL_START_LSB                 0u  /* Start an operation. */
+#define SPECDEC_DRAFTENGINE_CTRL_START_WIDTH               1u
+#define SPECDEC_DRAFTENGINE_CTRL_START_MASK                0x00000001u
+#define SPECDEC_DRAFTENGINE_CTRL_SOFT_RESET_LSB            1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_DRAFTENGINE_CTRL_SOFT_RESET_WIDTH          1u
+#define SPECDEC_DRAFTENGINE_CTRL_SOFT_RESET_MASK           0x00000002u
+
+/* STATUS (ro) @ 0x08: Core state. */
+#define SPECDEC_DRAFTENGINE_STATUS_OFFSET                  0x08u
+#define SPECDEC_DRAFTENGINE_STATUS_RESET                   0x00000000u
+#define SPECDEC_DRAFTENGINE_STATUS_ACCESS                  SPECDEC_ACCESS_RO
+#define SPECDEC_DRAFTENGINE_STATUS_BUSY_LSB                0u  /* An operation is running. */
+#define SPECDEC_DRAFTENGINE_STATUS_BUSY_WIDTH              1u
+#define SPECDEC_DRAFTENGINE_STATUS_BUSY_MASK               0x00000001u
+#define SPECDEC_DRAFTENGINE_STATUS_DONE_LSB                1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_DRAFTENGINE_STATUS_DONE_WIDTH              1u
+#define SPECDEC_DRAFTENGINE_STATUS_DONE_MASK               0x00000002u
+#define SPECDEC_DRAFTENGINE_STATUS_ERROR_LSB               2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_DRAFTENGINE_STATUS_ERROR_WIDTH             1u
+#define SPECDEC_DRAFTENGINE_STATUS_ERROR_MASK              0x00000004u
+
+/* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
+#define SPECDEC_DRAFTENGINE_ERR_OFFSET                     0x0Cu
+#define SPECDEC_DRAFTENGINE_ERR_RESET                      0x00000000u
+#define SPECDEC_DRAFTENGINE_ERR_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OP_LSB                 0u  /* CONFIG.OP is not an operation. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OP_WIDTH               1u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OP_MASK                0x00000001u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_SHAPE_LSB              1u  /* RUN: M is 0 or above M_MAX, K is 0 or above K_MAX, or N is 0 or above ROWS * PDEPTH. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_SHAPE_WIDTH            1u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_SHAPE_MASK             0x00000002u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OUT_LSB                2u  /* RUN: CONFIG.OUT is not an output width. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OUT_WIDTH              1u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OUT_MASK               0x00000004u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_RANGE_LSB              3u  /* LOAD_W / LOAD_P: COUNT is 0 or ADDR + COUNT passes the memory's depth; RUN (shape legal): WBASE + ceil(N/ROWS) * ceil(K/COLS) passes WDEPTH or PBASE + ceil(N/ROWS) passes PDEPTH. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_RANGE_WIDTH            1u
+#define SPECDEC_DRAFTENGINE_ERR_BAD_RANGE_MASK             0x00000008u
+#define SPECDEC_DRAFTENGINE_ERR_SHORT_STREAM_LSB           4u  /* TLAST came before the last beat the operation expects. */
+#define SPECDEC_DRAFTENGINE_ERR_SHORT_STREAM_WIDTH         1u
+#define SPECDEC_DRAFTENGINE_ERR_SHORT_STREAM_MASK          0x00000010u
+#define SPECDEC_DRAFTENGINE_ERR_LONG_STREAM_LSB            5u  /* The last beat the operation expects came without TLAST. */
+#define SPECDEC_DRAFTENGINE_ERR_LONG_STREAM_WIDTH          1u
+#define SPECDEC_DRAFTENGINE_ERR_LONG_STREAM_MASK           0x00000020u
+
+/* CONFIG (rw) @ 0x10: The operation CTRL.START runs, and the job's output width. */
+#define SPECDEC_DRAFTENGINE_CONFIG_OFFSET                  0x10u
+#define SPECDEC_DRAFTENGINE_CONFIG_RESET                   0x00000000u
+#define SPECDEC_DRAFTENGINE_CONFIG_ACCESS                  SPECDEC_ACCESS_RW
+#define SPECDEC_DRAFTENGINE_CONFIG_OP_LSB                  0u  /* Operation. */
+#define SPECDEC_DRAFTENGINE_CONFIG_OP_WIDTH                2u
+#define SPECDEC_DRAFTENGINE_CONFIG_OP_MASK                 0x00000003u
+#define SPECDEC_DRAFTENGINE_CONFIG_OP_LOAD_W               1u  /* Write COUNT beats from s_axis into the weight memory from beat ADDR. */
+#define SPECDEC_DRAFTENGINE_CONFIG_OP_LOAD_P               2u  /* Write COUNT beats from s_axis into the parameter memory from tile ADDR. */
+#define SPECDEC_DRAFTENGINE_CONFIG_OP_RUN                  3u  /* One job: M * ceil(K / (ROWS*COLS)) activation beats in, ceil(N / ROWS) * M result beats out. */
+#define SPECDEC_DRAFTENGINE_CONFIG_OUT_LSB                 4u  /* Output width of RUN. */
+#define SPECDEC_DRAFTENGINE_CONFIG_OUT_WIDTH               2u
+#define SPECDEC_DRAFTENGINE_CONFIG_OUT_MASK                0x00000030u
+#define SPECDEC_DRAFTENGINE_CONFIG_OUT_OUT8                0u  /* int8 outputs (requantized, saturated) */
+#define SPECDEC_DRAFTENGINE_CONFIG_OUT_OUT16               1u  /* int16 outputs (requantized, saturated) */
+#define SPECDEC_DRAFTENGINE_CONFIG_OUT_OUT32               2u  /* int32 outputs: acc + BIAS, saturated (MULT and SHIFT unused) */
+
+/* ADDR (rw) @ 0x14: LOAD_W: first weight beat written; LOAD_P: first parameter tile written. */
+#define SPECDEC_DRAFTENGINE_ADDR_OFFSET                    0x14u
+#define SPECDEC_DRAFTENGINE_ADDR_RESET                     0x00000000u
+#define SPECDEC_DRAFTENGINE_ADDR_ACCESS                    SPECDEC_ACCESS_RW
+
+/* COUNT (rw) @ 0x18: LOAD_W / LOAD_P: beats to write. */
+#define SPECDEC_DRAFTENGINE_COUNT_OFFSET                   0x18u
+#define SPECDEC_DRAFTENGINE_COUNT_RESET                    0x00000001u
+#define SPECDEC_DRAFTENGINE_COUNT_ACCESS                   SPECDEC_ACCESS_RW
+
+/* M (rw) @ 0x1C: RUN: tokens (activation vectors), 1..M_MAX. */
+#define SPECDEC_DRAFTENGINE_M_OFFSET                       0x1Cu
+#define SPECDEC_DRAFTENGINE_M_RESET                        0x00000001u
+#define SPECDEC_DRAFTENGINE_M_ACCESS                       SPECDEC_ACCESS_RW
+
+/* K (rw) @ 0x20: RUN: input features, 1..K_MAX. */
+#define SPECDEC_DRAFTENGINE_K_OFFSET                       0x20u
+#define SPECDEC_DRAFTENGINE_K_RESET                        0x00000001u
+#define SPECDEC_DRAFTENGINE_K_ACCESS                       SPECDEC_ACCESS_RW
+
+/* N (rw) @ 0x24: RUN: output channels, 1..ROWS * PDEPTH. */
+#define SPECDEC_DRAFTENGINE_N_OFFSET                       0x24u
+#define SPECDEC_DRAFTENGINE_N_RESET                        0x00000001u
+#define SPECDEC_DRAFTENGINE_N_ACCESS                       SPECDEC_ACCESS_RW
+
+/* WBASE (rw) @ 0x28: RUN: weight beat of tile 0, chunk 0; tile t, chunk c is beat WBASE + t * ceil(K/COLS) + c. */
+#define SPECDEC_DRAFTENGINE_WBASE_OFFSET                   0x28u
+#define SPECDEC_DRAFTENGINE_WBASE_RESET                    0x00000000u
+#define SPECDEC_DRAFTENGINE_WBASE_ACCESS                   SPECDEC_ACCESS_RW
+
+/* PBASE (rw) @ 0x2C: RUN: parameter tile of output channels 0..ROWS-1; tile t is PBASE + t. */
+#define SPECDEC_DRAFTENGINE_PBASE_OFFSET                   0x2Cu
+#define SPECDEC_DRAFTENGINE_PBASE_RESET                    0x00000000u
+#define SPECDEC_DRAFTENGINE_PBASE_ACCESS                   SPECDEC_ACCESS_RW
+
+/* PARAMS (ro) @ 0x30: Build parameters of this instance. */
+#define SPECDEC_DRAFTENGINE_PARAMS_OFFSET                  0x30u
+#define SPECDEC_DRAFTENGINE_PARAMS_RESET                   0x00000000u
+#define SPECDEC_DRAFTENGINE_PARAMS_ACCESS                  SPECDEC_ACCESS_RO
+#define SPECDEC_DRAFTENGINE_PARAMS_ROWS_LSB                0u  /* Output channels per tile (array rows). */
+#define SPECDEC_DRAFTENGINE_PARAMS_ROWS_WIDTH              5u
+#define SPECDEC_DRAFTENGINE_PARAMS_ROWS_MASK               0x0000001Fu
+#define SPECDEC_DRAFTENGINE_PARAMS_COLS_LSB                5u  /* Input features per weight beat row (array columns). */
+#define SPECDEC_DRAFTENGINE_PARAMS_COLS_WIDTH              5u
+#define SPECDEC_DRAFTENGINE_PARAMS_COLS_MASK               0x000003E0u
+#define SPECDEC_DRAFTENGINE_PARAMS_M_MAX_LSB               10u  /* Largest M accepted. */
+#define SPECDEC_DRAFTENGINE_PARAMS_M_MAX_WIDTH             5u
+#define SPECDEC_DRAFTENGINE_PARAMS_M_MAX_MASK              0x00007C00u
+
+/* WDEPTH (ro) @ 0x34: Weight memory depth (beats of ROWS * COLS bytes). */
+#define SPECDEC_DRAFTENGINE_WDEPTH_OFFSET                  0x34u
+#define SPECDEC_DRAFTENGINE_WDEPTH_RESET                   0x00000000u
+#define SPECDEC_DRAFTENGINE_WDEPTH_ACCESS                  SPECDEC_ACCESS_RO
+
+/* PDEPTH (ro) @ 0x38: Parameter memory depth (tiles of ROWS channel words). */
+#define SPECDEC_DRAFTENGINE_PDEPTH_OFFSET                  0x38u
+#define SPECDEC_DRAFTENGINE_PDEPTH_RESET                   0x00000000u
+#define SPECDEC_DRAFTENGINE_PDEPTH_ACCESS                  SPECDEC_ACCESS_RO
+
+/* K_MAX (ro) @ 0x3C: Largest K accepted (activation memory: M_MAX * K_MAX / (ROWS * COLS) beats). */
+#define SPECDEC_DRAFTENGINE_K_MAX_OFFSET                   0x3Cu
+#define SPECDEC_DRAFTENGINE_K_MAX_RESET                    0x00000000u
+#define SPECDEC_DRAFTENGINE_K_MAX_ACCESS                   SPECDEC_ACCESS_RO
+
+/* SATURATED (ro) @ 0x40: RUN: outputs of the job that saturated (lanes past N excluded). */
+#define SPECDEC_DRAFTENGINE_SATURATED_OFFSET               0x40u
+#define SPECDEC_DRAFTENGINE_SATURATED_RESET                0x00000000u
+#define SPECDEC_DRAFTENGINE_SATURATED_ACCESS               SPECDEC_ACCESS_RO
+
+/* BEATS_IN (ro) @ 0x44: s_axis beats taken by the last operation. */
+#define SPECDEC_DRAFTENGINE_BEATS_IN_OFFSET                0x44u
+#define SPECDEC_DRAFTENGINE_BEATS_IN_RESET                 0x00000000u
+#define SPECDEC_DRAFTENGINE_BEATS_IN_ACCESS                SPECDEC_ACCESS_RO
+
+/* BEATS_OUT (ro) @ 0x48: m_axis beats sent by the last operation. */
+#define SPECDEC_DRAFTENGINE_BEATS_OUT_OFFSET               0x48u
+#define SPECDEC_DRAFTENGINE_BEATS_OUT_RESET                0x00000000u
+#define SPECDEC_DRAFTENGINE_BEATS_OUT_ACCESS               SPECDEC_ACCESS_RO
+
+/* CYCLES_BUSY (ro) @ 0x4C: Clock cycles BUSY in the last operation (START to DONE). */
+#define SPECDEC_DRAFTENGINE_CYCLES_BUSY_OFFSET             0x4Cu
+#define SPECDEC_DRAFTENGINE_CYCLES_BUSY_RESET              0x00000000u
+#define SPECDEC_DRAFTENGINE_CYCLES_BUSY_ACCESS             SPECDEC_ACCESS_RO
+
+/* CYCLES_STALL (ro) @ 0x50: BUSY cycles spent waiting: for an s_axis beat (LOAD, RUN's activations) or for m_axis TREADY (RUN's results). */
+#define SPECDEC_DRAFTENGINE_CYCLES_STALL_OFFSET            0x50u
+#define SPECDEC_DRAFTENGINE_CYCLES_STALL_RESET             0x00000000u
+#define SPECDEC_DRAFTENGINE_CYCLES_STALL_ACCESS            SPECDEC_ACCESS_RO
+
+/* draftengine error bits (masks of ERR) */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OP                     0x00000001u  /* CONFIG.OP is not an operation. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_SHAPE                  0x00000002u  /* RUN: M is 0 or above M_MAX, K is 0 or above K_MAX, or N is 0 or above ROWS * PDEPTH. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_OUT                    0x00000004u  /* RUN: CONFIG.OUT is not an output width. */
+#define SPECDEC_DRAFTENGINE_ERR_BAD_RANGE                  0x00000008u  /* LOAD_W / LOAD_P: COUNT is 0 or ADDR + COUNT passes the memory's depth; RUN (shape legal): WBASE + ceil(N/ROWS) * ceil(K/COLS) passes WDEPTH or PBASE + ceil(N/ROWS) passes PDEPTH. */
+#define SPECDEC_DRAFTENGINE_ERR_SHORT_STREAM               0x00000010u  /* TLAST came before the last beat the operation expects. */
+#define SPECDEC_DRAFTENGINE_ERR_LONG_STREAM                0x00000020u  /* The last beat the operation expects came without TLAST. */
+
+/* stream s_axis (in, 2048 bits): ROWS * COLS bytes per beat (TDATA is 8 * ROWS * COLS bits), TLAST on an operation's last beat. LOAD_W: one weight tile chunk, byte r * COLS + c = w[t * ROWS + r, chunk * COLS + c]; LOAD_P: ROWS parameter words (param_word), word r for channel t * ROWS + r at bit 64 r; RUN: activations of one token, ROWS * COLS features per beat, token after token. Values past N and K are zero. */
+#define SPECDEC_DRAFTENGINE_STREAM_S_AXIS_WIDTH            2048u
+#define SPECDEC_DRAFTENGINE_STREAM_S_AXIS_DIR              SPECDEC_DIR_IN
+#define SPECDEC_DRAFTENGINE_STREAM_S_AXIS_BYTE_LSB         0u  /* int8 weight or activation (two's complement) */
+#define SPECDEC_DRAFTENGINE_STREAM_S_AXIS_BYTE_WIDTH       8u
+#define SPECDEC_DRAFTENGINE_STREAM_S_AXIS_BYTE_COUNT       256u
+#define SPECDEC_DRAFTENGINE_STREAM_S_AXIS_BYTE_SIGNED      1u
+
+/* stream param_word (in, 64 bits): One output channel's requantization parameters inside a LOAD_P beat. */
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_WIDTH        64u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_DIR          SPECDEC_DIR_IN
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_BIAS_LSB     0u  /* added to the sum (int32) */
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_BIAS_WIDTH   32u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_BIAS_COUNT   1u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_BIAS_SIGNED  1u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_MULT_LSB     32u  /* multiplier (unsigned) */
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_MULT_WIDTH   16u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_MULT_COUNT   1u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_MULT_SIGNED  0u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_SHIFT_LSB    48u  /* right shift 0..48 (rounding half up) */
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_SHIFT_WIDTH  6u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_SHIFT_COUNT  1u
+#define SPECDEC_DRAFTENGINE_STREAM_PARAM_WORD_SHIFT_SIGNED 0u
+
+/* stream m_axis (out, 512 bits): RUN: one beat per (tile t, token m), t-major (t = 0: m = 0..M-1, then t = 1, ...), TLAST on the job's last beat; lane r (bits 32 r + 31 .. 32 r) is output channel t * ROWS + r, sign-extended (TDATA is 32 * ROWS bits). */
+#define SPECDEC_DRAFTENGINE_STREAM_M_AXIS_WIDTH            512u
+#define SPECDEC_DRAFTENGINE_STREAM_M_AXIS_DIR              SPECDEC_DIR_OUT
+#define SPECDEC_DRAFTENGINE_STREAM_M_AXIS_Y_LSB            0u  /* output value, sign-extended to 32 bits */
+#define SPECDEC_DRAFTENGINE_STREAM_M_AXIS_Y_WIDTH          32u
+#define SPECDEC_DRAFTENGINE_STREAM_M_AXIS_Y_COUNT          16u
+#define SPECDEC_DRAFTENGINE_STREAM_M_AXIS_Y_SIGNED         1u
+
+/* group RESULT: The outcome of one operation (outputs are on m_axis). */
+#define SPECDEC_DRAFTENGINE_RESULT_COUNT                   3u  /* registers in the group */
+#define SPECDEC_DRAFTENGINE_RESULT_SATURATED_INDEX         0u
+#define SPECDEC_DRAFTENGINE_RESULT_BEATS_IN_INDEX          1u
+#define SPECDEC_DRAFTENGINE_RESULT_BEATS_OUT_INDEX         2u
+
+/* group COUNTERS: Cycle counters of one operation (the cycle model in hls_ref.draftengine predicts BUSY - STALL). */
+#define SPECDEC_DRAFTENGINE_COUNTERS_COUNT                 2u  /* registers in the group */
+#define SPECDEC_DRAFTENGINE_COUNTERS_CYCLES_BUSY_INDEX     0u
+#define SPECDEC_DRAFTENGINE_COUNTERS_CYCLES_STALL_INDEX    1u
 
 /* ==== tables (hwcontract/formats.py EH_LIST, EL_LIST; hwcontract/params.py value sets) */
 /* EH[k] = round(2**15 exp(-16 k / 256)), k < SPECDEC_EH_SIZE */
@@ -1803,7 +2048,7 @@ static const uint16_t SPECDEC_EH[SPECDEC_EH_SIZE] = {
 static const uint16_t SPECDEC_EL[SPECDEC_EL_SIZE] = {
     32768, 32640, 32513, 32386, 32260, 32134, 32009, 31884, 31760, 31636, 31513, 31390, 31267, 31146, 31024, 30903,
 };
-#define SPECDEC_DE_OUT_BITS_SIZE                     3u
+#define SPECDEC_DE_OUT_BITS_SIZE                           3u
 /* draft engine: the output widths OUT_BITS may take */
 static const uint8_t SPECDEC_DE_OUT_BITS[SPECDEC_DE_OUT_BITS_SIZE] = {
     8, 16, 32,
@@ -1819,6 +2064,41 @@ static const int32_t SPECDEC_KVPAGE_PARAM_PAGES_VALUES[SPECDEC_KVPAGE_PARAM_PAGE
 /* the allowed values of kvpage.MAX_BLOCKS, ascending */
 static const int32_t SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES[SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT] = {
     4, 8, 16, 32, 64, 128, 256, 512, 1024,
+};
+/* the allowed values of draftengine.ROWS, ascending */
+static const int32_t SPECDEC_DRAFTENGINE_PARAM_ROWS_VALUES[SPECDEC_DRAFTENGINE_PARAM_ROWS_COUNT] = {
+    4, 8, 16,
+};
+/* the allowed values of draftengine.COLS, ascending */
+static const int32_t SPECDEC_DRAFTENGINE_PARAM_COLS_VALUES[SPECDEC_DRAFTENGINE_PARAM_COLS_COUNT] = {
+    8, 16,
+};
+/* the allowed values of draftengine.WDEPTH, ascending */
+static const int32_t SPECDEC_DRAFTENGINE_PARAM_WDEPTH_VALUES[SPECDEC_DRAFTENGINE_PARAM_WDEPTH_COUNT] = {
+    256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096,
+    4352, 4608, 4864, 5120, 5376, 5632, 5888, 6144, 6400, 6656, 6912, 7168, 7424, 7680, 7936, 8192,
+    8448, 8704, 8960, 9216, 9472, 9728, 9984, 10240, 10496, 10752, 11008, 11264, 11520, 11776, 12032, 12288,
+    12544, 12800, 13056, 13312, 13568, 13824, 14080, 14336, 14592, 14848, 15104, 15360, 15616, 15872, 16128, 16384,
+    16640, 16896, 17152, 17408, 17664, 17920, 18176, 18432, 18688, 18944, 19200, 19456, 19712, 19968, 20224, 20480,
+    20736, 20992, 21248, 21504, 21760, 22016, 22272, 22528, 22784, 23040, 23296, 23552, 23808, 24064, 24320, 24576,
+    24832, 25088, 25344, 25600, 25856, 26112, 26368, 26624, 26880, 27136, 27392, 27648, 27904, 28160, 28416, 28672,
+    28928, 29184, 29440, 29696, 29952, 30208, 30464, 30720, 30976, 31232, 31488, 31744, 32000, 32256, 32512, 32768,
+    33024, 33280, 33536, 33792, 34048, 34304, 34560, 34816, 35072, 35328, 35584, 35840, 36096, 36352, 36608, 36864,
+    37120, 37376, 37632, 37888, 38144, 38400, 38656, 38912, 39168, 39424, 39680, 39936, 40192, 40448, 40704, 40960,
+    41216, 41472, 41728, 41984, 42240, 42496, 42752, 43008, 43264, 43520, 43776, 44032, 44288, 44544, 44800, 45056,
+    45312, 45568, 45824, 46080, 46336, 46592, 46848, 47104, 47360, 47616, 47872, 48128, 48384, 48640, 48896, 49152,
+    49408, 49664, 49920, 50176, 50432, 50688, 50944, 51200, 51456, 51712, 51968, 52224, 52480, 52736, 52992, 53248,
+    53504, 53760, 54016, 54272, 54528, 54784, 55040, 55296, 55552, 55808, 56064, 56320, 56576, 56832, 57088, 57344,
+    57600, 57856, 58112, 58368, 58624, 58880, 59136, 59392, 59648, 59904, 60160, 60416, 60672, 60928, 61184, 61440,
+    61696, 61952, 62208, 62464, 62720, 62976, 63232, 63488, 63744, 64000, 64256, 64512, 64768, 65024, 65280, 65536,
+};
+/* the allowed values of draftengine.PDEPTH, ascending */
+static const int32_t SPECDEC_DRAFTENGINE_PARAM_PDEPTH_VALUES[SPECDEC_DRAFTENGINE_PARAM_PDEPTH_COUNT] = {
+    16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+};
+/* the allowed values of draftengine.K_MAX, ascending */
+static const int32_t SPECDEC_DRAFTENGINE_PARAM_K_MAX_VALUES[SPECDEC_DRAFTENGINE_PARAM_K_MAX_COUNT] = {
+    256, 512, 1024, 2048, 4096, 8192,
 };
 
 #endif /* SPECDEC_REGS_H */

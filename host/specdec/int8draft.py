@@ -55,11 +55,17 @@ class QLinear:
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         return np.clip(np.rint(x / (self.smooth * self.s_in)), -DE_ACT_MAX, DE_ACT_MAX).astype(np.int64)
 
-    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, int]:
-        """Float activations (..., K) -> float outputs (..., N) through the golden engine, and the saturations."""
+    def __call__(self, x: np.ndarray, runner=None) -> tuple[np.ndarray, int]:
+        """Float activations (..., K) -> float outputs (..., N), and the saturations: through ``runner``
+        (``x_q -> (y, saturated)``: the layer placed on a draft engine, :func:`bind`) or the golden model."""
         lead = x.shape[:-1]
-        out = golden.run(self.job(self.quantize_input(x.reshape(-1, x.shape[-1]))))
-        return (out.y * self.s_out).reshape(*lead, -1), out.saturated
+        x_q = self.quantize_input(x.reshape(-1, x.shape[-1]))
+        if runner is None:
+            out = golden.run(self.job(x_q))
+            y, sat = out.y, out.saturated
+        else:
+            y, sat = runner(x_q)
+        return (y * self.s_out).reshape(*lead, -1), sat
 
 
 def quantize_linear(name: str, weight: np.ndarray, bias: np.ndarray | None, in_max, out_max: float,
@@ -191,14 +197,47 @@ def EngineModule(q: QLinear, ids=None, vocab: int | None = None):     # noqa: N8
             self.ids = ids
             self.vocab = vocab if ids is not None else q.w.shape[0]      # the logits it writes per position
             self.saturated = 0
+            self.runner = None          # set by bind(): the layer's jobs go to a draft engine driver
 
         def forward(self, x):
-            y, sat = self.q(x.detach().double().numpy())
+            y, sat = self.q(x.detach().double().numpy(), self.runner)
             self.saturated += sat
             z = torch.from_numpy(y).to(x.dtype)
             return z if self.ids is None else scatter(z, self.ids, self.vocab)
 
     return _Engine()
+
+
+def engine_modules(model) -> list:
+    """The engine layers of a :func:`quantize` model, in module order."""
+    return [m for m in model.modules() if hasattr(m, "runner") and hasattr(m, "q")]
+
+
+def bind(model, engine) -> dict:
+    """Place every engine layer of ``model`` on ``engine`` (a :class:`specdec.drivers.DraftEngine` on any
+    backend: the golden register model, the simulation, a board) and run its jobs there from now on, in
+    pieces of at most M_MAX rows. The weights are loaded once, here.
+
+    Returns ``{"layers", "weight_beats", "param_tiles"}``. Raises ValueError when the draft does not fit the
+    engine's memories (the message names the layer and what is left).
+    """
+    import functools
+    engine.reset_memory()
+    mods = engine_modules(model)
+    for m in mods:
+        at = engine.place(m.q.w, m.q.bias, m.q.mult, m.q.shift)
+        m.runner = functools.partial(_run_on, engine, at, m.q.out_bits)
+    wfree, pfree = engine.free()
+    return {"layers": len(mods), "weight_beats": engine.wdepth - wfree, "param_tiles": engine.pdepth - pfree}
+
+
+def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+    ys, sat = [], 0
+    for i in range(0, len(x_q), engine.m_max):
+        y, s = engine.matmul(x_q[i:i + engine.m_max], at, out_bits)
+        ys.append(y)
+        sat += s
+    return np.concatenate(ys), sat
 
 
 def agreement(float_model, int8_model, tokenizer, texts: list[str]) -> dict:

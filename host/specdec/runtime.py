@@ -68,6 +68,18 @@ def golden_verifier(params: dict | None = None) -> Verifier:
     return Verifier(description("verifier", dev), dev.stream(0))
 
 
+def golden_draftengine(params: dict | None = None):
+    """The draft engine driver over the golden register model (backend ``ref``), at the build that holds the
+    whole demo draft (``specdec.builds.DRAFTENGINE_PARAMS``)."""
+    from .backends.golden import GoldenDevice
+    from .builds import DRAFTENGINE_PARAMS
+    from .drivers import DraftEngine
+    from .drivers.base import description
+    p = {**DRAFTENGINE_PARAMS, **(params or {})}
+    dev = GoldenDevice({0: "draftengine"}, {0: {k.lower(): v for k, v in p.items()}})
+    return DraftEngine(description("draftengine", dev), dev.stream(0), dev.sink(0))
+
+
 def golden_masker(params: dict | None = None) -> TreeMask:
     """The treemask driver over the golden register model (backend ``ref``)."""
     from .backends.golden import GoldenDevice
@@ -121,7 +133,7 @@ def seed_words(seed: int, index: int) -> tuple[int, ...]:
 
 def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair | None = None,
             progress: Callable[[int, int], None] | None = None, masker: TreeMask | None = None,
-            kv: KVPage | None = None) -> dict:
+            kv: KVPage | None = None, engine=None) -> dict:
     """Run every prompt of ``job`` (a :class:`~specdec.job.Job` or its JSON object) through
     :func:`specdec.decode.generate`.
 
@@ -137,6 +149,9 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
     kv : KVPage, optional
         The kvpage core: both models' KV caches then live in page pools whose pages it assigns (forks per
         round, commits, rollbacks). None, or a job with dense caches, keeps transformers' caches.
+    engine : DraftEngine, optional
+        A fabric-draft job (``draft_engine="fabric"``): the draft engine its draft's linear layers run on
+        (loaded here, :func:`specdec.int8draft.bind`); default the golden register model.
 
     Returns
     -------
@@ -147,6 +162,11 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
     """
     job = as_job(job)
     pair = pair or open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
+    engine_report = None
+    if job.draft_engine == "fabric":
+        from .int8draft import bind
+        engine = engine or golden_draftengine()
+        engine_report = bind(pair.draft.lm.model, engine)
     paged = kv is not None and job.kv_block is not None
     if paged:
         pair = paged_pair(pair, kv, job.kv_block)
@@ -165,6 +185,8 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         res["tree"] = tree.to_dict()
     if paged:
         res["kv"] = kv_report(kv, pair.target.block)
+    if engine_report is not None:
+        res["draft_engine"] = {**engine_report, "jobs": engine.jobs, "busy_cycles": engine.busy_cycles}
     return res
 
 
@@ -181,10 +203,14 @@ def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator") -> dict:
     """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
     verifier and the treemask core (``fpga.system``; a chain job leaves the treemask core idle)."""
     from specdec.backends import simulator as harness
+    job = as_job(job)
     top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS}
+    if job.draft_engine == "fabric":
+        from .builds import DRAFTENGINE_PARAMS
+        top, params = "system_fabric", {**params, **DRAFTENGINE_PARAMS}
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        job_file.write_text(as_job(job).to_json())
+        job_file.write_text(job.to_json())
         harness.run(top, "specdec.backends.sim_decode", sim, params=params,
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),

@@ -11,8 +11,10 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from hls_ref import draftengine as de_ref
 from hls_ref import kvpage as kv_ref
 from hwcontract import params as hwparams
+from hwcontract.latency import DE_CHECK
 from hls_ref import rng as rng_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
@@ -362,7 +364,115 @@ class KvpageModel(RegisterModel):
         self.done = True
 
 
-MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel, "kvpage": KvpageModel}
+class DraftengineModel(RegisterModel):
+    """Register-level model of the draftengine core over ``hls_ref.draftengine``, with both its streams.
+
+    It holds the core's three memories as beats. CTRL.START (idle or done, no error) checks CONFIG and the
+    operand registers as the RTL's CHECK cycles do (BAD_OP, BAD_SHAPE, BAD_OUT, BAD_RANGE); a good operation
+    then waits for its s_axis frame (:meth:`frame`): LOAD_W / LOAD_P write it into the weight / parameter
+    memory, RUN takes it as activations and computes the job from the memories
+    (:func:`hls_ref.draftengine.memory_run`), queuing its m_axis words for :class:`GoldenSink`. A frame
+    shorter than expected raises SHORT_STREAM, a longer one LONG_STREAM (the rest is dropped, as the core
+    drains it). ``CYCLES_BUSY`` is the cycle model ``hls_ref.draftengine.cycles``; ``CYCLES_STALL`` 0.
+
+    Parameters
+    ----------
+    rows, cols, wdepth, pdepth, k_max, m_max : int
+        The build parameters (``hwcontract.params``).
+    """
+
+    def __init__(self, rows: int = 8, cols: int = 8, wdepth: int = 1024, pdepth: int = 256, k_max: int = 1024,
+                 m_max: int = 16) -> None:
+        super().__init__(core("draftengine"))
+        p = hwparams.check("draftengine", dict(ROWS=rows, COLS=cols, WDEPTH=wdepth, PDEPTH=pdepth, K_MAX=k_max,
+                                               M_MAX=m_max))
+        self.rows, self.cols, self.wdepth, self.pdepth = p["ROWS"], p["COLS"], p["WDEPTH"], p["PDEPTH"]
+        self.k_max, self.m_max = p["K_MAX"], p["M_MAX"]
+        rc = self.rows * self.cols
+        self.wmem = np.zeros((self.wdepth, rc), np.uint8)
+        self.pmem = np.zeros((self.pdepth, rc), np.uint8)
+        self.ro.update(PARAMS=self.cmap.reg("PARAMS").encode(ROWS=self.rows, COLS=self.cols, M_MAX=self.m_max),
+                       WDEPTH=self.wdepth, PDEPTH=self.pdepth, K_MAX=self.k_max)
+        self.frames: list[list[int]] = []
+        self.pending: dict | None = None          # the operation waiting for its s_axis frame
+
+    def on_soft_reset(self) -> None:
+        self.frames.clear()
+        self.pending = None
+
+    def on_ctrl(self, bits: dict[str, int]) -> None:
+        if not bits["START"] or self.busy:
+            return
+        self.ro.update(SATURATED=0, BEATS_IN=0, BEATS_OUT=0, CYCLES_BUSY=0, CYCLES_STALL=0)
+        self.done = False
+        cfg = self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])
+        op = {v: n for n, v, _ in self.cmap.reg("CONFIG").field("OP").values}.get(cfg["OP"])
+        outs = {v: int(n[3:]) for n, v, _ in self.cmap.reg("CONFIG").field("OUT").values}
+        r = self.rw
+        self.ro["CYCLES_BUSY"] = DE_CHECK             # the CHECK cycles run before any error is known
+        if op is None:
+            self.raise_err("BAD_OP")
+            return
+        if op == "RUN":
+            m, k, n = r["M"], r["K"], r["N"]
+            bad_shape = not (1 <= m <= self.m_max and 1 <= k <= self.k_max and 1 <= n <= self.rows * self.pdepth)
+            if bad_shape:
+                self.raise_err("BAD_SHAPE")
+            if cfg["OUT"] not in outs:
+                self.raise_err("BAD_OUT")
+            if self.err:
+                return
+            nt, kc, ab = de_ref.tiles(m, k, n, self.rows, self.cols)
+            if r["WBASE"] + nt * kc > self.wdepth or r["PBASE"] + nt > self.pdepth:
+                self.raise_err("BAD_RANGE")
+                return
+            self.pending = dict(op=op, beats=m * ab, m=m, k=k, n=n, out_bits=outs[cfg["OUT"]])
+        else:
+            depth = self.wdepth if op == "LOAD_W" else self.pdepth
+            if r["COUNT"] == 0 or r["ADDR"] + r["COUNT"] > depth:
+                self.raise_err("BAD_RANGE")
+                return
+            self.pending = dict(op=op, beats=r["COUNT"], addr=r["ADDR"])
+        self.busy = True
+
+    def frame(self, codes: np.ndarray) -> None:
+        """One s_axis frame (the bytes of whole beats, viewed as int16 words), TLAST on its last beat."""
+        data = np.ascontiguousarray(codes).view(np.uint8)
+        rc = self.rows * self.cols
+        if data.size % rc:
+            raise ValueError(f"draftengine: a frame is whole beats of {rc} bytes, got {data.size} bytes")
+        beats = data.reshape(-1, rc)
+        job = self.pending
+        if job is None:
+            return                                 # not expecting a frame: the core's TREADY is low (or it drains)
+        want = job["beats"]
+        if len(beats) != want:
+            self.ro["BEATS_IN"] = min(len(beats), want)
+            self.ro["CYCLES_BUSY"] = DE_CHECK + min(len(beats), want)
+            self.raise_err("SHORT_STREAM" if len(beats) < want else "LONG_STREAM")
+            self.busy, self.pending = False, None
+            return
+        self.ro["BEATS_IN"] = want
+        if job["op"] == "LOAD_W":
+            self.wmem[job["addr"]:job["addr"] + want] = beats
+        elif job["op"] == "LOAD_P":
+            self.pmem[job["addr"]:job["addr"] + want] = beats
+        else:
+            m, k, n = job["m"], job["k"], job["n"]
+            nt, kc, _ = de_ref.tiles(m, k, n, self.rows, self.cols)
+            wb, pb = self.rw["WBASE"], self.rw["PBASE"]
+            lanes, sat = de_ref.memory_run(self.wmem[wb:wb + nt * kc], self.pmem[pb:pb + nt], beats, m, k, n,
+                                           job["out_bits"], self.rows, self.cols)
+            raw = np.ascontiguousarray(lanes.astype("<i4")).view(np.uint8).reshape(len(lanes), -1)
+            self.frames.append([int.from_bytes(b.tobytes(), "little") for b in raw])
+            self.ro.update(SATURATED=sat, BEATS_OUT=len(lanes))
+        self.ro["CYCLES_BUSY"] = de_ref.cycles(job["op"], want, job.get("m", 0), job.get("k", 0), job.get("n", 0),
+                                               self.rows, self.cols)
+        self.busy, self.pending, self.done = False, None, True
+
+
+MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel, "kvpage": KvpageModel,
+          "draftengine": DraftengineModel}
 
 
 class GoldenDevice(RegisterDevice):

@@ -8,7 +8,8 @@ runs on the golden model; the result goes to ``SPECDEC_RESULT``. The driver runs
 The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis``, the treemask core
 on ``tm_axil`` / ``m_axis`` and the kvpage core on ``kv_axil``; a job with a token tree drives the first two
 from the same thread, and every job's KV caches take their pages from the kvpage core (unless the job says
-``"kv": false``).
+``"kv": false``). A job with a fabric draft (``draft_engine="fabric"``) runs on ``system_fabric``: the draft's
+linear layers on the draft engine (``de_axil``, ``de_s_axis``, ``de_m_axis``), its weights loaded once.
 
 The job reports the tokens it has generated through :func:`specdec.backends.simulator.report_progress`
 (each verifier round, each prompt), which a quiet run draws as a progress bar; everything else it prints
@@ -26,7 +27,7 @@ from cocotb.task import bridge
 from specdec import runtime
 from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
 from specdec.backends.simulator import report_progress
-from specdec.drivers import KVPage, TreeMask, Verifier
+from specdec.drivers import DraftEngine, KVPage, TreeMask, Verifier
 from specdec.drivers.base import description
 from specdec.job import Job
 from hwcontract.regmap import core
@@ -88,6 +89,10 @@ async def decode_job(dut):
     tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
     sink = SimSink(dut, "m_axis")
     kv_tb = AxilTB(dut, core("kvpage"), prefix="kv_axil", clock=False)
+    fabric = job.draft_engine == "fabric"       # toplevel system_fabric: the draft engine on de_*
+    if fabric:
+        de_tb = AxilTB(dut, core("draftengine"), prefix="de_axil", clock=False)
+        de_stream, de_sink = SimStream(dut, "de_s_axis"), SimSink(dut, "de_m_axis", timeout_us=100_000.0)
     await tb.reset()
     progress = TokenProgress(len(job.prompts), job.max_new_tokens)
     progress.start()
@@ -96,8 +101,10 @@ async def decode_job(dut):
         drv = ReportingVerifier(description("verifier", SimDevice(tb.axil)), stream, progress.round)
         masker = TreeMask(description("treemask", SimDevice(tm.axil)), sink) if tree else None
         kv = KVPage(description("kvpage", SimDevice(kv_tb.axil)))
+        engine = DraftEngine(description("draftengine", SimDevice(de_tb.axil)), de_stream, de_sink) \
+            if fabric else None
         return runtime.execute(job, drv if job.speculative else None, progress=progress.prompt,
-                               masker=masker, kv=kv)
+                               masker=masker, kv=kv, engine=engine)
 
     result = await bridge(run)()
     result["backend"] = f"sim:{cocotb.SIM_NAME}"

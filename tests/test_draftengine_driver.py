@@ -1,0 +1,103 @@
+"""draftengine driver: the shared checks on the golden backend, placements, and the host-side API."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hls_ref import draftengine as golden
+from hls_ref.vectors import DRAFT_SHAPES, draftengine_job
+from hwcontract.formats import de_act_beats, de_param_beats, de_unpack_outputs, de_weight_beats
+from specdec.backends.golden import GoldenDevice
+from specdec.drivers import DraftEngine
+from specdec.drivers.base import description
+from specdec.errors import CoreTimeout, SpecdecError
+from tb.draftengine.driver_checks import check_draftengine_driver, check_job
+
+SMALL = dict(rows=4, cols=16, wdepth=256, pdepth=16, k_max=256, m_max=5)
+
+
+def golden_engine(**params) -> tuple[DraftEngine, GoldenDevice]:
+    dev = GoldenDevice({0: "draftengine"}, params={0: params})
+    return DraftEngine(description("draftengine", dev), dev.stream(0), dev.sink(0)), dev
+
+
+@pytest.mark.parametrize("params", [{}, SMALL], ids=["default", "r4c16"])
+def test_driver_on_golden_model(params):
+    drv, _ = golden_engine(**params)
+    check_draftengine_driver(drv, count=30, exact_cycles=True)
+
+
+def test_draft_shapes_on_golden_model():
+    """Every demo-draft shape at M = 1 and 16, the hot head included, on a build that holds it."""
+    drv, _ = golden_engine(wdepth=24576, pdepth=1024, k_max=4096)
+    rnd = np.random.default_rng(2)
+    for i, (k, n) in enumerate(DRAFT_SHAPES):
+        for m in (1, 16):
+            check_job(drv, draftengine_job(rnd, m, k, n, (8, 16, 32)[i % 3]), exact_cycles=True)
+
+
+def test_placements_serve_many_jobs():
+    """Layers placed one after another keep their memory; jobs on each in any order match the golden model."""
+    drv, _ = golden_engine()
+    rnd = np.random.default_rng(5)
+    layers = [draftengine_job(rnd, 1, k, n, 16) for k, n in ((40, 12), (100, 30), (17, 9))]
+    places = [drv.place(j.w, j.bias, j.mult, j.shift) for j in layers]
+    assert [p.wbase for p in places] == [0, 2 * 5, 2 * 5 + 4 * 13] and [p.pbase for p in places] == [0, 2, 6]
+    for i in (2, 0, 1, 0):
+        j = layers[i]
+        x = rnd.integers(-128, 128, (3, j.x.shape[1]))
+        y, sat = drv.matmul(x, places[i], 16)
+        ref = golden.run(golden.Job(x, j.w, j.bias, j.mult, j.shift, 16))
+        assert np.array_equal(y, ref.y) and sat == ref.saturated
+    assert drv.free() == (1024 - (10 + 52 + 2 * 3), 256 - (2 + 4 + 2))
+    drv.reset_memory()
+    assert drv.free() == (1024, 256)
+
+
+def test_stream_packing_round_trip():
+    """The beat packers follow the map: weight tile bytes, parameter words, activation beats, output lanes."""
+    rnd = np.random.default_rng(1)
+    w = rnd.integers(-128, 128, (10, 19))
+    beats = de_weight_beats(w, 4, 8).view(np.int8)
+    assert beats.shape == (3 * 3, 32)
+    assert beats[1 * 3 + 2, 1 * 8 + 0] == w[4 + 1, 16]            # tile 1, chunk 2, row 1, column 0
+    assert beats[2 * 3 + 2, 2 * 8 + 3] == 0                       # past N and K: zero
+    p = de_param_beats([-2, 7], [300, 5], [3, 48], 4, 8)
+    word = int.from_bytes(p[0, 8:16].tobytes(), "little")
+    assert p.shape == (1, 32) and word == (7 | 5 << 32 | 48 << 48)
+    assert int.from_bytes(p[0, :8].tobytes(), "little") & 0xFFFFFFFF == 0xFFFFFFFE
+    a = de_act_beats(rnd.integers(-128, 128, (2, 40)), 4, 8)
+    assert a.shape == (2 * 2, 32)
+    lanes = np.arange(2 * 3 * 4).reshape(3 * 2, 4)                # NT = 3 tiles x M = 2 tokens
+    y = de_unpack_outputs(lanes, 2, 10, 4)
+    assert y.shape == (2, 10) and y[1, 5] == lanes[1 * 2 + 1, 1] and y[0, 9] == lanes[2 * 2, 1]
+    with pytest.raises(ValueError, match="sends 6 beats"):
+        de_unpack_outputs(lanes[:5], 2, 10, 4)
+    with pytest.raises(ValueError, match="ROWS must be in"):
+        de_weight_beats(w, 3, 8)
+
+
+def test_cycle_model_and_utilisation():
+    from hwcontract.latency import DE_CHECK, de_pipe
+    assert golden.cycles("LOAD_W", 7) == DE_CHECK + 7
+    assert golden.cycles("RUN", 3, 1, 192, 512) == DE_CHECK + 3 + 64 * 24 + de_pipe(8) + 1
+    for k, n in DRAFT_SHAPES:          # every demo-draft shape is a multiple of the 8 x 8 array: no padding
+        assert golden.mac_utilisation(1, k, n, 8, 8) == 1.0
+    assert golden.mac_utilisation(1, 9, 9, 8, 8) == 81 / (2 * 2 * 64)
+
+
+def test_unattached_and_timeouts():
+    dev = GoldenDevice({0: "draftengine"})
+    drv = DraftEngine(description("draftengine", dev))
+    job = draftengine_job(np.random.default_rng(0), 1, 8, 8, 8)
+    with pytest.raises(SpecdecError, match="attach"):
+        drv.run(job)
+    assert drv.read_fields("STATUS")["BUSY"] == 0              # the failed load was soft-reset
+    drv.attach(dev.stream(0), dev.sink(0))
+    assert np.array_equal(drv.run(job).y, golden.run(job).y)
+    with pytest.raises(CoreTimeout):
+        dev.sink(0).recv()
+    with pytest.raises(ValueError, match="'weights' or 'params'"):
+        drv.load("acts", 0, np.zeros((1, 64), np.uint8))
+    with pytest.raises(ValueError, match="outside the memory"):
+        drv.load("params", 255, np.zeros((2, 64), np.uint8))
