@@ -94,11 +94,11 @@
 #define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_MIN               256
 #define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_MAX               65536
 #define SPECDEC_DRAFTENGINE_PARAM_WDEPTH_COUNT             256  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_WDEPTH_VALUES */
-/* draftengine.PDEPTH: Parameter memory depth in tiles of ROWS channels (a power of two). Allowed: {16, 32, 64, 128, 256, 512, 1024, 2048, 4096}. */
+/* draftengine.PDEPTH: Parameter memory depth in tiles of ROWS channels (a power of two). Allowed: {16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}. */
 #define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_DEFAULT           256
 #define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_MIN               16
-#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_MAX               4096
-#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_COUNT             9  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_PDEPTH_VALUES */
+#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_MAX               8192
+#define SPECDEC_DRAFTENGINE_PARAM_PDEPTH_COUNT             10  /* allowed values: SPECDEC_DRAFTENGINE_PARAM_PDEPTH_VALUES */
 /* draftengine.K_MAX: Largest K (a power of two): the activation memory holds M_MAX * K_MAX / (ROWS * COLS) beats. Allowed: {256, 512, 1024, 2048, 4096, 8192}. */
 #define SPECDEC_DRAFTENGINE_PARAM_K_MAX_DEFAULT            1024
 #define SPECDEC_DRAFTENGINE_PARAM_K_MAX_MIN                256
@@ -2094,7 +2094,7 @@ static const int32_t SPECDEC_DRAFTENGINE_PARAM_WDEPTH_VALUES[SPECDEC_DRAFTENGINE
 };
 /* the allowed values of draftengine.PDEPTH, ascending */
 static const int32_t SPECDEC_DRAFTENGINE_PARAM_PDEPTH_VALUES[SPECDEC_DRAFTENGINE_PARAM_PDEPTH_COUNT] = {
-    16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+    16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
 };
 /* the allowed values of draftengine.K_MAX, ascending */
 static const int32_t SPECDEC_DRAFTENGINE_PARAM_K_MAX_VALUES[SPECDEC_DRAFTENGINE_PARAM_K_MAX_COUNT] = {

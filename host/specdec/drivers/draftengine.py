@@ -167,6 +167,8 @@ class DraftEngine(SpecdecIP):
         self._operation("RUN", out_bits, M=m, K=at.k, N=at.n, WBASE=at.wbase, PBASE=at.pbase)
         try:
             self.send_beats(de_act_beats(x.astype(np.int8), self.rows, self.cols))
+            if self.read_fields("STATUS")["ERROR"]:
+                self.check()            # refused after the frame went in (it was drained): no result will come
             if self.sink is None:
                 raise SpecdecError("draftengine: no sink attached (call attach(stream, sink) first)")
             words = self.sink.recv()
