@@ -11,7 +11,7 @@ Board parameter sets (``OVERLAY_CORES``):
 
 - ``pynq-z2`` (xc7z020): the verifier at the full OPT vocabulary with 4 lanes (a 64-bit beat, the width of the
   Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables (what build.tcl
-  sizes for the part), rng.
+  sizes for the part), the draft engine at 4 x 8 (``Z2_DRAFTENGINE``), rng.
 - ``kv260`` (xck26): the verifier with 8 lanes (a 128-bit beat, the width of the ZynqMP HP ports, twice the
   row rate per clock), treemask at 64 nodes, kvpage at its largest (1,024 pages, 1,024-row tables: the
   runtime's build, ``specdec.builds.KV_PARAMS``, which holds the target's whole context), rng.
@@ -48,11 +48,16 @@ PARTS = {
 }
 BOARDS = {"pynq-z2": "xc7z020", "kv260": "xck26"}
 
-#: The cores of each board's overlay at the parameters the board builds them with. The draft engine joins
-#: these lists when it lands (and, if it streams, ``STREAMS`` below gets its DMA).
+#: The PYNQ-Z2's draft engine: 4 x 8 (its step is bound by the HP port streaming the weights, 8 bytes a clock,
+#: so a wider array would idle), a weight memory that holds the demo draft's largest layer but the head (3,072
+#: beats of 32 bytes; the head streams in pieces), 2,048 channels of parameters.
+Z2_DRAFTENGINE = {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}
+
+#: The cores of each board's overlay at the parameters the board builds them with. The KV260's lacks the draft
+#: engine: its build with the weights on chip (URAM) is sized on paper only (docs/draftengine.md, Sizing).
 OVERLAY_CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
     "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4}), ("treemask", {"NODES_MAX": 64}),
-                ("kvpage", {"PAGES": 256, "MAX_BLOCKS": 64}), ("rng", {})],
+                ("kvpage", {"PAGES": 256, "MAX_BLOCKS": 64}), ("draftengine", Z2_DRAFTENGINE), ("rng", {})],
     "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8}), ("treemask", {"NODES_MAX": 64}),
               ("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS}), ("rng", {})],
 }
@@ -62,10 +67,13 @@ def _verifier_beat(params: dict[str, int]) -> int:
     return 16 * params["LANES"]
 
 
-#: Stream cores and their DMA: core -> (DMA direction, stream width in bits from the core's parameters).
+#: Stream cores and their DMA: core -> the DMA's channels, each (direction, stream width in bits from the
+#: core's parameters). A core with two channels gets one DMA with both.
 STREAMS = {
-    "verifier": ("mm2s", _verifier_beat),
-    "treemask": ("s2mm", lambda params: core("treemask").stream("m_axis").width),
+    "verifier": (("mm2s", _verifier_beat),),
+    "treemask": (("s2mm", lambda params: core("treemask").stream("m_axis").width),),
+    "draftengine": (("mm2s", lambda params: 8 * params["ROWS"] * params["COLS"]),
+                    ("s2mm", lambda params: 32 * params["ROWS"])),
 }
 
 
@@ -82,6 +90,9 @@ class Estimate:
 
 _PG021 = ("estimate in the range PG021 (AXI DMA v7.1) gives for simple-mode (no scatter-gather), one-channel "
           "configurations, rounded up, one BRAM36 per 64 bits of channel FIFO; not read from its tables here")
+_PG021_WIDE = ("extrapolated from the 64- and 128-bit simple-mode estimates (the channel FIFO and datapath grow with "
+               "the stream width; the memory-map side as wide as the stream, the HP interconnect converting to 64 "
+               "bits); not read from PG021's tables")
 _PG059 = ("estimate in the range PG059 (AXI Interconnect v2.1) gives for these crossbar and coupler "
           "configurations, rounded up; not read from its tables here")
 #: Every figure used for the IP around the cores, per instance (per slave port where the name says so).
@@ -91,6 +102,10 @@ ESTIMATES: dict[str, Estimate] = {
     "axi_dma mm2s 128b": Estimate(1_600, 2_400, 2, 0, _PG021),
     "axi_dma s2mm <=64b": Estimate(1_400, 2_100, 1, 0, _PG021),
     "axi_dma s2mm 128b": Estimate(1_700, 2_600, 2, 0, _PG021),
+    "axi_dma mm2s 256b": Estimate(2_200, 3_400, 4, 0, _PG021_WIDE),
+    "axi_dma s2mm 256b": Estimate(2_300, 3_600, 4, 0, _PG021_WIDE),
+    "axi_dma mm2s 512b": Estimate(3_400, 5_400, 8, 0, _PG021_WIDE),
+    "axi_dma s2mm 512b": Estimate(3_500, 5_600, 8, 0, _PG021_WIDE),
     "axi-lite interconnect base": Estimate(600, 700, 0, 0,
                                            _PG059 + ": the PS master's AXI3 -> AXI4-Lite protocol converter"),
     "axi-lite interconnect per slave": Estimate(60, 40, 0, 0, _PG059 + ": SASD crossbar decode and read mux"),
@@ -108,7 +123,11 @@ GOALS: dict[str, dict[str, float]] = {
 
 
 def _dma_key(direction: str, width: int) -> str:
-    return f"axi_dma {direction} {'<=64b' if width <= 64 else '128b'}"
+    """The estimate of a DMA channel: the smallest width bucket that holds ``width`` bits (<=64, 128, 256, 512)."""
+    for bucket in (64, 128, 256, 512):
+        if width <= bucket:
+            return f"axi_dma {direction} {'<=64b' if bucket == 64 else f'{bucket}b'}"
+    raise ValueError(f"no DMA estimate for a {width}-bit {direction} stream (at most 512 bits)")
 
 
 def infrastructure(board: str) -> list[dict]:
@@ -118,10 +137,10 @@ def infrastructure(board: str) -> list[dict]:
     items: list[tuple[str, str, str, int]] = []        # (name, config, estimate key, count)
     dmas = [(name, params) for name, params in cores if name in STREAMS]
     for name, params in dmas:
-        direction, width_of = STREAMS[name]
-        width = width_of(params)
-        items.append((f"axi_dma ({name})", f"{direction.upper()}, {width}-bit stream, simple mode",
-                      _dma_key(direction, width), 1))
+        for direction, width_of in STREAMS[name]:
+            width = width_of(params)
+            items.append((f"axi_dma ({name})", f"{direction.upper()}, {width}-bit stream, simple mode",
+                          _dma_key(direction, width), 1))
     slaves = len(cores) + len(dmas)
     items.append(("axi-lite interconnect", f"1 master (PS) x {slaves} slaves", "axi-lite interconnect base", 1))
     items.append(("axi-lite interconnect", f"{slaves} slave ports", "axi-lite interconnect per slave", slaves))

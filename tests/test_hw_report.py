@@ -259,8 +259,15 @@ def test_overlay_infrastructure_pynq_z2() -> None:
     assert "MM2S, 64-bit" in dma_v["config"]
     assert dma_v["lut"] == overlay_budget.ESTIMATES["axi_dma mm2s <=64b"].lut
     per_slave = next(i for i in infra if i["config"].endswith("slave ports"))
-    assert per_slave["config"] == "6 slave ports"           # 4 cores + 2 DMAs' register ports
-    assert per_slave["lut"] == 6 * overlay_budget.ESTIMATES["axi-lite interconnect per slave"].lut
+    assert per_slave["config"] == "8 slave ports"           # 5 cores + 3 DMAs' register ports
+    assert per_slave["lut"] == 8 * overlay_budget.ESTIMATES["axi-lite interconnect per slave"].lut
+    # the draft engine's one DMA has both channels, each sized by its stream width (4 x 8: 256 and 128 bits)
+    de = [i for i in infra if i["name"] == "axi_dma (draftengine)"]
+    assert [i["config"].split(",")[:2] for i in de] == [["MM2S", " 256-bit stream"], ["S2MM", " 128-bit stream"]]
+    assert de[0]["lut"] == overlay_budget.ESTIMATES["axi_dma mm2s 256b"].lut
+    assert next(i for i in infra if i["config"].endswith("extra masters"))["config"] == "2 extra masters"
+    with pytest.raises(ValueError, match="no DMA estimate for a 1024-bit mm2s stream"):
+        overlay_budget._dma_key("mm2s", 1024)
     kv = overlay_budget.infrastructure("kv260")
     assert "MM2S, 128-bit" in next(i for i in kv if i["name"] == "axi_dma (verifier)")["config"]
 
@@ -291,6 +298,7 @@ def test_overlay_boards_and_hook() -> None:
     assert set(overlay_budget.OVERLAY_CORES) == set(overlay_budget.BOARDS) == {"pynq-z2", "kv260"}
     z2 = dict(overlay_budget.OVERLAY_CORES["pynq-z2"])
     assert z2["verifier"] == {"VOCAB_MAX": 50272, "LANES": 4}
+    assert z2["draftengine"] == overlay_budget.Z2_DRAFTENGINE and z2["draftengine"]["ROWS"] == 4
     assert overlay_budget.PARTS["xck26"].budget() == {"lut": 117_120, "ff": 234_240, "bram36": 144, "uram": 64,
                                                       "dsp": 1_248}
     with pytest.raises(KeyError, match="valid boards"):

@@ -85,8 +85,26 @@ def test_job_checks_the_draft_engine(kw, message):
         Job(prompts=("x",), **kw)
 
 
-@pytest.mark.parametrize("backend", ["sim", "pynq"])
-def test_a_fabric_draft_off_the_golden_backend_is_refused_before_anything_runs(backend, monkeypatch):
+def test_a_fabric_draft_on_a_board_is_refused_before_anything_runs(monkeypatch):
+    """No board overlay holds the engine yet: backend pynq refuses a fabric draft before any model loads
+    (ref and sim run it: tests/test_runtime.py, tests/test_demo_pair.py)."""
     monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))
-    with pytest.raises(OptionError, match=f"on backend '{backend}'"):
-        runtime.run({"prompts": ["x"], "draft_engine": "fabric"}, backend)
+    with pytest.raises(OptionError, match="on backend 'pynq'"):
+        runtime.run({"prompts": ["x"], "draft_engine": "fabric"}, "pynq")
+
+
+def test_bind_refuses_a_draft_larger_than_the_engine():
+    """A layer the engine's memories cannot hold is refused by name and size when the draft is placed."""
+    torch = pytest.importorskip("torch")
+    n, k = 600, 64
+    q = int8draft.QLinear("big", np.ones((n, k), np.int64), np.zeros(n, np.int64), np.ones(n, np.int64),
+                          np.zeros(n, np.int64), 1.0, np.ones(n), 16, np.ones(k))
+    model = torch.nn.Sequential(int8draft.EngineModule(q))
+    small = runtime.golden_draftengine({"WDEPTH": 256, "PDEPTH": 16})
+    with pytest.raises(ValueError, match="a 600 x 64 layer needs 600 weight beats and 75 parameter tiles; "
+                                         "256 and 16 are free"):
+        int8draft.bind(model, small)
+    fits = runtime.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
+    assert int8draft.bind(model, fits) == {"layers": 1, "weight_beats": 600, "param_tiles": 75}
+    y = model(torch.ones(2, k, dtype=torch.float64))
+    assert y.shape == (2, n) and fits.jobs == 1
