@@ -28,7 +28,7 @@ TLAST on the last beat) stops the core with SHORT_STREAM / LONG_STREAM. In the e
 takes and drops s_axis beats, so a DMA transfer still completes, until CTRL.SOFT_RESET.
 
 Cycle model (``hls_ref.draftengine.cycles``): ``CYCLES_BUSY - CYCLES_STALL = DE_CHECK + beats in``, plus,
-for RUN, ``M * ceil(N/R) * ceil(K/C) + DE_PIPE(COLS)``.
+for RUN, ``M * ceil(N/R) * ceil(K/C) + de_pipe(COLS) + 1`` (the last beat's handshake).
 """
 from __future__ import annotations
 

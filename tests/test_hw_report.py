@@ -235,8 +235,11 @@ def test_rows_for_real_builds() -> None:
     rows = hw.rows_for()
     assert [(c, p) for c, p in rows][0] == ("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16,
                                                          "TREE_MAX": 64})
-    assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "draftengine", "rng", "axil"]
-    assert [p["WDEPTH"] for c, p in rows if c == "draftengine"] == [2048]
+    assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "draftengine",
+                                    "draftengine", "rng", "axil"]
+    assert [(p["ROWS"], p["WDEPTH"]) for c, p in rows if c == "draftengine"] == [(8, 2048), (4, 4096)]
+    from fpga import overlay_budget
+    assert dict(overlay_budget.OVERLAY_CORES["pynq-z2"])["draftengine"] in [p for c, p in rows if c == "draftengine"]
     assert {p["PAGES"] for c, p in rows if c == "kvpage"} == {256, 1024}
     assert [p["LANES"] for c, p in hw.rows_for(["verifier"])] == [4, 8]
     assert hw.rows_for(["verifier"], {"verifier": {"LANES": "2"}})[0][1]["LANES"] == 2

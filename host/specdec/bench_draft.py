@@ -15,7 +15,7 @@ The engine's own figures come from the RTL in the same run:
 * ``cycles_per_token``: one M = 1 job per engine layer, each costed by the cycle model
   (``hls_ref.draftengine.cycles``), which the cocotb tests and the agreement flow assert equal to the RTL's
   ``CYCLES_BUSY - CYCLES_STALL`` on every job they run (the demo draft's shapes included);
-* ``lut``, ``dsp``, ``bram36``, ``clock_hz``: yosys synthesis of the PYNQ-Z2 build (``fpga.hw.REPORT_ROWS``),
+* ``lut``, ``dsp``, ``bram36``, ``clock_hz``: yosys synthesis of the ``ARRAY`` build (``fpga.hw.REPORT_ROWS``),
   the clock the 150 MHz target or the logic-only arrival allows (no Xilinx place and route here);
 * ``projected_step_s``: the KV260 with the weights on chip (cycles / clock); the PYNQ-Z2 with each layer's
   weights streamed in before its job (LOAD_W) at one 64-bit HP port's 8 bytes a clock.
@@ -60,9 +60,9 @@ def projection(shapes: list[tuple[str, int, int]], clock_hz: float = CLOCK_HZ) -
 
 
 def rtl_figures() -> dict:
-    """Synthesis of the PYNQ-Z2 build of the engine: resources, logic-only arrival, the clock it allows."""
+    """Synthesis of the engine's ``ARRAY`` build (xc7z020): resources, logic-only arrival, the clock it allows."""
     from fpga import hw
-    spec = [(c, p) for c, p in hw.REPORT_ROWS if c == "draftengine"]
+    spec = [(c, p) for c, p in hw.REPORT_ROWS if c == "draftengine" and (p["ROWS"], p["COLS"]) == ARRAY]
     row = hw.synth_rows(spec, jobs=1)[0]
     fmax = row.get("fmax_logic_only_hz")
     return {"params": row["params"], "lut": row.get("lut"), "dsp": row.get("dsp"), "bram36": row.get("bram36"),
@@ -145,7 +145,7 @@ def format_draft(res: dict) -> str:
         f"ms per drafted token",
         f"projected ({res['projection']['source']}): KV260 {res['projected_step_s']['kv260'] * 1e3:.3f} ms "
         f"(goal <= 1 ms: {mark(g['kv260_step_s']['met'])}), PYNQ-Z2 {res['projected_step_s']['pynq-z2'] * 1e3:.2f} ms",
-        f"RTL (PYNQ-Z2 build): {res['cycles_per_token']} cycles per token, {res['lut']} LUT, {res['dsp']} DSP, "
+        f"RTL ({ARRAY[0]}x{ARRAY[1]} build): {res['cycles_per_token']} cycles per token, {res['lut']} LUT, {res['dsp']} DSP, "
         f"{res['bram36']} RAMB36, arrival {res['rtl']['arrival_ns']} ns",
     ]
     return "\n".join(lines)
