@@ -265,6 +265,9 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     NTW = PDEPTH.bit_length()                  # holds 0..PDEPTH tiles
     MW = M_MAX.bit_length()
     PWORD = DE_PARAM_WORD_BITS
+    pf = {f.name: f for f in cmap.stream("param_word").fields}
+    if (pf["BIAS"].width, pf["MULT"].width, pf["SHIFT"].width) != (32, 16, 6):
+        raise ValueError(f"draftengine: requant_lane takes a 32-bit bias, 16-bit MULT, 6-bit SHIFT; map: {pf}")
     if R * PWORD > BW:
         raise ValueError(f"draftengine: a beat of {BW} bits cannot hold {R} parameter words")
     D_TREE = LC                                # registered adder-tree levels
@@ -419,8 +422,8 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     sats = [Signal(bool(0)) for _ in range(R)]
     for r in range(R):
         base = PWORD * r
-        insts.append(requant_lane(clk, ce, accs[r], pq(base + 32, base), pq(base + 48, base + 32),
-                                  pq(base + 54, base + 48), outsel, ys[r], sats[r]))
+        bias, mult, shift = (pq(base + pf[n].lsb + pf[n].width, base + pf[n].lsb) for n in ("BIAS", "MULT", "SHIFT"))
+        insts.append(requant_lane(clk, ce, accs[r], bias, mult, shift, outsel, ys[r], sats[r]))
     lanes_q = Signal(intbv(0)[LR + 1:])
     insts.append(delay(clk, ce, lanes0, lanes_q, D_ACC + 1 + D_REQ))
     DEV = D_ACC + 1 + D_REQ                    # issue -> requantized value (the event shift register's length)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwcontract.formats import DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX
+from hwcontract.formats import DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX, de_param_fields
 
 _LO, _HI = -(1 << (DE_OPERAND_BITS - 1)), (1 << (DE_OPERAND_BITS - 1)) - 1
 
@@ -153,10 +153,7 @@ def memory_run(wbeats: np.ndarray, pbeats: np.ndarray, abeats: np.ndarray, m: in
     w = np.asarray(wbeats, np.uint8).view(np.int8).reshape(nt, kc, rows, cols).transpose(0, 2, 1, 3)
     w = w.reshape(nt * rows, kc * cols)
     x = np.asarray(abeats, np.uint8).view(np.int8).reshape(m, ab * rc)[:, :kc * cols]
-    words = np.ascontiguousarray(np.asarray(pbeats, np.uint8)[:, :rows * 8]).view("<u8").reshape(nt * rows)
-    bias = (words & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-    mult = ((words >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
-    shift = ((words >> np.uint64(48)) & np.uint64(0x3F)).astype(np.int64)
+    bias, mult, shift = de_param_fields(pbeats, rows)
     if out_bits == 32:
         mult, shift = np.ones_like(mult), np.zeros_like(shift)
     acc = matmul(x, w)

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from hwcontract.regmap import LOGIT_BITS, core
+from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, core
 
 LOGIT_FRAC = 8              # Q7.8: code = round(logit * 256)
 LOGIT_NEG_INF = -(1 << 15)  # -32768 means -inf (masked by top-k/top-p)
@@ -247,7 +247,7 @@ DE_K_LIMIT = (1 << 31) // (1 << 14) - 1     # 131071: K * 128 * 128 < 2**31
 DE_BIAS_BITS = 32           # per-channel bias, added to the sum before scaling (int32)
 DE_MULT_BITS = 16           # per-channel multiplier, unsigned: y = round((acc + bias) * MULT / 2**SHIFT)
 DE_SHIFT_MAX = 48           # per-channel right shift 0..48 ((acc + bias) * MULT fits 49 bits)
-DE_OUT_BITS = (8, 16, 32)   # output width: 8/16 requantized and saturated; 32 is acc + bias, saturated
+DE_OUT_BITS = tuple(DE_OUT_CODES)   # output width: 8/16 requantized and saturated; 32 is acc + bias, saturated
 
 
 def de_multiplier(scale: float) -> tuple[int, int]:
@@ -314,6 +314,20 @@ def de_param_beats(bias, mult, shift, rows: int, cols: int) -> np.ndarray:
     beats = np.zeros((nt, rows * cols), np.uint8)
     beats[:, :rows * 8] = words.astype("<u8").view(np.uint8).reshape(nt, rows * 8)
     return beats
+
+
+def de_param_fields(beats, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(bias, mult, shift)`` (int64, ``tiles * ROWS`` channels) of parameter beats, as the core reads them
+    (the inverse of :func:`de_param_beats`, every field at its full width)."""
+    beats = np.asarray(beats, np.uint8)
+    words = np.ascontiguousarray(beats[:, :rows * 8]).view("<u8").reshape(-1)
+
+    def field(name: str) -> np.ndarray:
+        f = _DE_PARAM[name]
+        return (words >> np.uint64(f.lsb)) & np.uint64((1 << f.width) - 1)
+
+    bias = field("BIAS").astype(np.uint32).view(np.int32).astype(np.int64)
+    return bias, field("MULT").astype(np.int64), field("SHIFT").astype(np.int64)
 
 
 def de_act_beats(x, rows: int, cols: int) -> np.ndarray:

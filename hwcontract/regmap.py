@@ -541,8 +541,10 @@ DE_PARAM_WORD_BITS = 64   # one output channel's requantization parameters in a 
 DE_OPS = (("LOAD_W", 1, "Write COUNT beats from s_axis into the weight memory from beat ADDR."),
           ("LOAD_P", 2, "Write COUNT beats from s_axis into the parameter memory from tile ADDR."),
           ("RUN", 3, "One job: M * ceil(K / (ROWS*COLS)) activation beats in, ceil(N / ROWS) * M result beats out."))
-DE_OUTS = (("OUT8", 0, "int8 outputs (requantized, saturated)"), ("OUT16", 1, "int16 outputs (requantized, saturated)"),
-           ("OUT32", 2, "int32 outputs: acc + BIAS, saturated (MULT and SHIFT unused)"))
+DE_OUT_CODES = {8: 0, 16: 1, 32: 2}     # output width (bits) -> CONFIG.OUT code
+DE_OUTS = (("OUT8", DE_OUT_CODES[8], "int8 outputs (requantized, saturated)"),
+           ("OUT16", DE_OUT_CODES[16], "int16 outputs (requantized, saturated)"),
+           ("OUT32", DE_OUT_CODES[32], "int32 outputs: acc + BIAS, saturated (MULT and SHIFT unused)"))
 
 
 def _draftengine_map() -> CoreMap:

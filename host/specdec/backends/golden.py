@@ -15,6 +15,7 @@ from hls_ref import draftengine as de_ref
 from hls_ref import kvpage as kv_ref
 from hwcontract import params as hwparams
 from hwcontract.latency import DE_CHECK
+from hwcontract.regmap import DE_OUT_CODES
 from hls_ref import rng as rng_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
@@ -407,7 +408,7 @@ class DraftengineModel(RegisterModel):
         self.done = False
         cfg = self.cmap.reg("CONFIG").decode(self.rw["CONFIG"])
         op = {v: n for n, v, _ in self.cmap.reg("CONFIG").field("OP").values}.get(cfg["OP"])
-        outs = {v: int(n[3:]) for n, v, _ in self.cmap.reg("CONFIG").field("OUT").values}
+        outs = {code: bits for bits, code in DE_OUT_CODES.items()}
         r = self.rw
         self.ro["CYCLES_BUSY"] = DE_CHECK             # the CHECK cycles run before any error is known
         if op is None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from hls_ref import draftengine as golden
 from hwcontract.formats import de_act_beats, de_param_beats, de_unpack_outputs, de_weight_beats
+from hwcontract.regmap import DE_OUT_CODES
 
 from ..backends.device import RowStream, WordSink
 from ..errors import SpecdecError
@@ -66,7 +67,6 @@ class DraftEngine(SpecdecIP):
         self.jobs = self.busy_cycles = 0
         cfg = self.cmap.reg("CONFIG")
         self._ops = {n: v for n, v, _ in cfg.field("OP").values}
-        self._outs = {int(n[3:]): v for n, v, _ in cfg.field("OUT").values}
 
     def attach(self, stream: RowStream, sink: WordSink) -> None:
         """Send beats through ``stream`` and receive results through ``sink``."""
@@ -90,7 +90,7 @@ class DraftEngine(SpecdecIP):
     def _operation(self, op: str, out_bits: int = 8, **regs: int) -> None:
         for name, value in regs.items():
             self.write_reg(name, value)
-        self.write_fields("CONFIG", OP=self._ops[op], OUT=self._outs[out_bits])
+        self.write_fields("CONFIG", OP=self._ops[op], OUT=DE_OUT_CODES[out_bits])
         self.start()
         if self.read_fields("STATUS")["ERROR"]:
             self.check()
