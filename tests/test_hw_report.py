@@ -300,7 +300,9 @@ def test_overlay_totals_and_goals() -> None:
 def test_overlay_boards_and_hook() -> None:
     assert set(overlay_budget.OVERLAY_CORES) == set(overlay_budget.BOARDS) == {"pynq-z2", "kv260"}
     z2 = dict(overlay_budget.OVERLAY_CORES["pynq-z2"])
-    assert z2["verifier"] == {"VOCAB_MAX": 50272, "LANES": 4}
+    assert z2["verifier"] == {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}
+    kv = dict(overlay_budget.OVERLAY_CORES["kv260"])
+    assert kv["verifier"]["LANES"] == 8 and kv["draftengine"]["WDEPTH"] * 64 >= 2_359_296   # N = 4096 draft on chip
     assert z2["draftengine"] == overlay_budget.Z2_DRAFTENGINE and z2["draftengine"]["ROWS"] == 4
     assert overlay_budget.PARTS["xck26"].budget() == {"lut": 117_120, "ff": 234_240, "bram36": 144, "uram": 64,
                                                       "dsp": 1_248}

@@ -7,14 +7,7 @@ from pynq.registers import RegisterMap
 from ..errors import CoreError, CoreTimeout, HardwareMismatch
 from hwcontract.regmap import CoreMap, core
 
-VLNV_VENDOR = "specdec.dev"
-VLNV_LIBRARY = "specdec"
-VLNV_VERSION = "1.0"
-
-
-def vlnv(core_name: str) -> str:
-    """The IP-XACT VLNV the board scripts package a core under (pynq's ``bindto`` key)."""
-    return f"{VLNV_VENDOR}:{VLNV_LIBRARY}:{core_name}:{VLNV_VERSION}"
+from hwcontract.board import core_vlnv as vlnv   # the VLNV build.tcl packages a core under (pynq's ``bindto``)
 
 
 _PYNQ_ACCESS = {"ro": "read-only", "rw": "read-write", "pulse": "write-only"}

@@ -1,0 +1,207 @@
+"""The overlay's block design, per board: the one source of what a bitstream holds.
+
+Everything that names or sizes a piece of the block design reads it here:
+
+* ``bitstreams/build.tcl`` sources ``bitstreams/<board>/design.tcl``, which ``scripts/gen.py`` renders from
+  :func:`design` (the board preset, the PS, the fabric clock, each core cell with its parameters and address,
+  each AXI DMA with its channel widths);
+* the emulated board (``specdec.emuboard``) renders the hardware description (``.hwh``) that ``pynq.Overlay``
+  parses from the same :func:`design`;
+* the runtime and the overlay class (``specdec.overlay``) find the cores and the DMAs by the cell names here;
+* the resource budget (``fpga.overlay_budget``) synthesises the cores at the parameters here.
+
+A core's cell is named after the core (``verifier``, ``treemask``, ``kvpage``, ``draftengine``, ``rng``): that
+is its attribute on the overlay. Each stream core has one AXI DMA in simple mode, named ``<core>_dma``, whose
+MM2S channel feeds the core's input stream and whose S2MM channel takes its output stream. A DMA's memory-map
+side is as wide as its stream (a stream may not be wider than its memory map); the interconnect to the HP port
+converts widths.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from hwcontract import params as hwparams
+from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, core
+
+#: The fabric clock every core is built for and every board's PS generates (FCLK0 / PL0).
+FCLK_HZ = 150_000_000
+#: The AXI DMA's buffer-length register width (bits) on every channel: transfers up to 64 MiB - 1 bytes,
+#: the IP's largest (PG021: c_sg_length_width 8..26).
+DMA_LENGTH_WIDTH = 26
+#: The DMA's memory-map burst length (beats) on every channel.
+DMA_BURST = 16
+#: Address window of one core's or one DMA's AXI-Lite slave in the block design (Vivado's 64 KiB minimum
+#: segment for a packaged IP; the cores decode only their low ``addr_width`` bits).
+SLAVE_RANGE = 0x1_0000
+#: pynq's VLNV of the AXI DMA IP (pynq.lib.dma.DMA binds to it).
+DMA_VLNV = "xilinx.com:ip:axi_dma:7.1"
+#: The VLNV a core is packaged under (the drivers' ``bindto``).
+CORE_VENDOR, CORE_LIBRARY, CORE_VERSION = "specdec.dev", "specdec", "1.0"
+
+
+def core_vlnv(name: str) -> str:
+    """The IP-XACT VLNV that ``build.tcl`` packages core ``name`` under, and that its driver binds to."""
+    return f"{CORE_VENDOR}:{CORE_LIBRARY}:{name}:{CORE_VERSION}"
+
+
+def stream_width(name: str, port: str, params: Mapping[str, int]) -> int:
+    """TDATA width in bits of stream ``port`` of core ``name`` built at ``params``."""
+    p = hwparams.check(name, params)
+    if name == "verifier" and port == "s_axis":
+        return 16 * p["LANES"]
+    if name == "draftengine" and port == "s_axis":
+        return 8 * p["ROWS"] * p["COLS"]
+    if name == "draftengine" and port == "m_axis":
+        return 32 * p["ROWS"]
+    return core(name).stream(port).width          # fixed by the contract (treemask's mask rows)
+
+
+@dataclass(frozen=True)
+class Dma:
+    """One AXI DMA (simple mode, no scatter-gather) serving one core's streams."""
+
+    cell: str
+    core: str
+    mm2s: str | None          # the core's input stream the MM2S channel feeds
+    mm2s_width: int           # bits; 0 without MM2S
+    s2mm: str | None          # the core's output stream the S2MM channel takes
+    s2mm_width: int           # bits; 0 without S2MM
+    length_width: int = DMA_LENGTH_WIDTH
+    burst: int = DMA_BURST
+
+    @property
+    def max_bytes(self) -> int:
+        """The largest transfer one channel takes."""
+        return (1 << self.length_width) - 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One core in the block design: its cell name (= core name), build parameters and address window."""
+
+    name: str
+    params: Mapping[str, int]
+    base: int
+    range: int = SLAVE_RANGE
+
+    @property
+    def vlnv(self) -> str:
+        return core_vlnv(self.name)
+
+
+@dataclass(frozen=True)
+class Board:
+    """One board's block design."""
+
+    name: str
+    part: str                 # the Vivado part
+    board_part: str           # the Vivado board preset (set_property board_part)
+    ps: str                   # the PS IP: processing_system7 or zynq_ultra_ps_e
+    ps_vlnv: str
+    gp: str                   # the PS's AXI master the AXI-Lite slaves hang off
+    hp: str                   # the PS's AXI slave port the DMAs reach DDR through
+    hp_width: int             # that port's data width (bits)
+    gp_base: int              # the first address of the GP master's window
+    pynq: str                 # the pynq releases that run on the board
+    cells: tuple[Cell, ...]
+    dmas: tuple[Dma, ...]
+    fclk_hz: int = FCLK_HZ
+    notes: str = ""
+
+    def cell(self, name: str) -> Cell:
+        for c in self.cells:
+            if c.name == name:
+                return c
+        raise KeyError(f"board {self.name}: no core {name!r} in its overlay; cores: {[c.name for c in self.cells]}")
+
+    def dma(self, core_name: str) -> Dma:
+        """The DMA serving core ``core_name``'s streams."""
+        for d in self.dmas:
+            if d.core == core_name:
+                return d
+        raise KeyError(f"board {self.name}: core {core_name!r} has no DMA; DMAs serve "
+                       f"{[d.core for d in self.dmas]}")
+
+    def core_params(self) -> dict[str, dict[str, int]]:
+        return {c.name: dict(c.params) for c in self.cells}
+
+    def slaves(self) -> list[tuple[str, int, int]]:
+        """Every AXI-Lite slave on the GP master: ``(cell, base, range)``, cores first, then the DMAs."""
+        out = [(c.name, c.base, c.range) for c in self.cells]
+        base = self.gp_base + len(self.cells) * SLAVE_RANGE
+        for i, d in enumerate(self.dmas):
+            out.append((d.cell, base + i * SLAVE_RANGE, SLAVE_RANGE))
+        return out
+
+    def address(self, cell: str) -> int:
+        for name, base, _ in self.slaves():
+            if name == cell:
+                return base
+        raise KeyError(f"board {self.name}: no cell {cell!r}")
+
+
+def dma_cell(core_name: str) -> str:
+    """The cell name of the DMA serving core ``core_name`` (its attribute on the overlay)."""
+    return f"{core_name}_dma"
+
+
+#: Which stream ports a core's DMA channels serve: core -> (MM2S feeds, S2MM takes). The draft engine's
+#: parameter words (``param_word``) arrive on its s_axis during LOAD_P, so one MM2S channel serves both.
+STREAM_PORTS: Mapping[str, tuple[str | None, str | None]] = MappingProxyType({
+    "verifier": ("s_axis", None),
+    "treemask": (None, "m_axis"),
+    "draftengine": ("s_axis", "m_axis"),
+})
+
+#: The PYNQ-Z2's draft engine: 4 x 8 (its step is bound by the HP port streaming the weights, 8 bytes a clock,
+#: so a wider array would idle), a weight memory that holds the demo draft's largest layer but not the head
+#: (4,096 beats of 32 bytes; the head streams in pieces), 512 parameter tiles.
+Z2_DRAFTENGINE = {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}
+#: The KV260's draft engine: 8 x 8 with the demo draft's weights on chip at a 4,096-token hot head (36,864
+#: beats of 64 bytes = 2.25 MiB: URAM at 64-bit packing holds 2 MiB, block RAM the rest; docs/draftengine.md,
+#: Sizing), parameter tiles for its 11,008 channels.
+KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 36864, "PDEPTH": 2048, "K_MAX": 512, "M_MAX": 16}
+
+_CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
+    "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}),
+                ("treemask", {"NODES_MAX": 64}),
+                ("kvpage", {"PAGES": 256, "MAX_BLOCKS": 64}),
+                ("draftengine", Z2_DRAFTENGINE),
+                ("rng", {})],
+    "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8, "GAMMA_MAX": 16, "TREE_MAX": 64}),
+              ("treemask", {"NODES_MAX": 64}),
+              ("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS}),
+              ("draftengine", KV260_DRAFTENGINE),
+              ("rng", {})],
+}
+
+_PS = {
+    "pynq-z2": dict(part="xc7z020clg400-1", board_part="tul.com.tw:pynq-z2:part0:1.0", ps="processing_system7",
+                    ps_vlnv="xilinx.com:ip:processing_system7:5.5", gp="M_AXI_GP0", hp="S_AXI_HP0", hp_width=64,
+                    gp_base=0x4000_0000, pynq="3.x (PYNQ 4.0 dropped the PYNQ-Z1/Z2)",
+                    notes="ARMv7, 512 MB: no torch; runs the cores with logits recorded or sent by a host"),
+    "kv260": dict(part="xck26-sfvc784-2LV-c", board_part="xilinx.com:kv260_som:part0:1.4", ps="zynq_ultra_ps_e",
+                  ps_vlnv="xilinx.com:ip:zynq_ultra_ps_e:3.5", gp="M_AXI_HPM0_FPD", hp="S_AXI_HP0_FPD",
+                  hp_width=128, gp_base=0xA000_0000, pynq="3.x and 4.x (Kria-PYNQ)",
+                  notes="ARM64, 4 GB: runs the whole demo, models included"),
+}
+
+BOARDS: tuple[str, ...] = tuple(_PS)
+
+
+def design(board: str) -> Board:
+    """The block design of ``board`` (one of :data:`BOARDS`). Raises KeyError naming the boards."""
+    if board not in _PS:
+        raise KeyError(f"unknown board {board!r}; boards: {', '.join(BOARDS)}")
+    ps = _PS[board]
+    cells, dmas = [], []
+    for i, (name, given) in enumerate(_CORES[board]):
+        p = hwparams.check(name, given)
+        cells.append(Cell(name, MappingProxyType(p), ps["gp_base"] + i * SLAVE_RANGE))
+        if name in STREAM_PORTS:
+            mm2s, s2mm = STREAM_PORTS[name]
+            dmas.append(Dma(dma_cell(name), name, mm2s, stream_width(name, mm2s, p) if mm2s else 0,
+                            s2mm, stream_width(name, s2mm, p) if s2mm else 0))
+    return Board(name=board, cells=tuple(cells), dmas=tuple(dmas), **ps)
