@@ -9,7 +9,7 @@ export PATH := $(abspath $(VBIN)):$(abspath $(VENV)/bin):$(PATH)
 export PYTHONDONTWRITEBYTECODE := 1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo demo-tree test test-long test-icarus gen check-generated report clean
+.PHONY: setup demo demo-tree test test-long test-icarus gen check-generated report bitstream clean
 
 setup:
 	@bash scripts/setup.sh --ml
@@ -48,6 +48,13 @@ check-generated: setup
 
 report: setup
 	$(VENV)/bin/specdec hw report --json build/report.json
+
+# the board's overlay with Vivado: converts the cores at the board's parameters (hwcontract/board.py), runs
+# bitstreams/build.tcl, writes bitstreams/$(BOARD)/specdec.bit, .hwh and the timing/utilization reports.
+# Without Vivado on PATH it stops at once and says so.
+BOARD ?= kv260
+bitstream: setup
+	@$(PY) -m fpga.blockdesign --board $(BOARD)
 
 clean:
 	rm -rf build

@@ -7,6 +7,8 @@ Outputs (paths relative to the repository root)::
                                      register groups; number formats, sizes, build parameters, exp tables
                                      (rendered by scripts/gen_header.py)
     docs/registers.md                register reference for humans, with the formats and parameters
+    bitstreams/<board>/design.tcl    each board's block design for bitstreams/build.tcl (cells, parameters,
+                                     addresses, DMA widths: hwcontract/board.py, via fpga/blockdesign.py)
 
 Usage::
 
@@ -203,7 +205,10 @@ def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
 
 def outputs(cores: Mapping[str, CoreMap] | None = None) -> dict[Path, str]:
     """Every generated file: path relative to the repository root -> text."""
-    return {HEADER_PATH: render_header(cores), MARKDOWN_PATH: render_markdown(cores)}
+    from fpga.blockdesign import design_path, design_tcl        # the boards' block designs (build.tcl's input)
+    from hwcontract.board import BOARDS
+    return {HEADER_PATH: render_header(cores), MARKDOWN_PATH: render_markdown(cores),
+            **{design_path(b): design_tcl(b) for b in BOARDS}}
 
 
 def stale(root: Path = ROOT, cores: Mapping[str, CoreMap] | None = None) -> list[tuple[Path, str]]:

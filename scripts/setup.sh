@@ -16,6 +16,7 @@ WITH_ML=0
 need_apt=()
 command -v iverilog >/dev/null || need_apt+=(iverilog)
 command -v g++ >/dev/null || need_apt+=(g++)
+command -v tclsh >/dev/null || need_apt+=(tcl)          # tests/test_board_design.py runs build.tcl's Tcl
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
