@@ -246,6 +246,8 @@ def test_gamma_over_gamma_max_raises():
 V_SMALL = 8
 PROMPT = [1, 5, 2]
 N_SAMPLES = 2000        # generations per case (~8 s each on one core)
+N_FABRIC = 600          # with the engine draft (4x the cost per generation): its TV from the target is ~0.6,
+                        # so 600 samples still reject the draft's distribution at p ~ 0 (measured)
 INIT_STD = 0.1         # spread-out distributions: ~20-30 of the 64 outcomes above 1 %
 CASES = {"T1": Sampling(temperature=1.0), "T0.7-k5-p0.9": Sampling(temperature=0.7, top_k=5, top_p=0.9)}
 
@@ -336,8 +338,8 @@ def test_sampling_with_a_fabric_draft_follows_target(tiny_pair):
     s = CASES["T1"]
     p_target = exact_two_token_dist(target, s)
     p_draft = exact_two_token_dist(draft, s)
-    assert 0.5 * np.abs(p_target - p_draft).sum() > 0.2
-    counts = sample_counts(target, draft, s, N_SAMPLES, seed=7)
+    assert 0.5 * np.abs(p_target - p_draft).sum() > 0.4
+    counts = sample_counts(target, draft, s, N_FABRIC, seed=7)
     assert chi2_pvalue(counts, p_target) > ALPHA
     assert chi2_pvalue(counts, p_draft) < ALPHA
     engines = [m for m in q.modules() if hasattr(m, "runner")]
