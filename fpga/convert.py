@@ -39,6 +39,9 @@ WRAPPERS = ("axil",)                # toplevels without build parameters (not in
 _ROOT = Path(__file__).resolve().parents[1]
 
 
+toplevel_name = hwparams.toplevel_name      # the module name: the contract's (bitstreams/<board>/design.tcl uses it)
+
+
 def params_for(core: str, given: dict | None = None) -> dict[str, int]:
     """Validated parameters for ``core``: defaults overridden by ``given`` (ints, or strings from the CLI)."""
     if core not in BLOCKS:
@@ -49,13 +52,6 @@ def params_for(core: str, given: dict | None = None) -> dict[str, int]:
             raise KeyError(f"toplevel {core!r} has no parameters; got {sorted(given)}")
         return {}
     return hwparams.check(core, given)
-
-
-def toplevel_name(core: str, params: dict[str, int]) -> str:
-    """Verilog module name: the core name, suffixed with non-default parameters."""
-    default = hwparams.defaults(core) if params else {}
-    suffix = "".join(f"_{k.lower()}{v}" for k, v in sorted(params.items()) if v != default[k])
-    return core + suffix
 
 
 def source_digest() -> str:

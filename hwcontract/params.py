@@ -111,3 +111,10 @@ def check(core: str, given: Mapping[str, object] | None = None) -> dict[str, int
             raise KeyError(f"core {core!r} has no parameter {key!r}; valid parameters: {sorted(sp) or 'none'}")
         out[key] = sp[key].check(raw, core)
     return out
+
+
+def toplevel_name(core: str, values: Mapping[str, int]) -> str:
+    """The Verilog module (and file stem) of ``core`` built at ``values``: the core name, suffixed with each
+    non-default parameter (``verifier_lanes8_vocab_max50272``). A toplevel without parameters keeps its name."""
+    default = defaults(core) if values else {}
+    return core + "".join(f"_{k.lower()}{v}" for k, v in sorted(values.items()) if v != default[k])

@@ -8,7 +8,7 @@ Outputs (paths relative to the repository root)::
                                      (rendered by scripts/gen_header.py)
     docs/registers.md                register reference for humans, with the formats and parameters
     bitstreams/<board>/design.tcl    each board's block design for bitstreams/build.tcl (cells, parameters,
-                                     addresses, DMA widths: hwcontract/board.py, via fpga/blockdesign.py)
+                                     addresses, DMA widths: hwcontract/board.py, rendered by scripts/gen_design.py)
 
 Usage::
 
@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 sys.path.insert(0, str(ROOT))   # the contract package, whether or not the project is installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # gen_header, beside this file
+from gen_design import design_path, design_tcl  # noqa: E402
 from gen_header import SOURCES, contract_constants, render_header  # noqa: E402
 
 from hwcontract import params, regmap  # noqa: E402
+from hwcontract.board import BOARDS  # noqa: E402
 from hwcontract.regmap import CoreMap  # noqa: E402
 
 HEADER_PATH = Path("hls_ref/include/specdec_regs.h")
@@ -205,8 +207,6 @@ def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
 
 def outputs(cores: Mapping[str, CoreMap] | None = None) -> dict[Path, str]:
     """Every generated file: path relative to the repository root -> text."""
-    from fpga.blockdesign import design_path, design_tcl        # the boards' block designs (build.tcl's input)
-    from hwcontract.board import BOARDS
     return {HEADER_PATH: render_header(cores), MARKDOWN_PATH: render_markdown(cores),
             **{design_path(b): design_tcl(b) for b in BOARDS}}
 

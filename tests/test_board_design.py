@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from fpga.blockdesign import design_tcl, module_name
 from hwcontract import board as bd
+from hwcontract.params import toplevel_name
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from gen_design import design_tcl  # noqa: E402
 BUILD_TCL = ROOT / "bitstreams" / "build.tcl"
 # PG021 (AXI DMA v7.1): the values its stream and memory-map width parameters take
 PG021_STREAM_WIDTHS = {8, 16, 32, 64, 128, 256, 512, 1024}
@@ -88,7 +90,7 @@ def test_cores_packaged_at_the_boards_parameters(built) -> None:
     """The Verilog packaged is each core's build at the board's parameters (the full-vocabulary verifier)."""
     d, calls = built
     tops = [c[2] for c in _find(calls, "set_property", "top")]
-    assert tops == [module_name(c.name, c.params) for c in d.cells]
+    assert tops == [toplevel_name(c.name, dict(c.params)) for c in d.cells]
     assert [c[-1] for c in _find(calls, "add_files")] == [f"/verilog/{t}.v" for t in tops]
     ver = d.cell("verifier")
     assert ver.params["VOCAB_MAX"] == 50272 and "vocab_max50272" in tops[0]

@@ -95,13 +95,22 @@ def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load,
     assert f"{option} must be " in err and f"got {value}" in err, err
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--draft-engine", "fabric", "--backend", "pynq"], "no board overlay holds the draft engine yet"),
-    (["--draft-engine", "fabric", "--draft", "prompt-lookup"], "--draft-engine must be 'host' with prompt lookup"),
-])
-def test_fabric_draft_where_it_cannot_run_exits_2_before_any_model_loads(extra, message, no_model_load, capsys):
-    assert exit_code(["generate", "--prompt", "x", *extra]) == 2
-    assert message in capsys.readouterr().err
+def test_fabric_draft_with_prompt_lookup_exits_2_before_any_model_loads(no_model_load, capsys):
+    argv = ["generate", "--prompt", "x", "--draft-engine", "fabric", "--draft", "prompt-lookup"]
+    assert exit_code(argv) == 2
+    assert "--draft-engine must be 'host' with prompt lookup" in capsys.readouterr().err
+
+
+def test_fabric_draft_on_pynq_without_a_board_fails_before_any_model_loads(no_model_load, monkeypatch, tmp_path,
+                                                                          capsys):
+    """A fabric draft is taken on backend pynq (the board's overlay holds the engine); with no bitstream and no
+    emulated board the run stops at the overlay, before any model loads, naming the path and SPECDEC_EMULATE."""
+    from specdec import runtime
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
+    assert exit_code(["generate", "--prompt", "x", "--draft-engine", "fabric", "--backend", "pynq"]) == 1
+    err = capsys.readouterr().err
+    assert f"no bitstream at {tmp_path / 'none.bit'}" in err and f"{runtime.EMULATE_ENV}=kv260" in err, err
 
 
 def test_generate_unknown_model_exits_1(monkeypatch, capsys):
@@ -170,6 +179,7 @@ def test_bench_e2e_guard_outside_the_gammas_exits_2(capsys):
 
 
 def test_pynq_backend_without_a_board_fails_clearly(gpt2_dirs, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SPECDEC_EMULATE", raising=False)
     monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "missing.bit"))
     argv = ["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--backend", "pynq",
             "--max-new-tokens", "4"]

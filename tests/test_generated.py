@@ -89,7 +89,7 @@ def test_check_reports_missing_and_stale(tmp_path):
 
 def test_render_is_deterministic():
     assert gen.outputs() == gen.outputs()
-    assert set(gen.outputs()) == {gen.HEADER_PATH, gen.MARKDOWN_PATH}
+    assert set(gen.outputs()) == {gen.HEADER_PATH, gen.MARKDOWN_PATH} | {gen.design_path(b) for b in gen.BOARDS}
     assert HEADER.read_text() == gen.render_header()
     assert MARKDOWN.read_text() == gen.render_markdown()
 

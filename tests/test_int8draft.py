@@ -85,11 +85,14 @@ def test_job_checks_the_draft_engine(kw, message):
         Job(prompts=("x",), **kw)
 
 
-def test_a_fabric_draft_on_a_board_is_refused_before_anything_runs(monkeypatch):
-    """No board overlay holds the engine yet: backend pynq refuses a fabric draft before any model loads
-    (ref and sim run it: tests/test_runtime.py, tests/test_demo_pair.py)."""
+def test_a_fabric_draft_on_a_board_goes_to_the_overlay_before_any_model_loads(monkeypatch, tmp_path):
+    """Backend pynq takes a fabric draft (the overlay holds the engine: tests/test_emuboard.py runs it on the
+    emulated KV260); the overlay is loaded before any model, so a missing bitstream stops the run first."""
     monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))
-    with pytest.raises(OptionError, match="on backend 'pynq'"):
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
+    Job(prompts=("x",), draft_engine="fabric").check_backend("pynq")         # no OptionError
+    with pytest.raises(FileNotFoundError, match="no bitstream at .*none.bit"):
         runtime.run({"prompts": ["x"], "draft_engine": "fabric"}, "pynq")
 
 

@@ -55,7 +55,7 @@ class FakeDma:
 
     def __init__(self, sink) -> None:
         self.recvchannel = self
-        self.sink, self.idle, self.transferred, self.armed = sink, True, 0, None
+        self.sink, self.idle, self.error, self.transferred, self.armed = sink, True, False, 0, None
 
     def transfer(self, array, start: int = 0, nbytes: int = 0) -> None:
         self.armed = array

@@ -32,7 +32,7 @@ class FakeDma:
 
     def __init__(self, stream) -> None:
         self.sendchannel = self
-        self.stream, self.sent, self.idle = stream, [], True
+        self.stream, self.sent, self.idle, self.error = stream, [], True, False
 
     def transfer(self, array, start: int = 0, nbytes: int = 0) -> None:
         self.sent.append(array)

@@ -31,10 +31,10 @@ PROMPT_LOOKUP = PromptLookup.name
 #: Tree builders (``specdec.tree``): Medusa-style static paths, EAGLE-2's dynamic tree, Sequoia's DP topology.
 TREE_KINDS = ("static", "eagle", "sequoia")
 #: Where the draft model runs: ``host`` (transformers, float) or ``fabric`` (the int8 draft engine: its golden
-#: model on backend ``ref``; the RTL and the board come with the core, docs/draftengine.md).
+#: model on backend ``ref``, its RTL on ``sim``, the board's overlay on ``pynq``; docs/draftengine.md).
 DRAFT_ENGINES = ("host", "fabric")
-#: The backends a fabric draft runs on today.
-FABRIC_BACKENDS = ("ref", "sim")
+#: The backends a fabric draft runs on.
+FABRIC_BACKENDS = ("ref", "sim", "pynq")
 #: ``kv_block`` that leaves the page size to the runtime: the smallest power of two from
 #: ``specdec.kvlayout.DEFAULT_BLOCK`` (16) on at which the target's whole context fits the kvpage core
 #: (``specdec.kvlayout.pick_block``). A job may ask for any page size up to KV_BLOCK_MAX instead.
@@ -127,9 +127,8 @@ class Job:
         """OptionError when this job cannot run on ``backend`` (a fabric draft off FABRIC_BACKENDS)."""
         if self.draft_engine == "fabric" and backend not in FABRIC_BACKENDS:
             raise OptionError("draft_engine", self.draft_engine,
-                              f"'host' on backend {backend!r}: no board overlay holds the draft engine yet, so a "
-                              f"fabric draft runs on backend {' or '.join(FABRIC_BACKENDS)} (the golden model or "
-                              f"the RTL simulation)")
+                              f"'host' on backend {backend!r}: a fabric draft runs on backend "
+                              f"{' or '.join(FABRIC_BACKENDS)}")
 
     @property
     def speculative(self) -> bool:

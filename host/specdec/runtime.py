@@ -5,7 +5,11 @@ Backends (the decode loop does not know which it has):
 * ``ref``  the golden register models (``hls_ref`` behind the same drivers), in this process;
 * ``sim``  the RTL under Verilator through cocotb: the whole job runs inside the simulator's Python
   (``specdec/backends/sim_decode.py``), the drivers in a thread as on a board;
-* ``pynq`` a board: pynq ``Overlay``, the drivers bound by VLNV, rows DMA'd from ``pynq.allocate`` buffers.
+* ``pynq`` a board: :class:`specdec.overlay.SpecdecOverlay` (pynq ``Overlay``, the drivers bound by VLNV, rows
+  and results DMA'd through ``pynq.allocate`` buffers), the draft engine included. With ``SPECDEC_EMULATE`` set
+  to a board name (``kv260``, ``pynq-z2``) the same classes run on the emulated board
+  (:class:`specdec.emuboard.EmulatedBoard`: pynq's Overlay, DMA and buffers over the golden register models),
+  e.g. ``SPECDEC_EMULATE=kv260 specdec generate --backend pynq``.
 
 A job (:class:`specdec.job.Job`) is plain data, so the same :func:`execute` runs in this process or in the
 simulator. The model pairs and drafters are in :mod:`specdec.pairs`, the core builds in :mod:`specdec.builds`,
@@ -31,11 +35,15 @@ from .metrics import kv_report, record, summarize
 from .pairs import Pair, calibrated, drafter, encode, open_pair, paged_pair
 
 if TYPE_CHECKING:
-    from .drivers import KVPage, TreeMask, Verifier
+    from .drivers import DraftEngine, KVPage, TreeMask, Verifier
+    from .overlay import SpecdecOverlay
 
 BACKENDS = ("ref", "sim", "pynq")
-#: Where ``--backend pynq`` looks for the bitstream (override with SPECDEC_BITSTREAM).
-DEFAULT_BITSTREAM = models.ROOT / "bitstreams" / "pynq-z2" / "specdec.bit"
+#: Where ``--backend pynq`` looks for the bitstream (override with SPECDEC_BITSTREAM): the KV260's build.
+DEFAULT_BITSTREAM = models.ROOT / "bitstreams" / "kv260" / "specdec.bit"
+#: Set to a board name to run ``--backend pynq`` on that board emulated (:mod:`specdec.emuboard`) instead of
+#: on the board this process runs on.
+EMULATE_ENV = "SPECDEC_EMULATE"
 
 
 @dataclass(frozen=True)
@@ -100,30 +108,44 @@ def golden_kvpage(params: dict | None = None) -> KVPage:
     return KVPage(description("kvpage", dev))
 
 
-def pynq_verifier(bitstream: str | os.PathLike | None = None) -> Verifier:
-    """The verifier on a board (backend ``pynq``): the overlay's driver with its DMA row stream."""
-    return pynq_cores(bitstream).verifier
+def pynq_overlay(bitstream: str | os.PathLike | None = None, device=None) -> SpecdecOverlay:
+    """The specdec overlay on a board (backend ``pynq``), loaded.
 
-
-def pynq_cores(bitstream: str | os.PathLike | None = None) -> Cores:
-    """The verifier, the treemask core and the kvpage core on a board (backend ``pynq``), the first two with
-    their DMA channels; None for a core the bitstream lacks."""
-    path = Path(bitstream or os.environ.get("SPECDEC_BITSTREAM", DEFAULT_BITSTREAM))
+    ``device``: the pynq device to load it on (an :class:`~specdec.emuboard.EmulatedBoard`, or None: the board
+    ``SPECDEC_EMULATE`` names, emulated, when it is set; else pynq's device, the board this runs on).
+    ``bitstream``: default the emulated board's own, else ``SPECDEC_BITSTREAM`` or :data:`DEFAULT_BITSTREAM`.
+    """
+    from .overlay import SpecdecOverlay
+    if device is None and os.environ.get(EMULATE_ENV):
+        from hwcontract.board import BOARDS
+        from .emuboard import EmulatedBoard
+        name = os.environ[EMULATE_ENV]
+        if name not in BOARDS:
+            raise ValueError(f"{EMULATE_ENV}={name!r} is not a board; boards: {', '.join(BOARDS)}")
+        device = EmulatedBoard(name)
+    emulated = getattr(device, "bitfile", None)
+    path = Path(bitstream or emulated or os.environ.get("SPECDEC_BITSTREAM", DEFAULT_BITSTREAM))
     if not path.is_file():
-        raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with bitstreams/, or set "
-                                "SPECDEC_BITSTREAM); off a board use --backend ref or --backend sim")
-    import pynq
-    from .drivers.verifier import DmaStream
-    ol = pynq.Overlay(str(path))
-    drv = ol.verifier            # bound by VLNV; its constructor refuses a register-map hash mismatch
-    drv.attach(DmaStream(ol.axi_dma, pynq.allocate))
-    masker = None
-    if hasattr(ol, "treemask"):
-        from .drivers.treemask import DmaSink
-        masker = ol.treemask
-        masker.attach(DmaSink(ol.axi_dma_mask, allocator=pynq.allocate))
-    kv = getattr(ol, "kvpage", None)     # register-only IP: bound by VLNV, nothing to attach
-    return Cores(drv, masker, kv)
+        raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with `make bitstream`, or set "
+                                f"SPECDEC_BITSTREAM); off a board use --backend ref or --backend sim, or the "
+                                f"emulated board: {EMULATE_ENV}=kv260")
+    return SpecdecOverlay(path, device=device)
+
+
+def pynq_verifier(bitstream: str | os.PathLike | None = None, device=None) -> Verifier:
+    """The verifier on a board (backend ``pynq``): the overlay's driver with its DMA row stream."""
+    return pynq_cores(bitstream, device).verifier
+
+
+def pynq_cores(bitstream: str | os.PathLike | None = None, device=None) -> Cores:
+    """The verifier, the treemask core and the kvpage core on a board (backend ``pynq``, see
+    :func:`pynq_overlay`), the first two with their DMA channels; None for a core the overlay lacks."""
+    return pynq_overlay(bitstream, device).cores()
+
+
+def pynq_draftengine(bitstream: str | os.PathLike | None = None, device=None) -> DraftEngine:
+    """The draft engine on a board (backend ``pynq``, see :func:`pynq_overlay`) with its DMA stream and sink."""
+    return pynq_overlay(bitstream, device).draft_engine()
 
 
 def seed_words(seed: int, index: int) -> tuple[int, ...]:
@@ -232,5 +254,10 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
     job.check_backend(backend)
     if backend == "sim":
         return run_sim(job)
+    if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
+        ol = pynq_overlay()
+        c = ol.cores()
+        engine = ol.draft_engine() if job.draft_engine == "fabric" else None
+        return execute(job, c.verifier, pair, progress, c.masker, c.kv, engine)
     c = cores(backend)
     return execute(job, c.verifier, pair, progress, c.masker, c.kv)

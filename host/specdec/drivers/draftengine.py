@@ -4,7 +4,7 @@ On a board::
 
     ol = pynq.Overlay("specdec.bit")
     de = ol.draftengine                                    # bound through ``bindto``
-    de.attach(DmaStream(ol.axi_dma_draft), DmaSink(ol.axi_dma_draft, max_words=...))
+    de.attach(DmaStream(ol.draftengine_dma), DmaSink(ol.draftengine_dma, max_words=...))
     layer = de.place(w, bias, mult, shift)                 # weights and parameters loaded once
     y, saturated = de.matmul(x, layer, out_bits=16)        # (M, N) int64, count of clipped outputs
 

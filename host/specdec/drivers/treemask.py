@@ -4,7 +4,7 @@ On a board::
 
     ol = pynq.Overlay("specdec.bit")
     tm = ol.treemask                               # bound through ``bindto``
-    tm.attach(DmaSink(ol.axi_dma_1))               # mask words come back through the DMA's S2MM channel
+    tm.attach(DmaSink(ol.treemask_dma))            # mask words come back through the DMA's S2MM channel
     mask, depth = tm.masks(tree.parents)           # (N, N) bool, (N,) int64
     tm.cycles                                      # CYCLES_BUSY of that call
 
@@ -36,7 +36,7 @@ class DmaSink(WordSink):
     Parameters
     ----------
     dma : pynq.lib.dma.DMA
-        Any object with ``recvchannel.transfer(array)``, ``.wait()``, ``.idle`` and ``.transferred``.
+        Any object with ``recvchannel.transfer(array)``, ``.wait()``, ``.idle``, ``.error`` and ``.transferred``.
     allocator : callable, optional
         ``allocator(shape=..., dtype=...)``; default ``pynq.allocate``.
     max_words : int
@@ -44,7 +44,8 @@ class DmaSink(WordSink):
     word_bytes : int
         Bytes per stream word (default the m_axis width / 8).
     poll_limit : int
-        ``idle`` polls before :class:`CoreTimeout` (pynq's own ``wait`` would spin forever).
+        ``idle`` polls before :class:`CoreTimeout` (pynq's own ``wait`` would spin forever); a channel that
+        stops on an error raises :class:`SpecdecError` at once.
     """
 
     def __init__(self, dma, allocator=None, max_words: int = TREE_MAX_NODES, word_bytes: int = WORD_BYTES,
@@ -62,6 +63,10 @@ class DmaSink(WordSink):
         for _ in range(self.poll_limit):
             if self.channel.idle:
                 break
+            if self.channel.error:
+                raise SpecdecError(f"DMA receive into {self.buffer.nbytes} bytes stopped on an error (S2MM_DMASR "
+                                   f"error bits set: a frame longer than the buffer, or memory the DMA cannot "
+                                   f"reach; the DMA's soft reset clears them)")
         else:
             raise CoreTimeout(f"DMA receive not done after {self.poll_limit} polls (no TLAST from the core)")
         self.channel.wait()

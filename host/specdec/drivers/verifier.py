@@ -4,7 +4,7 @@ On a board::
 
     ol = pynq.Overlay("specdec.bit")
     ver = ol.verifier                              # bound through ``bindto``
-    ver.attach(DmaStream(ol.axi_dma_0))            # rows go out through the AXI DMA's MM2S channel
+    ver.attach(DmaStream(ol.verifier_dma))         # rows go out through the AXI DMA's MM2S channel
     ver.seed([1, 2, 3, 4])
     res = ver.verify(draft, p_logits, q_logits, temperature=0.8)
     res.tokens                                     # accepted draft tokens + the next token
@@ -97,11 +97,12 @@ class DmaStream(RowStream):
     Parameters
     ----------
     dma : pynq.lib.dma.DMA
-        Any object with ``sendchannel.transfer(array)``, ``sendchannel.wait()`` and ``sendchannel.idle``.
+        Any object with ``sendchannel.transfer(array)``, ``.wait()``, ``.idle`` and ``.error``.
     allocator : callable, optional
         ``allocator(shape=..., dtype=...)``; default ``pynq.allocate``.
     poll_limit : int
-        ``idle`` polls before :class:`CoreTimeout` (pynq's own ``wait`` would spin forever).
+        ``idle`` polls before :class:`CoreTimeout` (pynq's own ``wait`` would spin forever); a channel that
+        stops on an error raises :class:`SpecdecError` at once.
     """
 
     def __init__(self, dma, allocator=None, poll_limit: int = 1_000_000) -> None:
@@ -132,6 +133,9 @@ class DmaStream(RowStream):
         for _ in range(self.poll_limit):
             if self.channel.idle:
                 break
+            if self.channel.error:
+                raise SpecdecError(f"DMA send of {codes.nbytes} bytes stopped on an error (MM2S_DMASR error bits "
+                                   f"set; the DMA's soft reset clears them)")
         else:
             raise CoreTimeout(f"DMA send of {codes.nbytes} bytes not done after {self.poll_limit} polls")
         self.channel.wait()

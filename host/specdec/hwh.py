@@ -1,0 +1,273 @@
+"""The overlay's hardware description (``.hwh``), rendered from the block design in :mod:`hwcontract.board`.
+
+``bitstreams/build.tcl`` builds the block design that ``bitstreams/<board>/design.tcl`` holds, and
+``scripts/gen.py`` renders that file from :func:`hwcontract.board.design`; :func:`render` renders the
+hardware description of the same design from the same function, so the emulated board
+(:mod:`specdec.emuboard`) hands pynq's parser the cells, addresses and DMA configuration the bitstream
+has. A Vivado build writes its own ``specdec.hwh`` next to ``specdec.bit``; this one is not Vivado's.
+
+It holds what pynq reads, and nothing the design does not have:
+
+* the PS (``ps``): the parameters ``build.tcl`` sets (ports, HP width, the fabric clock) and the PL clocks'
+  configuration (enable, source, divisors, requested and achieved rate), from which pynq builds
+  ``clock_dict`` and sets the clocks on download; its GP master's address map (every core and DMA);
+* each core cell: its VLNV (what its driver binds to), its AXI-Lite slave and its streams;
+* each AXI DMA: the ``CONFIG`` values ``build.tcl`` sets (simple mode, channels, widths, burst, length
+  width) and the defaults it leaves (no realignment engine, 32-bit addresses, not micro), and its masters'
+  window into DDR through the PS's HP port.
+
+Left out, since pynq reads nothing there: port-level nets, the interconnects and the reset block. The cores'
+build parameters are baked into their Verilog (``fpga.convert``), so their cells have no IP parameters; the
+drivers read them from the cores' PARAMS registers.
+
+The PS facts below (reference clock, the PLL the PL clocks divide, the HP port's DDR segment) are the board
+presets', not the design's; they are here because :mod:`hwcontract.board` does not hold them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from xml.sax.saxutils import quoteattr
+
+from hwcontract import board as bd
+from hwcontract.regmap import core
+
+#: The block design's name in build.tcl (``create_bd_design specdec``): the SYSTEMINFO name.
+DESIGN_NAME = "specdec"
+#: The PS cell's name in build.tcl (``create_bd_cell ... ps``).
+PS_CELL = "ps"
+#: The rate pynq gives a PL clock the design leaves disabled (``pynq.ps.DEFAULT_PL_CLK_MHZ``).
+IDLE_CLOCK_MHZ = 100.0
+_AXIMM, _AXIS = "xilinx.com:interface:aximm:1.0", "xilinx.com:interface:axis:1.0"
+_DIV_MAX = 63                                   # each PL clock divisor is a 6-bit field
+
+
+@dataclass(frozen=True)
+class Ps:
+    """What a PS type's board preset fixes that pynq reads: clocks, the CPU, the HP port's DDR segment."""
+
+    arch: str                   # SYSTEMINFO ARCH
+    cpu: str                    # platform.machine() on the board: pynq picks its clock driver by it
+    ref_mhz: float              # the PS reference clock
+    pll: str                    # the PLL the PL clocks divide, as the PS names it in a clock's source
+    pll_fbdiv: int              # its feedback divisor
+    pll_div2: int               # its output halved (Zynq UltraScale+ only)
+    pll_srcsel: int             # a PL clock's SRCSEL field selecting that PLL
+    gp_width: int               # the GP master's data width (the preset's)
+    ddr_segment: str            # the HP port's DDR address block, as Vivado names it
+    ddr_base: int
+    ddr_size: int
+    params: dict                # PS parameter names (templates over the clock index i)
+
+    @property
+    def pll_mhz(self) -> float:
+        return self.ref_mhz * self.pll_fbdiv / (2 if self.pll_div2 else 1)
+
+
+PS_TYPES = {
+    # Zynq UltraScale+ (KV260): IOPLL = 33.333 MHz x 90 / 2; HP0_FPD reaches the low 2 GiB of DDR at 32 bits.
+    "zynq_ultra_ps_e": Ps(
+        arch="zynquplus", cpu="aarch64", ref_mhz=33.333, pll="IOPLL", pll_fbdiv=90, pll_div2=1, pll_srcsel=0,
+        gp_width=128, ddr_segment="HP0_DDR_LOW", ddr_base=0x0, ddr_size=0x8000_0000,
+        params=dict(ref="PSU__PSS_REF_CLK__FREQMHZ", fbdiv="PSU__CRL_APB__IOPLL_CTRL__FBDIV",
+                    div2="PSU__CRL_APB__IOPLL_CTRL__DIV2", enable="PSU__FPGA_PL{i}_ENABLE",
+                    src="PSU__CRL_APB__PL{i}_REF_CTRL__SRCSEL", div0="PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR0",
+                    div1="PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR1", want="PSU__CRL_APB__PL{i}_REF_CTRL__FREQMHZ",
+                    got="PSU__CRL_APB__PL{i}_REF_CTRL__ACT_FREQMHZ",
+                    set={"PSU__USE__M_AXI_GP0": 1, "PSU__USE__M_AXI_GP1": 0, "PSU__USE__S_AXI_GP2": 1},
+                    hp_width="PSU__SAXIGP2__DATA_WIDTH")),
+    # Zynq-7000 (PYNQ-Z2): IO PLL = 50 MHz x 20; HP0 reaches DDR and OCM in the low 512 MiB.
+    "processing_system7": Ps(
+        arch="zynq", cpu="armv7l", ref_mhz=50.0, pll="IO PLL", pll_fbdiv=20, pll_div2=0, pll_srcsel=0,
+        gp_width=32, ddr_segment="HP0_DDR_LOWOCM", ddr_base=0x0, ddr_size=0x2000_0000,
+        params=dict(ref="PCW_CRYSTAL_PERIPHERAL_FREQMHZ", fbdiv="PCW_IOPLL_CTRL_FBDIV", div2=None,
+                    enable="PCW_FPGA_FCLK{i}_ENABLE", src="PCW_FCLK{i}_PERIPHERAL_CLKSRC",
+                    div0="PCW_FCLK{i}_PERIPHERAL_DIVISOR0", div1="PCW_FCLK{i}_PERIPHERAL_DIVISOR1",
+                    want="PCW_FPGA{i}_PERIPHERAL_FREQMHZ", got="PCW_ACT_FPGA{i}_PERIPHERAL_FREQMHZ",
+                    set={"PCW_USE_M_AXI_GP0": 1, "PCW_USE_S_AXI_HP0": 1}, hp_width="PCW_S_AXI_HP0_DATA_WIDTH")),
+}
+
+
+def ps(design: bd.Board) -> Ps:
+    """The PS facts of ``design``'s processing system."""
+    if design.ps not in PS_TYPES:
+        raise KeyError(f"board {design.name}: no PS facts for {design.ps!r}; known: {sorted(PS_TYPES)}")
+    return PS_TYPES[design.ps]
+
+
+@dataclass(frozen=True)
+class PlClock:
+    """One PL clock as the PS generates it: two divisors of its source PLL."""
+
+    index: int
+    enabled: bool
+    want_mhz: float
+    div0: int
+    div1: int
+    mhz: float                  # what the divisors give
+
+
+def pl_clocks(design: bd.Board) -> list[PlClock]:
+    """PL clocks 0..3: clock 0 the design's fabric clock, the others disabled (at pynq's idle rate).
+
+    The divisors are the pair, each 1..63, whose product brings the PLL closest to the wanted rate (the
+    smallest product on a tie, ``div1`` as small as it can be).
+    """
+    p = ps(design)
+    out = []
+    for i in range(4):
+        want = design.fclk_hz / 1e6 if i == 0 else IDLE_CLOCK_MHZ
+        n = min(range(1, _DIV_MAX * _DIV_MAX + 1), key=lambda n: (abs(p.pll_mhz / n - want), n))
+        div1 = next(d for d in range(1, _DIV_MAX + 1) if n % d == 0 and n // d <= _DIV_MAX)
+        out.append(PlClock(i, i == 0, want, n // div1, div1, p.pll_mhz / n))
+    return out
+
+
+def ddr_window(design: bd.Board) -> tuple[int, int]:
+    """``(base, size)`` of the DDR the DMAs reach through the PS's HP port."""
+    p = ps(design)
+    return p.ddr_base, p.ddr_size
+
+
+def _part_fields(part: str) -> tuple[str, str, str]:
+    """SYSTEMINFO's DEVICE, PACKAGE and SPEEDGRADE of a Vivado part name."""
+    m = re.fullmatch(r"(xc[a-z]*\w*?\d+\w*?)-(\w+)-(\w+)(?:-\w+)?", part)          # xck26-sfvc784-2LV-c
+    if m:
+        return m.group(1), m.group(2), "-" + m.group(3)
+    m = re.fullmatch(r"xc(7z\d+)([a-z]+\d+)-(\w+)", part)                          # xc7z020clg400-1
+    if m:
+        return m.group(1), m.group(2), "-" + m.group(3)
+    raise ValueError(f"part {part!r}: not a Zynq-7000 or Zynq UltraScale+ part name")
+
+
+def _attrs(**kw) -> str:
+    return " ".join(f"{k}={quoteattr(str(v))}" for k, v in kw.items())
+
+
+def _params(params: dict, indent: str) -> list[str]:
+    lines = [f"{indent}<PARAMETERS>"]
+    lines += [f"{indent}  <PARAMETER {_attrs(NAME=k, VALUE=v)}/>" for k, v in params.items()]
+    return lines + [f"{indent}</PARAMETERS>"]
+
+
+def _busif(name: str, kind: str, vlnv: str, params: dict | None = None, **attrs) -> list[str]:
+    head = f"        <BUSINTERFACE {_attrs(**attrs, NAME=name, TYPE=kind, VLNV=vlnv)}"
+    if not params:
+        return [head + "/>"]
+    return [head + ">", *_params(params, "          "), "        </BUSINTERFACE>"]
+
+
+def _memrange(block: str, base: int, size: int, instance: str, master: str, memtype: str, slave: str) -> str:
+    return (f"        <MEMRANGE {_attrs(ADDRESSBLOCK=block, BASENAME='C_BASEADDR', BASEVALUE=f'0x{base:08X}')} "
+            f"{_attrs(HIGHNAME='C_HIGHADDR', HIGHVALUE=f'0x{base + size - 1:08X}', INSTANCE=instance)} "
+            f"{_attrs(IS_DATA='TRUE', IS_INSTRUCTION='TRUE', MASTERBUSINTERFACE=master, MEMTYPE=memtype)} "
+            f"{_attrs(SLAVEBUSINTERFACE=slave)}/>")
+
+
+def _module(cell: str, vlnv: str, params: dict, busifs: list[str], memory: list[str], **extra) -> list[str]:
+    vendor, library, name, version = vlnv.split(":")
+    lines = [f"    <MODULE {_attrs(FULLNAME='/' + cell, HWVERSION=version, INSTANCE=cell, IPTYPE='PERIPHERAL')} "
+             f"{_attrs(IS_ENABLE='1', **extra, MODTYPE=name, VLNV=vlnv)}>"]
+    lines += _params(params, "      ")
+    lines += ["      <BUSINTERFACES>", *busifs, "      </BUSINTERFACES>"]
+    if memory:
+        lines += ["      <MEMORYMAP>", *memory, "      </MEMORYMAP>"]
+    return lines + ["    </MODULE>"]
+
+
+def _stream_params(width_bits: int, fclk_hz: int) -> dict:
+    return {"TDATA_NUM_BYTES": width_bits // 8, "HAS_TLAST": 1, "HAS_TKEEP": 0, "FREQ_HZ": fclk_hz}
+
+
+def _ps_module(d: bd.Board) -> list[str]:
+    p, names = ps(d), ps(d).params
+    params = {names["ref"]: f"{p.ref_mhz:g}", names["fbdiv"]: p.pll_fbdiv}
+    if names["div2"]:
+        params[names["div2"]] = p.pll_div2
+    params.update(names["set"])
+    params[names["hp_width"]] = d.hp_width
+    for c in pl_clocks(d):
+        f = {k: v.format(i=c.index) for k, v in names.items() if isinstance(v, str) and "{i}" in v}
+        params.update({f["enable"]: int(c.enabled), f["src"]: p.pll, f["div0"]: c.div0, f["div1"]: c.div1,
+                       f["want"]: f"{c.want_mhz:g}", f["got"]: f"{c.mhz:.6f}"})
+    busifs = (_busif(d.gp, "MASTER", _AXIMM, DATAWIDTH=p.gp_width)
+              + _busif(d.hp, "SLAVE", _AXIMM, DATAWIDTH=d.hp_width))
+    memory = [_memrange("reg0", c.base, c.range, c.name, d.gp, "REGISTER", "s_axil") for c in d.cells]
+    memory += [_memrange("Reg", d.address(m.cell), bd.SLAVE_RANGE, m.cell, d.gp, "REGISTER", "S_AXI_LITE")
+               for m in d.dmas]
+    return _module(PS_CELL, d.ps_vlnv, dict(sorted(params.items())), busifs, memory, IS_PL="FALSE")
+
+
+def _core_module(d: bd.Board, c: bd.Cell) -> list[str]:
+    busifs = _busif("s_axil", "SLAVE", _AXIMM, DATAWIDTH=32)
+    for s in core(c.name).streams:
+        if s.name not in ("s_axis", "m_axis") or c.name not in bd.STREAM_PORTS:
+            continue
+        w = bd.stream_width(c.name, s.name, c.params)
+        inbound = s.name == bd.STREAM_PORTS[c.name][0]
+        bus = f"{bd.dma_cell(c.name)}_M_AXIS_MM2S" if inbound else f"{c.name}_{s.name}"
+        busifs += _busif(s.name, "TARGET" if inbound else "INITIATOR", _AXIS, _stream_params(w, d.fclk_hz),
+                         BUSNAME=bus)
+    params = {"Component_Name": f"{DESIGN_NAME}_{c.name}_0", "EDK_IPTYPE": "PERIPHERAL",
+              "C_BASEADDR": f"0x{c.base:08X}", "C_HIGHADDR": f"0x{c.base + c.range - 1:08X}"}
+    return _module(c.name, c.vlnv, params, busifs, [], MODCLASS="PERIPHERAL")
+
+
+def _dma_module(d: bd.Board, m: bd.Dma) -> list[str]:
+    base = d.address(m.cell)
+    params = {"Component_Name": f"{DESIGN_NAME}_{m.cell}_0", "EDK_IPTYPE": "PERIPHERAL",
+              "C_BASEADDR": f"0x{base:08X}", "C_HIGHADDR": f"0x{base + bd.SLAVE_RANGE - 1:08X}",
+              "c_include_sg": 0, "c_micro_dma": 0, "c_sg_length_width": m.length_width, "c_addr_width": 32,
+              "c_include_mm2s": int(m.mm2s_width > 0), "c_include_s2mm": int(m.s2mm_width > 0)}
+    busifs = _busif("S_AXI_LITE", "SLAVE", _AXIMM, DATAWIDTH=32)
+    ddr_base, ddr_size = ddr_window(d)
+    memory = []
+    for ch, port, width in (("mm2s", m.mm2s, m.mm2s_width), ("s2mm", m.s2mm, m.s2mm_width)):
+        if not width:
+            continue
+        stream = "M_AXIS_MM2S" if ch == "mm2s" else "S_AXIS_S2MM"
+        params.update({f"c_m_axi_{ch}_data_width": width,
+                       f"c_{'m_axis_mm2s' if ch == 'mm2s' else 's_axis_s2mm'}_tdata_width": width,
+                       f"c_{ch}_burst_size": m.burst, f"c_include_{ch}_dre": 0})
+        busifs += _busif(f"M_AXI_{ch.upper()}", "MASTER", _AXIMM, DATAWIDTH=width)
+        busifs += _busif(stream, "INITIATOR" if ch == "mm2s" else "TARGET", _AXIS, _stream_params(width, d.fclk_hz),
+                         BUSNAME=f"{m.cell}_{stream}" if ch == "mm2s" else f"{m.core}_{port}")
+        memory.append(_memrange(ps(d).ddr_segment, ddr_base, ddr_size, PS_CELL, f"M_AXI_{ch.upper()}", "MEMORY",
+                                d.hp))
+    return _module(m.cell, bd.DMA_VLNV, params, busifs, memory, MODCLASS="PERIPHERAL")
+
+
+def render(board_name: str) -> str:
+    """The hardware description of ``board_name``'s overlay (one of :data:`hwcontract.board.BOARDS`), as
+    pynq's parser reads a Vivado ``.hwh``. Deterministic: no dates, no tool version."""
+    d = bd.design(board_name)
+    device, package, speed = _part_fields(d.part)
+    lines = [
+        '<?xml version="1.0" encoding="UTF-8" standalone="no" ?>',
+        f"<!-- The {board_name} specdec overlay's hardware description, generated by specdec.hwh from",
+        "     hwcontract/board.py: the block design bitstreams/build.tcl builds (it sources",
+        f"     bitstreams/{board_name}/design.tcl, rendered from the same source). Written for the emulated board",
+        "     (specdec.emuboard), not by Vivado: PS, cores and AXI DMAs with their addresses and configuration;",
+        "     no nets, interconnects or reset block. Do not edit: change hwcontract/board.py. -->",
+        f"<EDKSYSTEM {_attrs(EDWVERSION='1.2')}>",
+        f"  <SYSTEMINFO {_attrs(ARCH=ps(d).arch, BOARD=d.board_part, DEVICE=device, NAME=DESIGN_NAME)} "
+        f"{_attrs(PACKAGE=package, SPEEDGRADE=speed)}/>",
+        "  <EXTERNALPORTS/>",
+        "  <EXTERNALINTERFACES/>",
+        "  <MODULES>",
+        *_ps_module(d),
+    ]
+    for c in d.cells:
+        lines += _core_module(d, c)
+    for m in d.dmas:
+        lines += _dma_module(d, m)
+    return "\n".join(lines + ["  </MODULES>", "</EDKSYSTEM>"]) + "\n"
+
+
+def board_of(board_part: str) -> str:
+    """The board (of :data:`hwcontract.board.BOARDS`) whose Vivado board preset is ``board_part``."""
+    for name in bd.BOARDS:
+        if bd.design(name).board_part == board_part:
+            return name
+    raise KeyError(f"board preset {board_part!r} is none of specdec's boards: "
+                   f"{ {n: bd.design(n).board_part for n in bd.BOARDS} }")

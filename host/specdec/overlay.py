@@ -1,0 +1,133 @@
+"""The specdec overlay: ``pynq.Overlay`` with specdec's drivers bound and each core wired to its DMA.
+
+::
+
+    ol = SpecdecOverlay("bitstreams/kv260/specdec.bit")     # on a board
+    ol.verifier, ol.treemask, ol.kvpage, ol.draftengine, ol.rng   # every core, its driver bound by VLNV
+    ol.verifier_dma                                        # every DMA by its cell name (pynq.lib.dma.DMA)
+    c = ol.cores()                                         # runtime.Cores, the DMA channels attached
+    de = ol.draft_engine()                                 # the DraftEngine with its MM2S stream and S2MM sink
+
+Importing this module imports :mod:`specdec.drivers`, which registers the drivers with pynq: no import
+order to follow. Off the board, the same class runs on the emulated board::
+
+    board = EmulatedBoard("kv260")                         # specdec.emuboard
+    ol = SpecdecOverlay(board.bitfile, device=board)
+
+The cell names (``<core>``, ``<core>_dma``) and the channel widths come from :mod:`hwcontract.board`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+from xml.etree import ElementTree
+
+import pynq
+from pynq.bitstream import Bitstream
+from pynq.ps import Clocks
+
+from hwcontract import board as bd
+
+from . import drivers  # noqa: F401  (registers every specdec driver with pynq by its VLNV)
+from .drivers import DmaSink, DmaStream, DraftEngine
+from .hwh import board_of
+
+if TYPE_CHECKING:
+    from .runtime import Cores
+
+
+def board_part(bitfile_name: str | Path) -> str:
+    """The Vivado board preset the ``.hwh`` beside ``bitfile_name`` was built for (SYSTEMINFO's BOARD)."""
+    path = Path(bitfile_name).with_suffix(".hwh")
+    for _, elem in ElementTree.iterparse(path, events=("start",)):
+        if elem.tag == "SYSTEMINFO":
+            if not elem.get("BOARD"):
+                break
+            return elem.get("BOARD")
+    raise ValueError(f"{path}: no SYSTEMINFO with a BOARD (the board preset); cannot tell which board it is")
+
+
+class SpecdecOverlay(pynq.Overlay):
+    """The specdec overlay of one board (``pynq.Overlay``'s arguments).
+
+    Attributes
+    ----------
+    board : str
+        The board the hardware description names (one of :data:`hwcontract.board.BOARDS`).
+    design : hwcontract.board.Board
+        Its block design: cells, parameters, DMAs.
+    """
+
+    def __init__(self, bitfile_name: str | Path, download: bool = True, ignore_version: bool = False,
+                 device=None, **kwargs) -> None:
+        super().__init__(str(bitfile_name), download=download, ignore_version=ignore_version, device=device,
+                         **kwargs)
+        self.board = board_of(board_part(self.bitfile_name))
+        self.design = bd.design(self.board)
+
+    def download(self, dtbo=None) -> None:
+        """``pynq.Overlay.download``; a Zynq-7000 description's PL clocks are set by their divisors.
+
+        pynq 4.0 reads a PL clock's achieved rate only from Zynq UltraScale+ parameters and would pass None
+        for a Zynq-7000's (PYNQ 4.0 dropped those boards); PYNQ 3 set every clock from its divisors, as here.
+        """
+        clocks = self.clock_dict
+        if all(c.get("frequency") is not None for c in clocks.values() if c.get("enable")):
+            super().download(dtbo)
+            return
+        for i, c in clocks.items():
+            if c.get("enable"):
+                Clocks.set_pl_clk(i, c["divisor0"], c["divisor1"])
+            else:
+                Clocks.set_pl_clk(i)
+        Bitstream.download(self, self.parser)
+        if dtbo:
+            self.insert_dtbo(dtbo)
+        elif self.dtbo:
+            self.insert_dtbo()
+
+    def allocate(self, shape, dtype):
+        """A buffer the overlay's DMAs reach (``pynq.allocate`` on this overlay's device)."""
+        return pynq.allocate(shape=shape, dtype=dtype, target=self.device)
+
+    def dma(self, core: str):
+        """The AXI DMA serving core ``core``'s streams (cell ``<core>_dma``), as pynq binds it."""
+        self.design.dma(core)                          # KeyError naming the DMAs when there is none
+        return getattr(self, bd.dma_cell(core))
+
+    def has(self, core: str) -> bool:
+        """Whether the overlay holds core ``core``."""
+        return any(c.name == core for c in self.design.cells)
+
+    def _word_bytes(self, core: str) -> int:
+        return self.design.dma(core).s2mm_width // 8
+
+    def cores(self) -> Cores:
+        """The verifier (rows out through its DMA's MM2S channel), the treemask core (mask words in through
+        its DMA's S2MM channel) and the kvpage core; None for a core the overlay lacks."""
+        from .runtime import Cores
+        verifier = masker = kv = None
+        if self.has("verifier"):
+            verifier = self.verifier
+            verifier.attach(DmaStream(self.dma("verifier"), self.allocate))
+        if self.has("treemask"):
+            masker = self.treemask
+            masker.attach(DmaSink(self.dma("treemask"), self.allocate, max_words=masker.nodes_max,
+                                  word_bytes=self._word_bytes("treemask")))
+        if self.has("kvpage"):
+            kv = self.kvpage
+        return Cores(verifier, masker, kv)
+
+    def draft_engine(self) -> DraftEngine:
+        """The draft engine's driver with its DMA attached: beats out through MM2S, results in through S2MM
+        into a buffer for its longest output frame (M_MAX rows of PDEPTH tiles, the most N = ROWS * PDEPTH
+        gives). (``ol.draftengine`` is the bound driver as pynq made it, nothing attached.)"""
+        if not self.has("draftengine"):
+            raise KeyError(f"the {self.board} overlay has no draft engine; cores: "
+                           f"{[c.name for c in self.design.cells]}")
+        de = self.draftengine
+        dma = self.dma("draftengine")
+        de.attach(DmaStream(dma, self.allocate),
+                  DmaSink(dma, self.allocate, max_words=de.m_max * de.pdepth,
+                          word_bytes=self._word_bytes("draftengine")))
+        return de

@@ -1,0 +1,385 @@
+"""The emulated board (``specdec.emuboard``): pynq's own Overlay, DMA driver and buffers against the golden
+register models, reading the hardware description ``specdec.hwh`` renders from ``hwcontract.board``.
+
+The description must parse into every cell of the block design with its VLNV and address, and the drivers
+must bind; the AXI DMA model must move bytes each way through ``pynq.lib.dma.DMA`` and answer each error with
+its PG021 bit; and the whole decode through pynq's classes on the emulated KV260 (token tree, paged KV cache,
+draft on the draft engine) must give the golden backend's tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import re
+
+import numpy as np
+import pytest
+import pynq
+from pynq.buffer import PynqBuffer
+from pynq.lib.dma import DMA
+from pynq.pl_server.device import Device
+from pynq.registers import RegisterMap
+
+from hls_ref import treemask as tm_ref
+from hwcontract import board as bd
+from specdec import hwh, runtime
+from specdec.drivers import DmaSink, DmaStream, DraftEngine, KVPage, Rng, TreeMask, Verifier
+from specdec.emuboard import AXI_DMA_REGISTERS, ROOT, EmulatedBoard, bitstream_header
+from specdec.errors import BusError, CoreTimeout, HardwareMismatch, SpecdecError
+from specdec.overlay import SpecdecOverlay
+
+DRIVERS = {"verifier": Verifier, "treemask": TreeMask, "kvpage": KVPage, "draftengine": DraftEngine, "rng": Rng}
+#: DMASR's error bits (PG021).
+ERROR_BITS = ("DMAIntErr", "DMASlvErr", "DMADecErr")
+
+
+@pytest.fixture
+def kv260():
+    """A fresh emulated KV260 with the specdec overlay downloaded: (board, overlay)."""
+    board = EmulatedBoard("kv260")
+    return board, SpecdecOverlay(board.bitfile, device=board)
+
+
+def dma_registers(dma) -> RegisterMap:
+    """PG021's registers of ``dma`` by name, through its pynq MMIO."""
+    return RegisterMap.create_subclass("axi_dma", AXI_DMA_REGISTERS)(dma.mmio.array)
+
+
+# ------------------------------------------------------------------------------------------------
+# The hardware description
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", bd.BOARDS)
+def test_hwh_is_deterministic_and_comes_from_the_block_design(name):
+    """The same text every time, no date in it, a header naming its source; every address equals the one
+    build.tcl reads from bitstreams/<board>/design.tcl (the other rendering of hwcontract.board)."""
+    text = hwh.render(name)
+    assert text == hwh.render(name)
+    assert re.search(r"\d\d:\d\d:\d\d|(19|20)\d\d[-/]\d\d[-/]\d\d|TIMESTAMP|VIVADOVERSION", text) is None
+    header = text[:text.index("<EDKSYSTEM")]
+    for source in ("hwcontract/board.py", "bitstreams/build.tcl", f"bitstreams/{name}/design.tcl"):
+        assert source in header
+    tcl = (ROOT / "bitstreams" / name / "design.tcl").read_text()
+    tcl_bases = {m[0]: int(m[1], 16) for m in re.findall(r"^\s+\{(\w+) \S+ (0x[0-9a-f]+) ", tcl, re.M)}
+    hwh_bases = dict(re.findall(r'BASEVALUE="(0x[0-9A-F]+)"[^/]*INSTANCE="(\w+)"[^/]*MEMTYPE="REGISTER"', text))
+    assert {cell: int(base, 16) for base, cell in hwh_bases.items()} == tcl_bases
+    assert len(tcl_bases) == len(bd.design(name).cells) + len(bd.design(name).dmas)
+
+
+@pytest.mark.parametrize("name", bd.BOARDS)
+def test_overlay_parses_every_cell_and_binds_its_driver(name):
+    """pynq.Overlay on the emulated board: every core at its address with its VLNV and its specdec driver,
+    every DMA a pynq.lib.dma.DMA configured as build.tcl configures it, the PS, the fabric clock."""
+    board = EmulatedBoard(name)
+    d = board.design
+    ol = pynq.Overlay(str(board.bitfile), device=board, download=False)
+    ip = ol.ip_dict
+    assert set(ip) == {c.name for c in d.cells} | {m.cell for m in d.dmas} | {hwh.PS_CELL}
+    assert ip[hwh.PS_CELL]["type"] == d.ps_vlnv
+    for c in d.cells:
+        assert (ip[c.name]["type"], ip[c.name]["phys_addr"], ip[c.name]["addr_range"]) == (c.vlnv, c.base, c.range)
+        assert isinstance(getattr(ol, c.name), DRIVERS[c.name])
+    for m in d.dmas:
+        p = ip[m.cell]["parameters"]
+        assert (ip[m.cell]["type"], ip[m.cell]["phys_addr"]) == (bd.DMA_VLNV, d.address(m.cell))
+        assert (p["c_include_sg"], p["c_sg_length_width"]) == ("0", str(m.length_width))
+        for ch, width in (("mm2s", m.mm2s_width), ("s2mm", m.s2mm_width)):
+            assert p[f"c_include_{ch}"] == str(int(width > 0))
+            if width:
+                assert p[f"c_m_axi_{ch}_data_width"] == str(width)
+        dma = getattr(ol, m.cell)
+        assert isinstance(dma, DMA) and dma.buffer_max_size == m.max_bytes
+        assert (dma.sendchannel is not None, dma.recvchannel is not None) == (m.mm2s_width > 0, m.s2mm_width > 0)
+    clk = ol.clock_dict[0]
+    assert clk["enable"] == 1
+    assert hwh.ps(d).pll_mhz / (clk["divisor0"] * clk["divisor1"]) == pytest.approx(d.fclk_hz / 1e6, rel=0.05)
+
+
+@pytest.mark.parametrize("name", bd.BOARDS)
+def test_specdec_overlay_downloads_and_sets_the_fabric_clock(name):
+    """SpecdecOverlay downloads on both boards (a Zynq-7000's clock by its divisors, which pynq 4.0 leaves
+    unset): pynq.Clocks then reads the description's fabric clock from the emulated PS; the KV260's is 150 MHz.
+    A download resets the cores."""
+    board = EmulatedBoard(name)
+    before = board.core("kvpage")
+    ol = SpecdecOverlay(board.bitfile, device=board)
+    assert (ol.board, ol.design) == (name, bd.design(name)) and ol.is_loaded()
+    clk = ol.clock_dict[0]
+    assert pynq.Clocks.fclk0_mhz == pytest.approx(hwh.ps(ol.design).pll_mhz / (clk["divisor0"] * clk["divisor1"]))
+    if name == "kv260":
+        assert pynq.Clocks.fclk0_mhz == pytest.approx(clk["frequency"]) == pytest.approx(150, rel=1e-4)
+    assert board.core("kvpage") is not before
+
+
+def test_another_description_or_part_is_refused(tmp_path):
+    """The KV260 emulation takes only the KV260 overlay: another board's description at parse time, another
+    part's bitstream at download. Its files never go under bitstreams/."""
+    kv, z2 = EmulatedBoard("kv260"), EmulatedBoard("pynq-z2")
+    with pytest.raises(RuntimeError, match="does not describe the specdec overlay of kv260"):
+        pynq.Overlay(str(z2.bitfile), device=kv)
+    (tmp_path / "specdec.hwh").write_text(hwh.render("kv260"))
+    (tmp_path / "specdec.bit").write_bytes(bitstream_header(bd.design("pynq-z2")))
+    with pytest.raises(RuntimeError, match=f"is for part '{z2.design.part}'"):
+        pynq.Overlay(str(tmp_path / "specdec.bit"), device=kv)
+    where = ROOT / "bitstreams" / "emulated"
+    with pytest.raises(ValueError, match="bitstreams/ holds real builds only"):
+        EmulatedBoard("kv260", directory=where)
+    assert not where.exists()
+
+
+def test_buffers_live_at_tracked_physical_addresses(monkeypatch):
+    """pynq.allocate on the board (as target, and as pynq's default device) gives PynqBuffers at page-aligned
+    DDR addresses the DMAs reach; a slice keeps its offset; a freed buffer's memory is gone. An address no cell
+    decodes answers DECERR."""
+    board = EmulatedBoard("kv260")
+    base, size = hwh.ddr_window(board.design)
+    a = pynq.allocate((1000,), np.int16, target=board)
+    monkeypatch.setattr(Device, "_active_device", None, raising=False)
+    assert board.activate() is Device.active_device
+    b = pynq.allocate((3, 5))
+    for buf in (a, b):
+        assert isinstance(buf, PynqBuffer) and buf.device is board and buf.physical_address % 4096 == 0
+        assert base <= buf.physical_address and buf.physical_address + buf.nbytes <= base + size
+    assert b.physical_address >= a.physical_address + a.nbytes
+    assert a[10:].physical_address == a.physical_address + 20
+    assert board.ddr.find(a.physical_address, a.nbytes) is not None
+    assert board.ddr.find(a.physical_address, a.nbytes + 1) is None
+    addr = a.physical_address
+    del a
+    gc.collect()
+    assert board.ddr.find(addr, 1) is None
+    d = board.design
+    with pytest.raises(BusError, match="DECERR"):
+        pynq.MMIO(d.address(d.dmas[-1].cell) + bd.SLAVE_RANGE, 4, device=board).read(0)
+
+
+def test_hash_mismatch_is_refused(kv260):
+    """A core whose ID is not this package's register-map hash is refused when pynq binds its driver."""
+    board, ol = kv260
+    model = board.core("verifier")
+    id_offset, honest = model.cmap.reg("ID").offset, model.read
+    model.read = lambda off: honest(off) ^ 1 if off == id_offset else honest(off)
+    with pytest.raises(HardwareMismatch, match=f"{model.cmap.map_hash() ^ 1:#010x}"):
+        ol.verifier
+    model.read = honest
+    assert isinstance(ol.verifier, Verifier)
+
+
+# ------------------------------------------------------------------------------------------------
+# The AXI DMA model, through pynq.lib.dma.DMA
+# ------------------------------------------------------------------------------------------------
+def test_mm2s_transfer_feeds_the_core_and_sets_ioc(kv260):
+    """Weight beats go out of a pynq buffer through MM2S into the draft engine's memory; IOC_Irq and Idle set,
+    LENGTH holds the bytes; IOC_Irq clears on a write of 1."""
+    board, ol = kv260
+    de = ol.draft_engine()
+    regs = dma_registers(ol.draftengine_dma)
+    beats = np.random.default_rng(1).integers(0, 256, (5, de.rows * de.cols), dtype=np.uint8)
+    de.load("weights", 3, beats)
+    np.testing.assert_array_equal(board.core("draftengine").wmem[3:8], beats)
+    sr = regs.MM2S_DMASR
+    assert (sr.IOC_Irq, sr.Idle, sr.Halted, sr.DMAIntErr) == (1, 1, 0, 0)
+    assert int(regs.MM2S_LENGTH) == beats.size
+    assert board.dma("draftengine_dma").transfers["MM2S"] == 1
+    regs.MM2S_DMASR.IOC_Irq = 1
+    assert (regs.MM2S_DMASR.IOC_Irq, regs.MM2S_DMASR.Idle) == (0, 1)
+
+
+def test_s2mm_takes_the_core_frame_when_it_comes(kv260):
+    """S2MM armed before the core runs waits (not Idle); the treemask core's frame then lands in the buffer,
+    word for word the golden stream, and LENGTH reads back the bytes received, not the bytes armed."""
+    board, ol = kv260
+    tm, dma = ol.treemask, ol.treemask_dma
+    buf = ol.allocate((64 * 16,), np.uint8)
+    dma.recvchannel.transfer(buf)
+    assert not dma.recvchannel.idle
+    parents = [-1, 0, 0, 1, 2, 2]
+    tm.write_tree(parents)
+    tm.start()
+    dma.recvchannel.wait()
+    n = len(parents)
+    assert dma.recvchannel.transferred == 16 * n
+    words = [int.from_bytes(bytes(buf[16 * i:16 * (i + 1)]), "little") for i in range(n)]
+    assert words == tm_ref.stream_words(tm_ref.tree_mask([0] + parents[1:], tm.nodes_max))
+    regs = dma_registers(dma)
+    assert regs.S2MM_DMASR.IOC_Irq == 1
+    regs.S2MM_DMASR.IOC_Irq = 1
+    assert regs.S2MM_DMASR.IOC_Irq == 0
+
+
+def _mm2s_zero_length(board, ol, regs, buf):
+    regs.MM2S_SA = buf.physical_address
+    regs.MM2S_LENGTH = 0
+
+
+def _mm2s_past_the_buffer(board, ol, regs, buf):
+    ol.draftengine_dma.sendchannel.transfer(buf, nbytes=buf.nbytes + 64)
+
+
+def _mm2s_freed_buffer(board, ol, regs, buf):
+    gone = ol.allocate((256,), np.uint8)
+    addr = gone.physical_address
+    del gone
+    gc.collect()
+    regs.MM2S_SA = addr
+    regs.MM2S_LENGTH = 64
+
+
+def _mm2s_outside_ddr(board, ol, regs, buf):
+    base, size = hwh.ddr_window(board.design)
+    regs.MM2S_SA = base + size
+    regs.MM2S_LENGTH = 64
+
+
+def _s2mm_frame_longer_than_length(board, ol, regs, buf):
+    ol.treemask.write_tree([-1, 0, 0, 1, 1, 2, 3, 3])             # 8 words of 16 bytes
+    ol.treemask.start()
+    ol.treemask_dma.recvchannel.transfer(buf, nbytes=64)
+
+
+@pytest.mark.parametrize("cause,bit", [
+    (_mm2s_zero_length, "DMAIntErr"), (_mm2s_past_the_buffer, "DMASlvErr"), (_mm2s_freed_buffer, "DMASlvErr"),
+    (_mm2s_outside_ddr, "DMADecErr"), (_s2mm_frame_longer_than_length, "DMAIntErr"),
+], ids=lambda v: getattr(v, "__name__", v).strip("_"))
+def test_each_error_bit_halts_the_channel_until_a_reset(kv260, cause, bit):
+    """Each cause sets its DMASR bit and Err_Irq and halts the channel, RS cleared (pynq sees ``error`` and a
+    channel no longer running: its wait and a new transfer are refused); the DMA's soft reset clears the error
+    and the channel runs again."""
+    board, ol = kv260
+    s2mm = "s2mm" in cause.__name__
+    dma = ol.treemask_dma if s2mm else ol.draftengine_dma
+    ch, name = (dma.recvchannel, "S2MM") if s2mm else (dma.sendchannel, "MM2S")
+    regs = dma_registers(dma)
+    buf = ol.allocate((256,), np.uint8)
+    cause(board, ol, regs, buf)
+    sr = getattr(regs, f"{name}_DMASR")
+    assert {f: getattr(sr, f) for f in ERROR_BITS} == {f: int(f == bit) for f in ERROR_BITS}
+    assert (sr.Err_Irq, sr.Halted, sr.Idle, getattr(regs, f"{name}_DMACR").RS) == (1, 1, 0, 0)
+    assert ch.error and not ch.running
+    with pytest.raises(RuntimeError, match="not started"):
+        ch.wait()
+    if s2mm:        # the bytes that fit were written, and LENGTH says how many
+        assert int(regs.S2MM_LENGTH) == 64
+        want = tm_ref.stream_words(tm_ref.tree_mask([0, 0, 0, 1, 1, 2, 3, 3], ol.treemask.nodes_max))[:4]
+        assert bytes(buf[:64]) == b"".join(w.to_bytes(16, "little") for w in want)
+    with pytest.raises(RuntimeError, match="not started"):
+        ch.transfer(buf)
+    getattr(regs, f"{name}_DMACR").Reset = 1
+    sr = getattr(regs, f"{name}_DMASR")
+    assert (sr.DMAIntErr, sr.DMASlvErr, sr.DMADecErr, sr.Err_Irq, sr.Halted) == (0, 0, 0, 0, 1)
+    ch.start()
+    if s2mm:
+        ol.treemask.soft_reset()
+        ol.treemask.attach(DmaSink(ol.treemask_dma, ol.allocate))
+        mask, _ = ol.treemask.masks([-1, 0, 1])
+        assert mask.sum() == 6
+    else:
+        beats = np.full((2, 64), 7, np.uint8)
+        ol.draft_engine().load("params", 0, beats)
+        np.testing.assert_array_equal(board.core("draftengine").pmem[:2], beats)
+
+
+def test_a_dma_error_reaches_the_driver_at_once(kv260):
+    """A receive buffer too small for the core's frame: the driver raises the DMA's error on its first poll
+    (not a timeout after its poll budget) and leaves the core idle."""
+    board, ol = kv260
+    tm = ol.treemask
+    tm.attach(DmaSink(ol.treemask_dma, ol.allocate, max_words=2, poll_limit=10 ** 9))
+    with pytest.raises(SpecdecError, match="stopped on an error") as err:
+        tm.masks([-1, 0, 0, 1])
+    assert not isinstance(err.value, CoreTimeout)
+    assert dma_registers(ol.treemask_dma).S2MM_DMASR.DMAIntErr == 1
+    assert tm.read_fields("STATUS")["BUSY"] == 0
+
+
+def test_a_reset_on_one_channel_resets_the_whole_dma(kv260):
+    """PG021: DMACR.Reset of either channel resets the whole DMA: both channels halted, registers at reset."""
+    board, ol = kv260
+    dma = ol.draftengine_dma
+    assert dma.sendchannel.running and dma.recvchannel.running
+    regs = dma_registers(dma)
+    regs.S2MM_DMACR.Reset = 1
+    assert not dma.sendchannel.running and not dma.recvchannel.running
+    assert int(regs.MM2S_DMACR) == AXI_DMA_REGISTERS["MM2S_DMACR"]["reset_value"]
+    dma.sendchannel.stop()
+    dma.sendchannel.start()
+    assert dma.sendchannel.running and not dma.recvchannel.running
+
+
+# ------------------------------------------------------------------------------------------------
+# The runtime's pynq backend on the emulated board
+# ------------------------------------------------------------------------------------------------
+def test_pynq_backend_on_the_emulated_board(monkeypatch):
+    """SPECDEC_EMULATE=kv260 points backend pynq at the emulated KV260: the cores with their DMA channels, the
+    draft engine with a sink for its longest frame. The default bitstream is the KV260's build."""
+    assert runtime.DEFAULT_BITSTREAM == ROOT / "bitstreams" / "kv260" / "specdec.bit"
+    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    c = runtime.pynq_cores()
+    assert isinstance(c.verifier.device, EmulatedBoard) and c.verifier.device.design.name == "kv260"
+    assert isinstance(c.verifier.stream, DmaStream) and isinstance(c.masker.sink, DmaSink)
+    assert isinstance(c.kv, KVPage)
+    de = runtime.pynq_draftengine()
+    assert isinstance(de.stream, DmaStream) and isinstance(de.sink, DmaSink)
+    word = bd.design("kv260").dma("draftengine").s2mm_width // 8
+    assert de.sink.buffer.nbytes == de.m_max * de.pdepth * word == 16 * 2048 * 32
+    monkeypatch.setenv(runtime.EMULATE_ENV, "zedboard")
+    with pytest.raises(ValueError, match="SPECDEC_EMULATE='zedboard' is not a board; boards: pynq-z2, kv260"):
+        runtime.pynq_cores()
+
+
+@pytest.fixture(scope="module")
+def fabric_pair(opt_pair):
+    """The OPT pair with its draft on the int8 draft engine at a 4,096-token hot head (what the KV260's
+    engine memories hold; the full 50,272-token head does not fit)."""
+    from specdec import decode, int8draft, models
+    from specdec.hotvocab import hot_head_model, hot_ids
+    hot = hot_head_model(opt_pair.draft.lm.model, hot_ids(opt_pair.tokenizer, 4096, opt_pair.vocab))
+    q = int8draft.demo_draft(hot.float(), opt_pair.tokenizer, n_calibration=16)
+    return dataclasses.replace(opt_pair, draft=decode.ModelDraft(models.CausalLM(q, "draft")), draft_name="int8")
+
+
+@pytest.mark.ml
+@pytest.mark.usefixtures("torch_threads")
+def test_decode_through_pynq_on_the_emulated_kv260_equals_the_golden_backend(opt_dirs, fabric_pair):
+    """Greedy tree decoding with the paged KV cache and the draft on the draft engine, every core reached
+    through pynq's Overlay, DMA and buffers on the emulated KV260: the golden backend's tokens, which are the
+    target's own greedy tokens. Every DMA moved data, and every feature was exercised."""
+    pytest.importorskip("torch")
+    import model_pairs
+    from greedy_identity import Reference, assert_identical, greedy_job
+    n_new = 24
+    job = {**greedy_job(opt_dirs, model_pairs.prompts(2), 4, n_new), "draft_engine": "fabric",
+           "tree": {"kind": "eagle", "budget": 16, "depth": 6, "topk": 4}}
+    board = EmulatedBoard("kv260")
+    ol = runtime.pynq_overlay(device=board)
+    c = ol.cores()
+    res = runtime.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, engine=ol.draft_engine())
+    ref = runtime.execute(job, runtime.golden_verifier(), fabric_pair, masker=runtime.golden_masker(),
+                          kv=runtime.golden_kvpage(), engine=runtime.golden_draftengine())
+    assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
+    assert_identical(res, Reference(fabric_pair), n_new)
+    rounds = [r for g in res["generations"] for r in g["rounds"]]
+    assert len({r["n_accept"] for r in rounds}) >= 2 and all(r["mask_cycles"] > 0 for r in rounds)
+    assert res["kv"]["ops"]["FORK"] > 0 and res["kv"]["free_pages_after"] == c.kv.pages
+    assert res["draft_engine"]["layers"] == 7 and res["draft_engine"]["jobs"] > 0
+    moved = {cell: dma.transfers for cell, dma in board.dmas.items()}
+    assert moved["verifier_dma"]["MM2S"] > 0 and moved["treemask_dma"]["S2MM"] == len(rounds)
+    assert moved["draftengine_dma"]["S2MM"] == res["draft_engine"]["jobs"]
+
+
+@pytest.mark.ml
+@pytest.mark.usefixtures("torch_threads")
+def test_cli_generate_on_the_emulated_board(opt_dirs, opt_pair, monkeypatch, capsys):
+    """``SPECDEC_EMULATE=kv260 specdec generate --backend pynq``: the target's greedy tokens."""
+    pytest.importorskip("torch")
+    import model_pairs
+    from specdec import cli
+    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    prompt = model_pairs.prompts(1)[0]
+    argv = ["generate", "--prompt", prompt, "--target", opt_dirs[0], "--draft", opt_dirs[1], "--backend", "pynq",
+            "--gamma", "4", "--max-new-tokens", "12"]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "[pynq]" in err
+    ids = opt_pair.tokenizer(prompt)["input_ids"]
+    want = opt_pair.tokenizer.decode(model_pairs.hf_greedy(opt_pair.target.model, ids, 12))
+    assert out.startswith(prompt + want)
