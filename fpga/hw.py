@@ -224,7 +224,8 @@ def check_steps(top: str) -> list[str]:
 def synth_script(vname: str, top: str, family: str = "xc7") -> str:
     """One yosys run: synthesis with abc9, ``stat`` and ``sta``, then the RTL reloaded for :func:`check_steps`."""
     return "; ".join([f"read_verilog {vname}", "design -save rtl",
-                      f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf -abc9",
+                      f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf -abc9"
+                      + (" -uram" if family == "xcup" else ""),      # UltraScale+: large memories into URAM288
                       "tee -o stat.txt stat", *STA_STEPS, "design -load rtl", *check_steps(top)])
 
 

@@ -376,3 +376,14 @@ def test_report_axil_and_system_check(tmp_path: Path) -> None:
     assert row["error"] is None and row["lut"] > 0 and row["check"] == "pass"
     chk = hw.check_toplevel("system", None, tmp_path)
     assert chk["comb_loops"] is False and chk["check"] == "pass"
+
+
+def test_kv260_goals_include_the_urams() -> None:
+    """The KV260's draft engine keeps its weights in URAM: more URAM than the part has is a missed goal."""
+    part = overlay_budget.PARTS["xck26"]
+    rows = [dict(_row("draftengine", 8_000, 400, 10_000, 35, 82), uram=64, family="xcup"),
+            dict(_row("verifier", 15_000, 0, 15_000, 0, 71), uram=8, family="xcup")]
+    g = overlay_budget.goals("kv260", overlay_budget.totals(rows, [], part), rows, part)
+    assert g["uram_pct"]["value_pct"] == pytest.approx(100 * 72 / 64) and not g["uram_pct"]["met"]
+    rows[1]["uram"] = 0
+    assert overlay_budget.goals("kv260", overlay_budget.totals(rows, [], part), rows, part)["uram_pct"]["met"]
