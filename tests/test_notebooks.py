@@ -1,0 +1,228 @@
+"""The notebooks (``notebooks/*.ipynb``, docs/notebooks.md): committed clean, delivered by ``specdec notebooks DIR``
+and by pynq's ``pynq.notebooks`` entry point, and executed cell by cell on the golden backend.
+
+Execution is nbclient's, in a kernel of this interpreter, with the cells tagged ``board`` skipped by their tag
+(``skip_cells_with_tag``): a cell that raises, a failing ``assert`` included, fails the test. Under ``long``
+every cell, the board's included, runs on the emulated KV260 (``SPECDEC_EMULATE=kv260``).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+from specdec import cli, notebook, runtime  # noqa: E402
+from specdec.tree import Tree  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+#: The notebooks issue #17 asks for, in their order.
+NAMES = ["01_getting_started", "02_speculative_generation", "03_token_trees", "04_kv_page_table",
+         "05_draft_engine"]
+#: The notebooks that draw (an image/png output once executed).
+PLOTS = {"02_speculative_generation", "03_token_trees", "04_kv_page_table", "05_draft_engine"}
+CELL_TIMEOUT_S = 300
+
+
+def read(name: str):
+    return nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+
+
+def is_board(cell) -> bool:
+    return notebook.BOARD_TAG in cell.metadata.get("tags", [])
+
+
+def execute(nb, cwd: Path, skip_board: bool) -> None:
+    """Run every code cell of ``nb`` in a fresh kernel (outputs land in ``nb``); CellExecutionError on the first
+    cell that raises."""
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                     skip_cells_with_tag=notebook.BOARD_TAG if skip_board else "",
+                                     resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+
+
+@pytest.fixture
+def golden_env(monkeypatch):
+    """The kernel's environment: the golden backend chosen explicitly, no emulated board, one torch thread (as
+    every model test here)."""
+    monkeypatch.setenv(notebook.BACKEND_ENV, "ref")
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+# ------------------------------------------------------------------------------------------------
+# The files
+# ------------------------------------------------------------------------------------------------
+def test_the_five_notebooks_are_committed_clean():
+    """The five notebooks, numbered, without outputs, small; the first code cell picks the backend; every code
+    cell asserts what it shows; the board's cells are tagged, come last and stop off a board."""
+    assert sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")) == NAMES
+    for name in NAMES:
+        path = NOTEBOOK_DIR / f"{name}.ipynb"
+        assert path.stat().st_size < 16_000, f"{name}: {path.stat().st_size} bytes"
+        nb = read(name)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3"
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        for c in code:
+            assert c.outputs == [] and c.execution_count is None, f"{name}: a cell was committed with outputs"
+            assert "assert " in c.source, f"{name}: a code cell asserts nothing:\n{c.source}"
+        assert "notebook.pick_backend()" in code[0].source and "notebook.connect(" in code[0].source
+        board = [i for i, c in enumerate(code) if is_board(c)]
+        assert board, f"{name}: no cell tagged {notebook.BOARD_TAG!r}"
+        assert board == list(range(board[0], len(code))), f"{name}: the board's cells must come last"
+        assert all(code[i].source.startswith("notebook.require_board(backend)") for i in board)
+
+
+# ------------------------------------------------------------------------------------------------
+# Delivery
+# ------------------------------------------------------------------------------------------------
+def test_specdec_notebooks_copies_them_and_refuses_to_overwrite(tmp_path, capsys):
+    dest = tmp_path / "nbs"
+    assert cli.main(["notebooks", str(dest)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    for name in NAMES:
+        assert (dest / f"{name}.ipynb").read_bytes() == (NOTEBOOK_DIR / f"{name}.ipynb").read_bytes()
+        assert f"wrote {dest / name}.ipynb" in out
+    mine = dest / f"{NAMES[0]}.ipynb"
+    mine.write_text("edited by its user")
+    assert cli.main(["notebooks", str(dest)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--force" in err and str(mine) in err
+    assert mine.read_text() == "edited by its user"
+    assert cli.main(["notebooks", str(dest), "--force"]) == cli.EXIT_OK
+    assert mine.read_bytes() == (NOTEBOOK_DIR / mine.name).read_bytes()
+    assert cli.main(["notebooks", str(mine)]) == cli.EXIT_USAGE           # a file is no directory
+    assert "is a file" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:pkg_resources is deprecated:DeprecationWarning")
+def test_pynq_get_notebooks_finds_and_delivers_them(tmp_path):
+    """The ``pynq.notebooks`` entry point resolves (as pynqutils resolves it) to the installed notebooks, and
+    ``pynq get-notebooks specdec`` copies all five, without the package's ``__init__.py``."""
+    from pynqutils.setup_utils import ExtensionsManager
+    ext = {e.name: e for e in ExtensionsManager("pynq.notebooks").list}
+    assert "specdec" in ext, "no pynq.notebooks entry point: reinstall specdec (scripts/setup.sh)"
+    src = Path(ExtensionsManager.extension_path(ext["specdec"].module_name))
+    assert sorted(p.stem for p in src.glob("*.ipynb")) == NAMES
+    script = Path(sys.executable).with_name("pynq-get-notebooks")
+    subprocess.run([str(script), "specdec", "--path", str(tmp_path), "--ignore-overlays", "--quiet"], check=True,
+                   capture_output=True, timeout=120)
+    got = tmp_path / "specdec"
+    assert sorted(p.name for p in got.iterdir()) == [f"{n}.ipynb" for n in NAMES]
+    assert all((got / f"{n}.ipynb").read_bytes() == (NOTEBOOK_DIR / f"{n}.ipynb").read_bytes() for n in NAMES)
+
+
+# ------------------------------------------------------------------------------------------------
+# The helper module
+# ------------------------------------------------------------------------------------------------
+def test_pick_backend(monkeypatch):
+    monkeypatch.setattr(notebook, "on_board", lambda: False)
+    assert notebook.pick_backend({}) == "ref"
+    assert notebook.pick_backend({notebook.BACKEND_ENV: "pynq"}) == "pynq"
+    monkeypatch.setattr(notebook, "on_board", lambda: True)
+    assert notebook.pick_backend({}) == "pynq"
+    assert notebook.pick_backend({notebook.BACKEND_ENV: "ref"}) == "ref"
+    with pytest.raises(ValueError, match=r"SPECDEC_BACKEND='sim'.*ref, pynq"):
+        notebook.pick_backend({notebook.BACKEND_ENV: "sim"})
+
+
+def test_on_board_is_pynqs_device_or_the_emulation(monkeypatch):
+    import warnings
+    from pynq import Device
+    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    assert notebook.on_board()
+    monkeypatch.delenv(runtime.EMULATE_ENV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert notebook.on_board() == bool(Device.devices)
+
+
+def test_require_board_stops_on_the_golden_backend():
+    with pytest.raises(notebook.BoardRequired, match="needs a board"):
+        notebook.require_board(notebook.connect("ref"))
+    with pytest.raises(ValueError, match="backend 'sim'"):
+        notebook.connect("sim")
+
+
+def test_replay_rounds_keeps_the_accepted_rows_only():
+    pytest.importorskip("torch")            # specdec.paged
+    kv = runtime.golden_kvpage()
+    rounds = notebook.replay_rounds(kv, [4, 0, 2, 4, 1], gamma=4, prompt_tokens=7, block=4)
+    assert [r["tokens"] for r in rounds] == [6 + 5, 11 + 1, 12 + 3, 15 + 5, 20 + 2]
+    assert all(r["pages"] == -(-r["tokens"] // 4) and r["free_pages"] == kv.pages - r["pages"] for r in rounds)
+    assert [r["copies"] for r in rounds] == [1, 1, 0, 1, 0]      # a round starting mid-page copies it first
+    assert kv.free_pages == kv.pages and kv.live() == ([], [])
+    with pytest.raises(ValueError, match="accepts 0..gamma=4"):
+        notebook.replay_rounds(kv, [5], gamma=4, prompt_tokens=7, block=4)
+
+
+def test_agreeing_rows_walk_the_chosen_path():
+    tree = Tree((-1, 0, 0, 1, 1, 3), (9, 5, 6, 7, 8, 4))
+    rows = notebook.agreeing_rows(tree, 5, 2, 10)
+    assert rows.argmax(axis=1)[[0, 1, 3, 5]].tolist() == [5, 7, 4, 2]
+    ver = runtime.golden_verifier()
+    res = ver.verify_tree(tree.parents, tree.tokens, rows, greedy=True)
+    assert (res.path, res.next_token, res.rows) == ((1, 3, 5), 2, 4)
+    with pytest.raises(ValueError, match="child of node 1"):
+        notebook.agreeing_rows(tree, 1, 7, 10)
+
+
+# ------------------------------------------------------------------------------------------------
+# Execution
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.ml
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env):
+    """Every cell but the board's runs without error (so every assert holds); the board's cells do not run;
+    the notebooks that plot show their plots."""
+    pytest.importorskip("torch")
+    nb = read(name)
+    execute(nb, tmp_path, skip_board=True)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for c in code:
+        if is_board(c):
+            assert c.execution_count is None and c.outputs == [], "a board cell ran off the board"
+        else:
+            assert c.execution_count is not None, f"a cell did not run:\n{c.source}"
+    assert "backend ref" in "".join(o.get("text", "") for o in code[0].outputs)
+    images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
+    assert bool(images) == (name in PLOTS)
+
+
+def test_a_board_cell_off_the_board_says_so(tmp_path, golden_env):
+    """Run All off a board: every cell before the board's runs, and the first board cell stops with
+    BoardRequired."""
+    nb = read(NAMES[0])
+    with pytest.raises(nbclient.exceptions.CellExecutionError, match="BoardRequired"):
+        execute(nb, tmp_path, skip_board=False)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(code) if is_board(c))
+    assert all(c.execution_count is not None for c in code[:first + 1])
+    assert all(c.execution_count is None for c in code[first + 1:])
+
+
+@pytest.mark.long
+@pytest.mark.ml
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_on_the_emulated_board(name, tmp_path, monkeypatch):
+    """Every cell, the board's included, on the emulated KV260: pynq's Overlay, DMA and buffers over the golden
+    register models (``SPECDEC_EMULATE``; the backend is picked as on a board)."""
+    pytest.importorskip("torch")
+    monkeypatch.delenv(notebook.BACKEND_ENV, raising=False)
+    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    nb = read(name)
+    execute(nb, tmp_path, skip_board=False)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert "backend pynq: the specdec overlay on the kv260, emulated" in "".join(
+        o.get("text", "") for o in code[0].outputs)
