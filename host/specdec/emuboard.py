@@ -1,4 +1,4 @@
-"""The board, emulated off-board: pynq's own classes run against the golden register models.
+"""The board, emulated off-board: pynq's own classes run against the golden register models, or the RTL.
 
 ::
 
@@ -11,8 +11,10 @@
 :class:`EmulatedBoard` is a pynq ``Device``. Behind its MMIO:
 
 * every core cell of the board's block design (:func:`hwcontract.board.design`) is its golden register
-  model (:mod:`specdec.backends.golden`, bit-exact with the RTL) at the design's build parameters; a core
-  decodes only its map's low address bits, as on the board (the rest of its 64 KiB window aliases);
+  model (:mod:`specdec.backends.golden`, bit-exact with the RTL) at the design's build parameters
+  (:class:`GoldenPL`), or, inside a cocotb test, that core in the RTL simulation of the whole overlay at the
+  same parameters (``specdec.backends.sim_board``: toplevel ``fpga.overlay_top``); a core decodes only its
+  map's low address bits, as on the board (the rest of its 64 KiB window aliases);
 * every AXI DMA cell is :class:`AxiDmaModel`: PG021's simple mode, register for register
   (:data:`AXI_DMA_REGISTERS`), moving bytes between pynq buffers and the cores' golden streams;
 * the PS's clock registers (pynq's own register tables) are storage preset from the description's PS
@@ -40,6 +42,7 @@ from pynq.pl_server.device import Device
 from pynq.pl_server.embedded_device import parse_bit_header
 
 from hwcontract import board as bd
+from hwcontract import regmap
 from hwcontract.regmap import RESP_DECERR
 
 from . import hwh
@@ -355,17 +358,55 @@ class AxiDmaModel:
 
 
 class _CoreSlave:
-    """A core's AXI-Lite slave in its 64 KiB window: the golden model sees the low ``addr_width`` bits."""
+    """A core's AXI-Lite slave in its 64 KiB window: the core sees the low ``addr_width`` bits of the offset
+    (as on the board, where the rest of the window aliases).
 
-    def __init__(self, model) -> None:
-        self.model = model
-        self.decode = (1 << model.cmap.addr_width) - 1
+    ``port``: anything with ``read(offset)`` and ``write(offset, value)``: a golden register model, or
+    :class:`specdec.backends.device.RegisterDevice` words of a simulated core.
+    """
+
+    def __init__(self, port, addr_width: int) -> None:
+        self.port, self.words = port, hasattr(port, "read_word")
+        self.decode = (1 << addr_width) - 1
 
     def read(self, offset: int) -> int:
-        return self.model.read(offset & self.decode)
+        off = offset & self.decode
+        return self.port.read_word(off) if self.words else self.port.read(off)
 
     def write(self, offset: int, value: int) -> None:
-        self.model.write(offset & self.decode, value)
+        off = offset & self.decode
+        if self.words:
+            self.port.write_word(off, value)
+        else:
+            self.port.write(off, value)
+
+
+class GoldenPL:
+    """The programmable logic as the golden register models (:mod:`specdec.backends.golden`, bit-exact with
+    the RTL), built afresh at every configuration (power-on, a download). The PL an
+    :class:`EmulatedBoard` has unless it is given another: ``specdec.backends.sim_board.SimPL`` is the RTL in a
+    cocotb simulation.
+
+    A PL is an object with :meth:`configure` (the cores at reset, ``design``'s cells at its parameters) and
+    per core cell :meth:`port` (its register words: ``read(offset)``, ``write(offset, value)``),
+    :meth:`stream` (its input stream, a :class:`~specdec.backends.device.RowStream`) and :meth:`sink` (its
+    output stream, a :class:`~specdec.backends.device.WordSink`).
+    """
+
+    def __init__(self) -> None:
+        self.models: dict = {}
+
+    def configure(self, design: bd.Board) -> None:
+        self.models = {c.name: MODELS[c.name](**{k.lower(): v for k, v in c.params.items()}) for c in design.cells}
+
+    def port(self, cell: str):
+        return self.models[cell]
+
+    def stream(self, cell: str) -> RowStream:
+        return GoldenStream(self.models[cell])
+
+    def sink(self, cell: str) -> WordSink:
+        return GoldenSink(self.models[cell])
 
 
 class _Storage:
@@ -416,7 +457,8 @@ def bitstream_header(design: bd.Board) -> bytes:
 
 
 class EmulatedBoard(Device):
-    """A board running the specdec overlay, emulated: a pynq ``Device`` whose PL is the golden register models.
+    """A board running the specdec overlay, emulated: a pynq ``Device`` whose PL is the golden register models
+    (:class:`GoldenPL`), or the RTL in a cocotb simulation (``pl=specdec.backends.sim_board.SimPL(dut)``).
 
     Parameters
     ----------
@@ -425,6 +467,8 @@ class EmulatedBoard(Device):
     directory : path, optional
         Where the emulation writes ``specdec.bit`` and ``specdec.hwh`` (default: a temporary directory removed
         with the board). Not under ``bitstreams/``.
+    pl : optional
+        The programmable logic (default :class:`GoldenPL`); see :class:`GoldenPL` for what it provides.
 
     Attributes
     ----------
@@ -432,14 +476,15 @@ class EmulatedBoard(Device):
     bitfile : Path
         The bitstream to hand ``pynq.Overlay`` (its ``.hwh`` beside it).
     models : dict
-        Cell name -> the core's golden register model (rebuilt by each download).
+        Cell name -> the core's golden register model (rebuilt by each download; empty unless the PL is golden).
     dmas : dict
         DMA cell name -> its :class:`AxiDmaModel`.
     ddr : EmulatedDdr
     """
 
-    def __init__(self, board: str = "kv260", directory: str | Path | None = None) -> None:
+    def __init__(self, board: str = "kv260", directory: str | Path | None = None, pl=None) -> None:
         self.design = bd.design(board)
+        self.pl = GoldenPL() if pl is None else pl
         super().__init__(f"specdec-emulated-{board}")
         self.name = f"specdec emulated {board}"
         self.arch = hwh.ps(self.design).cpu          # pynq.Clocks picks the PS's clock registers by it
@@ -469,20 +514,24 @@ class EmulatedBoard(Device):
     def _configure(self) -> None:
         """Every core and DMA of the design at its reset state (power-on, or a download)."""
         d = self.design
-        self.models = {c.name: MODELS[c.name](**{k.lower(): v for k, v in c.params.items()}) for c in d.cells}
+        self.pl.configure(d)
         self.dmas = {}
         for m in d.dmas:
-            model = self.models[m.core]
-            self.dmas[m.cell] = AxiDmaModel(m, self.ddr, GoldenStream(model) if m.mm2s_width else None,
-                                            GoldenSink(model) if m.s2mm_width else None)
-        self._windows = {c.base: _CoreSlave(self.models[c.name]) for c in d.cells}
+            self.dmas[m.cell] = AxiDmaModel(m, self.ddr, self.pl.stream(m.core) if m.mm2s_width else None,
+                                            self.pl.sink(m.core) if m.s2mm_width else None)
+        self._windows = {c.base: _CoreSlave(self.pl.port(c.name), regmap.core(c.name).addr_width) for c in d.cells}
         self._windows.update({d.address(m.cell): self.dmas[m.cell] for m in d.dmas})
         self._windows.update(self._ps)
+
+    @property
+    def models(self) -> dict:
+        """Cell name -> the core's golden register model (a board on the golden PL; empty on another)."""
+        return getattr(self.pl, "models", {})
 
     def core(self, name: str):
         """The golden register model behind core cell ``name``."""
         if name not in self.models:
-            raise KeyError(f"board {self.design.name}: no core cell {name!r}; cells: {sorted(self.models)}")
+            raise KeyError(f"board {self.design.name}: no golden core cell {name!r}; cells: {sorted(self.models)}")
         return self.models[name]
 
     def dma(self, cell: str) -> AxiDmaModel:

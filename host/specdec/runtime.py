@@ -224,21 +224,38 @@ def generate_one(job: Job, index: int, ids: list[int], target: models.CausalLM, 
 def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator") -> dict:
     """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
     verifier and the treemask core (``fpga.system``; a chain job leaves the treemask core idle)."""
-    from specdec.backends import simulator as harness
     job = as_job(job)
     top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS}
     if job.draft_engine == "fabric":
         from .builds import DRAFTENGINE_PARAMS
         top, params = "system_fabric", {**params, **DRAFTENGINE_PARAMS}
+    return _simulate(job, top, "specdec.backends.sim_decode", sim, params)
+
+
+def run_board_sim(job: Job | Mapping[str, Any], board: str = "kv260", sim: str = "verilator") -> dict:
+    """Run ``job`` on the emulated ``board`` whose PL is the RTL (``specdec.backends.sim_board``): pynq's
+    ``Overlay``, MMIO, ``allocate`` and ``lib.dma.DMA`` drive the simulation of the board's whole overlay
+    (toplevel ``overlay`` at the board's parameters), as :func:`run` with backend ``pynq`` drives a board."""
+    from hwcontract.board import design
+    from .backends.sim_board import BOARD_ENV, overlay_params
+    job = as_job(job)
+    return _simulate(job, "overlay", "specdec.backends.sim_board", sim, overlay_params(design(board)),
+                     {BOARD_ENV: board})
+
+
+def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None) -> dict:
+    """Run cocotb test module ``module`` on toplevel ``top`` built at ``params`` with ``job``; its result."""
+    from specdec.backends import simulator as harness
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(job.to_json())
-        harness.run(top, "specdec.backends.sim_decode", sim, params=params,
+        harness.run(top, module, sim, params=params,
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                                # cocotbext-axi's cocotb-2 deprecation notices, once per access otherwise
-                               "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning")},
+                               "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning"),
+                               **(env or {})},
                     quiet=True, progress="generating")     # tool output to build/logs; progress bars only
         if not out_file.is_file():
             raise RuntimeError(f"the {sim} simulation ended without a result; see its log in {harness.LOGS}")

@@ -1,0 +1,51 @@
+"""The emulated board on the RTL (``specdec.backends.sim_board``): pynq's own classes driving the cocotb
+simulation of the board's whole overlay (toplevel ``overlay`` at the KV260's parameters).
+
+pynq's ``Overlay`` parses the hardware description rendered from ``hwcontract.board`` and binds the drivers by
+VLNV; every register access goes through pynq's ``MMIO`` into an AXI-Lite master on the simulation, every
+stream through ``pynq.lib.dma.DMA`` and ``pynq.allocate`` buffers into the AXI DMA model and on into the
+cores' AXI-Stream ports. The decode (token tree, paged KV cache, the draft on the draft engine) must give the
+golden backend's tokens, which are the target's own greedy tokens.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec import runtime
+from specdec.backends.sim_board import overlay_params
+from hwcontract import board as bd
+
+def test_overlay_toplevel_takes_the_board_parameters():
+    d = bd.design("kv260")
+    p = overlay_params(d)
+    assert p["LANES"] == 8 and p["VOCAB_MAX"] == 50272 and p["WDEPTH"] == 36864 and p["PAGES"] == 1024
+    assert set(p) == {k for c in d.cells for k in c.params}
+
+
+@pytest.mark.ml
+@pytest.mark.long
+@pytest.mark.usefixtures("torch_threads")
+def test_decode_through_pynq_on_the_rtl_of_the_kv260_overlay(opt_dirs, opt_pair):
+    pytest.importorskip("torch")
+    import model_pairs
+    from greedy_identity import Reference, assert_identical, greedy_job
+    n_new = 10
+    job = {**greedy_job(opt_dirs, model_pairs.prompts(1), 4, n_new), "draft_engine": "fabric",
+           "draft_vocab": 4096, "tree": {"kind": "eagle", "budget": 8, "depth": 4, "topk": 2}}
+    res = runtime.run_board_sim(job, "kv260")
+    ref = runtime.run(job, "ref")
+    print(json.dumps({"board": res["board"], "summary": res["summary"], "draft_engine": res["draft_engine"]}))
+    assert res["backend"].startswith("pynq:emulated-kv260:")
+    assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
+    assert_identical(res, Reference(opt_pair), n_new)
+    b = res["board"]
+    assert b["drivers"] == {"verifier": "Verifier", "treemask": "TreeMask", "kvpage": "KVPage",
+                            "draftengine": "DraftEngine", "rng": "Rng", "verifier_dma": "DMA",
+                            "treemask_dma": "DMA", "draftengine_dma": "DMA"}
+    rounds = [r for g in res["generations"] for r in g["rounds"]]
+    assert all(r["mask_cycles"] > 0 for r in rounds) and res["kv"]["ops"]["FORK"] > 0
+    assert b["dmas"]["treemask_dma"]["transfers"]["S2MM"] == len(rounds)
+    assert b["dmas"]["draftengine_dma"]["transfers"]["S2MM"] == res["draft_engine"]["jobs"]
+    assert b["dmas"]["verifier_dma"]["bytes"]["MM2S"] > 0 and b["sim_ns"] > 0
