@@ -126,14 +126,20 @@ def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Pat
     return path, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
 
 
-LUTRAM_SUFFIX = "_lutram"      # a MyHDL memory named *_lutram maps to distributed RAM
+#: Memory name suffix -> the ram_style a MyHDL memory so named gets (MyHDL cannot write attributes).
+RAM_STYLES = {
+    "_lutram": "distributed",  # a small registered-address memory yosys and Vivado would put in a block RAM
+    "_bram": "block",          # a memory that must stay in block RAM where the part also has UltraRAM (the
+                               # KV260's URAM is the draft engine's weights'; unmarked memories may go there)
+}
 
 
 def _attributes(line: str) -> str:
-    """Synthesis attributes MyHDL cannot write: memories named ``*_lutram`` get ``ram_style = "distributed"``
-    (yosys and Vivado would otherwise put a small registered-address memory in a block RAM)."""
-    if line.startswith("reg ") and f"{LUTRAM_SUFFIX} [" in line:
-        return '(* ram_style = "distributed" *) ' + line
+    """The ``ram_style`` attribute of a memory declaration whose name ends in a :data:`RAM_STYLES` suffix."""
+    if line.startswith("reg "):
+        for suffix, style in RAM_STYLES.items():
+            if f"{suffix} [" in line:
+                return f'(* ram_style = "{style}" *) ' + line
     return line
 
 

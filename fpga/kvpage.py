@@ -6,7 +6,7 @@ State
 -----
 * per slot (64, flip-flops, so that ROLLBACK/FREE/COMMIT relabel any set of slots in one cycle): kind,
   parent, base, len, chain head, tail and count;
-* ``table_mem`` (64 x MAX_BLOCKS page ids, block RAM): the block tables, row r of slot s at s*MAX_BLOCKS+r;
+* ``table_mem_bram`` (64 x MAX_BLOCKS page ids, block RAM: ram_style "block", fpga.convert): the block tables, row r of slot s at s*MAX_BLOCKS+r;
 * ``next_mem`` (PAGES page ids): the chain links (free list and every slot's chain);
 * ``rowof_mem`` (PAGES rows): the row each page was allocated for (REFS reads one row of every slot);
 * the free list (head, count), the bump pointer (pages ``bump..PAGES-1`` never used) and FREE_PAGES.
@@ -152,7 +152,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
 
     # ---------------- memories ----------------
     TA = SW + BW
-    table_mem = [Signal(intbv(0)[PW:]) for _ in range(NS * MAX_BLOCKS)]
+    table_mem_bram = [Signal(intbv(0)[PW:]) for _ in range(NS * MAX_BLOCKS)]
     next_mem = [Signal(intbv(0)[PW:]) for _ in range(PAGES)]
     rowof_mem = [Signal(intbv(0)[BW:]) for _ in range(PAGES)]
     t_raddr, t_waddr = Signal(intbv(0)[TA:]), Signal(intbv(0)[TA:])
@@ -168,8 +168,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     @always(clk.posedge)
     def table_ram():
         if t_we:
-            table_mem[t_waddr].next = t_wdata
-        t_rdata.next = table_mem[t_raddr]
+            table_mem_bram[t_waddr].next = t_wdata
+        t_rdata.next = table_mem_bram[t_raddr]
 
     @always(clk.posedge)
     def next_ram():

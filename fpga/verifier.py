@@ -341,23 +341,24 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     """One row buffer: DEPTH beats of DW bits, one write port and a read with two cycles of latency.
 
     Block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
-    buffer); the tail (280 beats there) is distributed RAM (``*_lutram``, marked ram_style "distributed"
-    by fpga.convert) read through a registered address. The outputs meet in a registered mux.
+    buffer; ``*_bram``, marked ram_style "block" by fpga.convert so that UltraScale+ keeps its URAM for the
+    draft engine); the tail (280 beats there) is distributed RAM (``*_lutram``, marked ram_style
+    "distributed") read through a registered address. The outputs meet in a registered mux.
     """
     MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
     TAIL = DEPTH - MAIN
-    mem_a = [Signal(intbv(0)[DW:]) for _ in range(MAIN)]
+    mem_a_bram = [Signal(intbv(0)[DW:]) for _ in range(MAIN)]
     rd_a = Signal(intbv(0)[DW:])
 
     if TAIL == 0:
         @always(clk.posedge)
         def write():
             if we:
-                mem_a[waddr].next = din
+                mem_a_bram[waddr].next = din
 
         @always(clk.posedge)
         def read():
-            rd_a.next = mem_a[raddr]
+            rd_a.next = mem_a_bram[raddr]
 
         @always(clk.posedge)
         def out():
@@ -385,7 +386,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     @always(clk.posedge)
     def write_a():
         if wa:
-            mem_a[waddr].next = din
+            mem_a_bram[waddr].next = din
 
     @always(clk.posedge)
     def write_b():
@@ -394,7 +395,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
     @always(clk.posedge)
     def read():
-        rd_a.next = mem_a[raddr]
+        rd_a.next = mem_a_bram[raddr]
         sel.next = raddr >= MAIN
         if raddr >= MAIN:
             rb_addr.next = raddr - MAIN

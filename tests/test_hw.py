@@ -167,3 +167,22 @@ def test_parse_stat_and_sta() -> None:       # yosys 0.23's layout (name before 
     assert counts == {"lut": 9, "ff": 4, "carry4": 1, "dsp": 2, "bram36": 1.5, "uram": 0, "lutram": 8}
     assert hw.parse_sta("Latest arrival time in 'rng' is 2318:\n") == pytest.approx(2.318)
     assert hw.parse_sta("ERROR: something") is None
+
+
+def test_memories_carry_their_ram_style() -> None:
+    """The conversion marks each memory by its name's suffix (fpga.convert.RAM_STYLES): the verifier's row
+    buffers and kvpage's block tables stay in block RAM (UltraScale+ keeps its URAM for the draft engine's
+    weights, which stay unmarked), the verifier's buffer tails in distributed RAM."""
+    import re
+    from fpga.convert import convert
+    styles = {}
+    for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("draftengine", None)):
+        for line in convert(core, params).read_text().splitlines():     # the builds the other tests convert
+            m = re.match(r'(?:\(\* ram_style = "(\w+)" \*\) )?reg .* (\w+) \[0:', line)
+            if m:
+                styles[m.group(2)] = m.group(1)
+    assert styles["row_buffer0_mem_a_bram"] == styles["row_buffer1_mem_a_bram"] == "block"
+    assert styles["row_buffer0_mem_b_lutram"] == "distributed"
+    assert styles["table_mem_bram"] == "block"
+    assert all(v is None for k, v in styles.items() if not k.endswith(("_bram", "_lutram")))
+    assert "sdp_ram0_mem" in styles                      # the engine's weights: unmarked, the tool's choice
