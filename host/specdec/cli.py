@@ -12,6 +12,7 @@ without touching the others::
     specdec bench kv [--pages 256,1024] [--max-blocks 64] [--no-decode] [--json FILE]
     specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
                      [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
+                     [--record FILE]
                      [--tree static|eagle|sequoia] [--tree-budget N] [--tree-depth D] [--tree-topk K]
     specdec bench e2e [--gammas 0,2,4,8,16] [--tree static,eagle,sequoia] [--tree-budget N] [--prompts FILE]
                       [--json FILE] [--plot DIR]
@@ -399,7 +400,16 @@ def _generate(args: argparse.Namespace) -> int:
     from specdec import metrics, runtime
     prompt = args.prompt.replace("\\n", "\n")       # a typed backslash-n is a newline
     job = _job(args, [prompt], args.gamma, _tree_spec(args, args.tree))
-    res = runtime.run(job, args.backend)
+    if args.record and args.backend == "sim":
+        raise UsageError("--record runs on --backend ref or pynq (the sim backend's verifier runs inside the "
+                         "simulation)")
+    if args.record:
+        from specdec import recording
+        rec, res = recording.record(job, args.backend)
+        rec.save(args.record)
+        print(f"recorded {rec.rounds} rounds in {args.record}", file=sys.stderr)
+    else:
+        res = runtime.run(job, args.backend)
     gen = res["generations"][0]
     print(prompt + gen["text"])
     print(f"[{args.backend}] " + metrics.stats_line(res["summary"]), file=sys.stderr)
@@ -420,6 +430,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--backend", default="ref", choices=runtime.BACKENDS,
                    help="verifier: ref (golden model), sim (RTL in Verilator), pynq (a board)")
     g.add_argument("--json", metavar="FILE", help="also write tokens, rounds and stats as JSON")
+    g.add_argument("--record", metavar="FILE", help="also record every verifier round (its rows as Q7.8 codes, its "
+                                                    "decision) into FILE (.npz), for a board without the models to "
+                                                    "replay (specdec.recording)")
     HANDLERS[("generate", "run")] = _generate
 
 

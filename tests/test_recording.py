@@ -1,0 +1,102 @@
+"""Recorded rounds (``specdec.recording``): a host records every verifier round of a job; a board without the
+models (the PYNQ-Z2) replays them through its own verifier and must take the same decisions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec import recording, runtime
+
+pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
+
+TREE = {"kind": "eagle", "budget": 8, "depth": 4, "topk": 2}
+
+
+def job(opt_dirs, temperature=0.0, tree=None, n_new=12):
+    import model_pairs
+    j = {"target": opt_dirs[0], "draft": opt_dirs[1], "prompts": model_pairs.prompts(2), "max_new_tokens": n_new,
+         "gamma": 4, "seed": 3, "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0}}
+    return {**j, "tree": tree} if tree else j
+
+
+@pytest.fixture(scope="module")
+def recorded(opt_dirs, opt_pair, tmp_path_factory):
+    """(kind -> (recording read back from its file, the job's result)) for a greedy chain, a sampled chain
+    and a greedy tree."""
+    pytest.importorskip("torch")
+    out = {}
+    for kind, j in (("greedy", job(opt_dirs)), ("sampled", job(opt_dirs, 0.8)), ("tree", job(opt_dirs, tree=TREE))):
+        rec, res = recording.record(j, "ref", opt_pair)
+        path = rec.save(tmp_path_factory.mktemp("rec") / f"{kind}.npz")
+        out[kind] = (recording.load(path), res)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["greedy", "sampled", "tree"])
+def test_replay_on_a_fresh_verifier_takes_every_recorded_decision(recorded, kind):
+    rec, res = recorded[kind]
+    rounds = sum(len(g["rounds"]) for g in res["generations"])
+    assert rec.rounds == rounds > 0
+    assert sum(e["op"] == "seed" for e in rec.events) == 2          # one per prompt
+    rep = recording.replay(rec, runtime.golden_verifier())
+    assert rep["mismatches"] == [] and rep["matches"] == rounds
+    per_prompt, it = [], iter(rep["tokens"])                         # the rounds' tokens, prompt by prompt
+    for e in rec.events:
+        if e["op"] == "seed":
+            per_prompt.append([])
+        else:
+            per_prompt[-1] += next(it)
+    for got, g in zip(per_prompt, res["generations"]):
+        assert got[:len(g["tokens"])] == g["tokens"]                    # the text the board would emit
+    assert rec.info["texts"] == [g["text"] for g in res["generations"]]
+    if kind == "tree":
+        assert all(e["nodes"][0] == 0 and len(e["nodes"]) == len(e["result"]["path"]) + 1
+                   for e in rec.events if e["op"] == "tree")
+    if kind == "sampled":
+        assert all("q" in e for e in rec.events if e["op"] == "chain" and e["draft"])
+
+
+def test_a_changed_row_is_a_mismatch(recorded):
+    rec, _ = recorded["greedy"]
+    ev = next(e for e in rec.events if e["op"] == "chain" and e["result"]["n_accept"] < len(e["draft"]))
+    rows = rec.arrays[ev["p"]].copy()
+    k = ev["result"]["n_accept"]
+    rows[k, ev["draft"][k]] = rows[k].max() + 256                     # the target now agrees with the draft there
+    tampered = recording.Recording(rec.events, {**rec.arrays, ev["p"]: rows}, rec.info)
+    rep = recording.replay(tampered, runtime.golden_verifier())
+    assert [m["event"] for m in rep["mismatches"]] == [rec.events.index(ev)]
+    assert rep["mismatches"][0]["got"]["n_accept"] > k
+
+
+def test_the_pynq_z2_replays_a_recording_through_pynqs_classes(recorded):
+    """The Z2's path: no models, the recording through pynq's Overlay, MMIO and DMA on the emulated PYNQ-Z2."""
+    from specdec.emuboard import EmulatedBoard
+    board = EmulatedBoard("pynq-z2")
+    ol = runtime.pynq_overlay(device=board)
+    v = ol.cores().verifier
+    rows = 0
+    for kind in ("sampled", "tree"):
+        rec, _ = recorded[kind]
+        rep = recording.replay(rec, v)
+        assert rep["mismatches"] == [] and rep["matches"] == rec.rounds
+        rows += rep["rows"]
+    assert board.dma("verifier_dma").transfers["MM2S"] == rows > 0        # one DMA transfer per row the core took
+
+
+def test_load_refuses_what_is_not_a_recording(tmp_path):
+    np.savez(tmp_path / "x.npz", a=np.zeros(3))
+    with pytest.raises(ValueError, match="not a specdec recording"):
+        recording.load(tmp_path / "x.npz")
+
+
+def test_cli_record_writes_a_file_and_refuses_sim(opt_dirs, tmp_path, capsys):
+    import model_pairs
+    from specdec import cli
+    base = ["generate", "--prompt", model_pairs.prompts(1)[0], "--target", opt_dirs[0], "--draft", opt_dirs[1],
+            "--max-new-tokens", "6", "--record", str(tmp_path / "r.npz")]
+    assert cli.main([*base, "--backend", "sim"]) == 2
+    assert "--record runs on --backend ref or pynq" in capsys.readouterr().err
+    assert cli.main(base) == 0
+    assert "recorded" in capsys.readouterr().err
+    rec = recording.load(tmp_path / "r.npz")
+    assert recording.replay(rec, runtime.golden_verifier())["mismatches"] == []
