@@ -339,20 +339,23 @@ def fabric_pair(opt_pair):
 
 @pytest.mark.ml
 @pytest.mark.usefixtures("torch_threads")
-def test_decode_through_pynq_on_the_emulated_kv260_equals_the_golden_backend(opt_dirs, fabric_pair):
+@pytest.mark.parametrize("board_name", ["kv260", "pynq-z2"])
+def test_decode_through_pynq_on_the_emulated_board_equals_the_golden_backend(opt_dirs, fabric_pair, board_name):
     """Greedy tree decoding with the paged KV cache and the draft on the draft engine, every core reached
-    through pynq's Overlay, DMA and buffers on the emulated KV260: the golden backend's tokens, which are the
-    target's own greedy tokens. Every DMA moved data, and every feature was exercised."""
+    through pynq's Overlay, DMA and buffers on the emulated board: the golden backend's tokens, which are the
+    target's own greedy tokens. Every DMA moved data, and every feature was exercised. The KV260's engine
+    holds the draft (placed once); the PYNQ-Z2's cannot, and its layers stream, every job loading its weights."""
     pytest.importorskip("torch")
     import model_pairs
     from greedy_identity import Reference, assert_identical, greedy_job
     n_new = 24
     job = {**greedy_job(opt_dirs, model_pairs.prompts(2), 4, n_new), "draft_engine": "fabric",
            "tree": {"kind": "eagle", "budget": 16, "depth": 6, "topk": 4}}
-    board = EmulatedBoard("kv260")
+    board = EmulatedBoard(board_name)
     ol = runtime.pynq_overlay(device=board)
     c = ol.cores()
-    res = runtime.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, engine=ol.draft_engine())
+    engine = ol.draft_engine()
+    res = runtime.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, engine=engine)
     ref = runtime.execute(job, runtime.golden_verifier(), fabric_pair, masker=runtime.golden_masker(),
                           kv=runtime.golden_kvpage(), engine=runtime.golden_draftengine())
     assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
@@ -361,6 +364,7 @@ def test_decode_through_pynq_on_the_emulated_kv260_equals_the_golden_backend(opt
     assert len({r["n_accept"] for r in rounds}) >= 2 and all(r["mask_cycles"] > 0 for r in rounds)
     assert res["kv"]["ops"]["FORK"] > 0 and res["kv"]["free_pages_after"] == c.kv.pages
     assert res["draft_engine"]["layers"] == 7 and res["draft_engine"]["jobs"] > 0
+    assert res["draft_engine"]["streamed"] == (board_name == "pynq-z2") == (engine.streamed_beats > 0)
     moved = {cell: dma.transfers for cell, dma in board.dmas.items()}
     assert moved["verifier_dma"]["MM2S"] > 0 and moved["treemask_dma"]["S2MM"] == len(rounds)
     assert moved["draftengine_dma"]["S2MM"] == res["draft_engine"]["jobs"]

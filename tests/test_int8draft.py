@@ -10,7 +10,7 @@ import model_pairs
 from hls_ref import draftengine as golden
 from hwcontract.formats import LOGIT_FRAC
 from specdec import corpus, int8draft, models, runtime
-from specdec.errors import OptionError
+from specdec.errors import OptionError, SpecdecError
 from specdec.job import Job
 from specdec.hotvocab import hot_head_model, hot_ids
 
@@ -96,18 +96,33 @@ def test_a_fabric_draft_on_a_board_goes_to_the_overlay_before_any_model_loads(mo
         runtime.run({"prompts": ["x"], "draft_engine": "fabric"}, "pynq")
 
 
-def test_bind_refuses_a_draft_larger_than_the_engine():
-    """A layer the engine's memories cannot hold is refused by name and size when the draft is placed."""
+def test_bind_places_what_fits_and_streams_what_does_not():
+    """A draft the engine's memories hold is placed once; one they cannot hold streams, slice by slice, each job
+    loading its weights again (the PYNQ-Z2's mode), with the same outputs; streaming=False refuses it by name
+    and size instead."""
     torch = pytest.importorskip("torch")
     n, k = 600, 64
-    q = int8draft.QLinear("big", np.ones((n, k), np.int64), np.zeros(n, np.int64), np.ones(n, np.int64),
-                          np.zeros(n, np.int64), 1.0, np.ones(n), 16, np.ones(k))
+    rng = np.random.default_rng(5)
+    q = int8draft.QLinear("big", rng.integers(-127, 128, (n, k)), rng.integers(-500, 500, n),
+                          np.full(n, 1 << 14), np.full(n, 20), 1.0, np.ones(n), 16, np.ones(k))
     model = torch.nn.Sequential(int8draft.EngineModule(q))
+    x = torch.from_numpy(rng.normal(size=(20, k)))                          # M = 20: two jobs of M_MAX 16
     small = runtime.golden_draftengine({"WDEPTH": 256, "PDEPTH": 16})
     with pytest.raises(ValueError, match="a 600 x 64 layer needs 600 weight beats and 75 parameter tiles; "
                                          "256 and 16 are free"):
-        int8draft.bind(model, small)
+        int8draft.bind(model, small, streaming=False)
     fits = runtime.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
-    assert int8draft.bind(model, fits) == {"layers": 1, "weight_beats": 600, "param_tiles": 75}
-    y = model(torch.ones(2, k, dtype=torch.float64))
-    assert y.shape == (2, n) and fits.jobs == 1
+    assert int8draft.bind(model, fits) == {"layers": 1, "weight_beats": 600, "param_tiles": 75, "streamed": False}
+    want = model(x)
+    assert want.shape == (20, n) and fits.jobs == 2 and fits.streamed_beats == 0
+    assert int8draft.bind(model, small) == {"layers": 1, "weight_beats": 600, "param_tiles": 75, "streamed": True}
+    assert torch.equal(model(x), want)
+    # 16 tiles a load (PDEPTH 16; WDEPTH 256 would hold 32): 5 slices of 128 channels, the last of 88
+    assert small.jobs == 5 * 2 and small.streamed_beats == 600
+    model(x[:1])
+    assert small.streamed_beats == 1200                                     # every step loads the layer again
+    with pytest.raises(SpecdecError, match="placed"):
+        int8draft.bind(model, fits)
+        fits.matmul_streamed(np.zeros((1, k)), small.stream_layer(q.w, q.bias, q.mult, q.shift))
+    with pytest.raises(ValueError, match="streaming must be"):
+        int8draft.bind(model, small, streaming="yes")

@@ -211,18 +211,20 @@ def test_a_board_cell_off_the_board_says_so(tmp_path, golden_env):
 
 @pytest.mark.long
 @pytest.mark.ml
+@pytest.mark.parametrize("board", ["kv260", "pynq-z2"])
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_on_the_emulated_board(name, tmp_path, monkeypatch):
-    """Every cell, the board's included, on the emulated KV260: pynq's Overlay, DMA and buffers over the golden
-    register models (``SPECDEC_EMULATE``; the backend is picked as on a board)."""
+def test_notebook_runs_on_the_emulated_board(name, board, tmp_path, monkeypatch):
+    """Every cell, the board's included, on the emulated board: pynq's Overlay, DMA and buffers over the golden
+    register models (``SPECDEC_EMULATE``; the backend is picked as on a board). On the PYNQ-Z2 the draft
+    engine's layers stream (notebook 5)."""
     pytest.importorskip("torch")
     monkeypatch.delenv(notebook.BACKEND_ENV, raising=False)
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setenv(runtime.EMULATE_ENV, board)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = read(name)
     execute(nb, tmp_path, skip_board=False)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)
-    assert "backend pynq: the specdec overlay on the kv260, emulated" in "".join(
+    assert f"backend pynq: the specdec overlay on the {board}, emulated" in "".join(
         o.get("text", "") for o in code[0].outputs)

@@ -213,22 +213,38 @@ def engine_modules(model) -> list:
     return [m for m in model.modules() if hasattr(m, "runner") and hasattr(m, "q")]
 
 
-def bind(model, engine) -> dict:
-    """Place every engine layer of ``model`` on ``engine`` (a :class:`specdec.drivers.DraftEngine` on any
-    backend: the golden register model, the simulation, a board) and run its jobs there from now on, in
-    pieces of at most M_MAX rows. The weights are loaded once, here.
+def bind(model, engine, streaming: bool | str = "auto") -> dict:
+    """Put every engine layer of ``model`` on ``engine`` (a :class:`specdec.drivers.DraftEngine` on any backend:
+    the golden register model, the simulation, a board) and run its jobs there from now on, in pieces of at
+    most M_MAX rows.
 
-    Returns ``{"layers", "weight_beats", "param_tiles"}``. Raises ValueError when the draft does not fit the
-    engine's memories (the message names the layer and what is left).
+    When the whole draft fits the engine's memories its layers are **placed**: their weights loaded once, here.
+    When it does not (the PYNQ-Z2's 4,096 weight beats) and ``streaming`` allows it (``"auto"``, the default, or
+    True), every layer **streams**: each job loads its layer's weights and parameters again, slice by slice
+    (:meth:`~specdec.drivers.DraftEngine.matmul_streamed`), so the draft runs at the rate the weights come in.
+    ``streaming=True`` streams even a draft that fits.
+
+    Returns ``{"layers", "weight_beats", "param_tiles", "streamed"}``: the draft's beats and tiles (placed, or
+    loaded per draft step when streamed). Raises ValueError when ``streaming=False`` and the draft does not fit
+    (the message names the layer and what is left), or a layer cannot stream at all.
     """
     import functools
+    if streaming not in ("auto", True, False):
+        raise ValueError(f"streaming must be 'auto', True or False, got {streaming!r}")
     engine.reset_memory()
     mods = engine_modules(model)
+    need = [engine.footprint(*m.q.w.shape) for m in mods]
+    fits = sum(w for w, _ in need) <= engine.wdepth and sum(p for _, p in need) <= engine.pdepth
+    stream = streaming is True or (streaming == "auto" and not fits)
     for m in mods:
-        at = engine.place(m.q.w, m.q.bias, m.q.mult, m.q.shift)
-        m.runner = functools.partial(_run_on, engine, at, m.q.out_bits)
-    wfree, pfree = engine.free()
-    return {"layers": len(mods), "weight_beats": engine.wdepth - wfree, "param_tiles": engine.pdepth - pfree}
+        if stream:
+            layer = engine.stream_layer(m.q.w, m.q.bias, m.q.mult, m.q.shift)
+            m.runner = functools.partial(_stream_on, engine, layer, m.q.out_bits)
+        else:
+            at = engine.place(m.q.w, m.q.bias, m.q.mult, m.q.shift)
+            m.runner = functools.partial(_run_on, engine, at, m.q.out_bits)
+    return {"layers": len(mods), "weight_beats": sum(w for w, _ in need), "param_tiles": sum(p for _, p in need),
+            "streamed": stream}
 
 
 def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
@@ -238,6 +254,10 @@ def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int
         ys.append(y)
         sat += s
     return np.concatenate(ys), sat
+
+
+def _stream_on(engine, layer, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+    return engine.matmul_streamed(x_q, layer, out_bits)
 
 
 def agreement(float_model, int8_model, tokenizer, texts: list[str]) -> dict:

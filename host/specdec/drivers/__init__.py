@@ -4,11 +4,11 @@ Importing this package registers the drivers with pynq (``bindto``), so ``pynq.O
 board; off the board the same classes take a simulation or golden-model device (``specdec.backends``).
 """
 from .base import SpecdecIP, pynq_registers, vlnv
-from .draftengine import DraftEngine, Placement
+from .draftengine import DraftEngine, Placement, Streamed
 from .kvpage import KVPage, KVPageError, SlotInfo
 from .rng import Rng
 from .treemask import DmaSink, TreeMask
 from .verifier import DmaStream, Result, Verifier
 from .verifier_errors import VerifierError
 
-__all__ = ["SpecdecIP", "DraftEngine", "Placement", "Rng", "Verifier", "VerifierError", "Result", "DmaStream", "TreeMask", "DmaSink", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]
+__all__ = ["SpecdecIP", "DraftEngine", "Placement", "Streamed", "Rng", "Verifier", "VerifierError", "Result", "DmaStream", "TreeMask", "DmaSink", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]

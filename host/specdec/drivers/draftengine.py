@@ -38,6 +38,20 @@ class Placement:
     k: int
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """A layer whose weights stream through the core: slices of its output channels (``n0 .. n1``), each with
+    its weight and parameter beats, loaded at beat 0 and tile 0 before the slice runs."""
+
+    n: int
+    k: int
+    slices: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]
+
+    @property
+    def weight_beats(self) -> int:
+        return sum(len(wb) for _, _, wb, _ in self.slices)
+
+
 class DraftEngine(SpecdecIP):
     """Driver of the ``draftengine`` core (golden model ``hls_ref.draftengine``, RTL ``fpga.draftengine``).
 
@@ -65,6 +79,8 @@ class DraftEngine(SpecdecIP):
         self.cycles = self.stall = self.saturated = 0
         #: RUN jobs done and their CYCLES_BUSY summed, since the driver was made.
         self.jobs = self.busy_cycles = 0
+        #: Weight beats loaded for streamed layers (:meth:`matmul_streamed`), since the driver was made.
+        self.streamed_beats = 0
         cfg = self.cmap.reg("CONFIG")
         self._ops = {n: v for n, v, _ in cfg.field("OP").values}
 
@@ -119,6 +135,66 @@ class DraftEngine(SpecdecIP):
             self.soft_reset()
             raise
 
+    def footprint(self, n: int, k: int) -> tuple[int, int]:
+        """Weight beats and parameter tiles an N x K layer takes in this core."""
+        return -(-n // self.rows) * -(-k // self.cols), -(-n // self.rows)
+
+    def _checked_layer(self, w, bias, mult, shift) -> golden.Job:
+        """The layer as a golden job, after the golden model's checks and this core's K_MAX."""
+        w = np.asarray(w)
+        job = golden.check(golden.Job(np.zeros((1, w.shape[1] if w.ndim == 2 else 1), np.int64), w, bias, mult,
+                                      shift, 8))
+        if job.w.shape[1] > self.k_max:
+            raise ValueError(f"K={job.w.shape[1]} above this core's K_MAX {self.k_max}")
+        return job
+
+    def stream_layer(self, w, bias, mult, shift) -> Streamed:
+        """A layer prepared to stream (:meth:`matmul_streamed`): cut into slices of output channels that each
+        fit the whole weight and parameter memories; nothing is loaded yet.
+
+        Raises
+        ------
+        ValueError
+            A bad shape or value (the golden model's checks), K above K_MAX, or memories too small for one
+            tile of the layer.
+        """
+        job = self._checked_layer(w, bias, mult, shift)
+        n, k = job.w.shape
+        tiles = min(self.wdepth // -(-k // self.cols), self.pdepth)      # ROWS-channel tiles one load holds
+        if tiles < 1:
+            raise ValueError(f"a {n} x {k} layer cannot stream: one tile takes {-(-k // self.cols)} weight beats, "
+                             f"WDEPTH is {self.wdepth}")
+        step = tiles * self.rows
+        return Streamed(n, k, tuple(
+            (n0, min(n0 + step, n), de_weight_beats(job.w[n0:n0 + step], self.rows, self.cols),
+             de_param_beats(job.bias[n0:n0 + step], job.mult[n0:n0 + step], job.shift[n0:n0 + step], self.rows,
+                            self.cols))
+            for n0 in range(0, n, step)))
+
+    def matmul_streamed(self, x, layer: Streamed, out_bits: int = 8) -> tuple[np.ndarray, int]:
+        """Run a streamed layer on activation rows ``x`` (M, K), M any size: each slice's weights and parameters
+        loaded at the start of the memories, then its jobs (at most M_MAX rows each). ``(y (M, N), saturated)``.
+
+        Raises
+        ------
+        SpecdecError
+            Layers are placed in the memories (:meth:`place`): streaming would overwrite them.
+        """
+        if self._wnext or self._pnext:
+            raise SpecdecError("draftengine: layers are placed in the memories; a streamed layer would overwrite "
+                               "them (reset_memory() first, or place every layer)")
+        x = np.asarray(x)
+        ys, sat = [], 0
+        for n0, n1, wb, pb in layer.slices:
+            self.load("weights", 0, wb)
+            self.load("params", 0, pb)
+            self.streamed_beats += len(wb)
+            at = Placement(0, 0, n1 - n0, layer.k)
+            parts = [self.matmul(x[i:i + self.m_max], at, out_bits) for i in range(0, len(x), self.m_max)]
+            ys.append(np.concatenate([y for y, _ in parts]))
+            sat += sum(s for _, s in parts)
+        return np.concatenate(ys, axis=1), sat
+
     def place(self, w, bias, mult, shift) -> Placement:
         """Load a layer (N x K int8 weights, per-channel BIAS/MULT/SHIFT) into the next free memory; its place.
 
@@ -127,12 +203,8 @@ class DraftEngine(SpecdecIP):
         ValueError
             A bad shape or value (the golden model's checks), or the layer does not fit what is left.
         """
-        w = np.asarray(w)
-        job = golden.check(golden.Job(np.zeros((1, w.shape[1] if w.ndim == 2 else 1), np.int64), w, bias, mult,
-                                      shift, 8))
+        job = self._checked_layer(w, bias, mult, shift)
         n, k = job.w.shape
-        if k > self.k_max:
-            raise ValueError(f"K={k} above this core's K_MAX {self.k_max}")
         wb = de_weight_beats(job.w, self.rows, self.cols)
         pb = de_param_beats(job.bias, job.mult, job.shift, self.rows, self.cols)
         wfree, pfree = self.free()
