@@ -1,5 +1,5 @@
 """The emulated board on the RTL (``specdec.backends.sim_board``): pynq's own classes driving the cocotb
-simulation of the board's whole overlay (toplevel ``overlay`` at the KV260's parameters).
+simulation of the board's whole overlay (toplevel ``overlay`` at each board's parameters).
 
 pynq's ``Overlay`` parses the hardware description rendered from ``hwcontract.board`` and binds the drivers by
 VLNV; every register access goes through pynq's ``MMIO`` into an AXI-Lite master on the simulation, every
@@ -27,17 +27,21 @@ def test_overlay_toplevel_takes_the_board_parameters():
 @pytest.mark.ml
 @pytest.mark.long
 @pytest.mark.usefixtures("torch_threads")
-def test_decode_through_pynq_on_the_rtl_of_the_kv260_overlay(opt_dirs, opt_pair):
+@pytest.mark.parametrize("board", ["kv260", "pynq-z2"])
+def test_decode_through_pynq_on_the_rtl_of_the_overlay(opt_dirs, opt_pair, board):
+    """On the KV260 the draft engine holds the draft; on the PYNQ-Z2 its layers stream (each job loads its
+    weights again)."""
     pytest.importorskip("torch")
     import model_pairs
     from greedy_identity import Reference, assert_identical, greedy_job
     n_new = 10
     job = {**greedy_job(opt_dirs, model_pairs.prompts(1), 4, n_new), "draft_engine": "fabric",
            "draft_vocab": 4096, "tree": {"kind": "eagle", "budget": 8, "depth": 4, "topk": 2}}
-    res = runtime.run_board_sim(job, "kv260")
+    res = runtime.run_board_sim(job, board)
     ref = runtime.run(job, "ref")
     print(json.dumps({"board": res["board"], "summary": res["summary"], "draft_engine": res["draft_engine"]}))
-    assert res["backend"].startswith("pynq:emulated-kv260:")
+    assert res["backend"].startswith(f"pynq:emulated-{board}:")
+    assert res["draft_engine"]["streamed"] == (board == "pynq-z2")
     assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
     assert_identical(res, Reference(opt_pair), n_new)
     b = res["board"]
