@@ -53,3 +53,25 @@ def test_decode_through_pynq_on_the_rtl_of_the_overlay(opt_dirs, opt_pair, board
     assert b["dmas"]["treemask_dma"]["transfers"]["S2MM"] == len(rounds)
     assert b["dmas"]["draftengine_dma"]["transfers"]["S2MM"] == res["draft_engine"]["jobs"]
     assert b["dmas"]["verifier_dma"]["bytes"]["MM2S"] > 0 and b["sim_ns"] > 0
+
+
+@pytest.mark.ml
+@pytest.mark.long
+@pytest.mark.usefixtures("torch_threads")
+def test_a_recording_replays_on_the_rtl_of_the_pynq_z2(opt_dirs, opt_pair, tmp_path):
+    """The PYNQ-Z2's way without the models: a host records a sampled chain job and a greedy tree job on the
+    golden backend; the RTL verifier of the Z2's overlay, through pynq's MMIO and DMA, takes every recorded
+    decision again."""
+    pytest.importorskip("torch")
+    import model_pairs
+    from specdec import recording
+    base = {"target": opt_dirs[0], "draft": opt_dirs[1], "prompts": model_pairs.prompts(1), "max_new_tokens": 8,
+            "gamma": 4, "seed": 5}
+    for extra in ({"sampling": {"temperature": 0.8, "top_k": 0, "top_p": 1.0}},
+                  {"tree": {"kind": "eagle", "budget": 8, "depth": 4, "topk": 2}}):
+        rec, _ = recording.record({**base, **extra}, "ref", opt_pair)
+        res = runtime.replay_board_sim(rec.save(tmp_path / "rec.npz"), "pynq-z2")
+        rep = res["replay"]
+        print(json.dumps({"rounds": rep["rounds"], "rows": rep["rows"], "sim_ns": res["board"]["sim_ns"]}))
+        assert rep["mismatches"] == [] and rep["matches"] == rec.rounds > 0
+        assert res["board"]["dmas"]["verifier_dma"]["transfers"]["MM2S"] == rep["rows"]

@@ -243,6 +243,17 @@ def run_board_sim(job: Job | Mapping[str, Any], board: str = "kv260", sim: str =
                      {BOARD_ENV: board})
 
 
+def replay_board_sim(path: str | os.PathLike, board: str = "pynq-z2", sim: str = "verilator") -> dict:
+    """Replay the recording at ``path`` (:mod:`specdec.recording`) on the verifier of the emulated ``board``
+    whose PL is the RTL (as :func:`run_board_sim`); returns :func:`specdec.recording.replay`'s report under
+    ``replay``, with the board's figures."""
+    from hwcontract.board import design
+    from .backends.sim_board import BOARD_ENV, REPLAY_ENV, overlay_params
+    job = as_job({"prompts": ["(replay)"]})          # the harness carries a job file; the replay ignores it
+    return _simulate(job, "overlay", "specdec.backends.sim_board", sim, overlay_params(design(board)),
+                     {BOARD_ENV: board, REPLAY_ENV: str(Path(path).resolve())})
+
+
 def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None) -> dict:
     """Run cocotb test module ``module`` on toplevel ``top`` built at ``params`` with ``job``; its result."""
     from specdec.backends import simulator as harness

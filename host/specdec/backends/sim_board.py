@@ -10,7 +10,9 @@ decode job (``SPECDEC_JOB``, the one :func:`specdec.runtime.execute` runs on eve
 binds the drivers by VLNV, the cores' registers go through pynq's ``MMIO``, their streams through
 ``pynq.lib.dma.DMA`` and ``pynq.allocate`` buffers. Every access advances simulated time.
 
-The result (``SPECDEC_RESULT``) is the job's, with the board, the simulated time and each DMA's transfers.
+The result (``SPECDEC_RESULT``) is the job's, with the board, the simulated time and each DMA's transfers. With
+``SPECDEC_REPLAY`` naming a recording (:mod:`specdec.recording`) the test replays it on the board's verifier
+instead, as a PYNQ-Z2 without the models does (``runtime.replay_board_sim``).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from cocotb.utils import get_sim_time
 from hwcontract import board as bd
 from hwcontract.regmap import core
 
-from .. import runtime
+from .. import recording, runtime
 from ..emuboard import EmulatedBoard
 from ..job import Job
 from .sim import AxilTB, SimDevice, SimSink, SimStream
@@ -35,6 +37,8 @@ from .sim import AxilTB, SimDevice, SimSink, SimStream
 POLL_US = 0.2
 #: Environment: the board whose overlay the simulation is.
 BOARD_ENV = "SPECDEC_BOARD"
+#: Environment: a recording (``specdec.recording``) to replay on the board's verifier instead of running a job.
+REPLAY_ENV = "SPECDEC_REPLAY"
 
 
 def overlay_params(design: bd.Board) -> dict[str, int]:
@@ -80,7 +84,8 @@ class SimPL:
 @cocotb.test()
 async def decode_on_board(dut):
     """Run the job file's prompts through pynq's classes on the emulated board whose PL is this RTL."""
-    job = Job.from_json(Path(os.environ["SPECDEC_JOB"]).read_text())
+    replaying = os.environ.get(REPLAY_ENV)
+    job = None if replaying else Job.from_json(Path(os.environ["SPECDEC_JOB"]).read_text())
     design = bd.design(os.environ[BOARD_ENV])
     pl = SimPL(dut, design)
 
@@ -89,9 +94,12 @@ async def decode_on_board(dut):
         board = EmulatedBoard(design.name, pl=pl)
         ol = runtime.pynq_overlay(device=board)
         c = ol.cores()
-        engine = ol.draft_engine() if job.draft_engine == "fabric" else None
-        res = runtime.execute(job, c.verifier if job.speculative else None, masker=c.masker, kv=c.kv,
-                              engine=engine)
+        if replaying:
+            res = {"replay": recording.replay(recording.load(replaying), c.verifier)}
+        else:
+            engine = ol.draft_engine() if job.draft_engine == "fabric" else None
+            res = runtime.execute(job, c.verifier if job.speculative else None, masker=c.masker, kv=c.kv,
+                                  engine=engine)
         res["board"] = {"name": design.name, "resets": pl.resets, "sim_ns": get_sim_time("ns") - ns0,
                         "wall_s": time.perf_counter() - t0,
                         "dmas": {cell: {"transfers": d.transfers, "bytes": d.bytes} for cell, d in board.dmas.items()},
