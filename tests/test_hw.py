@@ -169,6 +169,7 @@ def test_parse_stat_and_sta() -> None:       # yosys 0.23's layout (name before 
     assert hw.parse_sta("ERROR: something") is None
 
 
+@pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")
 def test_memories_carry_their_ram_style() -> None:
     """The conversion marks each memory by its name's suffix (fpga.convert.RAM_STYLES): the verifier's row
     buffers and kvpage's block tables stay in block RAM (UltraScale+ keeps its URAM for the draft engine's
