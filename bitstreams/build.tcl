@@ -63,17 +63,9 @@ update_ip_catalog
 create_bd_design specdec
 set psi [create_bd_cell -type ip -vlnv $ps_vlnv ps]
 apply_bd_automation -rule xilinx.com:bd_rule:$ps -config {apply_board_preset 1} $psi
-if {$ps eq "processing_system7"} {
-  set_property -dict [list CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ $fclk_mhz CONFIG.PCW_USE_M_AXI_GP0 1 \
-      CONFIG.PCW_USE_S_AXI_HP0 1 CONFIG.PCW_S_AXI_HP0_DATA_WIDTH $hp_width] $psi
-  set fclk ps/FCLK_CLK0
-  set fclk_resetn ps/FCLK_RESET0_N
-} else {
-  set_property -dict [list CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ $fclk_mhz CONFIG.PSU__USE__M_AXI_GP0 1 \
-      CONFIG.PSU__USE__M_AXI_GP1 0 CONFIG.PSU__USE__S_AXI_GP2 1 CONFIG.PSU__SAXIGP2__DATA_WIDTH $hp_width] $psi
-  set fclk ps/pl_clk0
-  set fclk_resetn ps/pl_resetn0
-}
+set cfg {}
+foreach {key value} $ps_config { lappend cfg CONFIG.$key $value }
+set_property -dict $cfg $psi
 create_bd_cell -type ip -vlnv xilinx.com:ip:proc_sys_reset:5.0 rst_fclk
 connect_bd_net [get_bd_pins $fclk] [get_bd_pins rst_fclk/slowest_sync_clk]
 connect_bd_net [get_bd_pins $fclk_resetn] [get_bd_pins rst_fclk/ext_reset_in]

@@ -92,6 +92,63 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Ps:
+    """What a PS type's board preset fixes (clocks, the CPU, the HP port's DDR segment) and how the block design
+    configures it: the one table build.tcl (through design.tcl) and the emulated board's .hwh read."""
+
+    arch: str                   # SYSTEMINFO ARCH
+    cpu: str                    # platform.machine() on the board: pynq picks its clock driver by it
+    ref_mhz: float              # the PS reference clock
+    pll: str                    # the PLL the PL clocks divide, as the PS names it in a clock's source
+    pll_fbdiv: int              # its feedback divisor
+    pll_div2: int               # its output halved (Zynq UltraScale+ only)
+    pll_srcsel: int             # a PL clock's SRCSEL field selecting that PLL
+    gp_width: int               # the GP master's data width (the preset's)
+    ddr_segment: str            # the HP port's DDR address block, as Vivado names it
+    ddr_base: int
+    ddr_size: int
+    params: dict                # PS parameter names (templates over the clock index i)
+    fclk_pins: tuple[str, str]  # the PS pins of PL clock 0 and its reset (active low)
+
+    @property
+    def pll_mhz(self) -> float:
+        return self.ref_mhz * self.pll_fbdiv / (2 if self.pll_div2 else 1)
+
+
+PS_TYPES = {
+    # Zynq UltraScale+ (KV260): IOPLL = 33.333 MHz x 90 / 2; HP0_FPD reaches the low 2 GiB of DDR at 32 bits.
+    "zynq_ultra_ps_e": Ps(
+        arch="zynquplus", cpu="aarch64", ref_mhz=33.333, pll="IOPLL", pll_fbdiv=90, pll_div2=1, pll_srcsel=0,
+        gp_width=128, ddr_segment="HP0_DDR_LOW", ddr_base=0x0, ddr_size=0x8000_0000,
+        params=dict(ref="PSU__PSS_REF_CLK__FREQMHZ", fbdiv="PSU__CRL_APB__IOPLL_CTRL__FBDIV",
+                    div2="PSU__CRL_APB__IOPLL_CTRL__DIV2", enable="PSU__FPGA_PL{i}_ENABLE",
+                    src="PSU__CRL_APB__PL{i}_REF_CTRL__SRCSEL", div0="PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR0",
+                    div1="PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR1", want="PSU__CRL_APB__PL{i}_REF_CTRL__FREQMHZ",
+                    got="PSU__CRL_APB__PL{i}_REF_CTRL__ACT_FREQMHZ",
+                    set={"PSU__USE__M_AXI_GP0": 1, "PSU__USE__M_AXI_GP1": 0, "PSU__USE__S_AXI_GP2": 1},
+                    hp_width="PSU__SAXIGP2__DATA_WIDTH"),
+        fclk_pins=("pl_clk0", "pl_resetn0")),
+    # Zynq-7000 (PYNQ-Z2): IO PLL = 50 MHz x 20; HP0 reaches DDR and OCM in the low 512 MiB.
+    "processing_system7": Ps(
+        arch="zynq", cpu="armv7l", ref_mhz=50.0, pll="IO PLL", pll_fbdiv=20, pll_div2=0, pll_srcsel=0,
+        gp_width=32, ddr_segment="HP0_DDR_LOWOCM", ddr_base=0x0, ddr_size=0x2000_0000,
+        params=dict(ref="PCW_CRYSTAL_PERIPHERAL_FREQMHZ", fbdiv="PCW_IOPLL_CTRL_FBDIV", div2=None,
+                    enable="PCW_FPGA_FCLK{i}_ENABLE", src="PCW_FCLK{i}_PERIPHERAL_CLKSRC",
+                    div0="PCW_FCLK{i}_PERIPHERAL_DIVISOR0", div1="PCW_FCLK{i}_PERIPHERAL_DIVISOR1",
+                    want="PCW_FPGA{i}_PERIPHERAL_FREQMHZ", got="PCW_ACT_FPGA{i}_PERIPHERAL_FREQMHZ",
+                    set={"PCW_USE_M_AXI_GP0": 1, "PCW_USE_S_AXI_HP0": 1}, hp_width="PCW_S_AXI_HP0_DATA_WIDTH"),
+        fclk_pins=("FCLK_CLK0", "FCLK_RESET0_N")),
+}
+
+
+def ps_facts(ps: str) -> Ps:
+    """The facts of PS type ``ps`` (``processing_system7``, ``zynq_ultra_ps_e``)."""
+    if ps not in PS_TYPES:
+        raise KeyError(f"no PS facts for {ps!r}; known: {sorted(PS_TYPES)}")
+    return PS_TYPES[ps]
+
+
+@dataclass(frozen=True)
 class Board:
     """One board's block design."""
 
@@ -123,6 +180,12 @@ class Board:
                 return d
         raise KeyError(f"board {self.name}: core {core_name!r} has no DMA; DMAs serve "
                        f"{[d.core for d in self.dmas]}")
+
+    def ps_config(self) -> dict[str, int]:
+        """The PS parameters the block design sets (build.tcl, and the .hwh): its ports, the HP port's width and
+        PL clock 0 at the fabric clock (MHz)."""
+        p = ps_facts(self.ps).params
+        return {p["want"].format(i=0): self.fclk_hz // 1_000_000, **p["set"], p["hp_width"]: self.hp_width}
 
     def core_params(self) -> dict[str, dict[str, int]]:
         return {c.name: dict(c.params) for c in self.cells}

@@ -11,6 +11,7 @@ default board) is one of the assertions below.
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 
 from hwcontract import board as bd
 from hwcontract.params import toplevel_name
+from specdec import hwh
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -177,6 +179,10 @@ def test_preset_clock_reset_and_addresses(built) -> None:
     mhz = d.fclk_hz // 1_000_000
     key = "PCW_FPGA0_PERIPHERAL_FREQMHZ" if d.ps == "processing_system7" else "PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ"
     assert f"CONFIG.{key} {mhz}" in ps_cfg and mhz == 150
+    # every PS parameter the design sets is set, and it is what the emulated board's .hwh declares
+    assert all(f"CONFIG.{k} {v}" in ps_cfg for k, v in d.ps_config().items())
+    ps_params = re.search(r'<MODULE [^>]*INSTANCE="ps".*?</MODULE>', hwh.render(d.name), re.S).group(0)
+    assert all(f'NAME="{k}" VALUE="{v}"' in ps_params for k, v in d.ps_config().items())
     # every core's rst is declared active-high and driven by the reset block's active-high output
     pol = _find(calls, "ipx::add_bus_parameter", "POLARITY")
     assert [c[2].split("@")[0] for c in pol] == ["rst"] * len(d.cells)

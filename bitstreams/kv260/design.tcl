@@ -9,6 +9,10 @@ set gp M_AXI_HPM0_FPD
 set hp S_AXI_HP0_FPD
 set hp_width 128
 set fclk_mhz 150
+# the PS's parameters the design sets (its ports, the HP width, PL clock 0 in MHz) and PL clock 0's pins
+set ps_config {PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ 150 PSU__USE__M_AXI_GP0 1 PSU__USE__M_AXI_GP1 0 PSU__USE__S_AXI_GP2 1 PSU__SAXIGP2__DATA_WIDTH 128}
+set fclk ps/pl_clk0
+set fclk_resetn ps/pl_resetn0
 set ip_vendor specdec.dev
 set ip_library specdec
 set ip_version 1.0

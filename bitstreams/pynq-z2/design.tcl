@@ -9,6 +9,10 @@ set gp M_AXI_GP0
 set hp S_AXI_HP0
 set hp_width 64
 set fclk_mhz 150
+# the PS's parameters the design sets (its ports, the HP width, PL clock 0 in MHz) and PL clock 0's pins
+set ps_config {PCW_FPGA0_PERIPHERAL_FREQMHZ 150 PCW_USE_M_AXI_GP0 1 PCW_USE_S_AXI_HP0 1 PCW_S_AXI_HP0_DATA_WIDTH 64}
+set fclk ps/FCLK_CLK0
+set fclk_resetn ps/FCLK_RESET0_N
 set ip_vendor specdec.dev
 set ip_library specdec
 set ip_version 1.0

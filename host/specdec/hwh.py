@@ -20,8 +20,8 @@ Left out, since pynq reads nothing there: port-level nets, the interconnects and
 build parameters are baked into their Verilog (``fpga.convert``), so their cells have no IP parameters; the
 drivers read them from the cores' PARAMS registers.
 
-The PS facts below (reference clock, the PLL the PL clocks divide, the HP port's DDR segment) are the board
-presets', not the design's; they are here because :mod:`hwcontract.board` does not hold them.
+The PS facts (reference clock, the PLL the PL clocks divide, the HP port's DDR segment, the parameters
+build.tcl sets) are :data:`hwcontract.board.PS_TYPES`: the one table build.tcl's design.tcl also comes from.
 """
 from __future__ import annotations
 
@@ -42,57 +42,9 @@ _AXIMM, _AXIS = "xilinx.com:interface:aximm:1.0", "xilinx.com:interface:axis:1.0
 _DIV_MAX = 63                                   # each PL clock divisor is a 6-bit field
 
 
-@dataclass(frozen=True)
-class Ps:
-    """What a PS type's board preset fixes that pynq reads: clocks, the CPU, the HP port's DDR segment."""
-
-    arch: str                   # SYSTEMINFO ARCH
-    cpu: str                    # platform.machine() on the board: pynq picks its clock driver by it
-    ref_mhz: float              # the PS reference clock
-    pll: str                    # the PLL the PL clocks divide, as the PS names it in a clock's source
-    pll_fbdiv: int              # its feedback divisor
-    pll_div2: int               # its output halved (Zynq UltraScale+ only)
-    pll_srcsel: int             # a PL clock's SRCSEL field selecting that PLL
-    gp_width: int               # the GP master's data width (the preset's)
-    ddr_segment: str            # the HP port's DDR address block, as Vivado names it
-    ddr_base: int
-    ddr_size: int
-    params: dict                # PS parameter names (templates over the clock index i)
-
-    @property
-    def pll_mhz(self) -> float:
-        return self.ref_mhz * self.pll_fbdiv / (2 if self.pll_div2 else 1)
-
-
-PS_TYPES = {
-    # Zynq UltraScale+ (KV260): IOPLL = 33.333 MHz x 90 / 2; HP0_FPD reaches the low 2 GiB of DDR at 32 bits.
-    "zynq_ultra_ps_e": Ps(
-        arch="zynquplus", cpu="aarch64", ref_mhz=33.333, pll="IOPLL", pll_fbdiv=90, pll_div2=1, pll_srcsel=0,
-        gp_width=128, ddr_segment="HP0_DDR_LOW", ddr_base=0x0, ddr_size=0x8000_0000,
-        params=dict(ref="PSU__PSS_REF_CLK__FREQMHZ", fbdiv="PSU__CRL_APB__IOPLL_CTRL__FBDIV",
-                    div2="PSU__CRL_APB__IOPLL_CTRL__DIV2", enable="PSU__FPGA_PL{i}_ENABLE",
-                    src="PSU__CRL_APB__PL{i}_REF_CTRL__SRCSEL", div0="PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR0",
-                    div1="PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR1", want="PSU__CRL_APB__PL{i}_REF_CTRL__FREQMHZ",
-                    got="PSU__CRL_APB__PL{i}_REF_CTRL__ACT_FREQMHZ",
-                    set={"PSU__USE__M_AXI_GP0": 1, "PSU__USE__M_AXI_GP1": 0, "PSU__USE__S_AXI_GP2": 1},
-                    hp_width="PSU__SAXIGP2__DATA_WIDTH")),
-    # Zynq-7000 (PYNQ-Z2): IO PLL = 50 MHz x 20; HP0 reaches DDR and OCM in the low 512 MiB.
-    "processing_system7": Ps(
-        arch="zynq", cpu="armv7l", ref_mhz=50.0, pll="IO PLL", pll_fbdiv=20, pll_div2=0, pll_srcsel=0,
-        gp_width=32, ddr_segment="HP0_DDR_LOWOCM", ddr_base=0x0, ddr_size=0x2000_0000,
-        params=dict(ref="PCW_CRYSTAL_PERIPHERAL_FREQMHZ", fbdiv="PCW_IOPLL_CTRL_FBDIV", div2=None,
-                    enable="PCW_FPGA_FCLK{i}_ENABLE", src="PCW_FCLK{i}_PERIPHERAL_CLKSRC",
-                    div0="PCW_FCLK{i}_PERIPHERAL_DIVISOR0", div1="PCW_FCLK{i}_PERIPHERAL_DIVISOR1",
-                    want="PCW_FPGA{i}_PERIPHERAL_FREQMHZ", got="PCW_ACT_FPGA{i}_PERIPHERAL_FREQMHZ",
-                    set={"PCW_USE_M_AXI_GP0": 1, "PCW_USE_S_AXI_HP0": 1}, hp_width="PCW_S_AXI_HP0_DATA_WIDTH")),
-}
-
-
-def ps(design: bd.Board) -> Ps:
-    """The PS facts of ``design``'s processing system."""
-    if design.ps not in PS_TYPES:
-        raise KeyError(f"board {design.name}: no PS facts for {design.ps!r}; known: {sorted(PS_TYPES)}")
-    return PS_TYPES[design.ps]
+def ps(design: bd.Board) -> bd.Ps:
+    """The PS facts of ``design``'s processing system (:data:`hwcontract.board.PS_TYPES`)."""
+    return bd.ps_facts(design.ps)
 
 
 @dataclass(frozen=True)
@@ -184,8 +136,7 @@ def _ps_module(d: bd.Board) -> list[str]:
     params = {names["ref"]: f"{p.ref_mhz:g}", names["fbdiv"]: p.pll_fbdiv}
     if names["div2"]:
         params[names["div2"]] = p.pll_div2
-    params.update(names["set"])
-    params[names["hp_width"]] = d.hp_width
+    params.update(d.ps_config())                 # what build.tcl sets (design.tcl's ps_config)
     for c in pl_clocks(d):
         f = {k: v.format(i=c.index) for k, v in names.items() if isinstance(v, str) and "{i}" in v}
         params.update({f["enable"]: int(c.enabled), f["src"]: p.pll, f["div0"]: c.div0, f["div1"]: c.div1,
