@@ -26,6 +26,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hwcontract.board import Z2_KVPAGE
 from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES
 
 # xc7z020 (PYNQ-Z2) budgets.
@@ -50,8 +51,9 @@ ARRIVAL_GOAL_NS = 4.0       # issue #14: every core's real build at 4.0 ns or le
 
 #: The report's rows: every core at the parameter sets it is built with, never a stand-in. The verifier at the
 #: full OPT vocabulary with 4 lanes (the PYNQ-Z2's 64-bit HP port) and 8 lanes (128-bit ports); treemask at 64
-#: nodes; kvpage at 256 pages (the PYNQ-Z2 overlay, bitstreams/build.tcl) and at its largest, 1,024 pages and
-#: 1,024-row block tables (the runtime's build, specdec.builds.KV_PARAMS); the draft engine at 8 x 8 (the
+#: nodes; kvpage at its default (256 pages, 64 slots), at the PYNQ-Z2 overlay's 16 slots
+#: (``hwcontract.board.Z2_KVPAGE``) and at its largest, 1,024 pages and 1,024-row block tables (the KV260's
+#: and the runtime's build, specdec.builds.KV_PARAMS); the draft engine at 8 x 8 (the
 #: array ``specdec bench draft`` projects; a 2,048-beat weight memory: any one layer of the demo draft but the head)
 #: and at the PYNQ-Z2 overlay's 4 x 8 (``fpga.overlay_budget.Z2_DRAFTENGINE``); rng; the AXI-Lite slave alone
 #: (fpga.axil_top, the verifier's map).
@@ -60,6 +62,7 @@ REPORT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("verifier", {"VOCAB_MAX": 50272, "LANES": 8}),
     ("treemask", {"NODES_MAX": 64}),
     ("kvpage", {"PAGES": 256, "MAX_BLOCKS": 64}),
+    ("kvpage", dict(Z2_KVPAGE)),
     ("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS}),
     ("draftengine", {"ROWS": 8, "COLS": 8, "WDEPTH": 2048, "PDEPTH": 256, "K_MAX": 1024, "M_MAX": 16}),
     ("draftengine", {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}),

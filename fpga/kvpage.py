@@ -4,34 +4,38 @@ The golden model is ``hls_ref.kvpage``; the register map ``hwcontract.regmap.cor
 
 State
 -----
-* per slot (64, flip-flops, so that ROLLBACK/FREE/COMMIT relabel any set of slots in one cycle): kind,
-  parent, base, len, chain head, tail and count;
-* ``table_mem_bram`` (64 x MAX_BLOCKS page ids, block RAM: ram_style "block", fpga.convert): the block tables, row r of slot s at s*MAX_BLOCKS+r;
+* per slot (SLOTS of them, flip-flops, so that ROLLBACK/FREE/COMMIT relabel any set of slots in one cycle):
+  kind, parent, base, len, chain head, tail and count;
+* the block tables (SLOTS x MAX_BLOCKS page ids, row r of slot s at s*MAX_BLOCKS+r) in banks of at most
+  ``TABLE_BANK`` entries (``table_bank``: block RAM, ram_style "block", fpga.convert), each with a register
+  after its RAM: a table read takes two cycles, and no path runs from a block RAM through the bank
+  multiplexer;
 * ``next_mem`` (PAGES page ids): the chain links (free list and every slot's chain);
 * ``rowof_mem`` (PAGES rows): the row each page was allocated for (REFS reads one row of every slot);
 * the free list (head, count), the bump pointer (pages ``bump..PAGES-1`` never used) and FREE_PAGES.
 
-The three memories have one synchronous read port and one write port each (read data one cycle after
-the address); no operation walks a chain, so COMMIT, ROLLBACK and FREE take the same cycles whatever the
-slots hold. The sum of the freed slots' page counts (for FREE_PAGES) is a two-stage adder tree over the
-64 counts, registered, which COMMIT and ROLLBACK wait for.
+``next_mem`` and ``rowof_mem`` have one synchronous read port and one write port each (read data one cycle
+after the address); no operation walks a chain, so COMMIT, ROLLBACK and FREE take the same cycles whatever
+the slots hold. The sum of the freed slots' page counts (for FREE_PAGES) is a two-stage adder tree over the
+SLOTS counts, registered, which COMMIT and ROLLBACK wait for.
 
 FSM (``CYCLES_BUSY`` counts every state but IDLE, DONE and ERR)::
 
     IDLE/DONE --START--> CHECK --error--> ERR (1 cycle; sticky until CTRL.SOFT_RESET)
     NEW        CHECK -> SLOT -> DONE                                     2
-    FORK       CHECK -> SLOT -> COPY x (len + 1) -> DONE                 len + 3
-    WRITE      CHECK -> RW1 (read table row, next[alloc head]) -> RW2 -> DONE          3
-    TRANSLATE  CHECK -> RW1 -> RW2 -> DONE                               3
-    COMMIT     CHECK -> C1 .. C5 -> DONE                                 6
+    FORK       CHECK -> SLOT -> COPY x (len + 2) -> DONE                 len + 4
+    WRITE      CHECK -> RW1 (read table row, next[alloc head]) -> RW1B -> RW2 -> DONE  4
+    TRANSLATE  CHECK -> RW1 -> RW1B -> RW2 -> DONE                       4
+    COMMIT     CHECK -> C1, C2, C2B, C3, C4, C5 -> DONE                  7
     ROLLBACK   CHECK -> Z1 -> Z2 -> Z3 -> DONE                           4   (FREE alike)
-    REFS       CHECK -> ROW -> SCAN x 65 -> DONE                         67
+    REFS       CHECK -> ROW -> SCAN x (SLOTS + 3) -> DONE                SLOTS + 5 (69 at 64 slots)
     INFO       CHECK -> INFO -> DONE                                     2   (CLEAR alike)
 
 COMMIT of branch b of sequence S keeping ``keep`` rows (cut = min(keep, base_b), kb = keep - base_b)::
 
-    C1  read table[b][cut-1]                       C2  j = it; read table[b][keep-1], next[j]
-    C3  k = it; nj = next[j]; read next[k]         C4  nk = next[k]; next[j] <- head_b  (cut > 0, kb > 0)
+    C1  read table[b][cut-1]                       C2  read table[b][keep-1]
+    C2B j = C1's read; read next[j]
+    C3  k = C2's read; nj = next[j]; read next[k]  C4  nk = next[k]; next[j] <- head_b  (cut > 0, kb > 0)
     C5  next[tail_S] <- b's rest (when S's rest and b's rest are both non-empty); b becomes the sequence
         (head_S..j, head_b..k), S a zombie holding the rest, S's other branches zombies; FREE_PAGES grows
 
@@ -46,13 +50,16 @@ from hwcontract.regmap import KV_SLOTS, core
 
 from .axil import AxiLite, axil_regs, register_signals
 
-(ST_IDLE, ST_CHECK, ST_SLOT, ST_COPY, ST_RW1, ST_RW2, ST_C1, ST_C2, ST_C3, ST_C4, ST_C5, ST_Z1, ST_Z2, ST_Z3,
- ST_ROW, ST_SCAN, ST_INFO, ST_CLEAR, ST_DONE, ST_ERR) = range(20)
+(ST_IDLE, ST_CHECK, ST_SLOT, ST_COPY, ST_RW1, ST_RW1B, ST_RW2, ST_C1, ST_C2, ST_C2B, ST_C3, ST_C4, ST_C5, ST_Z1,
+ ST_Z2, ST_Z3, ST_ROW, ST_SCAN, ST_INFO, ST_CLEAR, ST_DONE, ST_ERR) = range(22)
+#: Entries of one block-table bank (``table_bank``): one block-RAM column on either family (8K x 2 on ECP5,
+#: 8K x 4 on 7-series), so no bank needs a read multiplexer of its own.
+TABLE_BANK = 8192
 SRC_FL, SRC_BUMP, SRC_ZOMBIE = range(3)     # where WRITE takes its page from
 
 
 @block
-def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
+def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     """KV-cache page table IP.
 
     Parameters
@@ -64,14 +71,16 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     PAGES : int
         Physical pages in the pool (power of two, 16..1024).
     MAX_BLOCKS : int
-        Rows of each slot's block table (power of two, 4..1024).
+        Rows of each slot's block table.
+    SLOTS : int
+        Slots (sequences and branches); the ranges of all three are ``hwcontract.params``'s.
     """
-    hwparams.check("kvpage", dict(PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS))
+    hwparams.check("kvpage", dict(PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS, SLOTS=SLOTS))
     PW = PAGES.bit_length() - 1              # page id bits
     BW = MAX_BLOCKS.bit_length() - 1         # row index bits
     CW = PW + 1                                         # page counts 0..PAGES
     LW = BW + 1                                         # row counts 0..MAX_BLOCKS
-    NS = KV_SLOTS
+    NS = SLOTS
     SW = (NS - 1).bit_length()
     cmap = core("kvpage")
     codes = {n: v for n, v, _ in cmap.reg("OP").field("CODE").values}
@@ -125,13 +134,14 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     free_pages = Signal(intbv(PAGES)[CW:])
 
     # ---------------- FSM and latched operands ----------------
-    state = Signal(intbv(ST_IDLE, min=0, max=20))
+    state = Signal(intbv(ST_IDLE, min=0, max=22))
     err = Signal(intbv(0)[32:])
     code = Signal(intbv(0)[4:])
     op_slot = Signal(intbv(0)[SW:])                 # SLOT's low bits (slot_ok says whether SLOT < 64)
     op_row = Signal(intbv(0)[32:])
     op_page = Signal(intbv(0)[32:])
     op_mask = Signal(intbv(0)[NS:])
+    mask_hi = Signal(bool(0))                       # a MASK bit at or past SLOTS (ROLLBACK: BAD_SLOT)
     a = Signal(intbv(0)[SW:])                       # op_slot's low bits
     ps = Signal(intbv(0)[SW:])                      # COMMIT: the branch's sequence
     nb = Signal(intbv(0)[SW:])                      # FORK: the new branch
@@ -152,7 +162,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
 
     # ---------------- memories ----------------
     TA = SW + BW
-    table_mem_bram = [Signal(intbv(0)[PW:]) for _ in range(NS * MAX_BLOCKS)]
     next_mem = [Signal(intbv(0)[PW:]) for _ in range(PAGES)]
     rowof_mem = [Signal(intbv(0)[BW:]) for _ in range(PAGES)]
     t_raddr, t_waddr = Signal(intbv(0)[TA:]), Signal(intbv(0)[TA:])
@@ -165,11 +174,70 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     ro_rdata, ro_wdata = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
     ro_we = Signal(bool(0))
 
-    @always(clk.posedge)
-    def table_ram():
-        if t_we:
-            table_mem_bram[t_waddr].next = t_wdata
-        t_rdata.next = table_mem_bram[t_raddr]
+    # The block tables: NB banks of at most TABLE_BANK entries (the address's high bits pick the bank), each
+    # with a register on its block RAM's output; t_rdata is the selected bank's register, two cycles after
+    # the address (the bank select follows in two registers). Without the bank registers the read would run
+    # from a block RAM's clock-to-out through the multiplexer over every RAM of the tables (ECP5: 81 MHz at
+    # 1,024 x 1,024).
+    NB = max(1, NS * MAX_BLOCKS // TABLE_BANK)
+    if NB > 8:
+        raise ValueError(f"kvpage: {NB} table banks; the read multiplexer is written for at most 8")
+    BB = (NB - 1).bit_length()                          # bank select bits
+    DB = TA - BB                                        # address bits within a bank
+    t_rsel1, t_rsel2 = Signal(intbv(0)[max(BB, 1):]), Signal(intbv(0)[max(BB, 1):])
+    t_rlo, t_wlo = Signal(intbv(0)[DB:]), Signal(intbv(0)[DB:])
+    t_wsel = Signal(intbv(0)[max(BB, 1):])
+    bank_q = tuple(Signal(intbv(0)[PW:]) for _ in range(NB))
+    insts += [table_bank(clk, t_we, t_wsel, t_wlo, t_wdata, t_rlo, q, BANK=i, BANKS=NB, DEPTH=1 << DB)
+              for i, q in enumerate(bank_q)]
+
+    @always_comb
+    def table_addr():
+        t_rlo.next = t_raddr[DB:0]
+        t_wlo.next = t_waddr[DB:0]
+
+    if NB == 1:
+        q0 = bank_q[0]
+
+        @always_comb
+        def table_mux():
+            t_rdata.next = q0
+    else:
+        q0, q1 = bank_q[0], bank_q[1]
+        q2, q3 = (bank_q[2], bank_q[3]) if NB > 2 else (q0, q1)
+        q4, q5, q6, q7 = bank_q[4:8] if NB > 4 else (q0, q1, q2, q3)
+
+        @always_comb
+        def table_sel():
+            t_wsel.next = t_waddr[TA:DB]
+
+        @always(clk.posedge)
+        def table_rsel():
+            t_rsel1.next = t_raddr[TA:DB]
+            t_rsel2.next = t_rsel1
+
+        insts += [table_rsel, table_sel]
+
+        @always_comb
+        def table_mux():
+            if t_rsel2 == 0:
+                t_rdata.next = q0
+            elif t_rsel2 == 1:
+                t_rdata.next = q1
+            elif t_rsel2 == 2:
+                t_rdata.next = q2
+            elif t_rsel2 == 3:
+                t_rdata.next = q3
+            elif t_rsel2 == 4:
+                t_rdata.next = q4
+            elif t_rsel2 == 5:
+                t_rdata.next = q5
+            elif t_rsel2 == 6:
+                t_rdata.next = q6
+            else:
+                t_rdata.next = q7
+
+    insts += [table_addr, table_mux]
 
     @always(clk.posedge)
     def next_ram():
@@ -183,7 +251,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             rowof_mem[ro_waddr].next = ro_wdata
         ro_rdata.next = rowof_mem[ro_raddr]
 
-    insts += [table_ram, next_ram, rowof_ram]
+    insts += [next_ram, rowof_ram]
 
     # ---------------- views of the operands ----------------
     # Slot a's fields are registers taken from SLOT on the START edge: no operation changes slot a before
@@ -201,6 +269,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     child_s = Signal(intbv(0)[NS:])
     br_q = Signal(intbv(0)[NS:])
     free_lo, zomb_lo = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])   # lowest free / zombie slot, one-hot
+    any_free, any_slot = Signal(bool(0)), Signal(bool(0))  # a free slot; a free or zombie slot (with them)
     pick_q = Signal(intbv(0)[SW:])                  # NEW/FORK's slot, registered on the CHECK edge
     pick_zq = Signal(bool(0))
     sa_hot = Signal(intbv(0)[NS:])                  # one-hot of sa
@@ -212,6 +281,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     link5 = Signal(bool(0))                         # COMMIT: C5 links the two rests
     own_row, app_row = Signal(bool(0)), Signal(bool(0))   # WRITE: base <= row < len; row == len (RW1)
     scan_lenq, scan_kindq = Signal(intbv(0)[LW:]), Signal(intbv(0)[2:])
+    scan_len2, scan_kind2 = Signal(intbv(0)[LW:]), Signal(intbv(0)[2:])
     ka = Signal(intbv(0)[2:])
     la, ba, ca = Signal(intbv(0)[LW:]), Signal(intbv(0)[LW:]), Signal(intbv(0)[CW:])
     ha, ta = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
@@ -220,7 +290,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     free_m, zomb_m = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
     seq_m, br_m, child_m = Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:]), Signal(intbv(0)[NS:])
     a_hot = Signal(intbv(0)[NS:])                   # one-hot of a
-    cnt_m1, cut_m1, keep_m1 = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
+    cnt_m2, cut_m1, keep_m1 = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
     info_word = Signal(intbv(0)[32:])
     pick = Signal(intbv(0)[SW:])                    # NEW/FORK's slot
     pick_z = Signal(bool(0))                        # ... is a zombie
@@ -259,9 +329,9 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
 
     @always_comb
     def operand_views():
-        cnt_m1.next = 0
-        if cnt != 0:
-            cnt_m1.next = (cnt - 1) % MAX_BLOCKS
+        cnt_m2.next = 0
+        if cnt >= 2:
+            cnt_m2.next = (cnt - 2) % MAX_BLOCKS
         cut_m1.next = 0
         if cut != 0:
             cut_m1.next = (cut - 1) % MAX_BLOCKS
@@ -312,6 +382,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         # the lowest set bit of each mask (x & -x: a carry chain, not a 64-step priority chain)
         free_lo.next = free_m & (~free_m + 1)
         zomb_lo.next = zomb_m & (~zomb_m + 1)
+        any_free.next = free_m != 0
+        any_slot.next = (free_m | zomb_m) != 0
         br_q.next = br_m
 
     @always_comb
@@ -325,7 +397,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             if zomb_lo[s]:
                 pz[:] = pz | s
         zlow.next = pz
-        if free_lo != 0:
+        if any_free:
             pick.next = pf
             pick_z.next = False
         else:
@@ -342,7 +414,6 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     @always_comb
     def check():
         e = intbv(0)[32:]
-        any_slot = (free_lo | zomb_lo) != 0
         if code == OP_NEW:
             if not any_slot:
                 e[:] = E_NO_SLOT
@@ -371,7 +442,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             elif row_big or orow > la:
                 e[:] = E_BAD_ROW
         elif code == OP_ROLLBACK:
-            if (op_mask & ~br_q) != 0:
+            if mask_hi or (op_mask & ~br_q) != 0:
                 e[:] = E_BAD_SLOT
         elif code == OP_FREE:
             if not slot_ok or ka != K_SEQ:
@@ -388,15 +459,18 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
 
     @always(clk.posedge)
     def scan_views():
-        # ROW and SCAN read slot cnt's table entry: its length and kind, for the next cycle's hit
+        # SCAN reads slot cnt's table entry (at row ro_q, ROWOF[PAGE] registered in ROW); its length and
+        # kind follow it in two registers, for the hit two cycles later (cnt >= 2: slot cnt - 2's)
         scan_lenq.next = slen[cnt[SW:0]]
         scan_kindq.next = kind[cnt[SW:0]]
-        hit_q.next = hit and state == ST_SCAN
+        scan_len2.next = scan_lenq
+        scan_kind2.next = scan_kindq
+        hit_q.next = hit and state == ST_SCAN and cnt >= 2
         ro_q.next = ro_rdata
 
     @always_comb
     def scan_hit():
-        hit.next = ((scan_kindq == K_SEQ or scan_kindq == K_BRANCH) and ro_q < scan_lenq
+        hit.next = ((scan_kind2 == K_SEQ or scan_kind2 == K_BRANCH) and ro_q < scan_len2
                     and t_rdata == op_page[PW:0] and op_page < bump)
 
     @always_comb
@@ -427,8 +501,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
         n_we.next = False
         n_waddr.next = 0
         n_wdata.next = 0
-        n_raddr.next = t_rdata            # C2's and C3's; RW1 reads the allocated page's link (n_rdata is
-        if state == ST_RW1:               # used only in RW2, C3 and C4)
+        n_raddr.next = t_rdata            # C2B's and C3's; RW1/RW1B read the allocated page's link (n_rdata
+        if state == ST_RW1 or state == ST_RW1B:     # is used only in RW2, C3 and C4)
             if fl_count != 0:
                 n_raddr.next = fl_head
             else:
@@ -444,9 +518,9 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 n_wdata.next = fl_head
         elif state == ST_COPY:
             t_raddr.next = concat(a, cnt[BW:0])
-            if cnt != 0:
+            if cnt >= 2:                # row cnt - 2 arrives two cycles after its read
                 t_we.next = True
-                t_waddr.next = concat(nb, cnt_m1)
+                t_waddr.next = concat(nb, cnt_m2)
         elif state == ST_RW1:
             t_raddr.next = concat(a, row_lo)
         elif state == ST_RW2:
@@ -479,17 +553,18 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 n_we.next = True
                 n_waddr.next = ts
                 n_wdata.next = nk if kbp else ha
-        elif state == ST_ROW or state == ST_SCAN:
-            t_raddr.next = concat(cnt[SW:0], ro_rdata)
+        elif state == ST_SCAN:
+            t_raddr.next = concat(cnt[SW:0], ro_q)
 
-    # ---------------- freed-page sum: two registered stages over the 64 counts ----------------
-    # Each stage is a balanced tree of 8 operands (3 adders deep, not a chain of 7) in CW bits: the slots
-    # own disjoint pages, so any sum of their counts is at most PAGES.
+    # ---------------- freed-page sum: two registered stages over the slots' counts ----------------
+    # Stage one sums groups of 8 counts, stage two the NS / 8 groups; each a balanced tree (3 adders deep at
+    # most, not a chain) in CW bits: the slots own disjoint pages, so any sum of their counts is at most PAGES.
     G = 8
-    if NS != G * G:
-        raise ValueError(f"kvpage: the freed-page sum is written for {G * G} slots, not {NS}")
+    NG = NS // G
+    if NS % G or NG not in (2, 4, 8):
+        raise ValueError(f"kvpage: the freed-page sum is written for 16, 32 or 64 slots, not {NS}")
     mc = [Signal(intbv(0)[CW:]) for _ in range(NS)]     # count[s] of the dying slots, else 0
-    part = [Signal(intbv(0)[CW:]) for _ in range(G)]
+    part = [Signal(intbv(0)[CW:]) for _ in range(NG)]
     total = Signal(intbv(0)[CW:])
 
     @always_comb
@@ -501,31 +576,70 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 mc[s].next = 0
 
     @always(clk.posedge)
-    def sums():
-        for g in range(G):
+    def sums_groups():
+        for g in range(NG):
             part[g].next = (((mc[G * g] + mc[G * g + 1]) + (mc[G * g + 2] + mc[G * g + 3]))
                             + ((mc[G * g + 4] + mc[G * g + 5]) + (mc[G * g + 6] + mc[G * g + 7])))
-        total.next = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]))
 
-    insts += [masked_counts, sums]
+    if NG == 8:
+        @always(clk.posedge)
+        def sums():
+            total.next = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]))
+    elif NG == 4:
+        @always(clk.posedge)
+        def sums():
+            total.next = (part[0] + part[1]) + (part[2] + part[3])
+    else:
+        @always(clk.posedge)
+        def sums():
+            total.next = part[0] + part[1]
+
+    insts += [masked_counts, sums_groups, sums]
 
     # ---------------- registers out ----------------
+    # MASK_HI:MASK_LO: the bits of the slots this build has, and whether any bit past them is set
+    mask_in = Signal(intbv(0)[NS:])
+    mask_out = Signal(bool(0))
+    if NS == KV_SLOTS:
+        @always_comb
+        def mask_split():
+            mask_in.next = concat(r_mhi, r_mlo)
+            mask_out.next = False
+    elif NS == 32:
+        @always_comb
+        def mask_split():
+            mask_in.next = r_mlo
+            mask_out.next = r_mhi != 0
+    else:
+        @always_comb
+        def mask_split():
+            mask_in.next = r_mlo[NS:0]
+            mask_out.next = r_mhi != 0 or r_mlo[32:NS] != 0
+    insts.append(mask_split)
+
+    seq_w, br_w = Signal(intbv(0)[KV_SLOTS:]), Signal(intbv(0)[KV_SLOTS:])   # the masks, 0 past SLOTS
+
+    @always_comb
+    def masks_wide():
+        seq_w.next = seq_m
+        br_w.next = br_m
+
     @always_comb
     def regs_out():
         busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
         r_status.next = (busy << st_busy) | ((state == ST_DONE) << st_done) | ((err != 0) << st_err)
         r_err.next = err
         r_free.next = free_pages
-        r_slo.next = seq_m[32:0]
-        r_shi.next = seq_m[NS:32]
-        r_blo.next = br_m[32:0]
-        r_bhi.next = br_m[NS:32]
+        r_slo.next = seq_w[32:0]
+        r_shi.next = seq_w[KV_SLOTS:32]
+        r_blo.next = br_w[32:0]
+        r_bhi.next = br_w[KV_SLOTS:32]
         r_cbusy.next = cbusy
         r_ops.next = ops
         r_params.next = PARAMS_VAL
 
     insts += [operand_slices, start_slot, child_ref, operand_views, seq_views, masks, sa_onehot, masks_reg, pickers,
-              picked_views, check, scan_views, scan_hit, info_view, alloc_views, ports, regs_out]
+              picked_views, check, scan_views, scan_hit, info_view, alloc_views, ports, masks_wide, regs_out]
 
     # ---------------- the FSM: every slot, pool and result register ----------------
     @always(clk.posedge)
@@ -563,7 +677,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                     row_big.next = r_row >= (1 << LW)
                     page_bad.next = r_page >= PAGES
                     op_page.next = r_page
-                    op_mask.next = concat(r_mhi, r_mlo)
+                    op_mask.next = mask_in
+                    mask_hi.next = mask_out
                     ka.next = kind[sa]
                     la.next = slen[sa]
                     ba.next = base[sa]
@@ -640,7 +755,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                     state.next = ST_COPY
             elif state == ST_COPY:
                 cnt.next = cnt + 1
-                if cnt == la:
+                if cnt == la + 1:
                     state.next = ST_DONE
                     ops.next = ops + 1
             elif state == ST_RW1:
@@ -649,6 +764,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 cz_one.next = count[zsrc] == 1
                 own_row.next = not row_big and orow >= ba and orow < la
                 app_row.next = not row_big and orow == la
+                state.next = ST_RW1B
+            elif state == ST_RW1B:          # the table row's page arrives (two-cycle read)
                 state.next = ST_RW2
             elif state == ST_RW2:
                 state.next = ST_DONE
@@ -686,6 +803,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
             elif state == ST_C1:
                 state.next = ST_C2
             elif state == ST_C2:
+                state.next = ST_C2B
+            elif state == ST_C2B:           # C1's read arrives
                 j_pg.next = t_rdata if cut != 0 else 0
                 state.next = ST_C3
             elif state == ST_C3:
@@ -738,15 +857,15 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
                 state.next = ST_DONE
                 ops.next = ops + 1
                 free_pages.next = free_pages + total
-            elif state == ST_ROW:           # reads slot 0's entry at row rowof[PAGE]
-                cnt.next = 1
+            elif state == ST_ROW:           # ROWOF[PAGE] arrives (ro_q from the next cycle)
+                cnt.next = 0
                 refs_acc.next = 0
                 state.next = ST_SCAN
-            elif state == ST_SCAN:          # reads slot cnt's entry; checks slot cnt - 1's; adds slot cnt - 2's
+            elif state == ST_SCAN:          # reads slot cnt's entry; checks slot cnt - 2's; adds slot cnt - 3's
                 cnt.next = cnt + 1
                 if hit_q:
                     refs_acc.next = refs_acc + 1
-                if cnt == NS + 1:
+                if cnt == NS + 2:
                     res_refs.next = refs_acc + hit_q
                     state.next = ST_DONE
                     ops.next = ops + 1
@@ -817,6 +936,32 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64):
     return insts
 
 
-def make_ports(PAGES=256, MAX_BLOCKS=64):
+@block
+def table_bank(clk, we, wsel, waddr, wdata, raddr, q, BANK=0, BANKS=1, DEPTH=TABLE_BANK):
+    """Bank BANK of kvpage's BANKS block-table banks: DEPTH entries of block RAM (ram_style "block"), written
+    when ``we`` (and ``wsel`` == BANK, with more than one bank), read every cycle at ``raddr`` into the RAM's
+    output and then into the register ``q`` (two cycles from the address to ``q``)."""
+    mem_bram = [Signal(intbv(0)[len(q):]) for _ in range(DEPTH)]
+    rd = Signal(intbv(0)[len(q):])
+
+    if BANKS == 1:
+        @always(clk.posedge)
+        def bank():
+            if we:
+                mem_bram[waddr].next = wdata
+            rd.next = mem_bram[raddr]
+            q.next = rd
+    else:
+        @always(clk.posedge)
+        def bank():
+            if we and wsel == BANK:
+                mem_bram[waddr].next = wdata
+            rd.next = mem_bram[raddr]
+            q.next = rd
+
+    return bank
+
+
+def make_ports(PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     """Top-level signals of :func:`kvpage` for conversion and simulation."""
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(core("kvpage").addr_width))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from myhdl import ResetSignal, Signal, block, intbv
 
-from hwcontract.regmap import core
+from hwcontract.regmap import KV_SLOTS, core
 
 from .axil import AxiLite
 from .kvpage import kvpage
@@ -21,7 +21,8 @@ from .verifier import verifier
 @block
 def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
            tm_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast, kv_axil,
-           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64):
+           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
+           SLOTS=KV_SLOTS):
     """The three cores on one clock and reset.
 
     Parameters
@@ -38,18 +39,19 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         The treemask core's parameter.
     kv_axil : AxiLite
         The kvpage core's register port (see :func:`fpga.kvpage.kvpage`).
-    PAGES, MAX_BLOCKS : int
+    PAGES, MAX_BLOCKS, SLOTS : int
         The kvpage core's parameters.
     """
     ver = verifier(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
                    VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX)
     tm = treemask(clk, rst, tm_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast,
                   NODES_MAX=NODES_MAX)
-    kv = kvpage(clk, rst, kv_axil, PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS)
+    kv = kvpage(clk, rst, kv_axil, PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS, SLOTS=SLOTS)
     return ver, tm, kv
 
 
-def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64):
+def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
+               SLOTS=KV_SLOTS):
     """Top-level signals of :func:`system` for conversion and simulation."""
     width = core("treemask").stream("m_axis").width
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False),

@@ -520,7 +520,7 @@ KVPAGE_STATUS_REGS = core("kvpage").group("STATE").registers
 @functools.lru_cache(maxsize=None)
 def _kvpage() -> ctypes.CDLL:
     lib = load("kvpage")
-    lib.kvpage_create.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
+    lib.kvpage_create.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]
     lib.kvpage_create.restype = ctypes.c_void_p
     lib.kvpage_destroy.argtypes = [ctypes.c_void_p]
     lib.kvpage_destroy.restype = None
@@ -549,8 +549,8 @@ class KvpageCpp:
 
     Parameters
     ----------
-    pages, max_blocks : int
-        The build's ``PAGES`` and ``MAX_BLOCKS`` (hwcontract.params: powers of two).
+    pages, max_blocks, slots : int
+        The build's ``PAGES``, ``MAX_BLOCKS`` and ``SLOTS`` (hwcontract.params).
 
     Raises
     ------
@@ -561,14 +561,16 @@ class KvpageCpp:
     """
 
     def __init__(self, pages: int = hwparams.spec("kvpage")["PAGES"].default,
-                 max_blocks: int = hwparams.spec("kvpage")["MAX_BLOCKS"].default):
+                 max_blocks: int = hwparams.spec("kvpage")["MAX_BLOCKS"].default,
+                 slots: int = hwparams.spec("kvpage")["SLOTS"].default):
         self._lib = _kvpage()
         self._h = None
-        checked = hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks))
-        self.pages, self.max_blocks = checked["PAGES"], checked["MAX_BLOCKS"]
-        h = self._lib.kvpage_create(self.pages, self.max_blocks)
+        checked = hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks, SLOTS=slots))
+        self.pages, self.max_blocks, self.slots = checked["PAGES"], checked["MAX_BLOCKS"], checked["SLOTS"]
+        h = self._lib.kvpage_create(self.pages, self.max_blocks, self.slots)
         if not h:
-            raise RuntimeError(f"kvpage: the C++ reference refused PAGES={pages}, MAX_BLOCKS={max_blocks}")
+            raise RuntimeError(f"kvpage: the C++ reference refused PAGES={pages}, MAX_BLOCKS={max_blocks}, "
+                               f"SLOTS={slots}")
         self._h = h
         self._out = np.zeros(int(self._lib.kvpage_result_words()), dtype=np.uint32)
         #: Every result register's value after the last operation (written or kept), by name.

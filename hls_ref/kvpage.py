@@ -1,6 +1,6 @@
 """kvpage: golden model of the KV-cache page table (bit-exact with docs/kvpage.md and fpga/kvpage.py).
 
-The core keeps the block tables of up to 64 *slots* over a pool of ``pages`` physical pages. A slot is free,
+The core keeps the block tables of ``slots`` (the SLOTS parameter, at most 64) *slots* over a pool of ``pages`` physical pages. A slot is free,
 a *sequence*, a *branch* of a sequence, or a *zombie* (freed, its pages not yet reused). Row r of a slot's
 block table is logical block r of its KV cache (tokens r*B .. r*B+B-1; B is the host's choice).
 
@@ -42,16 +42,22 @@ ERR = {f.name: f.mask for f in _MAP.error_bits}
 FLAG_ALLOC = _MAP.reg("RES_FLAGS").field("ALLOC").mask
 FLAG_COPY = _MAP.reg("RES_FLAGS").field("COPY").mask
 
-#: BUSY cycles of each operation on the RTL (docs/kvpage.md); FORK adds the rows it copies, an error
-#: costs the check cycle only.
-CYCLES = {"NEW": 2, "FORK": 3, "WRITE": 3, "TRANSLATE": 3, "COMMIT": 6, "ROLLBACK": 4, "FREE": 4,
-          "REFS": 3 + KV_SLOTS, "INFO": 2, "CLEAR": 2}
+#: BUSY cycles of each operation on the RTL at 64 slots (docs/kvpage.md); FORK adds the rows it copies, REFS
+#: takes ``CYCLES_REFS_BASE`` plus one per slot (:func:`op_cycles`), an error costs the check cycle only.
+CYCLES_REFS_BASE = 5
+CYCLES = {"NEW": 2, "FORK": 4, "WRITE": 4, "TRANSLATE": 4, "COMMIT": 7, "ROLLBACK": 4, "FREE": 4,
+          "REFS": CYCLES_REFS_BASE + KV_SLOTS, "INFO": 2, "CLEAR": 2}
 CYCLES_ERROR = 1
 
 
-def check_params(pages: int, max_blocks: int) -> None:
-    """Raise ValueError unless ``pages`` and ``max_blocks`` are powers of two the core supports."""
-    hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks))
+def op_cycles(code: str, slots: int = KV_SLOTS) -> int:
+    """BUSY cycles of operation ``code`` (FORK: before its rows) on a core with ``slots`` slots."""
+    return CYCLES_REFS_BASE + slots if code == "REFS" else CYCLES[code]
+
+
+def check_params(pages: int, max_blocks: int, slots: int = KV_SLOTS) -> None:
+    """Raise ValueError unless the build parameters are ones the core supports (hwcontract.params)."""
+    hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks, SLOTS=slots))
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,13 @@ class KVState:
 
     pages: int
     max_blocks: int
+    slots: int = KV_SLOTS
     kind: tuple = (FREE,) * KV_SLOTS
     parent: tuple = (0,) * KV_SLOTS
     base: tuple = (0,) * KV_SLOTS
     length: tuple = (0,) * KV_SLOTS
     chain: tuple = ((),) * KV_SLOTS            # owned pages, row order (a zombie's: the order freed)
-    table: np.ndarray = None                   # (KV_SLOTS, max_blocks) block tables
+    table: np.ndarray = None                   # (slots, max_blocks) block tables
     rowof: np.ndarray = None                   # row a page was allocated for
     refs: np.ndarray = None                    # explicit reference counts
     free: tuple = ()                           # the free list, head first
@@ -98,23 +105,24 @@ class KVState:
     free_pages: int = 0
 
     @staticmethod
-    def empty(pages: int = 256, max_blocks: int = 64) -> "KVState":
+    def empty(pages: int = 256, max_blocks: int = 64, slots: int = KV_SLOTS) -> "KVState":
         """The state after reset (or CLEAR)."""
-        check_params(pages, max_blocks)
-        return KVState(pages, max_blocks, table=np.zeros((KV_SLOTS, max_blocks), dtype=np.int32),
-                       rowof=np.zeros(pages, dtype=np.int32), refs=np.zeros(pages, dtype=np.int32),
+        check_params(pages, max_blocks, slots)
+        return KVState(pages, max_blocks, slots, kind=(FREE,) * slots, parent=(0,) * slots, base=(0,) * slots,
+                       length=(0,) * slots, chain=((),) * slots,
+                       table=np.zeros((slots, max_blocks), dtype=np.int32), rowof=np.zeros(pages, dtype=np.int32), refs=np.zeros(pages, dtype=np.int32),
                        free_pages=pages)
 
     # -- views the registers give ------------------------------------------------------------------
     def mask_of(self, kind: int) -> int:
-        return sum(1 << s for s in range(KV_SLOTS) if self.kind[s] == kind)
+        return sum(1 << s for s in range(self.slots) if self.kind[s] == kind)
 
     def live(self, s: int) -> bool:
         return self.kind[s] in (SEQ, BRANCH)
 
     def children(self, s: int) -> list[int]:
         """The live branches of slot ``s``."""
-        return [c for c in range(KV_SLOTS) if self.kind[c] == BRANCH and self.parent[c] == s]
+        return [c for c in range(self.slots) if self.kind[c] == BRANCH and self.parent[c] == s]
 
     def rows(self, s: int) -> list[int]:
         """The pages of slot ``s``'s rows 0..len-1 (empty for a slot that is not live)."""
@@ -128,7 +136,7 @@ def _set(t: tuple, i: int, v) -> tuple:
 def _pick_slot(st: KVState) -> int | None:
     """NEW/FORK's slot: the lowest free one, else the lowest zombie; None when all are live."""
     for want in (FREE, ZOMBIE):
-        for s in range(KV_SLOTS):
+        for s in range(st.slots):
             if st.kind[s] == want:
                 return s
     return None
@@ -148,7 +156,7 @@ def _alloc(st: KVState) -> tuple[KVState, int]:
         return replace(st, free=st.free[1:], free_pages=st.free_pages - 1), st.free[0]
     if st.bump < st.pages:
         return replace(st, bump=st.bump + 1, free_pages=st.free_pages - 1), st.bump
-    z = next(s for s in range(KV_SLOTS) if st.kind[s] == ZOMBIE)
+    z = next(s for s in range(st.slots) if st.kind[s] == ZOMBIE)
     page, rest = st.chain[z][0], st.chain[z][1:]
     st = replace(st, chain=_set(st.chain, z, rest), free_pages=st.free_pages - 1)
     if not rest:
@@ -171,7 +179,7 @@ def _kill(st: KVState, slots, refs: np.ndarray) -> KVState:
 def start_error(st: KVState, op: Op) -> int:
     """The error bits of ``op`` in state ``st``, checked in the RTL's order; 0 when it runs."""
     code, s, r = op.code, op.slot, op.row
-    slot_ok = 0 <= s < KV_SLOTS
+    slot_ok = 0 <= s < st.slots
     kind = st.kind[s] if slot_ok else -1
     if code == "NEW":
         return ERR["NO_SLOT"] if _pick_slot(st) is None else 0
@@ -213,7 +221,7 @@ def step(st: KVState, op: Op) -> tuple[KVState, Result]:
     if err:
         return st, Result(err, CYCLES_ERROR)
     code, s, r = op.code, op.slot, op.row
-    cycles = CYCLES[code]
+    cycles = op_cycles(code, st.slots)
     if code == "NEW":
         st, n = _take_slot(st)
         st = replace(st, kind=_set(st.kind, n, SEQ), parent=_set(st.parent, n, 0), base=_set(st.base, n, 0),
@@ -266,7 +274,7 @@ def step(st: KVState, op: Op) -> tuple[KVState, Result]:
                      length=_set(st.length, b, keep))
         return st, Result(0, cycles, {"RES_SLOT": b})
     if code in ("ROLLBACK", "FREE"):
-        slots = [c for c in range(KV_SLOTS) if op.mask >> c & 1] if code == "ROLLBACK" else [s] + st.children(s)
+        slots = [c for c in range(st.slots) if op.mask >> c & 1] if code == "ROLLBACK" else [s] + st.children(s)
         refs = st.refs.copy()
         st = _kill(st, slots, refs)
         return replace(st, refs=refs), Result(0, cycles)
@@ -278,7 +286,7 @@ def step(st: KVState, op: Op) -> tuple[KVState, Result]:
         return st, Result(0, cycles, {"RES_INFO": info, "RES_LEN": st.length[s] if st.live(s) else 0,
                                       "RES_BASE": st.base[s] if k == BRANCH else 0,
                                       "RES_COUNT": len(st.chain[s])})
-    return KVState.empty(st.pages, st.max_blocks), Result(0, cycles)   # CLEAR
+    return KVState.empty(st.pages, st.max_blocks, st.slots), Result(0, cycles)   # CLEAR
 
 
 def status_regs(st: KVState) -> dict[str, int]:
@@ -291,7 +299,7 @@ def status_regs(st: KVState) -> dict[str, int]:
 def mappings(st: KVState) -> np.ndarray:
     """Number of (live slot, row) pairs mapping each page: the reference count by definition."""
     m = np.zeros(st.pages, dtype=np.int64)
-    for s in range(KV_SLOTS):
+    for s in range(st.slots):
         np.add.at(m, st.rows(s), 1)
     return m
 
@@ -317,7 +325,7 @@ def check_invariants(st: KVState) -> None:
         put(p, "on the free list", True)
     for p in range(st.bump, st.pages):
         put(p, "never used", True)
-    for s in range(KV_SLOTS):
+    for s in range(st.slots):
         k = st.kind[s]
         if k == FREE:
             assert not st.chain[s], f"free slot {s} holds pages {st.chain[s]}"
@@ -345,19 +353,19 @@ def check_invariants(st: KVState) -> None:
 def random_op(st: KVState, rng: np.random.Generator, bad: float = 0.05) -> Op:
     """An operation that is usually valid in ``st`` (a fraction ``bad`` aims at an error), weighted like
     a decoder's traffic: writes and translates most, forks and commits often, the rest rarer."""
-    live = [s for s in range(KV_SLOTS) if st.live(s)]
+    live = [s for s in range(st.slots) if st.live(s)]
     seqs = [s for s in live if st.kind[s] == SEQ]
     brs = [s for s in live if st.kind[s] == BRANCH]
     if rng.random() < bad:
         kind = rng.integers(7)
         if kind == 0:
-            return Op("FORK", slot=int(rng.integers(KV_SLOTS + 4)))
+            return Op("FORK", slot=int(rng.integers(st.slots + 4)))
         if kind == 1:
-            return Op("COMMIT", slot=int(rng.integers(KV_SLOTS)), row=int(rng.integers(8)))
+            return Op("COMMIT", slot=int(rng.integers(st.slots)), row=int(rng.integers(8)))
         if kind == 2:
             return Op("ROLLBACK", mask=int(rng.integers(1 << 62)) | 1 << int(rng.integers(64)))
         if kind == 3:
-            return Op("FREE", slot=int(rng.integers(KV_SLOTS)))
+            return Op("FREE", slot=int(rng.integers(st.slots)))
         if kind == 4:
             return Op("REFS", page=int(st.pages + rng.integers(4)))
         s = int(rng.choice(live)) if live else 0
@@ -391,5 +399,5 @@ def random_op(st: KVState, rng: np.random.Generator, bad: float = 0.05) -> Op:
     if x < 0.92:
         return Op("REFS", page=int(rng.integers(st.pages)))
     if x < 0.999:
-        return Op("INFO", slot=int(rng.integers(KV_SLOTS)))
+        return Op("INFO", slot=int(rng.integers(st.slots)))
     return Op("CLEAR")

@@ -357,11 +357,11 @@ def kvpage_dump(st: kv.KVState) -> list[kv.Op]:
 
 
 def kvpage_ops(rng: np.random.Generator, pages: int, max_blocks: int, count: int,
-               dump_every: int = 0) -> list[kv.Op]:
+               dump_every: int = 0, slots: int = kv.KV_SLOTS) -> list[kv.Op]:
     """``count`` operations of :func:`hls_ref.kvpage.random_op` from an empty table, each drawn for the
     state the ones before it leave (the golden model tracks it), with a :func:`kvpage_dump` after every
     ``dump_every`` operations (0: none) and at the end."""
-    st = kv.KVState.empty(pages, max_blocks)
+    st = kv.KVState.empty(pages, max_blocks, slots)
     ops: list[kv.Op] = []
     for i in range(count):
         op = kv.random_op(st, rng)
@@ -372,11 +372,11 @@ def kvpage_ops(rng: np.random.Generator, pages: int, max_blocks: int, count: int
     return ops + kvpage_dump(st)
 
 
-def kvpage_exhaust(pages: int, max_blocks: int) -> list[kv.Op]:
+def kvpage_exhaust(pages: int, max_blocks: int, slots: int = kv.KV_SLOTS) -> list[kv.Op]:
     """Directed operations that run out of everything, then CLEAR: sequences written to MAX_BLOCKS rows
     until the pool is empty, a WRITE that needs a page (POOL_EMPTY) and a copy on write that needs one
     (POOL_EMPTY), NEW until every slot is taken (NO_SLOT)."""
-    st = kv.KVState.empty(pages, max_blocks)
+    st = kv.KVState.empty(pages, max_blocks, slots)
     ops: list[kv.Op] = []
 
     def run(op: kv.Op) -> kv.Result:
@@ -403,11 +403,11 @@ def kvpage_exhaust(pages: int, max_blocks: int) -> list[kv.Op]:
     return ops
 
 
-def kvpage_set(seed: int, count: int, *, pages: int, max_blocks: int) -> list[kv.Op]:
+def kvpage_set(seed: int, count: int, *, pages: int, max_blocks: int, slots: int = kv.KV_SLOTS) -> list[kv.Op]:
     """The kvpage agreement vectors: :func:`kvpage_exhaust`, then ``count`` random operations with dumps
     every 100 and at the end."""
-    return kvpage_exhaust(pages, max_blocks) + kvpage_ops(np.random.default_rng(seed), pages, max_blocks, count,
-                                                          dump_every=100)
+    return kvpage_exhaust(pages, max_blocks, slots) + kvpage_ops(np.random.default_rng(seed), pages, max_blocks,
+                                                                 count, dump_every=100, slots=slots)
 
 
 # ------------------------------------------------------------------------------------------------

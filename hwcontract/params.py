@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from hwcontract.regmap import DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT
+from hwcontract.regmap import DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ CORES: dict[str, tuple[Param, ...]] = {
     "kvpage": (
         Param("PAGES", 256, _pow2(16, KV_MAX_PAGES), "Physical pages in the pool (a power of two)."),
         Param("MAX_BLOCKS", 64, _pow2(4, KV_MAX_BLOCKS), "Rows of each slot's block table (a power of two)."),
+        Param("SLOTS", KV_SLOTS, _pow2(16, KV_SLOTS), "Slots (sequences and branches; a power of two): the "
+                                                      "per-slot state and its multiplexers scale with it."),
     ),
     "draftengine": (
         Param("ROWS", 8, DE_ROWS, "Array rows: output channels per tile (m_axis is 32 * ROWS bits)."),

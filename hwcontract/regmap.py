@@ -453,7 +453,8 @@ def _treemask_map() -> CoreMap:
 
 
 # KV-cache page table (kvpage core, docs/kvpage.md): slots are sequences and their branches; a rollback
-# names its branches in a 64-bit mask (MASK_LO/HI), so the slot count is fixed.
+# names its branches in a 64-bit mask (MASK_LO/HI), so 64 is the most slots a build has (parameter SLOTS,
+# hwcontract.params; PARAMS.SLOTS says how many this instance has).
 KV_SLOTS = 64
 KV_MAX_PAGES = 1024       # largest PAGES parameter (page ids fit 10 bits)
 KV_MAX_BLOCKS = 1024      # largest MAX_BLOCKS parameter (rows of one slot's block table)
@@ -479,13 +480,14 @@ KV_KINDS = (("FREE", 0, "unused"), ("SEQ", 1, "a sequence"), ("BRANCH", 2, "a br
 def _kvpage_map() -> CoreMap:
     b = MapBuilder(
         "kvpage",
-        "KV-cache page table: block tables of up to 64 sequences and branches over a pool of PAGES physical "
+        "KV-cache page table: block tables of up to SLOTS (a build parameter) sequences and branches over a pool of "
+        "PAGES physical "
         "pages, a free list, copy-on-write forks, and commit / rollback in a constant number of cycles.",
         errors=[("BAD_OP", "OP.CODE is not an operation."),
                 ("BAD_SLOT", "SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for "
                              "FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a "
-                             "live slot for WRITE and TRANSLATE; or SLOT >= 64."),
-                ("NO_SLOT", "NEW or FORK with all 64 slots live."),
+                             "live slot for WRITE and TRANSLATE; or SLOT >= SLOTS (or a MASK bit at or past it)."),
+                ("NO_SLOT", "NEW or FORK with all SLOTS slots live."),
                 ("POOL_EMPTY", "WRITE needs a page and the pool has none free."),
                 ("BAD_ROW", "ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT "
                             "keeping more rows than the branch has."),
@@ -495,7 +497,7 @@ def _kvpage_map() -> CoreMap:
     )
     b.add("OP", "rw", "The operation CTRL.START runs.", fields=[
         Field("CODE", 0, 4, "Operation.", values=KV_OPS)])
-    b.add("SLOT", "rw", "Slot operand (0..63).")
+    b.add("SLOT", "rw", "Slot operand (0..SLOTS-1).")
     b.add("ROW", "rw", "Row operand: the logical block (WRITE, TRANSLATE) or the rows to keep (COMMIT).")
     b.add("PAGE", "rw", "Page operand (REFS).")
     b.add("MASK_LO", "rw", "ROLLBACK: branch slots 0..31 (bit s = slot s).")

@@ -273,10 +273,10 @@ def test_treemask(stage, tmp_path, waves):
 # kvpage
 # ------------------------------------------------------------------------------------------------
 
-def kvpage_expected(ops: list[kv.Op], pages: int, max_blocks: int) -> list[dict]:
+def kvpage_expected(ops: list[kv.Op], pages: int, max_blocks: int, slots: int) -> list[dict]:
     """The golden model run over the operations: what every register shows after each (OPS counts the
     operations that ran; a result register keeps its value until an operation writes it)."""
-    st = kv.KVState.empty(pages, max_blocks)
+    st = kv.KVState.empty(pages, max_blocks, slots)
     held = dict.fromkeys(core("kvpage").group("RESULT").registers, 0)
     done = 0
     out = []
@@ -292,13 +292,13 @@ def kvpage_expected(ops: list[kv.Op], pages: int, max_blocks: int) -> list[dict]
 def test_kvpage(stage, tmp_path, waves):
     flow = FLOWS["kvpage"]
     b, n = flow.build(), flow.counts[stage]
-    ops = vectors.kvpage_set(SEED, n, pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"])
-    want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"])
+    ops = vectors.kvpage_set(SEED, n, pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"], slots=b["SLOTS"])
+    want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"], b["SLOTS"])
 
     def cpp_ops() -> list[dict]:
         from hls_ref import cpp
         got = []
-        with cpp.KvpageCpp(b["PAGES"], b["MAX_BLOCKS"]) as c:
+        with cpp.KvpageCpp(b["PAGES"], b["MAX_BLOCKS"], b["SLOTS"]) as c:
             for op in ops:
                 err, cycles, _, status = c.op(op)
                 got.append({"ERR": err, "CYCLES_BUSY": cycles, **c.registers, **status})
@@ -389,8 +389,9 @@ def test_treemask_and_kvpage_sets_cover():
     assert {len(p) for p, w in zip(trees, want) if not w["err"]} == set(range(1, nodes_max + 1))
     flow = FLOWS["kvpage"]
     b = flow.build()
-    ops = vectors.kvpage_set(SEED, flow.counts["golden"], pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"])
-    want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"])
+    ops = vectors.kvpage_set(SEED, flow.counts["golden"], pages=b["PAGES"], max_blocks=b["MAX_BLOCKS"],
+                             slots=b["SLOTS"])
+    want = kvpage_expected(ops, b["PAGES"], b["MAX_BLOCKS"], b["SLOTS"])
     ran = {op.code for op, w in zip(ops, want) if not w["ERR"]}
     assert set(kv.OPS) <= ran | {"CLEAR"}, set(kv.OPS) - ran
     assert any(w["RES_FLAGS"] == kv.FLAG_ALLOC | kv.FLAG_COPY for w in want)

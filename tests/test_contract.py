@@ -62,7 +62,8 @@ def test_check_refuses_non_integers_and_unknown_names():
 
 def test_check_fills_defaults_and_parses_cli_strings():
     got = params.check("kvpage", {"PAGES": "0x400"})
-    assert got == {"PAGES": 1024, "MAX_BLOCKS": params.spec("kvpage")["MAX_BLOCKS"].default}
+    spec = params.spec("kvpage")
+    assert got == {"PAGES": 1024, "MAX_BLOCKS": spec["MAX_BLOCKS"].default, "SLOTS": spec["SLOTS"].default}
     assert params.check("system") == {p: v.default for p, v in params.spec("system").items()}
     assert set(params.spec("system")) == {p.name for c in params.SYSTEMS["system"] for p in params.CORES[c]}
 

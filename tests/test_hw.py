@@ -184,6 +184,6 @@ def test_memories_carry_their_ram_style() -> None:
                 styles[m.group(2)] = m.group(1)
     assert styles["row_buffer0_mem_a_bram"] == styles["row_buffer1_mem_a_bram"] == "block"
     assert styles["row_buffer0_mem_b_lutram"] == "distributed"
-    assert styles["table_mem_bram"] == "block"
+    assert styles["table_bank0_mem_bram"] == "block"                   # kvpage's tables, banks of <= 8192
     assert all(v is None for k, v in styles.items() if not k.endswith(("_bram", "_lutram")))
     assert "sdp_ram0_mem" in styles                      # the engine's weights: unmarked, the tool's choice

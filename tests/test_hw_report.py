@@ -235,12 +235,14 @@ def test_rows_for_real_builds() -> None:
     rows = hw.rows_for()
     assert [(c, p) for c, p in rows][0] == ("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16,
                                                          "TREE_MAX": 64})
-    assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "draftengine",
-                                    "draftengine", "rng", "axil"]
+    assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "kvpage",
+                                    "draftengine", "draftengine", "rng", "axil"]
     assert [(p["ROWS"], p["WDEPTH"]) for c, p in rows if c == "draftengine"] == [(8, 2048), (4, 4096)]
     from fpga import overlay_budget
     assert dict(overlay_budget.OVERLAY_CORES["pynq-z2"])["draftengine"] in [p for c, p in rows if c == "draftengine"]
     assert {p["PAGES"] for c, p in rows if c == "kvpage"} == {256, 1024}
+    from hwcontract.board import Z2_KVPAGE
+    assert dict(Z2_KVPAGE) in [p for c, p in rows if c == "kvpage"]     # the Z2 overlay's 16-slot build
     assert [p["LANES"] for c, p in hw.rows_for(["verifier"])] == [4, 8]
     assert hw.rows_for(["verifier"], {"verifier": {"LANES": "2"}})[0][1]["LANES"] == 2
     assert hw.rows_for(["system"]) == [("system", hw.rows_for(["system"])[0][1])]

@@ -26,9 +26,9 @@ PARAMS = [(64, 16), (256, 64), (1024, 64), (256, 1024)]
 class Lockstep:
     """The golden state and a C++ core, stepped together."""
 
-    def __init__(self, pages: int, max_blocks: int):
-        self.st = kv.KVState.empty(pages, max_blocks)
-        self.c = cpp.KvpageCpp(pages, max_blocks)
+    def __init__(self, pages: int, max_blocks: int, slots: int = KV_SLOTS):
+        self.st = kv.KVState.empty(pages, max_blocks, slots)
+        self.c = cpp.KvpageCpp(pages, max_blocks, slots)
         self.file = dict.fromkeys(cpp.KVPAGE_RES_REGS, 0)   # what the result registers hold (golden side)
         self.n = 0
 
@@ -66,17 +66,17 @@ class Lockstep:
 def pair():
     made = []
 
-    def make(pages=16, max_blocks=32):
-        made.append(Lockstep(pages, max_blocks))
+    def make(pages=16, max_blocks=32, slots=KV_SLOTS):
+        made.append(Lockstep(pages, max_blocks, slots))
         return made[-1]
     yield make
     for p in made:
         p.close()
 
 
-def run_random(pages: int, max_blocks: int, n_ops: int, seed: int) -> dict:
+def run_random(pages: int, max_blocks: int, n_ops: int, seed: int, slots: int = KV_SLOTS) -> dict:
     rng = np.random.default_rng(seed)
-    ls = Lockstep(pages, max_blocks)
+    ls = Lockstep(pages, max_blocks, slots)
     seen: dict = {}
     try:
         for i in range(n_ops):
@@ -99,6 +99,25 @@ def test_random_ops(pages, max_blocks):
     ran = {code for code, err, _ in seen if not err}
     assert {"NEW", "FORK", "WRITE", "TRANSLATE", "COMMIT", "ROLLBACK", "FREE", "REFS", "INFO"} <= ran
     assert ("WRITE", 0, kv.FLAG_ALLOC | kv.FLAG_COPY) in seen     # copy on write happened
+
+
+@pytest.mark.parametrize("slots", [16, 32])
+def test_random_ops_fewer_slots(slots):
+    """Builds with fewer slots (the PYNQ-Z2's has 16): slot operands and mask bits past them are BAD_SLOT,
+    NEW runs out at ``slots``, REFS takes one cycle per slot."""
+    seen = run_random(64, 16, 2000, seed=slots, slots=slots)
+    assert {"NEW", "FORK", "WRITE", "COMMIT", "ROLLBACK", "FREE", "REFS"} <= {c for c, e, _ in seen if not e}
+    ls = Lockstep(16, 4, slots)
+    try:
+        assert ls.step(kv.Op("REFS", page=0)).cycles == kv.CYCLES_REFS_BASE + slots
+        for s in range(slots):
+            assert ls.step(kv.Op("NEW")).regs == {"RES_SLOT": s}
+        assert ls.step(kv.Op("NEW")).err == kv.ERR["NO_SLOT"]
+        for op in (kv.Op("INFO", slot=slots), kv.Op("FREE", slot=slots), kv.Op("ROLLBACK", mask=1 << slots)):
+            assert ls.step(op).err == kv.ERR["BAD_SLOT"], op
+        ls.dump()
+    finally:
+        ls.close()
 
 
 @pytest.mark.long
@@ -154,7 +173,11 @@ def test_bad_params():
         with pytest.raises(ValueError, match="PAGES|MAX_BLOCKS"):
             cpp.KvpageCpp(pages, max_blocks)
         if pages < 1 << 32:     # the C++ reference refuses them on its own too
-            assert not cpp._kvpage().kvpage_create(pages, max_blocks)
+            assert not cpp._kvpage().kvpage_create(pages, max_blocks, KV_SLOTS)
+    for slots in (8, 48, 128, 0):
+        with pytest.raises(ValueError, match="SLOTS"):
+            cpp.KvpageCpp(16, 4, slots)
+        assert not cpp._kvpage().kvpage_create(16, 4, slots)
     for pages, max_blocks in ((16, 4), (1024, 1024)):
         with cpp.KvpageCpp(pages, max_blocks) as c:
             assert c.op(kv.Op("NEW"))[:3] == (0, kv.CYCLES["NEW"], {"RES_SLOT": 0})

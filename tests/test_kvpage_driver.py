@@ -7,9 +7,22 @@ from specdec.drivers import KVPageError
 from tb.kvpage.driver_checks import check_kvpage_driver, golden_driver
 
 
-@pytest.mark.parametrize("pages,max_blocks", [(256, 64), (16, 8), (1024, 1024)])
-def test_driver_scenario(pages, max_blocks):
-    check_kvpage_driver(golden_driver(pages, max_blocks))
+@pytest.mark.parametrize("pages,max_blocks,slots", [(256, 64, 64), (16, 8, 64), (1024, 1024, 64), (256, 64, 16)])
+def test_driver_scenario(pages, max_blocks, slots):
+    check_kvpage_driver(golden_driver(pages, max_blocks, slots))
+
+
+def test_driver_reads_the_slot_count():
+    """A 16-slot build (the PYNQ-Z2's): the driver takes SLOTS from PARAMS and refuses a slot past it
+    before anything reaches the core."""
+    kv = golden_driver(256, 64, 16)
+    assert kv.slots == 16
+    with pytest.raises(ValueError, match=r"slot 16 outside 0\.\.15"):
+        kv.rollback([16])
+    assert [kv.new() for _ in range(16)] == list(range(16))
+    with pytest.raises(KVPageError, match="NO_SLOT"):
+        kv.new()
+    assert kv.live() == (list(range(16)), [])
 
 
 def test_errors_name_the_operation():

@@ -113,5 +113,7 @@ def test_bad_params_and_ops():
         kv.KVState.empty(100, 64)
     with pytest.raises(ValueError, match="MAX_BLOCKS=2048"):
         kv.KVState.empty(256, 2048)
+    with pytest.raises(ValueError, match="SLOTS=48"):
+        kv.KVState.empty(256, 64, 48)
     with pytest.raises(ValueError, match="unknown operation 'JUMP'"):
         Op("JUMP")

@@ -21,7 +21,7 @@ set dma_vlnv xilinx.com:ip:axi_dma:7.1
 set cores {
   {verifier verifier_vocab_max50272 0x40000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 4 TREE_MAX 64 VOCAB_MAX 50272}}
   {treemask treemask 0x40010000 0x10000 {m_axis} {NODES_MAX 64}}
-  {kvpage kvpage 0x40020000 0x10000 {} {MAX_BLOCKS 64 PAGES 256}}
+  {kvpage kvpage_slots16 0x40020000 0x10000 {} {MAX_BLOCKS 64 PAGES 256 SLOTS 16}}
   {draftengine draftengine_pdepth512_rows4_wdepth4096 0x40030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 1024 M_MAX 16 PDEPTH 512 ROWS 4 WDEPTH 4096}}
   {rng rng 0x40040000 0x10000 {} {}}
 }

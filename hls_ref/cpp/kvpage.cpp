@@ -23,7 +23,8 @@
 // Loop labels name the loops for Vitis HLS reports and directives; g++ sees them as unused.
 #pragma GCC diagnostic ignored "-Wunused-label"
 
-// Sizes: one bit per slot in MASK_HI:MASK_LO, SEQS_*, BRANCHES_*; memories for the largest build.
+// Sizes: one bit per slot in MASK_HI:MASK_LO, SEQS_*, BRANCHES_*; state and memories for the largest build (a
+// core with fewer SLOTS uses slots 0..slots-1; the others stay free and out of every mask).
 static const int SLOTS = SPECDEC_KV_SLOTS;
 static const int MAX_PAGES = SPECDEC_KVPAGE_PARAM_PAGES_MAX;
 static const int MAX_BLOCKS_MAX = SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MAX;
@@ -52,9 +53,9 @@ static const uint32_t FLAG_ALLOC = SPECDEC_KVPAGE_RES_FLAGS_ALLOC_MASK;
 static const uint32_t FLAG_COPY = SPECDEC_KVPAGE_RES_FLAGS_COPY_MASK;
 
 // BUSY cycles of each operation (hls_ref.kvpage.CYCLES, docs/kvpage.md): FORK adds one per row it copies,
-// REFS one per slot it compares; an error costs the check cycle only.
-static const uint32_t CYCLES_NEW = 2, CYCLES_FORK = 3, CYCLES_WRITE = 3, CYCLES_TRANSLATE = 3, CYCLES_COMMIT = 6,
-                      CYCLES_ROLLBACK = 4, CYCLES_FREE = 4, CYCLES_REFS = 3 + SLOTS, CYCLES_INFO = 2,
+// REFS one per slot it compares (CYCLES_REFS_BASE + slots); an error costs the check cycle only.
+static const uint32_t CYCLES_NEW = 2, CYCLES_FORK = 4, CYCLES_WRITE = 4, CYCLES_TRANSLATE = 4, CYCLES_COMMIT = 7,
+                      CYCLES_ROLLBACK = 4, CYCLES_FREE = 4, CYCLES_REFS_BASE = 5, CYCLES_INFO = 2,
                       CYCLES_CLEAR = 2, CYCLES_ERROR = 1;
 
 static_assert((1u << SPECDEC_KVPAGE_RES_INFO_PARENT_WIDTH) == (uint32_t)SLOTS, "PARENT names one of 64 slots");
@@ -108,6 +109,7 @@ enum { OUT_ERR = 0, OUT_CYCLES, OUT_WRITTEN, OUT_REGS, OUT_COUNT = OUT_REGS + NU
 struct KvState {
     uint32_t pages;                           // build parameters (PARAMS)
     uint32_t max_blocks;
+    uint32_t slots;
     uint8_t kind[SLOTS];
     uint8_t parent[SLOTS];                    // a branch's sequence
     uint16_t base[SLOTS];                     // a branch's rows 0..base-1 are its sequence's
@@ -157,7 +159,7 @@ static uint64_t kind_mask(const KvState &st, uint8_t k) {
 mask:
     for (int s = 0; s < SLOTS; ++s) {
 #pragma HLS UNROLL
-        if (st.kind[s] == k) m |= (uint64_t)1 << s;
+        if (s < (int)st.slots && st.kind[s] == k) m |= (uint64_t)1 << s;
     }
     return m;
 }
@@ -180,7 +182,7 @@ static inline int lowest(uint64_t m) {
     return __builtin_ctzll(m);
 }
 
-// NEW/FORK's slot: the lowest free one, else the lowest zombie; -1 when all 64 are live.
+// NEW/FORK's slot: the lowest free one, else the lowest zombie; -1 when all slots are live.
 static int pick_slot(const KvState &st) {
     const uint64_t free_slots = kind_mask(st, KIND_FREE);
     if (free_slots) return lowest(free_slots);
@@ -246,7 +248,7 @@ refs:
 // START's checks for each operation, in the RTL's order (hls_ref.kvpage.start_error); 0 when it runs.
 static uint32_t start_error(const KvState &st, uint32_t code, uint32_t slot, uint32_t row, uint32_t page,
                             uint64_t mask) {
-    const bool slot_ok = slot < (uint32_t)SLOTS;
+    const bool slot_ok = slot < st.slots;
     const int kind = slot_ok ? st.kind[slot] : -1;
     switch (code) {
     case OP_NEW:
@@ -440,7 +442,7 @@ void kvpage_core(KvState &st, uint32_t code, uint32_t slot, uint32_t row, uint32
         case OP_REFS:
             st.regs[REG_RES_REFS] = refs_of(st, page);
             written = 1u << REG_RES_REFS;
-            cycles = CYCLES_REFS;
+            cycles = CYCLES_REFS_BASE + st.slots;
             break;
         case OP_INFO: {
             const uint8_t k = st.kind[slot];
@@ -484,16 +486,18 @@ static bool param_in(uint32_t v, const int32_t *allowed, int n) {
 
 extern "C" {
 
-// A core after reset with PAGES = pages and MAX_BLOCKS = max_blocks (hwcontract.params: powers of two,
+// A core after reset with PAGES = pages, MAX_BLOCKS = max_blocks and SLOTS = slots (hwcontract.params,
 // SPECDEC_KVPAGE_PARAM_*_VALUES); NULL for bad parameters. Free it with kvpage_destroy.
-void *kvpage_create(uint32_t pages, uint32_t max_blocks) {
+void *kvpage_create(uint32_t pages, uint32_t max_blocks, uint32_t slots) {
     if (!param_in(pages, SPECDEC_KVPAGE_PARAM_PAGES_VALUES, SPECDEC_KVPAGE_PARAM_PAGES_COUNT) ||
-        !param_in(max_blocks, SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES, SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT))
+        !param_in(max_blocks, SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES, SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT) ||
+        !param_in(slots, SPECDEC_KVPAGE_PARAM_SLOTS_VALUES, SPECDEC_KVPAGE_PARAM_SLOTS_COUNT))
         return nullptr;
     KvState *st = new (std::nothrow) KvState();   // value-initialised: every memory starts at 0
     if (!st) return nullptr;
     st->pages = pages;
     st->max_blocks = max_blocks;
+    st->slots = slots;
     reset_state(*st);
     return st;
 }

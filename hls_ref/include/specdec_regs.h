@@ -79,6 +79,11 @@
 #define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MIN                4
 #define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_MAX                1024
 #define SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT              9  /* allowed values: SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES */
+/* kvpage.SLOTS: Slots (sequences and branches; a power of two): the per-slot state and its multiplexers scale with it. Allowed: {16, 32, 64}. */
+#define SPECDEC_KVPAGE_PARAM_SLOTS_DEFAULT                 64
+#define SPECDEC_KVPAGE_PARAM_SLOTS_MIN                     16
+#define SPECDEC_KVPAGE_PARAM_SLOTS_MAX                     64
+#define SPECDEC_KVPAGE_PARAM_SLOTS_COUNT                   3  /* allowed values: SPECDEC_KVPAGE_PARAM_SLOTS_VALUES */
 /* draftengine.ROWS: Array rows: output channels per tile (m_axis is 32 * ROWS bits). Allowed: {4, 8, 16}. */
 #define SPECDEC_DRAFTENGINE_PARAM_ROWS_DEFAULT             8
 #define SPECDEC_DRAFTENGINE_PARAM_ROWS_MIN                 4
@@ -1559,7 +1564,7 @@
 #define SPECDEC_TREEMASK_COUNTERS_CYCLES_BUSY_INDEX        0u
 #define SPECDEC_TREEMASK_COUNTERS_CYCLES_STALL_INDEX       1u
 
-/* ==== core kvpage: KV-cache page table: block tables of up to 64 sequences and branches over a pool of PAGES physical pages, a free list, copy-on-write forks, and commit / rollback in a constant number of cycles. */
+/* ==== core kvpage: KV-cache page table: block tables of up to SLOTS (a build parameter) sequences and branches over a pool of PAGES physical pages, a free list, copy-on-write forks, and commit / rollback in a constant number of cycles. */
 #define SPECDEC_KVPAGE_ID_HASH                             0xA96723DDu  /* value of the ID register */
 #define SPECDEC_KVPAGE_NUM_REGS                            27u
 #define SPECDEC_KVPAGE_SPAN                                0x6Cu  /* bytes of register space */
@@ -1602,10 +1607,10 @@
 #define SPECDEC_KVPAGE_ERR_BAD_OP_LSB                      0u  /* OP.CODE is not an operation. */
 #define SPECDEC_KVPAGE_ERR_BAD_OP_WIDTH                    1u
 #define SPECDEC_KVPAGE_ERR_BAD_OP_MASK                     0x00000001u
-#define SPECDEC_KVPAGE_ERR_BAD_SLOT_LSB                    1u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT_LSB                    1u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= SLOTS (or a MASK bit at or past it). */
 #define SPECDEC_KVPAGE_ERR_BAD_SLOT_WIDTH                  1u
 #define SPECDEC_KVPAGE_ERR_BAD_SLOT_MASK                   0x00000002u
-#define SPECDEC_KVPAGE_ERR_NO_SLOT_LSB                     2u  /* NEW or FORK with all 64 slots live. */
+#define SPECDEC_KVPAGE_ERR_NO_SLOT_LSB                     2u  /* NEW or FORK with all SLOTS slots live. */
 #define SPECDEC_KVPAGE_ERR_NO_SLOT_WIDTH                   1u
 #define SPECDEC_KVPAGE_ERR_NO_SLOT_MASK                    0x00000004u
 #define SPECDEC_KVPAGE_ERR_POOL_EMPTY_LSB                  3u  /* WRITE needs a page and the pool has none free. */
@@ -1639,7 +1644,7 @@
 #define SPECDEC_KVPAGE_OP_CODE_INFO                        9u  /* State of slot SLOT -> RES_INFO, RES_LEN, RES_BASE, RES_COUNT. */
 #define SPECDEC_KVPAGE_OP_CODE_CLEAR                       10u  /* Free every slot and every page (the state after reset). */
 
-/* SLOT (rw) @ 0x14: Slot operand (0..63). */
+/* SLOT (rw) @ 0x14: Slot operand (0..SLOTS-1). */
 #define SPECDEC_KVPAGE_SLOT_OFFSET                         0x14u
 #define SPECDEC_KVPAGE_SLOT_RESET                          0x00000000u
 #define SPECDEC_KVPAGE_SLOT_ACCESS                         SPECDEC_ACCESS_RW
@@ -1776,8 +1781,8 @@
 
 /* kvpage error bits (masks of ERR) */
 #define SPECDEC_KVPAGE_ERR_BAD_OP                          0x00000001u  /* OP.CODE is not an operation. */
-#define SPECDEC_KVPAGE_ERR_BAD_SLOT                        0x00000002u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= 64. */
-#define SPECDEC_KVPAGE_ERR_NO_SLOT                         0x00000004u  /* NEW or FORK with all 64 slots live. */
+#define SPECDEC_KVPAGE_ERR_BAD_SLOT                        0x00000002u  /* SLOT (or a MASK bit) is not a slot of the kind the operation needs: a sequence for FORK and FREE (freeing one twice lands here), a branch for COMMIT and ROLLBACK, a live slot for WRITE and TRANSLATE; or SLOT >= SLOTS (or a MASK bit at or past it). */
+#define SPECDEC_KVPAGE_ERR_NO_SLOT                         0x00000004u  /* NEW or FORK with all SLOTS slots live. */
 #define SPECDEC_KVPAGE_ERR_POOL_EMPTY                      0x00000008u  /* WRITE needs a page and the pool has none free. */
 #define SPECDEC_KVPAGE_ERR_BAD_ROW                         0x00000010u  /* ROW out of range: TRANSLATE at or past LEN; WRITE past LEN or at MAX_BLOCKS; COMMIT keeping more rows than the branch has. */
 #define SPECDEC_KVPAGE_ERR_SHARED_ROW                      0x00000020u  /* WRITE to a shared row: a branch row below its last shared one, or a sequence row that a live branch shares. */
@@ -2064,6 +2069,10 @@ static const int32_t SPECDEC_KVPAGE_PARAM_PAGES_VALUES[SPECDEC_KVPAGE_PARAM_PAGE
 /* the allowed values of kvpage.MAX_BLOCKS, ascending */
 static const int32_t SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_VALUES[SPECDEC_KVPAGE_PARAM_MAX_BLOCKS_COUNT] = {
     4, 8, 16, 32, 64, 128, 256, 512, 1024,
+};
+/* the allowed values of kvpage.SLOTS, ascending */
+static const int32_t SPECDEC_KVPAGE_PARAM_SLOTS_VALUES[SPECDEC_KVPAGE_PARAM_SLOTS_COUNT] = {
+    16, 32, 64,
 };
 /* the allowed values of draftengine.ROWS, ascending */
 static const int32_t SPECDEC_DRAFTENGINE_PARAM_ROWS_VALUES[SPECDEC_DRAFTENGINE_PARAM_ROWS_COUNT] = {

@@ -15,15 +15,15 @@ from specdec.drivers import KVPage, KVPageError
 from specdec.drivers.base import description
 
 
-def golden_driver(pages: int, max_blocks: int) -> KVPage:
-    dev = GoldenDevice({0: "kvpage"}, {0: {"pages": pages, "max_blocks": max_blocks}})
+def golden_driver(pages: int, max_blocks: int, slots: int = golden.KV_SLOTS) -> KVPage:
+    dev = GoldenDevice({0: "kvpage"}, {0: {"pages": pages, "max_blocks": max_blocks, "slots": slots}})
     return KVPage(description("kvpage", dev))
 
 
 def check_kvpage_driver(drv: KVPage, exact_cycles: bool = True) -> None:
     """Run the scenario on ``drv`` and a golden driver in lockstep (``exact_cycles``: compare
     ``cycles`` too)."""
-    ref = golden_driver(drv.pages, drv.max_blocks)
+    ref = golden_driver(drv.pages, drv.max_blocks, drv.slots)
     assert (drv.pages, drv.max_blocks, drv.slots) == (ref.pages, ref.max_blocks, ref.slots)
 
     def call(d: KVPage, name: str, *args):

@@ -6,7 +6,7 @@ OPS counter must agree. A full dump (INFO of every slot, TRANSLATE of every row,
 used) is compared now and then and at the end, and the golden state's invariants are checked after every
 operation (the read-only operations of a dump: once, at its end, with the state registers and OPS).
 ``KV_OPS`` (environment) sets how many random operations run in all, dealt across the four idle x
-backpressure combinations of tb.common.cross_test (the ``long`` run: 20,000). PAGES and MAX_BLOCKS
+backpressure combinations of tb.common.cross_test (the ``long`` run: 20,000). PAGES, MAX_BLOCKS and SLOTS
 are read from the PARAMS register after reset, as the driver does.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from hls_ref import kvpage as golden
 from specdec.backends.sim import AxilTB, SimDevice
 from specdec.drivers import KVPage
 from specdec.drivers.base import description
-from hwcontract.regmap import KV_SLOTS, core
+from hwcontract.board import Z2_KVPAGE
+from hwcontract.regmap import core
 from specdec.backends import simulator as harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 from tb.kvpage.driver_checks import check_kvpage_driver
@@ -34,7 +35,7 @@ OPERANDS = ("SLOT", "ROW", "PAGE", "MASK_LO", "MASK_HI", "OP")
 class KvpageTB(AxilTB):
     """AXI-Lite master and the lockstep golden state; :meth:`op` runs one operation on both.
 
-    ``pages`` and ``max_blocks`` (PARAMS) and the empty golden state are set by :meth:`reset`. Operand
+    ``pages``, ``max_blocks`` and ``slots`` (PARAMS) and the empty golden state are set by :meth:`reset`. Operand
     registers keep their values (also across SOFT_RESET), so :meth:`op` writes only those that change.
     """
 
@@ -47,9 +48,9 @@ class KvpageTB(AxilTB):
         """Reset, read the build parameters from PARAMS and start the golden model from an empty pool."""
         await super().reset()
         params = await self.read_fields("PARAMS")
-        assert params["SLOTS"] == KV_SLOTS, params
         self.pages, self.max_blocks = 1 << params["PAGES_LOG2"], 1 << params["BLOCKS_LOG2"]
-        self.state = golden.KVState.empty(self.pages, self.max_blocks)
+        self.slots = params["SLOTS"]
+        self.state = golden.KVState.empty(self.pages, self.max_blocks, self.slots)
         self.ops = 0
         self.operands = {name: CMAP.reg(name).reset for name in OPERANDS}
 
@@ -110,7 +111,7 @@ class KvpageTB(AxilTB):
         """INFO of every slot, TRANSLATE of every live row, REFS of every page used so far (and two
         never used): read-only operations, each compared with the golden model by :meth:`op`; the state
         registers and OPS once at the end."""
-        for s in range(KV_SLOTS):
+        for s in range(self.slots):
             await self.op(golden.Op("INFO", slot=s), lockstep=False)
             if self.state.live(s):
                 for r in range(self.state.length[s]):
@@ -132,10 +133,11 @@ async def _tb(dut, stim: Stimulus = QUIET) -> KvpageTB:
 
 @cross_test
 async def registers(dut, stim: Stimulus):
-    """ID, PARAMS (the build's PAGES and MAX_BLOCKS), reset values, an empty pool."""
+    """ID, PARAMS (the build's PAGES, MAX_BLOCKS and SLOTS), reset values, an empty pool."""
     tb = await _tb(dut, stim)
     assert await tb.read("ID") == CMAP.map_hash()
-    assert (tb.pages, tb.max_blocks) == (param("PAGES"), param("MAX_BLOCKS")), (tb.pages, tb.max_blocks)
+    got = (tb.pages, tb.max_blocks, tb.slots)
+    assert got == (param("PAGES"), param("MAX_BLOCKS"), param("SLOTS")), got
     for r in CMAP.registers:
         if r.access == "rw":
             assert await tb.read(r.name) == r.reset, r.name
@@ -160,7 +162,7 @@ async def random_ops(dut, stim: Stimulus):
         if (i + 1) % 1000 == 0:
             await tb.dump()
     await tb.dump()
-    for s in range(KV_SLOTS):
+    for s in range(tb.slots):
         if tb.state.kind[s] == golden.SEQ:
             await tb.op(golden.Op("FREE", slot=s))
     assert await tb.read("FREE_PAGES") == tb.pages, "pages leaked"
@@ -184,6 +186,8 @@ def _bad_ops(tb: KvpageTB, seq: int, br: int) -> list[tuple[golden.Op, str]]:
         (op("COMMIT", slot=br, row=9), "BAD_ROW"),
         (op("ROLLBACK", mask=1 << seq), "BAD_SLOT"),                # a sequence, not a branch
         (op("ROLLBACK", mask=1 << 63 | 1 << br), "BAD_SLOT"),       # an unknown branch
+        (op("ROLLBACK", mask=1 << tb.slots - 1 | 1 << br), "BAD_SLOT"),   # the last slot: free
+        (op("INFO", slot=tb.slots), "BAD_SLOT"),                    # one past the build's slots
         (op("FORK", slot=br), "BAD_SLOT"),
         (op("FREE", slot=br), "BAD_SLOT"),
         (op("REFS", page=tb.pages), "BAD_PAGE"),
@@ -223,10 +227,10 @@ async def _pool_exhausted(tb: KvpageTB, seq: int) -> None:
 
 
 async def _all_slots_live(tb: KvpageTB, seq: int) -> None:
-    """All 64 slots live: NEW and FORK are refused."""
+    """All the build's slots live: NEW and FORK are refused."""
     op = golden.Op
     await tb.op(op("CLEAR"))
-    for _ in range(KV_SLOTS):
+    for _ in range(tb.slots):
         await tb.op(op("NEW"))
     for o in (op("NEW"), op("FORK", slot=0)):
         res = await tb.op(o)
@@ -260,8 +264,8 @@ async def errors(dut, stim: Stimulus):
 
 @cross_test
 async def constant_time(dut, stim: Stimulus):
-    """COMMIT and ROLLBACK take the same cycles for branches holding 1 page or many, and for 1 or 63
-    branches; FORK takes len + 3."""
+    """COMMIT and ROLLBACK take the same cycles for branches holding 1 page or many, and for 1 or all the
+    other slots' branches (63 at 64 slots); FORK takes len more than the golden CYCLES."""
     tb = await _tb(dut, stim)
     op = golden.Op
     seq = (await tb.op(op("NEW"))).regs["RES_SLOT"]
@@ -269,7 +273,7 @@ async def constant_time(dut, stim: Stimulus):
     for r in range(rows):
         await tb.op(op("WRITE", slot=seq, row=r))
     res = await tb.op(op("FORK", slot=seq))
-    assert res.cycles == rows + 3
+    assert res.cycles == golden.CYCLES["FORK"] + rows
     big = res.regs["RES_SLOT"]
     small = (await tb.op(op("FORK", slot=seq))).regs["RES_SLOT"]
     await tb.op(op("WRITE", slot=small, row=rows - 1))              # one page (copy on write)
@@ -284,7 +288,7 @@ async def constant_time(dut, stim: Stimulus):
     one = (await tb.op(op("FORK", slot=small))).regs["RES_SLOT"]
     r1 = (await tb.op(op("ROLLBACK", mask=1 << one))).cycles
     mask = 0
-    for _ in range(KV_SLOTS - 1):
+    for _ in range(tb.slots - 1):
         mask |= 1 << (await tb.op(op("FORK", slot=small))).regs["RES_SLOT"]
     r63 = (await tb.op(op("ROLLBACK", mask=mask))).cycles
     assert r1 == r63 == golden.CYCLES["ROLLBACK"]
@@ -314,6 +318,12 @@ def test_kvpage(sim, waves, pages, max_blocks):
     and a 16-page pool (exhaustion and zombie reuse happen often)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
                 waves=waves)
+
+
+def test_kvpage_16_slots(sim, waves):
+    """Every test on the PYNQ-Z2's build (hwcontract.board.Z2_KVPAGE: 16 slots): slot and mask checks at the
+    build's slot count, every slot taken, ROLLBACK of all the other slots' branches."""
+    harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params=Z2_KVPAGE, waves=waves)
 
 
 @pytest.mark.icarus(only=True)

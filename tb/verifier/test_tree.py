@@ -254,11 +254,18 @@ async def full_vocab_tree(dut, stim: Stimulus):
     tb.log.info("full vocabulary trees: active cycles / bound %s", [(v, round(r, 5)) for v, r in tb.ratios])
 
 
-@pytest.mark.icarus
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier_tree(sim, waves, lanes):
     harness.run("verifier", "tb.verifier.test_tree", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
                 waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_TREE_ROUNDS": "80"})
+
+
+@pytest.mark.icarus(only=True)
+@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
+def test_verifier_tree_smoke(sim, waves, lanes):
+    """test_verifier_tree on Icarus, fewer rounds; the 1-lane build under ``long``."""
+    harness.run("verifier", "tb.verifier.test_tree", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
+                waves=waves, extra_env={"VERIFIER_TREE_ROUNDS": "80"})
 
 
 @pytest.mark.icarus

@@ -189,12 +189,19 @@ async def full_vocab(dut, stim: Stimulus):
     tb.log.info("paths: %s", tb.kinds)
 
 
-@pytest.mark.icarus
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier(sim, waves, lanes):
-    # Icarus is slower: fewer rounds there (tests/test_agreement.py adds random rounds on Icarus too)
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
                 waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_ROUNDS": "120"})
+
+
+@pytest.mark.icarus(only=True)
+@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
+def test_verifier_smoke(sim, waves, lanes):
+    """test_verifier on Icarus, fewer rounds (tests/test_agreement.py adds random rounds there too); the
+    1-lane build under ``long``."""
+    harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
+                waves=waves, extra_env={"VERIFIER_ROUNDS": "120"})
 
 
 @pytest.mark.long

@@ -332,15 +332,15 @@ class KvpageModel(RegisterModel):
 
     Parameters
     ----------
-    pages, max_blocks : int
-        The build parameters ``PAGES`` and ``MAX_BLOCKS``.
+    pages, max_blocks, slots : int
+        The build parameters ``PAGES``, ``MAX_BLOCKS`` and ``SLOTS``.
     """
 
-    def __init__(self, pages: int = 256, max_blocks: int = 64) -> None:
+    def __init__(self, pages: int = 256, max_blocks: int = 64, slots: int = kv_ref.KV_SLOTS) -> None:
         super().__init__(core("kvpage"))
-        self.state = kv_ref.KVState.empty(pages, max_blocks)
+        self.state = kv_ref.KVState.empty(pages, max_blocks, slots)
         self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(
-            PAGES_LOG2=pages.bit_length() - 1, BLOCKS_LOG2=max_blocks.bit_length() - 1, SLOTS=len(self.state.kind))
+            PAGES_LOG2=pages.bit_length() - 1, BLOCKS_LOG2=max_blocks.bit_length() - 1, SLOTS=slots)
         self.ro.update(kv_ref.status_regs(self.state))
 
     def on_ctrl(self, bits: dict[str, int]) -> None:

@@ -162,8 +162,9 @@ class KVPage(SpecdecIP):
         """Free every branch in ``branches`` (slot numbers) in one operation."""
         mask = 0
         for b in branches:
-            if not 0 <= int(b) < KV_SLOTS:
-                raise ValueError(f"kvpage rollback: slot {b} outside 0..{KV_SLOTS - 1}")
+            if not 0 <= int(b) < self.slots:
+                raise ValueError(f"kvpage rollback: slot {b} outside 0..{self.slots - 1} (the core has {self.slots} "
+                                 f"slots)")
             mask |= 1 << int(b)
         self._run("ROLLBACK", mask=mask)
 
@@ -203,4 +204,4 @@ class KVPage(SpecdecIP):
         """The slots that are sequences and those that are branches."""
         seqs = self.read_reg("SEQS_LO") | self.read_reg("SEQS_HI") << 32
         brs = self.read_reg("BRANCHES_LO") | self.read_reg("BRANCHES_HI") << 32
-        return ([s for s in range(KV_SLOTS) if seqs >> s & 1], [s for s in range(KV_SLOTS) if brs >> s & 1])
+        return ([s for s in range(self.slots) if seqs >> s & 1], [s for s in range(self.slots) if brs >> s & 1])
