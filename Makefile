@@ -1,6 +1,6 @@
 # specdec: two commands on a fresh clone.
 #   make demo   the main job: the demo pair generates through the RTL simulation of the verifier
-#   make test   the whole suite (cocotb on Verilator, smoke subset and agreement flow on Icarus), < 12 min on 2 cores
+#   make test   the default suite (cocotb on Verilator, the agreement flow on Verilator and Icarus); make test-long: the sweeps
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python

@@ -3,7 +3,8 @@
 ``--sim verilator`` (default) runs every cocotb test on Verilator and the ``icarus``-marked smoke subset
 on Icarus too; ``--sim icarus`` runs everything on Icarus; ``--sim all`` runs everything on both. A test
 marked ``icarus(only=True)`` runs on Icarus alone, whatever ``--sim`` says: its Verilator twin is another
-test (the same build and cocotb tests), which need not run twice.
+test (the same build and cocotb tests), which need not run twice. ``icarus(long=True)``: the Icarus run is
+under the ``long`` marker (the default suite runs every core on Icarus in tests/test_agreement.py).
 ``--waves`` dumps waveforms into the build directory (build/sim/<sim>/<toplevel>-waves/).
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ def pytest_generate_tests(metafunc):
     elif choice == "icarus":
         sims = ["icarus"]
     elif marker is not None:
-        sims = ["verilator", "icarus"]
+        sims = ["verilator", pytest.param("icarus", marks=pytest.mark.long) if marker.kwargs.get("long")
+                else "icarus"]
     else:
         sims = ["verilator"]
     metafunc.parametrize("sim", sims)

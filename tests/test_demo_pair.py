@@ -85,8 +85,8 @@ def test_greedy_identical_on_rtl(pair):
 DEMO_ACCEPTANCE = [0.79, 0.29, 0.10, 0.15]
 
 
-@pytest.mark.parametrize("kind", ["eagle", pytest.param("static", marks=pytest.mark.long),
-                                  pytest.param("sequoia", marks=pytest.mark.long)])
+@pytest.mark.long     # the default suite checks tree identity on the GPT-2 and OPT pairs (tests/test_tree_decode.py)
+@pytest.mark.parametrize("kind", ["eagle", "static", "sequoia"])
 def test_tree_greedy_identical_to_target_alone(pair, kind):
     tree = {"kind": kind, "budget": 16, "acceptance": DEMO_ACCEPTANCE}
     s = check_identity(pair, corpus.sample_passages(2, held_out=True, seed=7), 32, tree=tree)

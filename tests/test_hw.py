@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -176,9 +177,11 @@ def test_memories_carry_their_ram_style() -> None:
     weights, which stay unmarked), the verifier's buffer tails in distributed RAM."""
     import re
     from fpga.convert import convert
+    from specdec.backends.simulator import BUILD
     styles = {}
     for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("draftengine", None)):
-        for line in convert(core, params).read_text().splitlines():     # the builds the other tests convert
+        # the files the simulation tests convert (reused when they ran first, and for them when not)
+        for line in convert(core, params, BUILD / "src").read_text().splitlines():
             m = re.match(r'(?:\(\* ram_style = "(\w+)" \*\) )?reg .* (\w+) \[0:', line)
             if m:
                 styles[m.group(2)] = m.group(1)
@@ -187,3 +190,80 @@ def test_memories_carry_their_ram_style() -> None:
     assert styles["table_bank0_mem_bram"] == "block"                   # kvpage's tables, banks of <= 8192
     assert all(v is None for k, v in styles.items() if not k.endswith(("_bram", "_lutram")))
     assert "sdp_ram0_mem" in styles                      # the engine's weights: unmarked, the tool's choice
+
+
+# ------------------------------------------------------------------------------------------------
+# Conversion: the same bytes in every process, with or without the fast frame walk
+# ------------------------------------------------------------------------------------------------
+
+def test_frames_are_inspect_stack_without_source():
+    """``fpga.convert._frames`` gives MyHDL what ``inspect.stack()`` gives it: the same frames, functions,
+    files and lines, outermost last (only the source context is left out)."""
+    import inspect
+
+    from fpga import convert
+
+    def here():
+        return convert._frames(), inspect.stack()
+
+    fast, slow = here()
+    assert len(fast) == len(slow) > 2
+    assert [(f.frame, f.function, f.filename, f.lineno) for f in fast] == \
+        [(s.frame, s.function, s.filename, s.lineno) for s in slow]
+    assert fast[0].function == "here" and all(f.code_context is None for f in fast)
+
+
+CONVERT_SNIPPET = """
+import json, sys
+from pathlib import Path
+from fpga import convert
+if sys.argv[1] == "stdlib":
+    convert._fast_elaboration = lambda: None      # MyHDL's own inspect.stack()
+path, _ = convert._convert_here("treemask", convert.params_for("treemask", {"NODES_MAX": "8"}), Path(sys.argv[2]))
+print(path)
+"""
+
+
+def test_conversion_gives_the_same_verilog_in_every_process(tmp_path):
+    """Two fresh interpreters (hash seed 0, as ``convert`` runs them) write the same bytes, and the stdlib's
+    ``inspect.stack()`` gives the same bytes as the fast frame walk; ``convert`` reuses the file after."""
+    import subprocess
+    import sys
+
+    from fpga import convert
+    env = {**os.environ, "PYTHONHASHSEED": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(convert.__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH")]))}
+    texts = []
+    for i, mode in enumerate(("fast", "fast", "stdlib")):
+        out = tmp_path / f"{i}"
+        path = subprocess.run([sys.executable, "-c", CONVERT_SNIPPET, mode, str(out)], env=env, check=True,
+                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        texts.append(Path(path).read_bytes())
+    assert texts[0] == texts[1] == texts[2]
+    assert b"// Date:" not in texts[0]
+    first = convert.convert("treemask", {"NODES_MAX": 8}, tmp_path / "c")
+    stamp = first.stat().st_mtime_ns
+    assert first.read_bytes() == texts[0]
+    assert convert.convert("treemask", {"NODES_MAX": 8}, tmp_path / "c").stat().st_mtime_ns == stamp   # reused
+
+
+def test_verilator_builds_compile_through_ccache(tmp_path, monkeypatch):
+    """With ccache on PATH, a Verilator build's ``make`` sees OBJCACHE (and CCACHE_DIR under build/) for the
+    build only; Icarus builds and a machine without ccache see neither."""
+    from specdec.backends import simulator as harness
+    fake = tmp_path / "ccache"
+    fake.write_text("#!/bin/sh\nexec \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("OBJCACHE", raising=False)
+    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    with harness._compiler_cache("verilator"):
+        assert os.environ["OBJCACHE"] == str(fake)
+        assert os.environ["CCACHE_DIR"] == str(harness.CCACHE_DIR)
+    assert "OBJCACHE" not in os.environ and "CCACHE_DIR" not in os.environ
+    with harness._compiler_cache("icarus"):
+        assert "OBJCACHE" not in os.environ
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with harness._compiler_cache("verilator"):
+        assert "OBJCACHE" not in os.environ

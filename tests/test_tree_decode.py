@@ -80,6 +80,7 @@ def test_tree_greedy_identity_full_budget(family, request, refs):
     assert max(r["g"] for r in rounds) == 63
 
 
+@pytest.mark.long
 def test_tree_greedy_identity_sim(gpt2_dirs, refs):
     """Two prompts x 16 tokens through the RTL verifier and treemask core (one toplevel) equal HF greedy."""
     if not sim_available():

@@ -147,7 +147,7 @@ def test_quantize_out_matches_and_is_left_alone_on_error():
     assert np.array_equal(out, before)
 
 
-@pytest.mark.icarus
+@pytest.mark.icarus(long=True)
 def test_driver_on_rtl(sim, waves):
-    harness.run("verifier", "tb.verifier.test_verifier_driver", sim, params={"LANES": 4, "VOCAB_MAX": 48},
+    harness.run("verifier", "tb.verifier.test_verifier_driver", sim, params={"LANES": 4, "VOCAB_MAX": 64},
                 waves=waves)

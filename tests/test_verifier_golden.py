@@ -283,9 +283,10 @@ def first_tokens(p, q, g: int, trials: int, inv_temp: int, lanes: int, rng) -> n
     return out
 
 
-LOSSLESS = [  # (family, V, gamma, trials, inv_temp, lanes)
-    ("random", 16, 1, 100_000, 256, 4),
-    ("peaked_q", 8, 1, 100_000, 256, 2),
+LONG = pytest.mark.long
+LOSSLESS = [  # (family, V, gamma, trials, inv_temp, lanes); the 100,000-trial sets under ``long``
+    pytest.param("random", 16, 1, 100_000, 256, 4, marks=LONG),
+    pytest.param("peaked_q", 8, 1, 100_000, 256, 2, marks=LONG),
     ("random", 32, 3, 20_000, 200, 8),
     ("equal", 32, 2, 20_000, 256, 4),
     ("disjoint", 16, 1, 20_000, 256, 4),

@@ -106,12 +106,13 @@ SMALL = {"ROWS": 4, "COLS": 16, "WDEPTH": 256, "PDEPTH": 16, "K_MAX": 256, "M_MA
 LARGE_BUILD = {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096}
 
 
-@pytest.mark.icarus
+@pytest.mark.icarus(long=True)
 def test_draftengine(sim, waves):
     harness.run("draftengine", "tb.draftengine.test_draftengine", sim, waves=waves,
                 testcase=cross_names("pynq_driver", "start_while_busy"))
 
 
+@pytest.mark.long
 def test_draftengine_r4c16(waves):
     """A 4 x 16 array with small memories (Verilator; the default build runs on both simulators)."""
     harness.run("draftengine", "tb.draftengine.test_draftengine", "verilator", params=SMALL, waves=waves,

@@ -312,20 +312,23 @@ async def pynq_driver(dut, stim: Stimulus):
 PARAMS = [(256, 64), (16, 4), (1024, 64), (256, 1024)]
 
 
-@pytest.mark.parametrize("pages,max_blocks", PARAMS[:2])
+@pytest.mark.parametrize("pages,max_blocks", [PARAMS[0], pytest.param(*PARAMS[1], marks=pytest.mark.long)])
 def test_kvpage(sim, waves, pages, max_blocks):
     """Every test under the idle x backpressure cross, KV_OPS random operations in all: the default build
-    and a 16-page pool (exhaustion and zombie reuse happen often)."""
+    and (``long``; the agreement flow runs that build by default) a 16-page pool (exhaustion and zombie
+    reuse happen often)."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
                 waves=waves)
 
 
+@pytest.mark.long
 def test_kvpage_16_slots(sim, waves):
     """Every test on the PYNQ-Z2's build (hwcontract.board.Z2_KVPAGE: 16 slots): slot and mask checks at the
     build's slot count, every slot taken, ROLLBACK of all the other slots' branches."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params=Z2_KVPAGE, waves=waves)
 
 
+@pytest.mark.long
 @pytest.mark.icarus(only=True)
 def test_kvpage_smoke(sim, waves):
     """The 16-page build on Icarus (its four-state logic sees uninitialised memory as X), fewer random
@@ -334,9 +337,10 @@ def test_kvpage_smoke(sim, waves):
                 extra_env={"KV_OPS": "48"})
 
 
-@pytest.mark.parametrize("pages,max_blocks", [PARAMS[2], pytest.param(*PARAMS[3], marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("pages,max_blocks", PARAMS[2:])
 def test_kvpage_full_size(sim, waves, pages, max_blocks):
-    """The full sizes: a 1024-page pool (and, under ``long``, 1024-row block tables)."""
+    """The full sizes: a 1024-page pool and 1024-row block tables."""
     harness.run("kvpage", "tb.kvpage.test_kvpage", sim, params={"PAGES": pages, "MAX_BLOCKS": max_blocks},
                 testcase=cross_names("registers", "constant_time", "random_ops"), waves=waves,
                 extra_env={"KV_OPS": "200"})

@@ -130,6 +130,6 @@ async def pynq_driver(dut, stim: Stimulus):
     await bridge(check_rng_driver)(SimDevice(tb.axil), 300)
 
 
-@pytest.mark.icarus
+@pytest.mark.icarus(long=True)
 def test_rng(sim, waves):
     harness.run("rng", "tb.rng.test_rng", sim, waves=waves)

@@ -220,7 +220,7 @@ async def pynq_driver(dut, stim: Stimulus):
     await bridge(run)()
 
 
-@pytest.mark.icarus
-@pytest.mark.parametrize("nodes_max", [64, 8])
+@pytest.mark.icarus(long=True)
+@pytest.mark.parametrize("nodes_max", [64, pytest.param(8, marks=pytest.mark.long)])
 def test_treemask(sim, waves, nodes_max):
     harness.run("treemask", "tb.treemask.test_treemask", sim, params={"NODES_MAX": nodes_max}, waves=waves)

@@ -102,8 +102,11 @@ async def tree_lossless(dut, stim: Stimulus):
     assert {"second|node1", "second|node2"} <= set(pvals), pvals
 
 
+@pytest.mark.long
 def test_verifier_lossless(sim, waves):
-    """10,000 chain rounds through the RTL (6,000 on one family) and 3,000 tree rounds; Verilator by default."""
+    """10,000 chain rounds through the RTL (6,000 on one family) and 3,000 tree rounds; Verilator by default.
+    Under ``long``: the default suite checks the RTL bit for bit against the golden model
+    (tests/test_agreement.py), whose losslessness tests/test_verifier_golden.py checks."""
     harness.run("verifier", "tb.verifier.test_lossless", sim, params={"LANES": 4, "VOCAB_MAX": 64}, waves=waves)
 
 

@@ -254,20 +254,23 @@ async def full_vocab_tree(dut, stim: Stimulus):
     tb.log.info("full vocabulary trees: active cycles / bound %s", [(v, round(r, 5)) for v, r in tb.ratios])
 
 
-@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
 def test_verifier_tree(sim, waves, lanes):
     harness.run("verifier", "tb.verifier.test_tree", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
                 waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_TREE_ROUNDS": "80"})
 
 
+@pytest.mark.long
 @pytest.mark.icarus(only=True)
-@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
+@pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier_tree_smoke(sim, waves, lanes):
-    """test_verifier_tree on Icarus, fewer rounds; the 1-lane build under ``long``."""
+    """test_verifier_tree on Icarus, fewer rounds (the default suite runs tree rounds on Icarus in
+    tests/test_agreement.py)."""
     harness.run("verifier", "tb.verifier.test_tree", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
                 waves=waves, extra_env={"VERIFIER_TREE_ROUNDS": "80"})
 
 
+@pytest.mark.long
 @pytest.mark.icarus
 def test_verifier_tree_small(sim, waves):
     """A small TREE_MAX (BAD_TREE at NODES = 8), LANES 2, a vocabulary that is not a multiple of LANES."""

@@ -189,17 +189,18 @@ async def full_vocab(dut, stim: Stimulus):
     tb.log.info("paths: %s", tb.kinds)
 
 
-@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
 def test_verifier(sim, waves, lanes):
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
                 waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_ROUNDS": "120"})
 
 
+@pytest.mark.long
 @pytest.mark.icarus(only=True)
-@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
+@pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier_smoke(sim, waves, lanes):
-    """test_verifier on Icarus, fewer rounds (tests/test_agreement.py adds random rounds there too); the
-    1-lane build under ``long``."""
+    """test_verifier on Icarus, fewer rounds (the default suite runs the verifier on Icarus in
+    tests/test_agreement.py)."""
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
                 waves=waves, extra_env={"VERIFIER_ROUNDS": "120"})
 
@@ -219,6 +220,7 @@ def test_verifier_full_vocab(sim, waves):
                 testcase=cross_names("full_vocab"), waves=waves)
 
 
+@pytest.mark.long
 @pytest.mark.icarus
 def test_verifier_split_buffer(sim, waves):
     """VOCAB_MAX 4200 at 4 lanes: 1050-beat buffers, split into 1024 + 26; V drawn up to 4200."""
