@@ -92,26 +92,34 @@ class KVState:
     pages: int
     max_blocks: int
     slots: int = KV_SLOTS
-    kind: tuple = (FREE,) * KV_SLOTS
-    parent: tuple = (0,) * KV_SLOTS
-    base: tuple = (0,) * KV_SLOTS
-    length: tuple = (0,) * KV_SLOTS
-    chain: tuple = ((),) * KV_SLOTS            # owned pages, row order (a zombie's: the order freed)
+    # the rest defaults to the reset state of this build (None: derived from pages, max_blocks, slots)
+    kind: tuple = None                         # per slot: FREE, SEQ, BRANCH or ZOMBIE
+    parent: tuple = None
+    base: tuple = None
+    length: tuple = None
+    chain: tuple = None                        # owned pages, row order (a zombie's: the order freed)
     table: np.ndarray = None                   # (slots, max_blocks) block tables
     rowof: np.ndarray = None                   # row a page was allocated for
     refs: np.ndarray = None                    # explicit reference counts
     free: tuple = ()                           # the free list, head first
     bump: int = 0                              # pages bump..pages-1 were never used
-    free_pages: int = 0
+    free_pages: int = None
+
+    def __post_init__(self) -> None:
+        reset = {"kind": (FREE,) * self.slots, "parent": (0,) * self.slots, "base": (0,) * self.slots,
+                 "length": (0,) * self.slots, "chain": ((),) * self.slots,
+                 "table": lambda: np.zeros((self.slots, self.max_blocks), dtype=np.int32),
+                 "rowof": lambda: np.zeros(self.pages, dtype=np.int32),
+                 "refs": lambda: np.zeros(self.pages, dtype=np.int32), "free_pages": self.pages}
+        for name, value in reset.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value() if callable(value) else value)
 
     @staticmethod
     def empty(pages: int = 256, max_blocks: int = 64, slots: int = KV_SLOTS) -> "KVState":
         """The state after reset (or CLEAR)."""
         check_params(pages, max_blocks, slots)
-        return KVState(pages, max_blocks, slots, kind=(FREE,) * slots, parent=(0,) * slots, base=(0,) * slots,
-                       length=(0,) * slots, chain=((),) * slots,
-                       table=np.zeros((slots, max_blocks), dtype=np.int32), rowof=np.zeros(pages, dtype=np.int32), refs=np.zeros(pages, dtype=np.int32),
-                       free_pages=pages)
+        return KVState(pages, max_blocks, slots)
 
     # -- views the registers give ------------------------------------------------------------------
     def mask_of(self, kind: int) -> int:

@@ -147,6 +147,7 @@ def test_fabric_draft_greedy_identical_20_prompts(fabric_pair):
     assert s["new_tokens"] >= 20 * 32
 
 
+@pytest.mark.long     # a second conversion of the GGUF (the default suite's demo-pair tests make the first)
 def test_the_converted_copy_is_the_gguf_model(tmp_path, monkeypatch):
     """The demo target read back from its converted copy (SPECDEC_CACHE) has the GGUF's weights, config and
     tokenizer: the same logits to the bit and the same token ids; a second load reads the copy."""

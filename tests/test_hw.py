@@ -224,6 +224,7 @@ print(path)
 """
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")     # MyHDL's notes on the converted core, re-issued
 def test_conversion_gives_the_same_verilog_in_every_process(tmp_path):
     """Two fresh interpreters (hash seed 0, as ``convert`` runs them) write the same bytes, and the stdlib's
     ``inspect.stack()`` gives the same bytes as the fast frame walk; ``convert`` reuses the file after."""

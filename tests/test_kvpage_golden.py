@@ -117,3 +117,15 @@ def test_bad_params_and_ops():
         kv.KVState.empty(256, 64, 48)
     with pytest.raises(ValueError, match="unknown operation 'JUMP'"):
         Op("JUMP")
+
+
+def test_a_state_is_sized_by_its_build():
+    """Every per-slot and per-page field of a state follows its build's SLOTS, PAGES and MAX_BLOCKS, whether
+    made by ``empty`` or by the constructor (no field sized for another build)."""
+    for slots, pages, max_blocks in ((16, 16, 4), (32, 256, 64), (64, 1024, 1024)):
+        for st in (kv.KVState.empty(pages, max_blocks, slots), kv.KVState(pages, max_blocks, slots)):
+            assert len(st.kind) == len(st.parent) == len(st.base) == len(st.length) == len(st.chain) == slots
+            assert st.table.shape == (slots, max_blocks)
+            assert st.rowof.shape == st.refs.shape == (pages,)
+            assert st.free_pages == pages and st.free == () and st.bump == 0
+            assert st.mask_of(kv.FREE) == (1 << slots) - 1

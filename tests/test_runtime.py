@@ -23,7 +23,7 @@ from specdec.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
 
-N_QUICK = 10        # prompts in the default suite
+N_QUICK = 6         # prompts in the default suite (50 under ``long``)
 
 
 @pytest.fixture(scope="module")
