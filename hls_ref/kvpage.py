@@ -106,14 +106,17 @@ class KVState:
     free_pages: int = None
 
     def __post_init__(self) -> None:
-        reset = {"kind": (FREE,) * self.slots, "parent": (0,) * self.slots, "base": (0,) * self.slots,
-                 "length": (0,) * self.slots, "chain": ((),) * self.slots,
-                 "table": lambda: np.zeros((self.slots, self.max_blocks), dtype=np.int32),
-                 "rowof": lambda: np.zeros(self.pages, dtype=np.int32),
-                 "refs": lambda: np.zeros(self.pages, dtype=np.int32), "free_pages": self.pages}
-        for name, value in reset.items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value() if callable(value) else value)
+        missing = [f for f in ("kind", "parent", "base", "length", "chain", "table", "rowof", "refs", "free_pages")
+                   if getattr(self, f) is None]
+        if not missing:                 # a step's copy (dataclasses.replace): every field given
+            return
+        n, zeros = self.slots, (0,) * self.slots
+        reset = {"kind": (FREE,) * n, "parent": zeros, "base": zeros, "length": zeros, "chain": ((),) * n,
+                 "table": np.zeros((n, self.max_blocks), dtype=np.int32),
+                 "rowof": np.zeros(self.pages, dtype=np.int32), "refs": np.zeros(self.pages, dtype=np.int32),
+                 "free_pages": self.pages}
+        for name in missing:
+            object.__setattr__(self, name, reset[name])
 
     @staticmethod
     def empty(pages: int = 256, max_blocks: int = 64, slots: int = KV_SLOTS) -> "KVState":

@@ -214,7 +214,7 @@ def test_frames_are_inspect_stack_without_source():
 
 
 CONVERT_SNIPPET = """
-import json, sys
+import sys
 from pathlib import Path
 from fpga import convert
 if sys.argv[1] == "stdlib":
@@ -232,14 +232,11 @@ def test_conversion_gives_the_same_verilog_in_every_process(tmp_path):
     import sys
 
     from fpga import convert
-    env = {**os.environ, "PYTHONHASHSEED": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(convert.__file__).parents[1]),
-                                                       os.environ.get("PYTHONPATH")]))}
     texts = []
     for i, mode in enumerate(("fast", "fast", "stdlib")):
         out = tmp_path / f"{i}"
-        path = subprocess.run([sys.executable, "-c", CONVERT_SNIPPET, mode, str(out)], env=env, check=True,
-                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        path = subprocess.run([sys.executable, "-c", CONVERT_SNIPPET, mode, str(out)], env=convert.fresh_env(),
+                              check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         texts.append(Path(path).read_bytes())
     assert texts[0] == texts[1] == texts[2]
     assert b"// Date:" not in texts[0]
@@ -265,6 +262,10 @@ def test_verilator_builds_compile_through_ccache(tmp_path, monkeypatch):
     assert "OBJCACHE" not in os.environ and "CCACHE_DIR" not in os.environ
     with harness._compiler_cache("icarus"):
         assert "OBJCACHE" not in os.environ
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "mine"))        # a user's own cache: used and left set
+    with harness._compiler_cache("verilator"):
+        assert os.environ["OBJCACHE"] == str(fake) and os.environ["CCACHE_DIR"] == str(tmp_path / "mine")
+    assert os.environ["CCACHE_DIR"] == str(tmp_path / "mine") and "OBJCACHE" not in os.environ
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with harness._compiler_cache("verilator"):
         assert "OBJCACHE" not in os.environ

@@ -265,9 +265,10 @@ def _compiler_cache(sim: str):
     if exe is None or "OBJCACHE" in os.environ:
         yield
         return
+    set_dir = "CCACHE_DIR" not in os.environ       # a user's own cache directory is kept, and left set
     os.environ["OBJCACHE"] = exe
-    os.environ.setdefault("CCACHE_DIR", str(CCACHE_DIR))
-    set_dir = os.environ["CCACHE_DIR"] == str(CCACHE_DIR)
+    if set_dir:
+        os.environ["CCACHE_DIR"] = str(CCACHE_DIR)
     try:
         yield
     finally:
