@@ -76,7 +76,7 @@ FLOWS = {
     "treemask": Flow("treemask", "tb.treemask.agree_treemask", "agree", {"NODES_MAX": 64},
                      {"golden": 128, "cpp": 128, "verilator": 64, "icarus": 24}),
     "kvpage": Flow("kvpage", "tb.kvpage.agree_kvpage", "agree", {"PAGES": 16, "MAX_BLOCKS": 4},
-                   {"golden": 600, "cpp": 600, "verilator": 60, "icarus": 10}),
+                   {"golden": 600, "cpp": 600, "verilator": 60, "icarus": 6}),
     # a build whose memories hold every vector: the hot head (1024 tiles x 24 chunks) and K = 4096
     "draftengine": Flow("draftengine", "tb.draftengine.agree_draftengine", "agree",
                         {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096},

@@ -27,7 +27,7 @@ from specdec.backends import simulator as harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 from tb.verifier.verifier_tb import CMAP, RESULTS, VerifierTB, emask
 
-ROUNDS = int(os.environ.get("VERIFIER_ROUNDS", "1000"))   # per build, dealt across the four combinations
+ROUNDS = int(os.environ.get("VERIFIER_ROUNDS", "400"))    # per build, dealt across the four combinations
 RANDOM_ROUNDS = cross_names("random_rounds")
 
 
@@ -171,6 +171,8 @@ async def error_cases(dut, stim: Stimulus):
 
 
 FULL_VOCABS = (49152, 50257, 50272)
+#: Every (vocabulary, kind) pair, 12 rounds (under ``long``); else 6 rounds, each kind on two vocabularies.
+FULL_VOCAB_ALL = os.environ.get("VERIFIER_FULL_VOCAB_ALL") == "1"
 
 
 @cross_test
@@ -179,8 +181,12 @@ async def full_vocab(dut, stim: Stimulus):
     the (V, kind) rounds are dealt across the four stimulus combinations."""
     tb = await _tb(dut, stim)
     rng = np.random.default_rng(tb.lanes + stim.index)
-    rounds = [(vocab, kind, g) for vocab in FULL_VOCABS if vocab <= tb.vocab_max
-              for kind, g in (("sample", 2), ("topk", 1), ("greedy", 2), ("last", 1))]
+    kinds = (("sample", 2), ("topk", 1), ("greedy", 2), ("last", 1))
+    vocabs = [v for v in FULL_VOCABS if v <= tb.vocab_max]
+    if FULL_VOCAB_ALL:
+        rounds = [(vocab, kind, g) for vocab in vocabs for kind, g in kinds]
+    else:       # two kinds per vocabulary, every kind twice over the three
+        rounds = [(vocab, *kinds[(2 * i + j) % len(kinds)]) for i, vocab in enumerate(vocabs) for j in (0, 1)]
     for vocab, kind, g in stim.deal(rounds):
         p, q, draft = full_vocab_round(rng, vocab, g, kind)
         got = await tb.run_round(p, None if kind == "greedy" else q, draft, kind == "greedy", 256)
@@ -218,6 +224,13 @@ def test_verifier_full_vocab(sim, waves):
     split in a main part and a tail (fpga.verifier.row_buffer)."""
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": 4, "VOCAB_MAX": 50272},
                 testcase=cross_names("full_vocab"), waves=waves)
+
+
+@pytest.mark.long
+def test_verifier_full_vocab_every_kind(sim, waves):
+    """The same build, every round kind at every full vocabulary (12 rounds; the default suite runs 6)."""
+    harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": 4, "VOCAB_MAX": 50272},
+                testcase=cross_names("full_vocab"), waves=waves, extra_env={"VERIFIER_FULL_VOCAB_ALL": "1"})
 
 
 @pytest.mark.long
