@@ -7,12 +7,15 @@ int8), so a layer would cost two engine jobs (two activation planes: the same we
 runs as a float emulation of the engine's arithmetic (int8 codes, int32 sums, the per-channel MULT / SHIFT
 requantization to int16, as ``hls_ref.draftengine.run``), on the same calibration and held-out passages as
 ``specdec bench draft``. Mode ``int8`` is the engine's own scheme and must give the bench's agreement.
+``--act REGEX`` / ``--weight REGEX`` give the second activation / weight plane to the layers whose names match
+(the modes: ``act2`` is ``--act .``, ``weight2`` ``--weight .``, ``both`` both), to find the layers that need it.
 
-    python scripts/diag_int8_planes.py {int8|act2|weight2|both} [N_PASSAGES]
+    python scripts/diag_int8_planes.py [int8|act2|weight2|both] [--act REGEX] [--weight REGEX] [--passages N]
 """
 from __future__ import annotations
 
-import sys
+import argparse
+import re
 import time
 
 import numpy as np
@@ -21,6 +24,7 @@ from hwcontract.formats import DE_ACT_MAX
 from specdec import corpus, int8draft, models, pairs
 
 PLANE = 2 * DE_ACT_MAX          # the second plane's steps per step of the first
+MODES = {"int8": (None, None), "act2": (".", None), "weight2": (None, "."), "both": (".", ".")}
 
 
 def second_plane(exact: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -28,19 +32,25 @@ def second_plane(exact: np.ndarray, first: np.ndarray) -> np.ndarray:
     return first + np.clip(np.rint((exact - first) * PLANE), -DE_ACT_MAX, DE_ACT_MAX) / PLANE
 
 
-def main(mode: str, n: int) -> None:
-    if mode not in ("int8", "act2", "weight2", "both"):
-        raise SystemExit(f"mode {mode!r}: one of int8, act2, weight2, both")
-    plain_codes = int8draft.weight_codes
+def main(act: str | None, weight: str | None, n: int) -> None:
+    plain_codes, plain_linear = int8draft.weight_codes, int8draft.quantize_linear
+    current = [""]
+
+    def has(pattern: str | None, name: str) -> bool:
+        return pattern is not None and re.search(pattern, name) is not None
+
+    def quantize_linear(name, *args, **kwargs):
+        current[0] = name
+        return plain_linear(name, *args, **kwargs)
 
     def codes(w):
         s_w, w_q = plain_codes(w)
-        return (s_w, second_plane(w / s_w[:, None], w_q)) if mode in ("weight2", "both") else (s_w, w_q)
+        return (s_w, second_plane(w / s_w[:, None], w_q)) if has(weight, current[0]) else (s_w, w_q)
 
     def emulate(self, x, runner=None):
         lead, x2 = x.shape[:-1], x.reshape(-1, x.shape[-1])
         x_q = self.quantize_input(x2).astype(np.float64)
-        if mode in ("act2", "both"):
+        if has(act, self.name):
             x_q = second_plane(x2 / (self.smooth * self.s_in), x_q)
         acc = x_q @ np.asarray(self.w, dtype=np.float64).T + self.bias
         y = acc
@@ -49,16 +59,23 @@ def main(mode: str, n: int) -> None:
             y = np.clip(np.rint(acc * self.mult / 2.0 ** self.shift), -top - 1, top)
         return (y * self.s_out).reshape(*lead, -1), 0
 
-    int8draft.weight_codes = codes
+    int8draft.weight_codes, int8draft.quantize_linear = codes, quantize_linear
     int8draft.QLinear.__call__ = emulate
     t0 = time.perf_counter()
     flt = pairs.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT, 8192)
     fmodel = flt.draft.lm.model.float()
     qmodel = int8draft.demo_draft(fmodel, flt.tokenizer, 400)
     res = int8draft.agreement(fmodel, qmodel, flt.tokenizer, corpus.sample_passages(n, held_out=True, seed=2))
-    print(f"{mode}: agreement {res['rate']:.4f} ({res['agree']} of {res['positions']} positions, "
-          f"{n} held-out passages; {time.perf_counter() - t0:.0f} s)")
+    print(f"second activation plane on {act!r}, second weight plane on {weight!r}: agreement {res['rate']:.4f} "
+          f"({res['agree']} of {res['positions']} positions, {n} held-out passages; {time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "int8", int(sys.argv[2]) if len(sys.argv) > 2 else 200)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", nargs="?", choices=sorted(MODES), default="int8")
+    ap.add_argument("--act", help="regex: layers with a second activation plane")
+    ap.add_argument("--weight", help="regex: layers with a second weight plane")
+    ap.add_argument("--passages", type=int, default=200, help="held-out passages (default 200)")
+    a = ap.parse_args()
+    mode_act, mode_weight = MODES[a.mode]
+    main(a.act or mode_act, a.weight or mode_weight, a.passages)

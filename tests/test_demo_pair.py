@@ -21,7 +21,7 @@ DRAFT_DIR = models.MODELS_DIR / models.DEMO_DRAFT
 
 
 @pytest.fixture(scope="module")
-def pair(monkeypatch_module):
+def pair(monkeypatch_module, torch_threads):
     return pairs.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT)
 
 
