@@ -7,9 +7,14 @@ import pytest
 from specdec import bench_draft, cli, models
 
 #: The demo draft's engine layers: 4 x (Q, K, V, O, gate, up, down), then the hot head (N, K).
-DEMO = [(f"l{i}.{n}", nn, k) for i in range(4) for n, nn, k in
-        (("q", 192, 192), ("k", 64, 192), ("v", 64, 192), ("o", 192, 192), ("gate", 512, 192), ("up", 512, 192),
-         ("down", 192, 512))] + [("lm_head", 8192, 192)]
+LAYERS = [(f"l{i}.{n}", nn, k) for i in range(4) for n, nn, k in
+          (("q", 192, 192), ("k", 64, 192), ("v", 64, 192), ("o", 192, 192), ("gate", 512, 192), ("up", 512, 192),
+           ("down", 192, 512))] + [("lm_head", 8192, 192)]
+#: Its jobs with one int8 plane: (name, N, K, M = 1).
+DEMO = [(name, n, k, 1) for name, n, k in LAYERS]
+#: ... and as specdec.int8draft runs it: two activation planes (M = 2) everywhere, a second weight plane's job
+#: (M = 1) for each layer of the first decoder layer.
+DEMO_PLANES = [(name, n, k, 2) for name, n, k in LAYERS] + [(f"{name}.w2", n, k, 1) for name, n, k in LAYERS[:7]]
 
 
 def test_projection_of_the_demo_draft():
@@ -20,9 +25,9 @@ def test_projection_of_the_demo_draft():
     r, c = bench_draft.ARRAY
     assert p["mac_cycles_per_token"] == 3_145_728 // (r * c) and p["mac_utilisation_steady"] == 1.0
     # per job: the checks, the activation beats (K / 64 at M = 1), the MAC cycles, the pipeline
-    overhead = sum(DE_CHECK + -(-k // (r * c)) + de_pipe(c) + 1 for _, _, k in DEMO)
+    overhead = sum(DE_CHECK + -(-k // (r * c)) + de_pipe(c) + 1 for _, _, k, _ in DEMO)
     assert p["cycles_per_token"] == 49_152 + overhead
-    assert p["cycles_per_token"] == sum(de.cycles("RUN", -(-k // 64), 1, k, n) for _, n, k in DEMO)
+    assert p["cycles_per_token"] == sum(de.cycles("RUN", -(-k // 64), 1, k, n) for _, n, k, _ in DEMO)
     assert p["mac_utilisation_with_overheads"] > 0.9
     assert p["kv260"] == pytest.approx(p["cycles_per_token"] / 150e6) and p["kv260"] < bench_draft.GOALS["kv260_step_s"]
     # the PYNQ-Z2 streams every weight beat (64 bytes) through an 8-byte HP port before the job
@@ -30,8 +35,22 @@ def test_projection_of_the_demo_draft():
     assert p["stream_bytes_per_s_at_m1"] == 64 * 150e6 == 8 * p["hp_port_bytes_per_s"]
 
 
+def test_projection_of_the_demo_draft_with_second_planes():
+    """Two activation planes double every job's rows (and MAC cycles); the weights stream once a job, so the
+    PYNQ-Z2's loads grow only by the first layer's second weight plane."""
+    from hls_ref import draftengine as de
+    one, two = bench_draft.projection(DEMO), bench_draft.projection(DEMO_PLANES)
+    assert two["macs_per_token"] == 2 * 3_145_728 + 393_216
+    assert two["weight_bytes"] == 3_145_728 + 393_216
+    assert two["mac_cycles_per_token"] == two["macs_per_token"] // 64 and two["mac_utilisation_steady"] == 1.0
+    assert two["cycles_per_token"] == sum(de.cycles("RUN", m * -(-k // 64), m, k, n) for _, n, k, m in DEMO_PLANES)
+    assert two["kv260"] < bench_draft.GOALS["kv260_step_s"]
+    load = two["pynq_z2_load_cycles_per_token"] - one["pynq_z2_load_cycles_per_token"]
+    assert load == 393_216 // 64 * 8 + 7 * de.cycles("LOAD_W", 0)
+
+
 def test_projection_pads_partial_tiles():
-    p = bench_draft.projection([("x", 9, 17)])
+    p = bench_draft.projection([("x", 9, 17, 1)])
     assert p["mac_cycles_per_token"] == 2 * 3 and p["macs_per_token"] == 153
     assert p["mac_utilisation_steady"] == 153 / (6 * 64)
 

@@ -1,6 +1,7 @@
 """The draft on the int8 engine's arithmetic (specdec.int8draft): each layer is the golden engine's job on
 the quantized integers, the LM head writes Q7.8 logit codes, and the demo draft's int8 twin agrees with its
-float twin on held-out text (goal 98%; measured 96.5% on 200 passages, docs/draftengine.md)."""
+float twin on held-out text (goal 98%; 98.09% on 200 passages with the second int8 planes, 96.57% with one,
+docs/draftengine.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,11 +25,36 @@ def test_a_layer_is_the_golden_job_on_its_integers():
     x = rng.normal(size=(5, 40)) * np.linspace(0.1, 4, 40)      # channel outliers, as after RMSNorm
     in_ch = np.abs(x).max(axis=0)
     q = int8draft.quantize_linear("l", w, None, in_ch, float(np.abs(x @ w.T).max()), out_bits=16)
+    assert q.act_planes == 1 and q.w2 is None
     y, sat = q(x)
     ref = golden.run(q.job(q.quantize_input(x)))
     assert np.array_equal(y, ref.y * q.s_out) and sat == ref.saturated == 0
     assert np.abs(q.quantize_input(x)).max() == 127               # the calibrated max uses the whole range
     assert np.abs(y - x @ w.T).max() < 0.05 * np.abs(x @ w.T).max()
+
+
+def test_second_planes_are_golden_jobs_combined_on_the_host():
+    """Two activation planes are the rows of one job, the second weight plane one more job (zero bias); the host
+    combines the int16 outputs into the output code. Closer to the float layer than one plane, the bias once."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(24, 40))
+    b = rng.normal(size=24)
+    x = rng.normal(size=(5, 40)) * np.linspace(0.1, 4, 40)
+    args = ("l", w, b, np.abs(x).max(axis=0), float(np.abs(x @ w.T + b).max()))
+    one = int8draft.quantize_linear(*args)
+    two = int8draft.quantize_linear(*args, act_planes=2, weight_planes=2)
+    rows = two.input_rows(x)
+    assert rows.shape == (10, 40) and np.abs(rows[5:]).max() <= (int8draft.PLANE + 1) // 2
+    y_main, y_w2 = golden.run(two.job(rows)).y, golden.run(two.job2(rows[:5])).y
+    want = np.rint(y_main[:5] + (y_main[5:] + y_w2) / int8draft.PLANE)
+    y, sat = two(x)
+    assert np.array_equal(y, want * two.s_out) and sat == 0
+    exact = x @ w.T + b
+    err1, err2 = np.abs(one(x)[0] - exact).max(), np.abs(y - exact).max()
+    assert err2 < err1 / 4, (err1, err2)
+    assert np.abs(two(np.zeros((1, 40)))[0] - b).max() < 2 * two.s_out.max()      # the bias counts once
+    with pytest.raises(ValueError, match="layer l: act_planes=3 must be 1 or 2"):
+        int8draft.quantize_linear(*args, act_planes=3)
 
 
 def test_every_linear_layer_runs_on_the_engine_and_the_head_writes_logit_codes():
@@ -45,7 +71,10 @@ def test_every_linear_layer_runs_on_the_engine_and_the_head_writes_logit_codes()
         z = q(tok_ids).logits[0]
     assert torch.isinf(z[:, 1::2]).all()                          # outside the hot rows: -inf
     codes = z[:, ::2] * (1 << LOGIT_FRAC)
-    assert torch.equal(codes, codes.round())                      # Q7.8 codes
+    assert torch.equal(codes, codes.round())                      # Q7.8 codes (the planes combined)
+    planes = {n: (m.q.act_planes, m.q.w2 is not None) for n, m in q.named_modules() if hasattr(m, "q")}
+    assert all(a == int8draft.ACT_PLANES for a, _ in planes.values())
+    assert {n for n, (_, w2) in planes.items() if w2} == {n for n in planes if n.startswith("model.layers.0.")}
     with pytest.raises(ValueError, match="has no calibration statistics"):
         int8draft.quantize(hot, {})
 
@@ -66,14 +95,14 @@ def agreement(demo_draft, n_calibration, n_eval):
 
 def test_int8_twin_of_the_demo_draft_agrees_on_held_out_text(demo_draft):
     r, sat = agreement(demo_draft, 64, 30)
-    assert r["positions"] > 500 and r["rate"] >= 0.95, r        # measured 0.963 (goal 0.98, not met)
+    assert r["positions"] > 500 and r["rate"] >= 0.97, r        # measured 0.973 (one plane: 0.963)
     assert sat == 0
 
 
 @pytest.mark.long
 def test_int8_twin_agreement_on_200_held_out_passages(demo_draft):
     r, sat = agreement(demo_draft, 400, 200)
-    assert r["positions"] > 4000 and r["rate"] >= 0.96, r       # measured 0.965 (goal 0.98, not met)
+    assert r["positions"] > 4000 and r["rate"] >= 0.98, r       # the goal; measured 0.9809 (4,371 of 4,456)
 
 
 @pytest.mark.parametrize("kw,message", [
@@ -126,3 +155,21 @@ def test_bind_places_what_fits_and_streams_what_does_not():
         fits.matmul_streamed(np.zeros((1, k)), small.stream_layer(q.w, q.bias, q.mult, q.shift))
     with pytest.raises(ValueError, match="streaming must be"):
         int8draft.bind(model, small, streaming="yes")
+
+
+def test_bind_puts_a_second_weight_plane_on_the_engine_as_one_more_matrix():
+    """A layer with two planes runs on the engine (placed, and streamed) as on the golden model: its main job with
+    both activation planes' rows, its second weight plane placed as another matrix."""
+    rng = np.random.default_rng(6)
+    w = rng.normal(size=(40, 64))
+    x = rng.normal(size=(3, 64))
+    q = int8draft.quantize_linear("l", w, rng.normal(size=40), np.abs(x).max(axis=0),
+                                  float(np.abs(x @ w.T).max()), act_planes=2, weight_planes=2)
+    model = torch.nn.Sequential(int8draft.EngineModule(q))
+    want = model(torch.from_numpy(x))                        # the golden model (no engine bound yet)
+    eng = runtime.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
+    one = int8draft.bind(model, eng)
+    assert one["weight_beats"] == 2 * eng.footprint(40, 64)[0] and not one["streamed"]
+    assert torch.equal(model(torch.from_numpy(x)), want) and eng.jobs == 2
+    assert int8draft.bind(model, eng, streaming=True)["streamed"]
+    assert torch.equal(model(torch.from_numpy(x)), want)

@@ -12,7 +12,8 @@ Measured in one run, on the demo pair with the hot-vocabulary head:
 
 The engine's own figures come from the RTL in the same run:
 
-* ``cycles_per_token``: one M = 1 job per engine layer, each costed by the cycle model
+* ``cycles_per_token``: the engine jobs of one drafted token (per layer one job of ``act_planes`` rows, and one
+  of one row for a second weight plane: ``specdec.int8draft``), each costed by the cycle model
   (``hls_ref.draftengine.cycles``), which the cocotb tests and the agreement flow assert equal to the RTL's
   ``CYCLES_BUSY - CYCLES_STALL`` on every job they run (the demo draft's shapes included);
 * ``lut``, ``dsp``, ``bram36``, ``clock_hz``: yosys synthesis of the ``ARRAY`` build (``fpga.hw.REPORT_ROWS``),
@@ -35,23 +36,33 @@ CLOCK_HZ = 150e6                # the fabric target
 HP_PORT_BYTES = 8               # one PYNQ-Z2 HP port: 64 bits per clock
 
 
-def layer_shapes(model) -> list[tuple[str, int, int]]:
-    """(name, N, K) of every engine layer of a :func:`specdec.int8draft.quantize` model."""
-    return [(name, *m.q.w.shape) for name, m in model.named_modules() if hasattr(m, "saturated")]
+def layer_shapes(model) -> list[tuple[str, int, int, int]]:
+    """(name, N, K, M) of every engine job of one drafted token of a :func:`specdec.int8draft.quantize` model:
+    per layer its main job (M: the activation planes' rows) and, where the layer has one, its second weight
+    plane's job (M = 1, the name ending in ``.w2``)."""
+    jobs = []
+    for name, m in model.named_modules():
+        if hasattr(m, "saturated"):
+            jobs.append((name, *m.q.w.shape, m.q.act_planes))
+            if m.q.w2 is not None:
+                jobs.append((f"{name}.w2", *m.q.w2.shape, 1))
+    return jobs
 
 
-def projection(shapes: list[tuple[str, int, int]], clock_hz: float = CLOCK_HZ) -> dict:
-    """Cycles and seconds per drafted token on the engine (``ARRAY``), one M = 1 job per layer, per board."""
+def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_HZ) -> dict:
+    """Cycles and seconds per drafted token on the engine (``ARRAY``), the jobs of :func:`layer_shapes`, per
+    board."""
     from hls_ref import draftengine as de
     r, c = ARRAY
-    macs = sum(n * k for _, n, k in shapes)
-    run = sum(de.cycles("RUN", de.tiles(1, k, n, r, c)[2], 1, k, n, r, c) for _, n, k in shapes)
-    mac_cycles = sum(math.prod(de.tiles(1, k, n, r, c)[:2]) for _, n, k in shapes)
-    wbeats = mac_cycles                                  # one weight beat per MAC cycle at M = 1
+    macs = sum(m * n * k for _, n, k, m in shapes)
+    run = sum(de.cycles("RUN", m * de.tiles(m, k, n, r, c)[2], m, k, n, r, c) for _, n, k, m in shapes)
+    mac_cycles = sum(m * math.prod(de.tiles(m, k, n, r, c)[:2]) for _, n, k, m in shapes)
+    wbeats = sum(math.prod(de.tiles(1, k, n, r, c)[:2]) for _, n, k, _ in shapes)   # one beat per tile chunk
     beat_bytes = r * c
     load = sum(de.cycles("LOAD_W", 0) for _ in shapes) + wbeats * math.ceil(beat_bytes / HP_PORT_BYTES)
-    return {"source": f"the RTL's cycle model, {r}x{c} array, one M = 1 job per layer",
-            "macs_per_token": macs, "weight_bytes": macs, "mac_cycles_per_token": mac_cycles,
+    return {"source": f"the RTL's cycle model, {r}x{c} array, the jobs of one drafted token",
+            "macs_per_token": macs, "weight_bytes": sum(n * k for _, n, k, _ in shapes),
+            "mac_cycles_per_token": mac_cycles,
             "cycles_per_token": run, "mac_utilisation_steady": macs / (mac_cycles * r * c),
             "mac_utilisation_with_overheads": macs / (run * r * c),
             "stream_bytes_per_s_at_m1": beat_bytes * clock_hz, "hp_port_bytes_per_s": HP_PORT_BYTES * clock_hz,
@@ -111,7 +122,7 @@ def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_voc
         "cycles_per_token": proj["cycles_per_token"], "clock_hz": rtl["clock_hz"], "lut": rtl["lut"],
         "dsp": rtl["dsp"], "bram36": rtl["bram36"], "rtl": rtl,
         "projected_step_s": {"pynq-z2": proj["pynq-z2"], "kv260": proj["kv260"]}, "projection": proj,
-        "layers": [{"name": n, "n": nn, "k": k} for n, nn, k in shapes],
+        "layers": [{"name": n, "n": nn, "k": k, "m": m} for n, nn, k, m in shapes],
         "host_float_step_s": _draft_step_s(runs["float"]), "golden_int8_step_s": _draft_step_s(runs["int8"]),
         "int8_vs_float_agreement": agree["rate"], "agreement_positions": agree["positions"],
         "acceptance_float": acc["float"], "acceptance_int8": acc["int8"],

@@ -17,6 +17,13 @@ Quantization
   LM head writes int16 **logit codes** in the verifier's Q7.8 format (``s_out = 2**-8``), so its output can
   go to the verifier as the draft's q rows without a float step.
 * Bias (none in the demo draft; kept for other drafts): ``round(b / (s_in * s_w[n]))`` in int32.
+* **Second planes** (the precision the 98% agreement goal needs, docs/draftengine.md): every layer's input is
+  two int8 planes, ``x ~= s_in * smooth * (x1 + x2 / PLANE)`` with ``x2`` the int8 code of ``x1``'s rounding
+  residual at 1/PLANE of its step; both planes go to the engine as rows of **one** job (2M rows, the same
+  weights and MULT / SHIFT, so the weights stream once). The first decoder layer's weights get a second plane too
+  (``w2``, the residual of ``w_q`` the same way: one more job of M rows, zero bias). The host combines the
+  int16 outputs into the layer's output code, ``round(y1 + (y2 + y21) / PLANE)``, saturated to the output width
+  (the LM head's are still Q7.8 codes); a bias is scaled by ``PLANE / (PLANE + 1)`` so that it counts once.
 
 :func:`quantize` returns a copy of the model whose linear modules run :func:`hls_ref.draftengine.run`.
 """
@@ -31,6 +38,14 @@ from hwcontract.formats import DE_ACT_MAX, DE_OUT_BITS, LOGIT_FRAC, de_multiplie
 from hls_ref import draftengine as golden
 
 HEADROOM = 2.0          # int16 outputs: the calibrated max maps to half the range
+#: A second plane's steps per step of the first: the first plane's rounding residual (half a step at most) becomes
+#: codes within +-64, so that the second plane's sums keep inside the int16 range the first plane's calibration
+#: set (at 254 steps, full-range codes, the MLP's down projections saturated on held-out text).
+PLANE = DE_ACT_MAX
+ACT_PLANES = 2          # int8 activation planes per layer input (1: plain int8)
+#: The layers whose weights get a second int8 plane (a regex on the module name): the first decoder layer, where
+#: most of the int8 draft's logit error starts (docs/draftengine.md, "Where the agreement is lost").
+WEIGHT_PLANE2 = r"(^|\.)layers\.0\."
 ALPHA = 0.8             # SmoothQuant migration strength (per-input-channel factors folded into the weights)
 ALPHA_HEAD = 0.65       # the LM head's (measured best on the demo draft, docs/draftengine.md)
 
@@ -48,32 +63,79 @@ class QLinear:
     s_out: np.ndarray       # (N,) output scales
     out_bits: int
     smooth: np.ndarray      # (K,) per-input-channel factors folded into the weights' columns (SmoothQuant)
+    act_planes: int = 1     # 2: each input row goes to the engine as two int8 planes (module docstring)
+    w2: np.ndarray | None = None    # (N, K) int8 second weight plane (its job has zero bias), or None
 
     def job(self, x_q: np.ndarray) -> golden.Job:
+        """The main job on ``x_q`` (all planes' rows)."""
         return golden.Job(x_q, self.w, self.bias, self.mult, self.shift, self.out_bits)
 
+    def job2(self, x_q: np.ndarray) -> golden.Job:
+        """The second weight plane's job on ``x_q`` (the first activation plane's rows)."""
+        return golden.Job(x_q, self.w2, np.zeros_like(self.bias), self.mult, self.shift, self.out_bits)
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
+        """The first activation plane's codes of ``x`` (M, K)."""
         return np.clip(np.rint(x / (self.smooth * self.s_in)), -DE_ACT_MAX, DE_ACT_MAX).astype(np.int64)
 
-    def __call__(self, x: np.ndarray, runner=None) -> tuple[np.ndarray, int]:
-        """Float activations (..., K) -> float outputs (..., N), and the saturations: through ``runner``
-        (``x_q -> (y, saturated)``: the layer placed on a draft engine, :func:`bind`) or the golden model."""
+    def input_rows(self, x: np.ndarray) -> np.ndarray:
+        """The main job's rows for ``x`` (M, K): the first plane's codes, then (two planes) the codes of its
+        rounding residual at 1/PLANE of a step."""
+        x1 = self.quantize_input(x)
+        if self.act_planes == 1:
+            return x1
+        x2 = np.clip(np.rint((x / (self.smooth * self.s_in) - x1) * PLANE), -DE_ACT_MAX, DE_ACT_MAX)
+        return np.concatenate([x1, x2.astype(np.int64)])
+
+    def combine(self, y: np.ndarray, y21: np.ndarray | None) -> tuple[np.ndarray, int]:
+        """The output codes of the main job's ``y`` (all planes' rows) and the second weight plane's ``y21``:
+        ``round(y1 + (y2 + y21) / PLANE)`` saturated to the output width; and how many saturated there."""
+        if self.act_planes == 1 and y21 is None:
+            return y, 0
+        m = len(y) // self.act_planes
+        acc = y[:m].astype(np.float64)
+        rest = (y[m:] if self.act_planes == 2 else 0) + (0 if y21 is None else y21)
+        z = np.rint(acc + np.asarray(rest, dtype=np.float64) / PLANE)
+        top = (1 << (self.out_bits - 1)) - 1
+        clipped = int(((z > top) | (z < -top - 1)).sum())
+        return np.clip(z, -top - 1, top).astype(np.int64), clipped
+
+    def __call__(self, x: np.ndarray, runner=None, runner2=None) -> tuple[np.ndarray, int]:
+        """Float activations (..., K) -> float outputs (..., N), and the saturations: through ``runner`` and
+        ``runner2`` (``x_q -> (y, saturated)``: the layer's main and second-weight-plane jobs placed on a draft
+        engine, :func:`bind`) or the golden model."""
         lead = x.shape[:-1]
-        x_q = self.quantize_input(x.reshape(-1, x.shape[-1]))
+        x2d = x.reshape(-1, x.shape[-1])
+        rows = self.input_rows(x2d)
         if runner is None:
-            out = golden.run(self.job(x_q))
+            out = golden.run(self.job(rows))
             y, sat = out.y, out.saturated
         else:
-            y, sat = runner(x_q)
-        return (y * self.s_out).reshape(*lead, -1), sat
+            y, sat = runner(rows)
+        y21 = None
+        if self.w2 is not None:
+            x1 = rows[:len(x2d)]
+            if runner2 is None:
+                out = golden.run(self.job2(x1))
+                y21, s2 = out.y, out.saturated
+            else:
+                y21, s2 = runner2(x1)
+            sat += s2
+        y, clipped = self.combine(y, y21)
+        return (y * self.s_out).reshape(*lead, -1), sat + clipped
 
 
 def quantize_linear(name: str, weight: np.ndarray, bias: np.ndarray | None, in_max, out_max: float,
-                    out_bits: int = 16, logit_codes: bool = False, alpha: float | None = ALPHA) -> QLinear:
+                    out_bits: int = 16, logit_codes: bool = False, alpha: float | None = ALPHA,
+                    act_planes: int = 1, weight_planes: int = 1) -> QLinear:
     """The engine integers of one float layer ``y = x W^T + b`` from its calibrated input maxima (per input
-    channel, (K,)) and output maximum. ``alpha``: SmoothQuant's migration strength (None: no smoothing)."""
+    channel, (K,)) and output maximum. ``alpha``: SmoothQuant's migration strength (None: no smoothing);
+    ``act_planes`` / ``weight_planes``: 1 or 2 int8 planes (module docstring)."""
     if out_bits not in DE_OUT_BITS:
         raise ValueError(f"out_bits={out_bits!r} not in {DE_OUT_BITS}")
+    for what, v in (("act_planes", act_planes), ("weight_planes", weight_planes)):
+        if v not in (1, 2):
+            raise ValueError(f"layer {name}: {what}={v!r} must be 1 or 2")
     w = np.asarray(weight, dtype=np.float64)
     in_ch = np.broadcast_to(np.asarray(in_max, dtype=np.float64), (w.shape[1],))
     if alpha is None:
@@ -85,15 +147,20 @@ def quantize_linear(name: str, weight: np.ndarray, bias: np.ndarray | None, in_m
     w = w * smooth[None, :]
     in_max = float((in_ch / smooth).max())
     s_w, w_q = weight_codes(w)
+    w2 = None
+    if weight_planes == 2:
+        w2 = np.clip(np.rint((w / s_w[:, None] - w_q) * PLANE), -DE_ACT_MAX, DE_ACT_MAX).astype(np.int64)
     if not in_max > 0:
         raise ValueError(f"layer {name}: calibrated input max {in_max!r} must be positive")
     s_in = float(in_max) / DE_ACT_MAX
     acc_scale = s_in * s_w
     b = np.zeros(w.shape[0]) if bias is None else np.asarray(bias, dtype=np.float64)
-    b_q = np.rint(b / acc_scale).astype(np.int64)
+    # with two activation planes the bias is added to both rows' sums, the second's at 1/PLANE: once in all
+    b_q = np.rint(b / acc_scale * (PLANE / (PLANE + 1) if act_planes == 2 else 1.0)).astype(np.int64)
     if out_bits == 32:
         n = w.shape[0]
-        return QLinear(name, w_q, b_q, np.zeros(n, np.int64), np.zeros(n, np.int64), s_in, acc_scale, 32, smooth)
+        return QLinear(name, w_q, b_q, np.zeros(n, np.int64), np.zeros(n, np.int64), s_in, acc_scale, 32, smooth,
+                       act_planes, w2)
     if logit_codes:
         s_out = 2.0 ** -LOGIT_FRAC
     else:
@@ -104,7 +171,7 @@ def quantize_linear(name: str, weight: np.ndarray, bias: np.ndarray | None, in_m
     pairs = [de_multiplier(a / s_out) for a in acc_scale]
     mult = np.array([p[0] for p in pairs], dtype=np.int64)
     shift = np.array([p[1] for p in pairs], dtype=np.int64)
-    return QLinear(name, w_q, b_q, mult, shift, s_in, np.full(w.shape[0], s_out), out_bits, smooth)
+    return QLinear(name, w_q, b_q, mult, shift, s_in, np.full(w.shape[0], s_out), out_bits, smooth, act_planes, w2)
 
 
 def weight_codes(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,12 +224,15 @@ def calibrate(model, tokenizer, texts: list[str]) -> dict[str, tuple[np.ndarray,
 
 
 def quantize(model, stats: dict[str, tuple[np.ndarray, float]], out_bits: int = 16, alpha: float | None = ALPHA,
-             alpha_head: float | None = ALPHA_HEAD):
+             alpha_head: float | None = ALPHA_HEAD, act_planes: int = ACT_PLANES,
+             weight_plane2: str | None = WEIGHT_PLANE2):
     """A copy of ``model`` whose linear layers run on the golden engine (the LM head writes Q7.8 codes).
 
-    Each engine module keeps ``saturated``: outputs clipped since it was built. Raises ValueError for a layer
-    with no calibration entry.
+    ``act_planes``: int8 activation planes of every layer; ``weight_plane2``: a regex on the layer names that
+    get a second weight plane (None: none). Each engine module keeps ``saturated``: outputs clipped since it was
+    built. Raises ValueError for a layer with no calibration entry.
     """
+    import re
     from .hotvocab import is_hot_head
     out = copy.deepcopy(model)
     head = out.get_output_embeddings()
@@ -174,7 +244,8 @@ def quantize(model, stats: dict[str, tuple[np.ndarray, float]], out_bits: int = 
         is_head = mod is head
         q = quantize_linear(name, w, b, stats[name][0], stats[name][1],
                             16 if is_head else out_bits, logit_codes=is_head,
-                            alpha=alpha_head if is_head else alpha)
+                            alpha=alpha_head if is_head else alpha, act_planes=act_planes,
+                            weight_planes=2 if weight_plane2 and re.search(weight_plane2, name) else 1)
         hot = is_hot_head(mod)
         new = EngineModule(q, ids=mod.ids if hot else None, vocab=mod.vocab if hot else None)
         parent, _, attr = name.rpartition(".")
@@ -198,9 +269,10 @@ def EngineModule(q: QLinear, ids=None, vocab: int | None = None):     # noqa: N8
             self.vocab = vocab if ids is not None else q.w.shape[0]      # the logits it writes per position
             self.saturated = 0
             self.runner = None          # set by bind(): the layer's jobs go to a draft engine driver
+            self.runner2 = None         # ... and its second weight plane's
 
         def forward(self, x):
-            y, sat = self.q(x.detach().double().numpy(), self.runner)
+            y, sat = self.q(x.detach().double().numpy(), self.runner, self.runner2)
             self.saturated += sat
             z = torch.from_numpy(y).to(x.dtype)
             return z if self.ids is None else scatter(z, self.ids, self.vocab)
@@ -216,7 +288,7 @@ def engine_modules(model) -> list:
 def bind(model, engine, streaming: bool | str = "auto") -> dict:
     """Put every engine layer of ``model`` on ``engine`` (a :class:`specdec.drivers.DraftEngine` on any backend:
     the golden register model, the simulation, a board) and run its jobs there from now on, in pieces of at
-    most M_MAX rows.
+    most M_MAX rows. A layer's second weight plane is one more matrix on the engine.
 
     When the whole draft fits the engine's memories its layers are **placed**: their weights loaded once, here.
     When it does not (the PYNQ-Z2's 4,096 weight beats) and ``streaming`` allows it (``"auto"``, the default, or
@@ -233,16 +305,19 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
         raise ValueError(f"streaming must be 'auto', True or False, got {streaming!r}")
     engine.reset_memory()
     mods = engine_modules(model)
-    need = [engine.footprint(*m.q.w.shape) for m in mods]
+    # the matrices the engine holds: every layer's weights, and a second weight plane where a layer has one
+    mats = [(m, "runner", m.q.w, m.q.bias) for m in mods]
+    mats += [(m, "runner2", m.q.w2, np.zeros_like(m.q.bias)) for m in mods if m.q.w2 is not None]
+    need = [engine.footprint(*w.shape) for _, _, w, _ in mats]
     fits = sum(w for w, _ in need) <= engine.wdepth and sum(p for _, p in need) <= engine.pdepth
     stream = streaming is True or (streaming == "auto" and not fits)
-    for m in mods:
+    for m, attr, w, bias in mats:
         if stream:
-            layer = engine.stream_layer(m.q.w, m.q.bias, m.q.mult, m.q.shift)
-            m.runner = functools.partial(_stream_on, engine, layer, m.q.out_bits)
+            layer = engine.stream_layer(w, bias, m.q.mult, m.q.shift)
+            setattr(m, attr, functools.partial(_stream_on, engine, layer, m.q.out_bits))
         else:
-            at = engine.place(m.q.w, m.q.bias, m.q.mult, m.q.shift)
-            m.runner = functools.partial(_run_on, engine, at, m.q.out_bits)
+            at = engine.place(w, bias, m.q.mult, m.q.shift)
+            setattr(m, attr, functools.partial(_run_on, engine, at, m.q.out_bits))
     return {"layers": len(mods), "weight_beats": sum(w for w, _ in need), "param_tiles": sum(p for _, p in need),
             "streamed": stream}
 
@@ -275,11 +350,12 @@ def agreement(float_model, int8_model, tokenizer, texts: list[str]) -> dict:
     return {"positions": total, "agree": agree, "rate": agree / total if total else float("nan")}
 
 
-def demo_draft(model, tokenizer, n_calibration: int = 400, seed: int = 1):
-    """The int8 twin of a (hot-head) demo draft: calibrated on ``n_calibration`` training passages."""
+def demo_draft(model, tokenizer, n_calibration: int = 400, seed: int = 1, **options):
+    """The int8 twin of a (hot-head) demo draft: calibrated on ``n_calibration`` training passages; ``options``
+    go to :func:`quantize`."""
     from . import corpus
     stats = calibrate(model, tokenizer, corpus.sample_passages(n_calibration, held_out=False, seed=seed))
-    return quantize(model, stats)
+    return quantize(model, stats, **options)
 
 
 def saturations(model) -> int:
