@@ -1,4 +1,4 @@
-"""Diagnosis for docs/draftengine.md ("Where the agreement is lost"): the demo draft's int8-vs-float greedy
+r"""Diagnosis for docs/draftengine.md ("Where the agreement is lost"): the demo draft's int8-vs-float greedy
 agreement when weights and/or activations get a second int8 plane.
 
 A second plane holds the rounding residual of the first at 1/PLANE of its step (``int8draft.PLANE``) (``v ~= v1 + v2 / PLANE``, both
