@@ -40,13 +40,8 @@ def layer_shapes(model) -> list[tuple[str, int, int, int]]:
     """(name, N, K, M) of every engine job of one drafted token of a :func:`specdec.int8draft.quantize` model:
     per layer its main job (M: the activation planes' rows) and, where the layer has one, its second weight
     plane's job (M = 1, the name ending in ``.w2``)."""
-    jobs = []
-    for name, m in model.named_modules():
-        if hasattr(m, "saturated"):
-            jobs.append((name, *m.q.w.shape, m.q.act_planes))
-            if m.q.w2 is not None:
-                jobs.append((f"{name}.w2", *m.q.w2.shape, 1))
-    return jobs
+    return [(name + ("", ".w2")[i], *w.shape, rows) for name, m in model.named_modules() if hasattr(m, "saturated")
+            for i, (w, _, rows) in enumerate(m.q.matrices())]
 
 
 def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_HZ) -> dict:

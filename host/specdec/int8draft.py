@@ -66,13 +66,19 @@ class QLinear:
     act_planes: int = 1     # 2: each input row goes to the engine as two int8 planes (module docstring)
     w2: np.ndarray | None = None    # (N, K) int8 second weight plane (its job has zero bias), or None
 
-    def job(self, x_q: np.ndarray) -> golden.Job:
-        """The main job on ``x_q`` (all planes' rows)."""
-        return golden.Job(x_q, self.w, self.bias, self.mult, self.shift, self.out_bits)
+    def matrices(self) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """``(weights, bias, rows per token)`` of each matrix the engine holds for this layer: its weights (one
+        row per activation plane) and, where it has one, its second weight plane (the first plane's row, zero
+        bias: the main job adds the bias)."""
+        mats = [(self.w, self.bias, self.act_planes)]
+        if self.w2 is not None:
+            mats.append((self.w2, np.zeros_like(self.bias), 1))
+        return mats
 
-    def job2(self, x_q: np.ndarray) -> golden.Job:
-        """The second weight plane's job on ``x_q`` (the first activation plane's rows)."""
-        return golden.Job(x_q, self.w2, np.zeros_like(self.bias), self.mult, self.shift, self.out_bits)
+    def job(self, x_q: np.ndarray, which: int = 0) -> golden.Job:
+        """The job of matrix ``which`` (:meth:`matrices`) on ``x_q``."""
+        w, bias, _ = self.matrices()[which]
+        return golden.Job(x_q, w, bias, self.mult, self.shift, self.out_bits)
 
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         """The first activation plane's codes of ``x`` (M, K)."""
@@ -107,21 +113,18 @@ class QLinear:
         lead = x.shape[:-1]
         x2d = x.reshape(-1, x.shape[-1])
         rows = self.input_rows(x2d)
-        if runner is None:
-            out = golden.run(self.job(rows))
-            y, sat = out.y, out.saturated
-        else:
-            y, sat = runner(rows)
-        y21 = None
-        if self.w2 is not None:
-            x1 = rows[:len(x2d)]
-            if runner2 is None:
-                out = golden.run(self.job2(x1))
-                y21, s2 = out.y, out.saturated
+        ys, sat = [], 0
+        inputs = (rows, rows[:len(x2d)])      # the main job: every plane's rows; a second weight plane: the first's
+        for which, run in enumerate((runner, runner2)[:len(self.matrices())]):
+            x_q = inputs[which]
+            if run is None:
+                out = golden.run(self.job(x_q, which))
+                y, s = out.y, out.saturated
             else:
-                y21, s2 = runner2(x1)
-            sat += s2
-        y, clipped = self.combine(y, y21)
+                y, s = run(x_q)
+            ys.append(y)
+            sat += s
+        y, clipped = self.combine(ys[0], ys[1] if len(ys) > 1 else None)
         return (y * self.s_out).reshape(*lead, -1), sat + clipped
 
 
@@ -306,8 +309,7 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
     engine.reset_memory()
     mods = engine_modules(model)
     # the matrices the engine holds: every layer's weights, and a second weight plane where a layer has one
-    mats = [(m, "runner", m.q.w, m.q.bias) for m in mods]
-    mats += [(m, "runner2", m.q.w2, np.zeros_like(m.q.bias)) for m in mods if m.q.w2 is not None]
+    mats = [(m, attr, w, bias) for m in mods for attr, (w, bias, _) in zip(("runner", "runner2"), m.q.matrices())]
     need = [engine.footprint(*w.shape) for _, _, w, _ in mats]
     fits = sum(w for w, _ in need) <= engine.wdepth and sum(p for _, p in need) <= engine.pdepth
     stream = streaming is True or (streaming == "auto" and not fits)
