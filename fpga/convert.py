@@ -31,8 +31,7 @@ BLOCKS = {
     "treemask": ("fpga.treemask", "treemask"),
     "kvpage": ("fpga.kvpage", "kvpage"),
     "draftengine": ("fpga.draftengine", "draftengine"),
-    "system": ("fpga.system", "system"),     # verifier + treemask + kvpage (simulation of the whole loop)
-    "system_fabric": ("fpga.system_fabric", "system_fabric"),   # ... + the draft engine (a fabric draft)
+    "system": ("fpga.system", "system"),     # verifier + treemask + kvpage + draft engine (the whole loop)
     "overlay": ("fpga.overlay_top", "overlay"),   # every core cell of a board's block design (the emulated board)
     "axil": ("fpga.axil_top", "axil_top"),   # the AXI-Lite register slave alone (the report's axil row)
 }

@@ -15,7 +15,7 @@ from hwcontract.regmap import KV_SLOTS
 
 from . import draftengine as de_mod
 from . import rng as rng_mod
-from . import system_fabric as fabric
+from . import system as system_mod
 
 
 @block
@@ -27,9 +27,9 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
             draftengine_m_axis_tready, draftengine_m_axis_tlast, rng_axil,
             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
             ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
-    """The verifier, treemask, kvpage and draft engine cores (:func:`fpga.system_fabric.system_fabric`) and
+    """The verifier, treemask, kvpage and draft engine cores (:func:`fpga.system.system`) and
     the stand-alone RNG, on one clock and reset: the cells of ``hwcontract.board.design(board)``."""
-    cores = fabric.system_fabric(
+    cores = system_mod.system(
         clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tvalid, verifier_s_axis_tready,
         verifier_s_axis_tlast, treemask_axil, treemask_m_axis_tdata, treemask_m_axis_tvalid,
         treemask_m_axis_tready, treemask_m_axis_tlast, kvpage_axil, draftengine_axil, draftengine_s_axis_tdata,
@@ -45,6 +45,6 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
 def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
                ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
     """Top-level signals of :func:`overlay` for conversion and simulation."""
-    return (*fabric.make_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS,
+    return (*system_mod.make_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS,
                                WDEPTH, PDEPTH, K_MAX, M_MAX),
             rng_mod.make_ports()[2])

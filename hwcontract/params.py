@@ -78,8 +78,7 @@ CORES: dict[str, tuple[Param, ...]] = {
     ),
 }
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.
-SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage"),
-                                      "system_fabric": ("verifier", "treemask", "kvpage", "draftengine"),
+SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage", "draftengine"),
                                       "overlay": ("verifier", "treemask", "kvpage", "draftengine", "rng")}
 
 

@@ -128,7 +128,7 @@ def test_fabric_draft_greedy_identical_to_target_alone(fabric_pair):
 
 @pytest.mark.long
 def test_fabric_draft_greedy_identical_on_rtl(pair):
-    """The fabric draft on the RTL (toplevel system_fabric): every linear layer of the draft a job on the
+    """The fabric draft on the RTL (toplevel system): every linear layer of the draft a job on the
     draft engine's simulation, its weights loaded once; 2 held-out prompts equal the target alone."""
     job = {"prompts": corpus.sample_passages(2, held_out=True, seed=7), "max_new_tokens": 32, "gamma": 4,
            "seed": 0, "draft_vocab": 8192, "draft_engine": "fabric"}

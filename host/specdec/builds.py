@@ -19,7 +19,7 @@ TREEMASK_PARAMS = hwparams.check("treemask", {"NODES_MAX": 64})
 #: block RAM: the Verilator build of ``fpga.system`` takes as long as at 256 x 64 pages and rows, and the
 #: host's page pools grow only as pages are used.
 KV_PARAMS = hwparams.check("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS})
-#: The draft engine the off-board backends run (``ref``: the golden model, ``sim``: toplevel ``system_fabric``):
+#: The draft engine the off-board backends run (``ref``: the golden model, ``sim``: toplevel ``system``):
 #: memories that hold a whole draft with a full-vocabulary head on chip (65,536 weight beats = 4 MiB, 8,192
 #: parameter tiles: the demo draft needs 49,152 and 1,888, the OPT test pair's draft 50,904 and 6,366). No
 #: Zynq here holds that much (docs/draftengine.md, Sizing): a functional build, not a board's.

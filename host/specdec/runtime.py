@@ -223,13 +223,12 @@ def generate_one(job: Job, index: int, ids: list[int], target: models.CausalLM, 
 
 def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator") -> dict:
     """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
-    verifier and the treemask core (``fpga.system``; a chain job leaves the treemask core idle)."""
+    verifier, the treemask core, the kvpage core and the draft engine (``fpga.system``; a chain job leaves the
+    treemask core idle, a job without a fabric draft the engine)."""
+    from .builds import DRAFTENGINE_PARAMS
     job = as_job(job)
-    top, params = "system", {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS}
-    if job.draft_engine == "fabric":
-        from .builds import DRAFTENGINE_PARAMS
-        top, params = "system_fabric", {**params, **DRAFTENGINE_PARAMS}
-    return _simulate(job, top, "specdec.backends.sim_decode", sim, params)
+    params = {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS, **DRAFTENGINE_PARAMS}
+    return _simulate(job, "system", "specdec.backends.sim_decode", sim, params)
 
 
 def run_board_sim(job: Job | Mapping[str, Any], board: str = "kv260", sim: str = "verilator") -> dict:

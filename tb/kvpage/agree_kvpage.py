@@ -18,7 +18,7 @@ from specdec.backends.sim import AxilTB, SimDevice
 from specdec.drivers import KVPage
 from specdec.drivers.base import description
 from specdec.errors import CoreError
-from tb.agree import vector_spec, write_results
+from tb.agree import vector_limit, vector_spec, write_results
 from tb.common import Stimulus, cross_test
 
 CMAP = core("kvpage")
@@ -56,6 +56,7 @@ async def agree(dut, stim: Stimulus):
 
     def run() -> list[dict]:
         drv = KVPage(description("kvpage", SimDevice(tb.axil)))
-        return kvpage_results(drv, kvpage_set(seed, count, pages=drv.pages, max_blocks=drv.max_blocks))
+        ops = kvpage_set(seed, count, pages=drv.pages, max_blocks=drv.max_blocks)[:vector_limit()]
+        return kvpage_results(drv, ops)
 
     write_results(await bridge(run)(), stim.index)

@@ -8,8 +8,8 @@ runs on the golden model; the result goes to ``SPECDEC_RESULT``. The driver runs
 The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis``, the treemask core
 on ``tm_axil`` / ``m_axis`` and the kvpage core on ``kv_axil``; a job with a token tree drives the first two
 from the same thread, and every job's KV caches take their pages from the kvpage core (unless the job says
-``"kv": false``). A job with a fabric draft (``draft_engine="fabric"``) runs on ``system_fabric``: the draft's
-linear layers on the draft engine (``de_axil``, ``de_s_axis``, ``de_m_axis``), its weights loaded once.
+``"kv": false``). A job with a fabric draft (``draft_engine="fabric"``) runs the draft's linear layers on the
+draft engine (``de_axil``, ``de_s_axis``, ``de_m_axis``), its weights loaded once; other jobs leave it idle.
 
 The job reports the tokens it has generated through :func:`specdec.backends.simulator.report_progress`
 (each verifier round, each prompt), which a quiet run draws as a progress bar; everything else it prints
@@ -89,7 +89,7 @@ async def decode_job(dut):
     tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
     sink = SimSink(dut, "m_axis")
     kv_tb = AxilTB(dut, core("kvpage"), prefix="kv_axil", clock=False)
-    fabric = job.draft_engine == "fabric"       # toplevel system_fabric: the draft engine on de_*
+    fabric = job.draft_engine == "fabric"       # the draft engine on de_*
     if fabric:
         de_tb = AxilTB(dut, core("draftengine"), prefix="de_axil", clock=False)
         de_stream, de_sink = SimStream(dut, "de_s_axis"), SimSink(dut, "de_m_axis", timeout_us=100_000.0)
