@@ -75,6 +75,8 @@ def hot_head_model(model, ids):
 def _module():
     import torch
 
+    from .kernels import linear
+
     class _HotHead(torch.nn.Module):
         """``h @ W[ids].T`` scattered into a row of -inf over the whole vocabulary."""
 
@@ -86,7 +88,7 @@ def _module():
             self.vocab = vocab
 
         def forward(self, h):
-            return scatter(torch.nn.functional.linear(h, self.weight, self.bias), self.ids, self.vocab)
+            return scatter(linear(h, self.weight, self.bias), self.ids, self.vocab)
 
     return _HotHead
 

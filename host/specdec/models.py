@@ -151,7 +151,9 @@ def _offline() -> bool:
 
 
 def load(name: str):
-    """(model, tokenizer) for a demo name, a local directory, or a hub id.
+    """(model, tokenizer) for a demo name, a local directory, or a hub id; the model's linear layers pick
+    their kernel by rows (:func:`specdec.kernels.use_row_kernels`: a forward over a few positions costs little
+    more than over one).
 
     Raises
     ------
@@ -162,8 +164,11 @@ def load(name: str):
     if not name:
         raise ModelError("no model given: pass a hub id, a local directory, or "
                          f"{DEMO_TARGET!r} / {DEMO_DRAFT!r}")
+    from .kernels import use_row_kernels
     if name == DEMO_TARGET:
-        return load_demo_target()
+        model, tok = load_demo_target()
+        use_row_kernels(model)
+        return model, tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
     _quiet_transformers()
     path = MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
@@ -193,6 +198,7 @@ def load(name: str):
                 f"--target /path/to/{name.split('/')[-1]}") from e
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    use_row_kernels(model)
     return model, tok
 
 
