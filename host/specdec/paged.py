@@ -85,6 +85,7 @@ class PagedKV:
         self.branch_rows: list[int] = []
         self.length = 0
         self.ops: Counter = Counter()
+        self._index: tuple = (None, None)       # (key, value) of the last index(): every layer asks the same
 
     # -- views -------------------------------------------------------------------------------------
     @property
@@ -206,6 +207,20 @@ class PagedKV:
         table = torch.tensor(self.rows, dtype=torch.long)
         return table[pos // self.block], pos % self.block
 
+    def index(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+        """What a layer's update of positions ``start .. end-1`` needs: their (pages, offsets), the highest page
+        among them, and the pages of the rows holding positions ``0 .. end-1`` in order (long tensors).
+
+        Every decoder layer of one forward asks the same; it is built once, keyed by the positions and the
+        rows' pages themselves (so any change to the page table builds it anew). Built per layer it cost
+        about 15 ms of a SmolLM2 forward (30 layers; the paged cache ran at 0.83x the dense one)."""
+        key = (start, end, tuple(self.rows))
+        if self._index[0] != key:
+            pages, offs = self.positions(start, end)
+            rows = torch.tensor(key[2][:rows_for(end, self.block)], dtype=torch.long)
+            self._index = (key, (pages, offs, int(pages.max()), rows))
+        return self._index[1]
+
     def check(self) -> None:
         """Compare the mirror with the core (INFO and TRANSLATE of every row): raise
         :class:`PageTableMismatch` naming the first difference."""
@@ -273,16 +288,11 @@ class PagedLayer(CacheLayerMixin):
             raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
         start, end = self.length, self.length + key_states.shape[-2]
         self.table.reserve(end)
-        pages, offs = self.table.positions(start, end)
-        self._fit(int(pages.max()))
+        pages, offs, top, rows = self.table.index(start, end)
+        self._fit(top)
         self.keys[pages, :, offs, :] = key_states[0].transpose(0, 1).to(self.keys.dtype)
         self.values[pages, :, offs, :] = value_states[0].transpose(0, 1).to(self.values.dtype)
         self.length = end
-        return self.gather(end)
-
-    def gather(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of positions 0 .. end-1 in order, shape (1, heads, end, head_dim)."""
-        rows = torch.tensor(self.table.rows[:rows_for(end, self.table.block)], dtype=torch.long)
         return _unpage(self.keys, rows, end), _unpage(self.values, rows, end)
 
     def copy_page(self, src: int, dst: int) -> None:
