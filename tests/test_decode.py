@@ -15,6 +15,7 @@ import pytest
 import model_pairs
 from specdec import decode, runtime, tree
 from specdec.decode import Chain, Drafter, GammaSchedule, GenConfig, Sampling, lookup, mask_logits
+from specdec.errors import OptionError
 from tb.verifier.lossless import ALPHA, chi2_pvalue
 
 torch = pytest.importorskip("torch")
@@ -364,6 +365,23 @@ def test_masked_tokens_never_come_out(tiny_pair):
     want = int(np.argmax(p))
     got = sample_counts(target, draft, s, 20, seed=5)
     assert got[want] == 20
+
+
+def test_draft_confidence_stops_chains_and_keeps_greedy_identity(tiny_pair):
+    """A chain stops after the first draft token below the confidence: at 0.99 (above every probability of the
+    tiny draft's spread rows) each round drafts one token (the last: what the budget leaves), at 0.001 the whole budget; the tokens are the
+    target's greedy ones either way."""
+    target, draft = tiny_pair
+    verifier = runtime.golden_verifier()
+    cfg = GenConfig(max_new_tokens=12, gamma=4, stop_at_eos=False)
+    full = decode.generate(target, decode.ModelDraft(draft), verifier, PROMPT, cfg)
+    low = decode.generate(target, decode.ModelDraft(draft, confidence=0.001), verifier, PROMPT, cfg)
+    high = decode.generate(target, decode.ModelDraft(draft, confidence=0.99), verifier, PROMPT, cfg)
+    assert high.tokens == low.tokens == full.tokens
+    assert [r.g for r in low.rounds] == [r.g for r in full.rounds] and max(r.g for r in full.rounds) == 4
+    assert {r.g for r in high.rounds[:-1]} == {1} and high.rounds[-1].g <= 1     # the last round: what is left
+    with pytest.raises(OptionError, match="draft_confidence"):
+        decode.ModelDraft(draft, confidence=1.0)
 
 
 def test_greedy_whole_loop_equals_argmax_chain(tiny_pair):

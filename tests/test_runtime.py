@@ -240,6 +240,8 @@ def test_job_json_round_trip():
               kv_block=None)
     again = Job.from_json(job.to_json())
     assert again == job
+    chain = Job(("a",), gamma=8, draft_confidence=0.4)
+    assert Job.from_json(chain.to_json()) == chain
     assert again.config(2) == GenConfig(8, "auto", decode.Sampling(0.8, 20, 0.9), 5, tree_budget=12)
     assert as_job({"prompts": ["x"]}) == Job(("x",))          # every other field at its default
     assert as_job({"prompts": ["x"], "kv": False}).kv_block is None
@@ -267,6 +269,11 @@ def test_job_json_round_trip():
     ({"tree": {"kind": "static", "paths": [[0], [1, 0]]}}, "tree paths", [[0], [1, 0]]),
     ({"tree": {"kind": "eagle"}, "draft": PROMPT_LOOKUP}, "draft", PROMPT_LOOKUP),
     ({"max_new_token": 8}, "job field", "max_new_token"),
+    ({"draft_confidence": 1.5}, "draft_confidence", 1.5),
+    ({"draft_confidence": 0}, "draft_confidence", 0),
+    ({"draft_confidence": "high"}, "draft_confidence", "high"),
+    ({"draft_confidence": 0.4, "draft": PROMPT_LOOKUP}, "draft_confidence", 0.4),
+    ({"draft_confidence": 0.4, "tree": {"kind": "eagle"}}, "draft_confidence", 0.4),
 ])
 def test_job_field_errors_name_option_and_value(fields, option, value):
     with pytest.raises(OptionError) as exc:

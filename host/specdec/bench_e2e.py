@@ -88,12 +88,12 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
         pair = pairs.paged_pair(pair, cores.kv, job.kv_block)
     prompts = [pairs.encode(pair.tokenizer, p) for p in job.prompts]
     jobs = {g: dataclasses.replace(job, gamma=g, tree=None) for g in gammas}
-    drafters = {g: pair.draft for g in gammas}
+    drafters = {g: pairs.drafter(pair, None, job.draft_confidence) for g in gammas}
     specs = {}
     for spec in trees or []:
         spec = pairs.calibrated(pair, spec)
         label = f"{spec.kind}-{spec.budget}"
-        jobs[label], specs[label] = dataclasses.replace(job, tree=spec), spec
+        jobs[label], specs[label] = dataclasses.replace(job, tree=spec, draft_confidence=None), spec
         drafters[label] = pairs.drafter(pair, spec)
     for g in pipelined or []:
         if not isinstance(pair.draft, ModelDraft) or g not in gammas or g == 0:

@@ -328,6 +328,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-engine", default="host", choices=DRAFT_ENGINES,
                    help="where the draft model runs: host (transformers, float; default) or fabric (the int8 draft "
                         "engine; today its golden model, backend ref only)")
+    p.add_argument("--draft-confidence", type=float, default=None, metavar="C",
+                   help="a chain stops after the first draft token whose draft probability is below C (HF's "
+                        "assistant_confidence_threshold; gamma is then the longest chain); default: off")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
@@ -384,7 +387,7 @@ def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: T
     return Job(prompts=tuple(prompts), target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
                gamma=gamma, sampling=Sampling(args.temperature, args.top_k, args.top_p), seed=args.seed, tree=tree,
                kv_block=None if args.dense_kv else KV_AUTO if args.kv_block is None else args.kv_block,
-               draft_vocab=args.draft_vocab, draft_engine=args.draft_engine)
+               draft_vocab=args.draft_vocab, draft_engine=args.draft_engine, draft_confidence=args.draft_confidence)
 
 
 #: Job options whose flag is not ``--`` and the option's words joined by dashes.

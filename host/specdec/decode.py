@@ -246,8 +246,13 @@ class ModelDraft:
 
     name = "model"
 
-    def __init__(self, lm: CausalLM) -> None:
-        self.lm = lm
+    def __init__(self, lm: CausalLM, confidence: float | None = None) -> None:
+        """``confidence``: stop a chain early, after the first drafted token whose probability under the draft
+        (its masked, tempered row) is below this (HF's ``assistant_confidence_threshold``); None: draft the
+        whole budget. Where the chain stops depends on the draft's rows only, so the round stays lossless."""
+        if confidence is not None and not 0.0 < confidence < 1.0:
+            raise OptionError("draft_confidence", confidence, "a probability in (0, 1), or none")
+        self.lm, self.confidence = lm, confidence
 
     def start(self, context: list[int]) -> None:
         self.lm.reset()
@@ -269,6 +274,8 @@ class ModelDraft:
             else:       # quantized once: the driver streams these codes as they are
                 rows.append(quantize(row))
                 tokens.append(sample_codes(rows[-1], sampling, rng))
+            if self.confidence is not None and _probability(row, tokens[-1], sampling) < self.confidence:
+                break
             if i + 1 < g:
                 logits = self.lm.forward(tokens[-1:])
         return Chain(tuple(tokens), np.stack(rows) if rows else None)     # greedy verification reads no q
@@ -278,6 +285,13 @@ class ModelDraft:
 
     def free(self) -> None:
         self.lm.free()
+
+
+def _probability(row: np.ndarray, token: int, s: Sampling) -> float:
+    """The draft's probability of ``token`` from its masked logits ``row`` (tempered when sampling)."""
+    z = row / (s.temperature or 1.0)
+    top = np.max(z)
+    return float(np.exp(z[token] - top) / np.exp(z - top).sum())
 
 
 class PromptLookup:

@@ -8,7 +8,7 @@ Every field is checked when a job is built, before any model loads; a bad one ra
     {"prompts": ["..."], "target": null, "draft": null, "max_new_tokens": 64, "gamma": 4,
      "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0}, "seed": 0,
      "tree": null or {"kind": "eagle", "budget": 16, ...}, "kv": {"block": "auto"}, {"block": 16} or false,
-     "draft_vocab": null or 8192, "draft_engine": "host" or "fabric"}
+     "draft_vocab": null or 8192, "draft_engine": "host" or "fabric", "draft_confidence": null or 0.4}
 
 Any field but ``prompts`` may be left out (its default applies); ``"kv": false`` keeps transformers' dense
 KV caches.
@@ -91,6 +91,7 @@ class Job:
     kv_block: int | str | None = KV_AUTO    # tokens per page of the paged KV caches (None: dense caches)
     draft_vocab: int | None = None      # the draft's hot vocabulary: its N most frequent tokens (None: all)
     draft_engine: str = "host"          # where the draft model runs: DRAFT_ENGINES
+    draft_confidence: float | None = None   # a chain stops after a draft token below this draft probability
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompts", _prompts(self.prompts))
@@ -116,6 +117,13 @@ class Job:
             check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (None: all tokens)")
             if self.draft == PROMPT_LOOKUP:
                 raise OptionError("draft_vocab", self.draft_vocab, "None with prompt lookup (it has no LM head)")
+        if self.draft_confidence is not None:
+            if isinstance(self.draft_confidence, bool) or not isinstance(self.draft_confidence, (int, float)) \
+                    or not 0.0 < self.draft_confidence < 1.0:
+                raise OptionError("draft_confidence", self.draft_confidence, "a probability in (0, 1), or none")
+            if self.draft == PROMPT_LOOKUP or self.tree is not None:
+                raise OptionError("draft_confidence", self.draft_confidence,
+                                  "none with prompt lookup or a tree (it stops a draft model's chain)")
         if self.draft_engine not in DRAFT_ENGINES:
             raise OptionError("draft_engine", self.draft_engine, f"one of {', '.join(DRAFT_ENGINES)}")
         if self.draft_engine == "fabric" and self.draft == PROMPT_LOOKUP:
@@ -162,7 +170,7 @@ class Job:
                 "sampling": dataclasses.asdict(self.sampling), "seed": self.seed,
                 "tree": self.tree.to_dict() if self.tree else None,
                 "kv": False if self.kv_block is None else {"block": self.kv_block}, "draft_vocab": self.draft_vocab,
-                "draft_engine": self.draft_engine}
+                "draft_engine": self.draft_engine, "draft_confidence": self.draft_confidence}
 
     @classmethod
     def from_json(cls, text: str) -> Job:

@@ -98,10 +98,15 @@ def encode(tokenizer, text: str) -> list[int]:
     return [int(t) for t in ids]
 
 
-def drafter(pair: Pair, tree: TreeSpec | None) -> Drafter:
-    """The job's drafter: the pair's draft source for chains, or the tree builder ``tree`` over its draft model
-    (Sequoia's acceptance vector must be set: see :func:`calibrated`)."""
+def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) -> Drafter:
+    """The job's drafter: the pair's draft source for chains (a draft model's chain stopping after a token below
+    ``confidence``, when given), or the tree builder ``tree`` over its draft model (Sequoia's acceptance vector
+    must be set: see :func:`calibrated`)."""
     if tree is None:
+        if confidence is not None:
+            if not isinstance(pair.draft, ModelDraft):
+                raise OptionError("draft_confidence", confidence, "none with prompt lookup (no draft probabilities)")
+            return ModelDraft(pair.draft.lm, confidence)
         return pair.draft
     from . import tree as trees
     if not isinstance(pair.draft, ModelDraft):

@@ -193,7 +193,7 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
     if paged:
         pair = paged_pair(pair, kv, job.kv_block)
     tree = calibrated(pair, job.tree)
-    source = drafter(pair, tree)
+    source = drafter(pair, tree, job.draft_confidence)
     gens, records = [], []
     for i, text in enumerate(job.prompts):
         ids = encode(pair.tokenizer, text)
