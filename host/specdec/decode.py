@@ -250,9 +250,7 @@ class ModelDraft:
         """``confidence``: stop a chain early, after the first drafted token whose probability under the draft
         (its masked, tempered row) is below this (HF's ``assistant_confidence_threshold``); None: draft the
         whole budget. Where the chain stops depends on the draft's rows only, so the round stays lossless."""
-        if confidence is not None and not 0.0 < confidence < 1.0:
-            raise OptionError("draft_confidence", confidence, "a probability in (0, 1), or none")
-        self.lm, self.confidence = lm, confidence
+        self.lm, self.confidence = lm, check_confidence(confidence)
 
     def start(self, context: list[int]) -> None:
         self.lm.reset()
@@ -285,6 +283,14 @@ class ModelDraft:
 
     def free(self) -> None:
         self.lm.free()
+
+
+def check_confidence(value: float | None) -> float | None:
+    """``value`` if it is a usable draft confidence (a probability in (0, 1)) or None; OptionError otherwise."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0.0 < value < 1.0):
+        raise OptionError("draft_confidence", value, "a probability in (0, 1), or none")
+    return value
 
 
 def _probability(row: np.ndarray, token: int, s: Sampling) -> float:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .builds import CORE_PARAMS, TREE_LIMIT
-from .decode import ADAPTIVE_GAMMAS, GenConfig, PromptLookup, Sampling
+from .decode import ADAPTIVE_GAMMAS, GenConfig, PromptLookup, Sampling, check_confidence
 from .errors import OptionError, check_int
 from .kvlayout import BLOCK_MAX as KV_BLOCK_MAX
 from .tree import parents_from_paths
@@ -117,10 +117,7 @@ class Job:
             check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (None: all tokens)")
             if self.draft == PROMPT_LOOKUP:
                 raise OptionError("draft_vocab", self.draft_vocab, "None with prompt lookup (it has no LM head)")
-        if self.draft_confidence is not None:
-            if isinstance(self.draft_confidence, bool) or not isinstance(self.draft_confidence, (int, float)) \
-                    or not 0.0 < self.draft_confidence < 1.0:
-                raise OptionError("draft_confidence", self.draft_confidence, "a probability in (0, 1), or none")
+        if check_confidence(self.draft_confidence) is not None:
             if self.draft == PROMPT_LOOKUP or self.tree is not None:
                 raise OptionError("draft_confidence", self.draft_confidence,
                                   "none with prompt lookup or a tree (it stops a draft model's chain)")

@@ -36,8 +36,9 @@ def linear(x, weight, bias=None):
     ``(weight @ x.T).T`` (see the module docstring)."""
     import torch
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows < 2 or x.requires_grad or weight.requires_grad and torch.is_grad_enabled():
-        return torch.nn.functional.linear(x, weight, bias)      # training keeps autograd's usual kernel
+    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if rows < 2 or training:        # training keeps autograd's usual kernel
+        return torch.nn.functional.linear(x, weight, bias)
     y = (weight @ x.reshape(rows, x.shape[-1]).T).T
     if bias is not None:
         y = y + bias
