@@ -441,20 +441,33 @@ def draftengine_job(rng: np.random.Generator, m: int, k: int, n: int, out_bits: 
 
 
 def draftengine_set(seed: int, count: int) -> list:
-    """Three directed jobs (1 x 1 x 1 and the largest sums), ``count`` random ones (M 1..16, K and N 1..600,
-    any output width), then each demo-draft shape at M = 1 and 16 with every output width (the largest jobs
-    last, so that a slow stage can run a prefix: :data:`DRAFTENGINE_DIRECTED` + its random jobs)."""
+    """A 1 x 1 x 1 job; ``count`` small random jobs (M 1..16, K and N 1..96) and ``count`` large ones (K and N
+    1..600), any output width, K and N mostly off the array's multiples; the two largest sums (K = 4096, every
+    operand extreme); then each demo-draft shape at M = 1 and 16 with every output width. The cheapest come
+    first, so that a slow stage can run a prefix (:func:`draftengine_prefix`)."""
     rng = np.random.default_rng(seed)
-    jobs = [draftengine_job(rng, 1, 1, 1, 8), draftengine_job(rng, 2, 4096, 3, 32, extreme=True),
-            draftengine_job(rng, 1, 4096, 2, 16, extreme=True)]
-    for _ in range(count):
-        jobs.append(draftengine_job(rng, int(rng.integers(1, 17)), int(rng.integers(1, 601)),
-                                    int(rng.integers(1, 601)), int(rng.choice(DE_OUT_BITS))))
+    first = draftengine_job(rng, 1, 1, 1, 8)
+    largest = [draftengine_job(rng, 2, 4096, 3, 32, extreme=True), draftengine_job(rng, 1, 4096, 2, 16, extreme=True)]
+    jobs = [first]
+    for top in (96, 600):
+        for _ in range(count):
+            jobs.append(draftengine_job(rng, int(rng.integers(1, 17)), int(rng.integers(1, top + 1)),
+                                        int(rng.integers(1, top + 1)), int(rng.choice(DE_OUT_BITS))))
+    jobs += largest
     for i, (k, n) in enumerate(DRAFT_SHAPES):
         for m in (1, 16):
             jobs.append(draftengine_job(rng, m, k, n, DE_OUT_BITS[(i + m) % len(DE_OUT_BITS)]))
     return jobs
 
 
-#: The directed jobs at the head of :func:`draftengine_set`.
-DRAFTENGINE_DIRECTED = 3
+#: The parts of :func:`draftengine_set`, in order; a prefix ends after one of them.
+DRAFTENGINE_PARTS = ("small", "large", "largest", "shapes")
+
+
+def draftengine_prefix(count: int, upto: str) -> int | None:
+    """How many jobs of ``draftengine_set(seed, count)`` there are up to the end of the part ``upto``
+    (:data:`DRAFTENGINE_PARTS`; None for the whole set)."""
+    sizes = {"small": 1 + count, "large": 1 + 2 * count, "largest": 3 + 2 * count, "shapes": None}
+    if upto not in sizes:
+        raise ValueError(f"upto: {upto!r} is not one of {DRAFTENGINE_PARTS}")
+    return sizes[upto]

@@ -15,6 +15,7 @@ and the kvpage's ``CYCLES_BUSY``. A slow stage runs the first vectors of the set
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass, field
 from typing import Callable
@@ -70,9 +71,9 @@ FLOWS = {
     "rng": Flow("rng", "tb.rng.agree_rng", "agree", {},
                 {"golden": 60, "cpp": 60, "verilator": 20, "icarus": 8}),
     "chain": Flow("verifier", "tb.verifier.agree_verifier", "chain", {"LANES": 4, "VOCAB_MAX": 64},
-                  {"golden": 300, "cpp": 300, "verilator": 40, "icarus": 20}),
+                  {"golden": 300, "cpp": 300, "verilator": 40, "icarus": 12}),
     "tree": Flow("verifier", "tb.verifier.agree_verifier", "tree", {"LANES": 4, "VOCAB_MAX": 64},
-                 {"golden": 200, "cpp": 200, "verilator": 30, "icarus": 16}),
+                 {"golden": 200, "cpp": 200, "verilator": 30, "icarus": 8}),
     "treemask": Flow("treemask", "tb.treemask.agree_treemask", "agree", {"NODES_MAX": 64},
                      {"golden": 128, "cpp": 128, "verilator": 64, "icarus": 24}),
     # Icarus: the first 40 operations of the directed prefix (allocation, writes, a fork and its copy on write)
@@ -80,11 +81,14 @@ FLOWS = {
     # and page's queries, then random operations)
     "kvpage": Flow("kvpage", "tb.kvpage.agree_kvpage", "agree", {"PAGES": 16, "MAX_BLOCKS": 4},
                    {"golden": 600, "cpp": 600, "verilator": 60, "icarus": 6}, {"icarus": 40}),
-    # a build whose memories hold every vector: the hot head (1024 tiles x 24 chunks) and K = 4096
+    # a build whose memories hold every vector: the hot head (1024 tiles x 24 chunks) and K = 4096. The
+    # default suite runs the small random jobs on both simulators, the large ones and the two largest sums on
+    # Verilator; the demo draft's shapes (M = 1 and 16, the hot head the largest) on Verilator under ``long``
     "draftengine": Flow("draftengine", "tb.draftengine.agree_draftengine", "agree",
                         {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096},
                         {"golden": 60, "cpp": 60, "verilator": 12, "icarus": 4},
-                        {"icarus": vectors.DRAFTENGINE_DIRECTED + 2}),     # Icarus: no demo-draft shapes
+                        {"icarus": vectors.draftengine_prefix(4, "small"),
+                         "verilator": vectors.draftengine_prefix(12, "largest")}),
 }
 
 
@@ -331,9 +335,19 @@ def draftengine_expected(job: de.Job, b: dict[str, int]) -> dict:
 @pytest.mark.parametrize("stage", STAGES)
 def test_draftengine(stage, tmp_path, waves):
     """Every job's outputs and saturation count, bit for bit, through the golden register model, the C++
-    reference and both simulators (the demo draft's shapes, the hot head included, the largest sums,
-    random shapes off the array's multiples); the register stages also their beats and cycles."""
+    reference and both simulators (the largest sums, random shapes off the array's multiples; on golden and C++
+    also the demo draft's shapes, the hot head included); the register stages also their beats and cycles."""
+    check_draftengine(stage, FLOWS["draftengine"], tmp_path, waves)
+
+
+@pytest.mark.long
+def test_draftengine_demo_shapes(tmp_path, waves):
+    """The whole set on Verilator: every demo-draft shape at M = 1 and 16, the 8,192-token hot head included."""
     flow = FLOWS["draftengine"]
+    check_draftengine("verilator", dataclasses.replace(flow, limits={}), tmp_path, waves)
+
+
+def check_draftengine(stage: str, flow: Flow, tmp_path, waves) -> None:
     b, n = flow.build(), flow.counts[stage]
     jobs = vectors.draftengine_set(SEED, n)[:flow.limits.get(stage)]
     want = [draftengine_expected(j, b) for j in jobs]

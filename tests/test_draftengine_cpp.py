@@ -31,7 +31,7 @@ def test_cpp_refuses_what_golden_refuses():
 
 
 def test_extreme_sums_reach_the_accumulator_limit():
-    job = vectors.draftengine_set(seed=1, count=0)[1]          # K = 4096, every operand -128, OUT_BITS 32
+    job = vectors.draftengine_set(seed=1, count=0)[1]          # count 0: the first largest sum, K = 4096, every operand -128, OUT_BITS 32
     y, sat = cpp.draftengine_run(job)
     want = np.clip(4096 * 128 * 128 + job.bias.astype(np.int64), -(2 ** 31), 2 ** 31 - 1)
     assert (y == want[None, :]).all() and sat == 2 * int((want != 4096 * 128 * 128 + job.bias).sum())

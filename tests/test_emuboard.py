@@ -339,7 +339,7 @@ def fabric_pair(opt_pair):
 
 @pytest.mark.ml
 @pytest.mark.usefixtures("torch_threads")
-@pytest.mark.parametrize("board_name", ["kv260", "pynq-z2"])
+@pytest.mark.parametrize("board_name", ["kv260", pytest.param("pynq-z2", marks=pytest.mark.long)])
 def test_decode_through_pynq_on_the_emulated_board_equals_the_golden_backend(opt_dirs, fabric_pair, board_name):
     """Greedy tree decoding with the paged KV cache and the draft on the draft engine, every core reached
     through pynq's Overlay, DMA and buffers on the emulated board: the golden backend's tokens, which are the

@@ -178,8 +178,12 @@ def test_agreeing_rows_walk_the_chosen_path():
 # ------------------------------------------------------------------------------------------------
 # Execution
 # ------------------------------------------------------------------------------------------------
+#: The notebooks the default suite runs; the others (each 15-35 s of models and plots) run under ``long``.
+QUICK = {"01_getting_started", "04_kv_page_table"}
+
+
 @pytest.mark.ml
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.long) for n in NAMES])
 def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env):
     """Every cell but the board's runs without error (so every assert holds); the board's cells do not run;
     the notebooks that plot show their plots."""

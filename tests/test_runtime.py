@@ -23,7 +23,7 @@ from specdec.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
 
-N_QUICK = 6         # prompts in the default suite (50 under ``long``)
+N_QUICK = 3         # prompts in the default suite (50 under ``long``)
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +84,7 @@ def test_greedy_identity_ref_quick(family, request, refs):
                  refs[family], N_QUICK)
 
 
+@pytest.mark.long     # the default suite runs the fabric draft on the emulated KV260 (tests/test_emuboard.py)
 def test_greedy_identity_fabric_draft(opt_dirs, opt_pair, refs):
     """The OPT pair's draft on the int8 draft engine's golden model (every nn.Linear an engine job): the loop
     still equals HF greedy of the target alone, and the engine ran every layer of the draft."""
@@ -130,6 +131,7 @@ def run_sim_checked(dirs, ref, n_prompts: int, n_new: int) -> dict:
     return res
 
 
+@pytest.mark.long     # the default suite decodes on the RTL in tests/test_simulator.py (the demo's path)
 def test_greedy_identity_sim_gpt2(gpt2_dirs, refs):
     """One prompt x 16 tokens through the RTL verifier (VOCAB_MAX 50272) equals HF greedy."""
     res = run_sim_checked(gpt2_dirs, refs["gpt2"], 1, 16)

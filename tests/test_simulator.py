@@ -100,11 +100,23 @@ def run_on_terminal(argv: list[str], env: dict, timeout: float = 600) -> tuple[i
     return proc.returncode, [ln.rsplit("\r", 1)[-1] for ln in text.split("\n")], text
 
 
+def hf_greedy_text(pair, prompt: str, n: int) -> str:
+    """The target alone, greedy, through transformers' ``generate``: the ``n`` new tokens as text."""
+    import torch
+    ids = pair.tokenizer(prompt)["input_ids"]
+    with torch.inference_mode():
+        out = pair.target.model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                                         pad_token_id=pair.tokenizer.eos_token_id)
+    return pair.tokenizer.decode(out[0, len(ids):].tolist())
+
+
 @pytest.mark.ml
-def test_generate_on_sim_is_quiet(gpt2_dirs):
+def test_generate_on_sim_is_quiet(gpt2_dirs, gpt2_pair):
     """The demo's path with the tiny GPT-2 pair: at most MAX_LINES_BEFORE_TEXT lines before the text, among
     them the generation's progress bar, drawn as the rounds come and left at 100 %; then the text and the
-    stats line. cocotb's output is in the log, not on the terminal."""
+    stats line. cocotb's output is in the log, not on the terminal. The text is the target's own greedy
+    continuation (full-vocabulary rounds on the RTL verifier, VOCAB_MAX 50272), drafts both accepted and
+    rejected."""
     pytest.importorskip("torch")
     if not have("verilator"):
         pytest.skip("verilator not found")
@@ -121,6 +133,9 @@ def test_generate_on_sim_is_quiet(gpt2_dirs):
     assert any(ln.startswith("generating: 100%") and "8/8" in ln for ln in before), "\n".join(before)
     assert re.search(r"generating: +\d+%\|[^|]*\| [1-7]/8 ", raw), raw      # a state between 0 and 8 tokens
     assert lines[first + 1].startswith("But soft") and lines[first + 2].startswith("[sim] ")
+    assert "\n".join(lines[first:first + 2]) == prompt + hf_greedy_text(gpt2_pair, prompt, 8)
+    acceptance = float(re.search(r"acceptance (\d\.\d\d)", lines[first + 2]).group(1))
+    assert 0 < acceptance < 1, lines[first + 2]
     assert not any("cocotb" in ln or "Verilator" in ln for ln in lines)
     logs = [p for p in harness.LOGS.glob("system*-verilator.log") if p.stat().st_mtime >= t0]
     assert logs and "GPI" in logs[0].read_text()           # cocotb's banner went to the log

@@ -284,14 +284,14 @@ def first_tokens(p, q, g: int, trials: int, inv_temp: int, lanes: int, rng) -> n
 
 
 LONG = pytest.mark.long
-LOSSLESS = [  # (family, V, gamma, trials, inv_temp, lanes); the 100,000-trial sets under ``long``
+LOSSLESS = [  # (family, V, gamma, trials, inv_temp, lanes); the 100,000-trial sets and two families under ``long``
     pytest.param("random", 16, 1, 100_000, 256, 4, marks=LONG),
     pytest.param("peaked_q", 8, 1, 100_000, 256, 2, marks=LONG),
-    ("random", 32, 3, 20_000, 200, 8),
-    ("equal", 32, 2, 20_000, 256, 4),
-    ("disjoint", 16, 1, 20_000, 256, 4),
-    ("peaked_p", 8, 2, 20_000, 256, 1),
-    ("peaked_q", 32, 3, 20_000, 384, 4),
+    ("random", 32, 3, 10_000, 200, 8),
+    pytest.param("equal", 32, 2, 20_000, 256, 4, marks=LONG),
+    ("disjoint", 16, 1, 10_000, 256, 4),
+    pytest.param("peaked_p", 8, 2, 20_000, 256, 1, marks=LONG),
+    ("peaked_q", 32, 3, 10_000, 384, 4),
 ]
 
 
@@ -328,7 +328,7 @@ def test_gamma0_plain_sampling():
     rng = np.random.default_rng(11)
     p = rng.integers(-2500, 1, (1, 24)).astype(np.int16)
     p[0, 5] = NEG
-    words = many_words(rng, 50_000, 1)
+    words = many_words(rng, 20_000, 1)
     toks = np.array([v.verify(p, None, [], greedy=False, inv_temp=256, words=w, lanes=4).next_token for w in words])
     d = v.verify(p, None, [], greedy=False, inv_temp=256, words=words[0], lanes=4)
     assert (d.rows, d.words, d.n_accept, d.accept_bits, d.err) == (1, 1, 0, 0, 0)
@@ -470,7 +470,8 @@ def tree_tokens_emitted(rows, tokens, trials: int, inv_temp: int, lanes: int, rn
     return out
 
 
-@pytest.mark.parametrize("vocab,inv_temp,lanes,trials", [(12, 256, 4, 20_000), (10, 384, 1, 12_000)])
+@pytest.mark.parametrize("vocab,inv_temp,lanes,trials", [(12, 256, 4, 10_000),
+                                                         pytest.param(10, 384, 1, 12_000, marks=LONG)])
 def test_tree_lossless(vocab, inv_temp, lanes, trials):
     """Recursive rejection sampling over a tree with point-mass drafts is lossless: the first emitted token
     follows p of the root and, given the first is the token of root child c, the second follows p of c
