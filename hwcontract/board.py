@@ -222,9 +222,9 @@ STREAM_PORTS: Mapping[str, tuple[str | None, str | None]] = MappingProxyType({
 #: so a wider array would idle), a weight memory that holds the demo draft's largest layer but not the head
 #: (4,096 beats of 32 bytes; the head streams in pieces), 512 parameter tiles.
 Z2_DRAFTENGINE = {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}
-#: The KV260's draft engine: 8 x 8 with the demo draft's weights on chip at a 4,096-token hot head (36,864
-#: beats of 64 bytes = 2.25 MiB: URAM at 64-bit packing holds 2 MiB, block RAM the rest; docs/draftengine.md,
-#: Sizing), parameter tiles for its 11,008 channels.
+#: The KV260's draft engine: 8 x 8 with the demo draft's weights on chip at a 2,048-token hot head, its second
+#: planes included (36,864 beats of 64 bytes = 2.25 MiB: URAM at 64-bit packing holds 2 MiB, block RAM the rest;
+#: a larger head streams: docs/draftengine.md, Sizing), parameter tiles for up to 16,384 channels.
 KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 36864, "PDEPTH": 2048, "K_MAX": 512, "M_MAX": 16}
 
 #: The PYNQ-Z2's page table: 256 pages of 64-row tables and 16 slots (8 sequences with a branch each; a decode

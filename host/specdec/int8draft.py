@@ -310,9 +310,8 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
     mods = engine_modules(model)
     # the matrices the engine holds: every layer's weights, and a second weight plane where a layer has one
     mats = [(m, attr, w, bias) for m in mods for attr, (w, bias, _) in zip(("runner", "runner2"), m.q.matrices())]
-    need = [engine.footprint(*w.shape) for _, _, w, _ in mats]
-    fits = sum(w for w, _ in need) <= engine.wdepth and sum(p for _, p in need) <= engine.pdepth
-    stream = streaming is True or (streaming == "auto" and not fits)
+    size = footprint([w.shape for _, _, w, _ in mats], engine)
+    stream = streaming is True or (streaming == "auto" and not size["fits"])
     for m, attr, w, bias in mats:
         if stream:
             layer = engine.stream_layer(w, bias, m.q.mult, m.q.shift)
@@ -320,8 +319,17 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
         else:
             at = engine.place(w, bias, m.q.mult, m.q.shift)
             setattr(m, attr, functools.partial(_run_on, engine, at, m.q.out_bits))
-    return {"layers": len(mods), "weight_beats": sum(w for w, _ in need), "param_tiles": sum(p for _, p in need),
+    return {"layers": len(mods), "weight_beats": size["weight_beats"], "param_tiles": size["param_tiles"],
             "streamed": stream}
+
+
+def footprint(shapes, engine) -> dict:
+    """What matrices of ``shapes`` ((N, K) each) take in ``engine``'s memories (any driver with ``footprint``,
+    ``wdepth`` and ``pdepth``: a build's golden model will do): ``{"weight_beats", "param_tiles", "fits"}``,
+    ``fits`` when all can be placed at once (:func:`bind` then places the draft, else streams every layer)."""
+    need = [engine.footprint(n, k) for n, k in shapes]
+    beats, tiles = sum(w for w, _ in need), sum(p for _, p in need)
+    return {"weight_beats": beats, "param_tiles": tiles, "fits": beats <= engine.wdepth and tiles <= engine.pdepth}
 
 
 def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
