@@ -154,13 +154,27 @@ class NanLM:
     def __init__(self, vocab: int, bad_call: int) -> None:
         self.vocab, self.bad_call, self.calls, self.length = vocab, bad_call, 0, 0
 
-    def forward(self, tokens):
+    def forward(self, tokens, last_only: bool = False):
         self.calls += 1
         self.length += len(tokens)
-        out = torch.zeros(len(tokens), self.vocab)
+        out = torch.zeros(1 if last_only else len(tokens), self.vocab)
         if self.calls == self.bad_call:
             out[-1, 3] = float("nan")
         return out
+
+
+def test_finite_check_passes_masked_and_huge_rows_and_names_the_first_bad_one():
+    """-inf (a masked token) and finite rows whose sum overflows pass; NaN and +inf are found wherever they are."""
+    from specdec.decode import _check_finite
+    rows = torch.zeros(3, 50_000)
+    rows[:, 5] = -float("inf")
+    _check_finite(rows, "target")
+    _check_finite(torch.full((2, 8), 3e38), "target")          # the sum overflows to +inf; every value finite
+    for i, j, bad in ((0, 0, float("nan")), (2, 49_999, float("inf")), (1, 7, float("nan"))):
+        poisoned = rows.clone()
+        poisoned[i, j] = bad
+        with pytest.raises(decode.SpecdecError, match=f"row {i}, token {j}:"):
+            _check_finite(poisoned, "target")
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])

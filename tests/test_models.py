@@ -121,3 +121,20 @@ def test_rollback_out_of_range_raises(gpt2_pair):
 def test_causal_lm_reads_eos_from_generation_config(opt_pair):
     assert opt_pair.target.eos_token_id == model_pairs.EOS
     assert CausalLM(opt_pair.target.model).vocab == 50272
+
+
+def test_forward_last_only_gives_the_last_row_and_fills_the_cache(gpt2_pair):
+    """``forward(tokens, last_only=True)`` (the prefill's): one row, the full forward's last (to float rounding),
+    and the cache as long as after a full forward, so the next step's logits agree too."""
+    import torch
+    lm = gpt2_pair.target
+    ids = [464, 3290, 318, 257, 922]
+    lm.reset()
+    full = lm.forward(ids)
+    step_full = lm.forward([13])
+    lm.reset()
+    last = lm.forward(ids, last_only=True)
+    assert last.shape == (1, full.shape[1]) and lm.length == len(ids)
+    torch.testing.assert_close(last[0], full[-1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lm.forward([13]), step_full, rtol=1e-4, atol=1e-4)
+    lm.reset()

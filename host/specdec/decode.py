@@ -18,6 +18,7 @@ benchmarks compare against.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -255,7 +256,7 @@ class ModelDraft:
     def start(self, context: list[int]) -> None:
         self.lm.reset()
         if len(context) > 1:
-            self.lm.forward(context[:-1])
+            self.lm.forward(context[:-1], last_only=True)
 
     def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
         """``budget - 1`` tokens and their rows q as Q7.8 codes (int16, shape (g, V); None when greedy)."""
@@ -486,7 +487,7 @@ def prefill(target: CausalLM, drafter: Drafter, ctx: list[int]) -> None:
     """Both caches take the prompt but its last token, which the first round feeds."""
     target.reset()
     if len(ctx) > 1:
-        target.forward(ctx[:-1])
+        target.forward(ctx[:-1], last_only=True)      # the rows are not used: the LM head runs on one position
     drafter.start(ctx)
 
 
@@ -650,6 +651,9 @@ def _check_finite(logits, who: str, row: str = "row {0}") -> None:
     """Refuse NaN or +inf logits before they reach the verifier, naming the model, the row (``row.format(i)``
     for row i of ``logits``: p_i of the target, q_i of the draft, a tree node's) and the token."""
     import torch
+    total = float(logits.sum())        # one pass: NaN or +inf anywhere makes the sum NaN or +inf (-inf alone not)
+    if not (math.isnan(total) or total == math.inf):
+        return
     bad = torch.isnan(logits) | torch.isposinf(logits)
     if bool(bad.any()):
         i, j = (int(v) for v in bad.nonzero()[0])

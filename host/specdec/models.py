@@ -308,8 +308,10 @@ class CausalLM:
         self.cache = out.past_key_values
         return out
 
-    def forward(self, tokens):
-        """Logits (float32 tensor, shape (len(tokens), V)) for each of ``tokens`` appended to the cache."""
+    def forward(self, tokens, last_only: bool = False):
+        """Logits (float32 tensor, shape (len(tokens), V)) for each of ``tokens`` appended to the cache;
+        ``last_only``: the last token's row only (shape (1, V)), the LM head run on that one position
+        (transformers' ``logits_to_keep``; a prefill that discards the rows skips the head's work)."""
         import torch
         if not len(tokens):
             raise ValueError(f"{self.name}: forward needs at least one token")
@@ -317,7 +319,7 @@ class CausalLM:
             raise CacheStateError(f"{self.name}: forward with {self.pending} pending tree entries in the cache; "
                                   "call commit_path(keep) or rollback(length) first")
         ids = torch.as_tensor([list(tokens)], dtype=torch.long)
-        out = self._run(input_ids=ids)
+        out = self._run(input_ids=ids, **({"logits_to_keep": 1} if last_only else {}))
         self.length += len(tokens)
         return out.logits[0].float()
 

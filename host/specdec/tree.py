@@ -153,7 +153,7 @@ class TreeDrafter(ABC):
         self.lm.reset()
         self._last, self._pidx, self._valid = None, {}, None
         if len(context) > 1:
-            self.lm.forward(context[:-1])
+            self.lm.forward(context[:-1], last_only=True)
 
     def propose(self, context: list[int], budget: int | None = None, sampling: Sampling | None = None,
                 rng: np.random.Generator | None = None) -> Tree:
