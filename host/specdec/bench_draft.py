@@ -58,7 +58,7 @@ def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_
     mac_cycles = sum(m * math.prod(de.tiles(m, k, n, r, c)[:2]) for _, n, k, m in shapes)
     wbeats = sum(math.prod(de.tiles(1, k, n, r, c)[:2]) for _, n, k, _ in shapes)   # one beat per tile chunk
     beat_bytes = r * c
-    load = sum(de.cycles("LOAD_W", 0) for _ in shapes) + wbeats * math.ceil(beat_bytes / HP_PORT_BYTES)
+    load = stream_load_cycles(len(shapes), wbeats, HP_PORT_BYTES)
     return {"source": f"the RTL's cycle model, {r}x{c} array, the jobs of one drafted token",
             "macs_per_token": macs, "weight_bytes": sum(n * k for _, n, k, _ in shapes),
             "mac_cycles_per_token": mac_cycles,
@@ -69,19 +69,24 @@ def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_
             "on_chip": run / clock_hz, "pynq-z2": (load + run) / clock_hz}
 
 
+def stream_load_cycles(jobs: int, weight_beats: int, port_bytes: int) -> int:
+    """Cycles a draft step spends loading its weights when every one of its ``jobs`` streams them (LOAD_W):
+    each job's fixed cost, and each weight beat of ``ARRAY`` bytes through a port of ``port_bytes`` a clock."""
+    from hls_ref import draftengine as de
+    return jobs * de.cycles("LOAD_W", 0) + weight_beats * math.ceil(ARRAY[0] * ARRAY[1] / port_bytes)
+
+
 def kv260_fit(shapes: list[tuple[str, int, int, int]], run_cycles: int, clock_hz: float = CLOCK_HZ) -> dict:
     """The KV260's draft step with its overlay's engine build: placed when the draft's weights and parameters fit
     (``int8draft.footprint``), the step then ``run_cycles``; else every layer streams, its weights loaded before
     its job at the HP port's width, the step ``run_cycles`` plus those loads."""
-    from hls_ref import draftengine as de
     design = board.design("kv260")
     params = dict(design.cell("draftengine").params)
     if (params["ROWS"], params["COLS"]) != ARRAY:
         raise ValueError(f"the KV260's engine is {params['ROWS']} x {params['COLS']}, the projection's {ARRAY}")
     size = int8draft.footprint([(n, k) for _, n, k, _ in shapes], runtime.golden_draftengine(params))
     port_bytes = design.hp_width // 8
-    load = 0 if size["fits"] else (len(shapes) * de.cycles("LOAD_W", 0)
-                                    + size["weight_beats"] * math.ceil(ARRAY[0] * ARRAY[1] / port_bytes))
+    load = 0 if size["fits"] else stream_load_cycles(len(shapes), size["weight_beats"], port_bytes)
     return {"build": params, "hp_port_bytes": port_bytes, **size, "weight_capacity_beats": params["WDEPTH"],
             "param_capacity_tiles": params["PDEPTH"], "load_cycles_per_token": load,
             "step_s": (run_cycles + load) / clock_hz}

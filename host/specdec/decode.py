@@ -254,9 +254,7 @@ class ModelDraft:
         self.lm, self.confidence = lm, check_confidence(confidence)
 
     def start(self, context: list[int]) -> None:
-        self.lm.reset()
-        if len(context) > 1:
-            self.lm.forward(context[:-1], last_only=True)
+        self.lm.prefill(context)
 
     def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
         """``budget - 1`` tokens and their rows q as Q7.8 codes (int16, shape (g, V); None when greedy)."""
@@ -485,9 +483,7 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
 
 def prefill(target: CausalLM, drafter: Drafter, ctx: list[int]) -> None:
     """Both caches take the prompt but its last token, which the first round feeds."""
-    target.reset()
-    if len(ctx) > 1:
-        target.forward(ctx[:-1], last_only=True)      # the rows are not used: the LM head runs on one position
+    target.prefill(ctx)
     drafter.start(ctx)
 
 

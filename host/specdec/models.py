@@ -271,6 +271,13 @@ class CausalLM:
         """True when the cache is the paged one (``specdec.paged.PagedCache``, pages from the kvpage core)."""
         return self.kv is not None
 
+    def prefill(self, context: list[int]) -> None:
+        """An empty cache, then ``context`` but its last token (which the first round feeds); the rows are not
+        needed, so the LM head runs on one position."""
+        self.reset()
+        if len(context) > 1:
+            self.forward(context[:-1], last_only=True)
+
     def reset(self) -> None:
         """An empty cache (paged: the old sequence is freed and a new one opened; the pools are kept)."""
         if self.paged:

@@ -150,10 +150,8 @@ class TreeDrafter(ABC):
 
     def start(self, context: list[int]) -> None:
         """Prefill the draft cache with ``context[:-1]`` (the last token is the first tree's root)."""
-        self.lm.reset()
+        self.lm.prefill(context)
         self._last, self._pidx, self._valid = None, {}, None
-        if len(context) > 1:
-            self.lm.forward(context[:-1], last_only=True)
 
     def propose(self, context: list[int], budget: int | None = None, sampling: Sampling | None = None,
                 rng: np.random.Generator | None = None) -> Tree:
