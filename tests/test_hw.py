@@ -37,15 +37,17 @@ def _exit_code(argv: list[str]) -> int:
 
 @pytest.fixture(scope="module")
 def rng_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], dict]:
-    """Run ``specdec hw report --core rng --json FILE`` once (yosys takes several seconds).
+    """Run ``specdec hw report --core rng --json FILE`` once. Its yosys runs are kept under
+    build/test-report (keyed by the Verilog, the script and the tool's version, as ``make report`` keeps its
+    own), so a warm tree reuses them; the JSON goes to a fresh folder.
 
     Returns
     -------
     tuple
         (rows ``hw.report`` returned during that run, the JSON file's object).
     """
-    out = tmp_path_factory.mktemp("report")
-    path = out / "report.json"
+    out = Path(hw.__file__).resolve().parents[1] / "build" / "test-report"
+    path = tmp_path_factory.mktemp("report") / "report.json"
     returned: list[list[dict]] = []
     real = hw.report
 

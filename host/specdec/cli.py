@@ -320,7 +320,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=models.DEMO_TARGET,
                    help=f"target: hub id, local directory, or {models.DEMO_TARGET!r} (default)")
     p.add_argument("--draft", default=None,
-                   help=f"draft: hub id, local directory, {models.DEMO_DRAFT!r}, or prompt-lookup "
+                   help=f"draft: hub id, local directory, {models.DEMO_DRAFT!r}, an EAGLE head "
+                        f"({models.DEMO_EAGLE!r}: one layer over the target's features), or prompt-lookup "
                         "(default: the target's usual draft)")
     p.add_argument("--draft-vocab", type=int, default=None, metavar="N",
                    help="the draft predicts only the N most frequent tokens of its training text (a hot-vocabulary "

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import os
 from collections import Counter
 
 import numpy as np
@@ -31,11 +33,40 @@ def hot_ids(tokenizer, n: int, vocab: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4)
 def _counts(tokenizer) -> Counter:
+    """Token counts of the training passages. Tokenizing them takes ~7 s, so the counts are kept under
+    :func:`specdec.models.cache_root`, keyed by a digest of the passages and of the tokenizer's definition."""
     from . import corpus
+    from .models import cache_root
+    texts = corpus.passages(held_out=False)
+    where = cache_root()
+    path = None
+    if where is not None:
+        h = hashlib.sha256("\0".join(texts).encode())
+        h.update(_definition(tokenizer).encode())
+        path = where / "hotvocab" / f"counts-{h.hexdigest()[:20]}.npz"
+        if path.is_file():
+            with np.load(path) as z:
+                return Counter(dict(zip(z["ids"].tolist(), z["counts"].tolist())))
     c: Counter = Counter()
-    for text in corpus.passages(held_out=False):
+    for text in texts:
         c.update(tokenizer(text)["input_ids"])
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            np.savez(tmp, ids=np.array(list(c), dtype=np.int64), counts=np.array(list(c.values()), dtype=np.int64))
+            tmp.replace(path)       # a concurrent reader sees all of it or nothing
+        except OSError:
+            pass                    # a disk that refuses is no error: the next call counts again
     return c
+
+
+def _definition(tokenizer) -> str:
+    """The tokenizer's full definition (a fast tokenizer's JSON; else its vocabulary), for the cache key."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend.to_str()
+    return repr(sorted(tokenizer.get_vocab().items()))
 
 
 def check_map(ids, vocab: int) -> np.ndarray:

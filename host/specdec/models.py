@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = ROOT / "models"
 DEMO_TARGET = "smollm2-135m-instruct"
 DEMO_DRAFT = "smollm2-shakespeare-draft-4x192"
+#: The demo target's EAGLE-style draft head (specdec.eagle; scripts/train_eagle.py).
+DEMO_EAGLE = "smollm2-eagle-head"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -74,13 +76,21 @@ def _quiet_transformers() -> None:
 CACHE_ENV = "SPECDEC_CACHE"
 
 
-def _converted_dir() -> Path | None:
-    """The directory of the demo target's converted copy, None when ``SPECDEC_CACHE=off``."""
-    import transformers
+def cache_root() -> Path | None:
+    """Where specdec keeps what it derives once (``$SPECDEC_CACHE``, default ``~/.cache/specdec``); None when
+    ``SPECDEC_CACHE=off``."""
     root = os.environ.get(CACHE_ENV, "").strip()
     if root.lower() == "off":
         return None
-    base = Path(root) if root else Path.home() / ".cache" / "specdec"
+    return Path(root) if root else Path.home() / ".cache" / "specdec"
+
+
+def _converted_dir() -> Path | None:
+    """The directory of the demo target's converted copy, None when ``SPECDEC_CACHE=off``."""
+    import transformers
+    base = cache_root()
+    if base is None:
+        return None
     size = (smollm2_dir() / SMOLLM2_GGUF).stat().st_size
     return base / f"{DEMO_TARGET}-f32-{size}-transformers{transformers.__version__}"
 
@@ -264,7 +274,30 @@ class CausalLM:
         self.eos_token_id = model.generation_config.eos_token_id if model.generation_config else None
         self.kv, self.block = kv, block
         self.cache = None
+        self.features_start, self._features_on = 0, False
         self.reset()
+
+    def keep_features(self, on: bool = True) -> None:
+        """Keep the final hidden states (the LM head's input, after the final norm) of every forward:
+        :attr:`features` (float32, shape (tokens, d)) for the positions from :attr:`features_start` on. An EAGLE
+        draft reads them (:mod:`specdec.eagle`). The model keeps one hook on its final norm for all wrappers."""
+        if on and not hasattr(self.model, "_specdec_tap"):
+            decoder = self.model.get_decoder()
+            norm = getattr(decoder, "norm", None) or getattr(decoder, "ln_f", None)
+            if norm is None:
+                raise ModelError(f"{self.name}: no final norm to read features from in "
+                                 f"{type(self.model).__name__}")
+            model = self.model
+
+            def tap(module, args, out):
+                model._specdec_features = out[0].detach()
+            self.model._specdec_tap = norm.register_forward_hook(tap)
+        self._features_on = on
+
+    @property
+    def features(self):
+        """The last forward's final hidden states (see :meth:`keep_features`); None when not kept."""
+        return getattr(self.model, "_specdec_features", None) if self._features_on else None
 
     @property
     def paged(self) -> bool:
@@ -326,6 +359,7 @@ class CausalLM:
             raise CacheStateError(f"{self.name}: forward with {self.pending} pending tree entries in the cache; "
                                   "call commit_path(keep) or rollback(length) first")
         ids = torch.as_tensor([list(tokens)], dtype=torch.long)
+        self.features_start = self.length
         out = self._run(input_ids=ids, **({"logits_to_keep": 1} if last_only else {}))
         self.length += len(tokens)
         return out.logits[0].float()
@@ -383,6 +417,7 @@ class CausalLM:
         full[0, 0, :, self.length:] = torch.where(torch.from_numpy(mask), 0.0, torch.finfo(dtype).min)
         ids = torch.as_tensor([[int(t) for t in tokens]], dtype=torch.long)
         pos = torch.from_numpy(self.length + depth)[None]
+        self.features_start = self.length + self.pending        # the nodes' cache entries, not positions
         out = self._run(input_ids=ids, attention_mask=full, position_ids=pos)
         self.pending += n
         return out.logits[0].float()

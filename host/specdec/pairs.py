@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import models
 from .decode import Drafter, ModelDraft, PromptLookup
+from .eagle import EagleDraft
 from .errors import OptionError
 from .job import KV_AUTO, PROMPT_LOOKUP, TreeSpec
 from .kvlayout import pick_block
@@ -19,7 +21,7 @@ class Pair:
     """A target, its draft source and their shared tokenizer."""
 
     target: models.CausalLM
-    draft: ModelDraft | PromptLookup
+    draft: ModelDraft | PromptLookup | EagleDraft
     tokenizer: object
     target_name: str
     draft_name: str
@@ -31,7 +33,8 @@ class Pair:
 
 def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: int | None = None,
               draft_engine: str = "host") -> Pair:
-    """Load a target and its draft (a model or ``"prompt-lookup"``), checking they share a vocabulary.
+    """Load a target and its draft (a model, an EAGLE head (:mod:`specdec.eagle`, by directory or by name
+    under models/) or ``"prompt-lookup"``), checking they share a vocabulary.
     ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.hotvocab`).
     ``draft_engine="fabric"``: the draft's linear layers run on the int8 draft engine's golden model
     (:mod:`specdec.int8draft`, calibrated on the corpus's training passages).
@@ -51,6 +54,15 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     t_lm = models.CausalLM(t_model, "target")
     if draft == PROMPT_LOOKUP:
         return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
+    head_dir = eagle_dir(draft)
+    if head_dir is not None:
+        if draft_vocab is not None:
+            raise OptionError("draft_vocab", draft_vocab, f"none with the EAGLE head {draft!r} (its hot vocabulary "
+                                                          "is fixed by its training)")
+        if draft_engine != "host":
+            raise OptionError("draft_engine", draft_engine, f"'host' with the EAGLE head {draft!r}")
+        from .eagle import load_head
+        return Pair(t_lm, EagleDraft(load_head(head_dir, t_model), t_lm), t_tok, target, draft)
     d_model, d_tok = models.load(draft)
     vocab = models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
     name = draft
@@ -65,6 +77,15 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, name)
 
 
+def eagle_dir(draft: str):
+    """The directory of the EAGLE head ``draft`` names (a directory, or a name under models/), else None."""
+    from .eagle import is_head_dir
+    for path in (models.MODELS_DIR / draft, Path(draft)):
+        if is_head_dir(path):
+            return path
+    return None
+
+
 def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:
     """``pair`` with both models' caches in page pools whose pages the kvpage core ``kv`` assigns, ``block``
     tokens a page (the same weights; new :class:`~specdec.models.CausalLM` wrappers). ``"auto"``: the
@@ -77,12 +98,15 @@ def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:
         The target's context does not fit the core at ``block`` (at any page size, for ``"auto"``): the
         message names the numbers, a page size that fits, and ``--dense-kv``.
     """
-    sequences = 2 if isinstance(pair.draft, ModelDraft) else 1         # caches sharing the core's pool
+    sequences = 2 if isinstance(pair.draft, ModelDraft) else 1         # caches sharing the core's pool (an
+    # EAGLE head's one-layer cache stays on the host)
     block = pick_block(models.context_length(pair.target.model), sequences, kv.pages, kv.max_blocks,
                        None if block == KV_AUTO else block)
     target = models.CausalLM(pair.target.model, pair.target.name, kv=kv, block=block)
     if isinstance(pair.draft, ModelDraft):
         draft = ModelDraft(models.CausalLM(pair.draft.lm.model, pair.draft.lm.name, kv=kv, block=block))
+    elif isinstance(pair.draft, EagleDraft):       # it reads the new target's features
+        draft = EagleDraft(pair.draft.head, target)
     else:
         draft = PromptLookup(target.vocab, pair.draft.max_ngram)
     return dataclasses.replace(pair, target=target, draft=draft)
@@ -104,13 +128,16 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     must be set: see :func:`calibrated`)."""
     if tree is None:
         if confidence is not None:
+            if isinstance(pair.draft, EagleDraft):
+                return EagleDraft(pair.draft.head, pair.target, confidence)
             if not isinstance(pair.draft, ModelDraft):
                 raise OptionError("draft_confidence", confidence, "none with prompt lookup (no draft probabilities)")
             return ModelDraft(pair.draft.lm, confidence)
         return pair.draft
     from . import tree as trees
     if not isinstance(pair.draft, ModelDraft):
-        raise OptionError("draft", pair.draft_name, "a model for tree speculation (prompt lookup builds no trees)")
+        raise OptionError("draft", pair.draft_name, "a draft model for tree speculation (prompt lookup and the "
+                                                    "EAGLE head build no trees here)")
     lm = pair.draft.lm
     if tree.kind == "static":
         return trees.StaticTree(lm, tree.paths or trees.default_paths(tree.budget, tree.depth))

@@ -1,0 +1,38 @@
+"""What the training scripts (train_draft.py, train_eagle.py) share: the run's logger and the stage-1 cache."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def logger() -> Callable[[str], None]:
+    """``log(text)``: the text printed with the seconds since this call."""
+    t_start = time.time()
+    return lambda s: print(f"[{time.time() - t_start:7.1f}s] {s}", flush=True)
+
+
+def cached_stage(path: str | Path, key: dict, make: Callable[[], dict], log) -> tuple[dict, float, bool]:
+    """``make()``'s dict, kept at ``path`` with ``key`` and reused while the key matches (the data stage takes
+    20-40 minutes). Returns (the dict, the seconds making it took, whether it was reused)."""
+    import torch
+    cache = Path(path)
+    cached = torch.load(cache, weights_only=False) if cache.is_file() else None
+    if cached is not None and cached["key"] == key:
+        log(f"data: reused {cache} (made in {cached['seconds']:.0f} s)")
+        return cached["value"], cached["seconds"], True
+    t = time.time()
+    value = make()
+    seconds = time.time() - t
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"key": key, "value": value, "seconds": seconds}, cache)
+    return value, seconds, False
+
+
+def data_args(ap, out: Path) -> None:
+    """The data stage's options, the same in both scripts: where the model goes, the passages the target
+    continues and by how many tokens, the generation batch."""
+    ap.add_argument("--out", default=str(out))
+    ap.add_argument("--prompts", type=int, default=2048, help="training passages the target continues")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--gen-batch", type=int, default=32)

@@ -1,0 +1,170 @@
+"""The EAGLE-style draft head (specdec.eagle) with the demo target.
+
+* Its chains are what a full recomputation gives: the first draft token from the target's real features of the
+  whole context (the head's cache rebuilt from the accepted tokens' real features after every round), the
+  later ones from the head's own predicted features.
+* Greedy decoding with the committed head is token-identical to the target alone: on the paged cache (the
+  default) in the default suite, on the dense cache under ``long``.
+* Saving and loading a head gives the same rows; bad heads and bad options are refused by name.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specdec import corpus, decode, eagle, models, pairs, runtime  # noqa: E402
+from specdec.errors import OptionError  # noqa: E402
+from specdec.hotvocab import hot_ids  # noqa: E402
+
+pytestmark = pytest.mark.ml
+HEAD = models.DEMO_EAGLE
+HEAD_DIR = models.MODELS_DIR / HEAD
+
+
+@pytest.fixture(scope="module")
+def target(torch_threads):
+    return models.load(models.DEMO_TARGET)
+
+
+@pytest.fixture(scope="module")
+def fresh_head(target):
+    model, tok = target
+    return eagle.new_head(model, hot_ids(tok, 4096, model.config.vocab_size), seed=3).eval()
+
+
+def reference_chain(head, model, context: list[int], g: int) -> list[int]:
+    """g greedy draft tokens after ``context`` by full recomputation: the target's features of context[:-1]
+    from one forward, then the head without a cache, its own predicted feature fed back."""
+    with torch.inference_mode():
+        f = model.model(input_ids=torch.tensor([context[:-1]])).last_hidden_state
+        x = torch.tensor([context[1:]])
+        out = []
+        for _ in range(g):
+            h = head(f, x)[:, -1:]
+            tok = int(head.hot_ids[head.hot_logits(h[0]).argmax(-1)][0])
+            out.append(tok)
+            f, x = torch.cat([f, h], 1), torch.cat([x, torch.tensor([[tok]])], 1)
+    return out
+
+
+def test_chains_equal_a_full_recomputation_round_after_round(target):
+    model, tok = target
+    lm = models.CausalLM(model, "target")
+    head = eagle.load_head(HEAD_DIR, model)
+    draft = eagle.EagleDraft(head, lm)
+    seen = []
+    propose = draft.propose
+
+    def checked(context, budget, sampling, rng):
+        chain = propose(context, budget, sampling, rng)
+        seen.append(list(chain.tokens))
+        assert list(chain.tokens) == reference_chain(head, model, context, budget - 1), len(context)
+        return chain
+    draft.propose = checked
+    prompt = pairs.encode(tok, corpus.sample_passages(1, held_out=True, seed=5)[0])[:40]
+    gen = decode.generate(lm, draft, runtime.golden_verifier(), prompt, decode.GenConfig(24, 3))
+    assert len(seen) == len(gen.rounds) >= 3 and len(seen[0]) == 3
+    accepted = [r.n_accept for r in gen.rounds]
+    assert 0 < max(accepted) and min(accepted) < 3, accepted     # rounds that kept drafted slots and cut some
+
+
+def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
+    model, _ = target
+    eagle.save_head(fresh_head, tmp_path / "h", {"note": "test"})
+    back = eagle.load_head(tmp_path / "h", model)
+    f = torch.randn(1, 5, model.config.hidden_size)
+    x = torch.randint(0, 1000, (1, 5))
+    with torch.inference_mode():
+        half = eagle.new_head(model, fresh_head.hot_ids.numpy())
+        half.load_state_dict({k: v.half().float() if k.startswith(("fc.", "layer.")) else v
+                              for k, v in fresh_head.state_dict().items()})
+        assert torch.equal(back.logits(back(f, x)), half.logits(half(f, x)))
+    assert torch.equal(back.hot_ids, fresh_head.hot_ids)
+    assert json.loads((tmp_path / "h" / eagle.CONFIG_FILE).read_text())["note"] == "test"
+
+
+def test_bad_heads_and_options_are_refused(target, tmp_path):
+    model, _ = target
+    with pytest.raises(models.ModelError, match="holds no EAGLE head"):
+        eagle.load_head(tmp_path, model)
+    (tmp_path / eagle.CONFIG_FILE).write_text(json.dumps({"vocab": 50257, "layer_config": {"hidden_size": 768}}))
+    with pytest.raises(models.ModelError, match="vocabulary 50257 and width 768"):
+        eagle.load_head(tmp_path, model)
+    with pytest.raises(ValueError, match="outside 0..49151"):
+        eagle.new_head(model, np.array([0, 49152]))
+
+
+def test_head_is_committed_small_and_documented():
+    size = sum(f.stat().st_size for f in HEAD_DIR.iterdir())
+    assert size <= 30e6, f"{HEAD_DIR} holds {size / 1e6:.1f} MB, over the 30 MB budget"
+    card = json.loads((HEAD_DIR / "training.json").read_text())
+    assert card["seconds"]["total_s"] <= 90 * 60
+    assert {"greedy_agreement", "tokens_per_call_gamma4", "acceptance_by_depth"} <= set(card["held_out"])
+
+
+@pytest.fixture(scope="module")
+def eagle_pair(target):
+    return pairs.open_pair(models.DEMO_TARGET, HEAD)
+
+
+def test_pair_options_the_head_cannot_take(eagle_pair):
+    with pytest.raises(OptionError, match="draft_vocab"):
+        pairs.open_pair(models.DEMO_TARGET, HEAD, draft_vocab=2048)
+    from specdec.job import TreeSpec
+    with pytest.raises(OptionError, match="EAGLE head build no trees"):
+        pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))
+
+
+@pytest.mark.parametrize("kv", [pytest.param(False, marks=pytest.mark.long), True], ids=["dense", "paged"])
+def test_greedy_identical_to_target_alone(eagle_pair, kv):
+    prompts = corpus.sample_passages(2, held_out=True, seed=7)
+    job = {"prompts": prompts, "max_new_tokens": 24, "gamma": 4, "seed": 0, "draft": HEAD,
+           **({} if kv else {"kv": False})}
+    res = runtime.run(job, "ref", eagle_pair)
+    for g in res["generations"]:
+        with torch.inference_mode():
+            want = eagle_pair.target.model.generate(torch.tensor([g["prompt_ids"]]), max_new_tokens=24,
+                                                    do_sample=False, pad_token_id=eagle_pair.tokenizer.pad_token_id)
+        assert g["tokens"] == want[0, len(g["prompt_ids"]):].tolist(), g["prompt"]
+    assert 0 < res["summary"]["acceptance"] < 1
+
+
+def test_hf_assisted_peers_get_the_default_draft_with_the_heads_hot_vocabulary(eagle_pair):
+    from specdec import bench_e2e, peers
+    model, name = bench_e2e.assistant(eagle_pair, peers.default_peers(4))
+    n = eagle_pair.draft.head.hot_ids.numel()
+    assert name == f"{models.DEMO_DRAFT} (hot vocabulary {n})"
+    head = model.get_output_embeddings()
+    assert head.weight.shape[0] == n and torch.equal(head.ids, eagle_pair.draft.head.hot_ids)
+    assert bench_e2e.assistant(eagle_pair, [peers.Peer("hf-target")]) == (None, None)    # not loaded unasked
+
+
+def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_seed(eagle_pair):
+    """Sampling (T = 0.8, top-p 0.95): each drafted row is the head's, -inf (code -32768, q = 0) on every token
+    outside its hot vocabulary, so a token the head cannot propose still comes out of the verifier's residual;
+    the same seed gives the same tokens."""
+    draft = eagle.EagleDraft(eagle_pair.draft.head, eagle_pair.target)
+    outside = np.setdiff1d(np.arange(eagle_pair.vocab), draft.head.hot_ids.numpy())
+    rows = []
+    propose = draft.propose
+
+    def spy(context, budget, sampling, rng):
+        chain = propose(context, budget, sampling, rng)
+        if chain.q is not None:
+            rows.append(chain.q)
+        return chain
+    draft.propose = spy
+    prompt = pairs.encode(eagle_pair.tokenizer, corpus.sample_passages(1, held_out=True, seed=9)[0])[:32]
+    cfg = decode.GenConfig(16, 3, decode.Sampling(temperature=0.8, top_p=0.95), seed=4)
+    runs = []
+    for _ in range(2):
+        verifier = runtime.golden_verifier()
+        verifier.seed(runtime.seed_words(cfg.seed, 0))
+        runs.append(decode.generate(eagle_pair.target, draft, verifier, prompt, cfg).tokens)
+    assert runs[0] == runs[1] and len(runs[0]) == 16
+    q = np.concatenate(rows)
+    assert len(q) >= 6 and (q[:, outside] == -32768).all()
