@@ -264,14 +264,9 @@ class ModelDraft:
         logits = self.lm.forward(context[self.lm.length:])[-1:]
         tokens, rows = [], []
         for i in range(g):
-            _check_finite(logits[-1:], self.lm.name or "draft", f"q_{i} (the draft's row at position {i})")
-            row = mask_logits(logits[-1], sampling)
-            if sampling.greedy:
-                tokens.append(int(np.argmax(row)))
-            else:       # quantized once: the driver streams these codes as they are
-                rows.append(quantize(row))
-                tokens.append(sample_codes(rows[-1], sampling, rng))
-            if self.confidence is not None and _probability(row, tokens[-1], sampling) < self.confidence:
+            token, stop = draft_token(logits[-1:], i, self.lm.name or "draft", sampling, rng, rows, self.confidence)
+            tokens.append(token)
+            if stop:
                 break
             if i + 1 < g:
                 logits = self.lm.forward(tokens[-1:])
@@ -282,6 +277,22 @@ class ModelDraft:
 
     def free(self) -> None:
         self.lm.free()
+
+
+def draft_token(logits, i: int, who: str, sampling: Sampling, rng: np.random.Generator, rows: list,
+                confidence: float | None = None) -> tuple[int, bool]:
+    """The token a draft proposes at chain position ``i`` from its logits row ``logits`` (shape (1, V)): the
+    argmax (greedy), or a sample from the row's Q7.8 codes, which are appended to ``rows`` (quantized once: the
+    driver streams these codes as they are). Also whether the chain stops after it (its probability under the
+    masked row below ``confidence``)."""
+    _check_finite(logits, who, f"q_{i} (the draft's row at position {i})")
+    row = mask_logits(logits[0], sampling)
+    if sampling.greedy:
+        token = int(np.argmax(row))
+    else:
+        rows.append(quantize(row))
+        token = sample_codes(rows[-1], sampling, rng)
+    return token, confidence is not None and _probability(row, token, sampling) < confidence
 
 
 def check_confidence(value: float | None) -> float | None:

@@ -29,10 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .decode import Chain, Sampling, _check_finite, _probability, check_confidence, mask_logits, sample_codes
+from .decode import Chain, Sampling, check_confidence, draft_token
 from .errors import SpecdecError
 from .models import CacheStateError, CausalLM, ModelError
-from hwcontract.formats import quantize
 
 #: The file that marks a directory as an EAGLE head (and holds its config).
 CONFIG_FILE = "eagle.json"
@@ -121,12 +120,13 @@ def new_head(target_model, hot_ids, seed: int = 0):
 
 def save_head(head, path: str | Path, meta: dict) -> None:
     """Write ``head`` to the directory ``path`` (float16 weights; ``meta`` goes into eagle.json)."""
+    import torch
     from safetensors.torch import save_file
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").half().contiguous() for k, v in head.state_dict().items()
              if k.startswith(("fc.", "layer."))}
-    state["hot_ids"] = head.hot_ids.to(dtype=__import__("torch").int64).contiguous()
+    state["hot_ids"] = head.hot_ids.to(dtype=torch.int64).contiguous()
     save_file(state, str(p / WEIGHTS_FILE))
     cfg = {"layer_config": {k: v for k, v in head.config.to_dict().items() if not k.startswith("_")},
            "hot_vocab": int(head.hot_ids.numel()), "vocab": head.vocab, **meta}
@@ -212,15 +212,10 @@ class EagleDraft:
             h = self.head(self._real[None], ids, self._done, self._cache)[:, -1:]
             self._done, self._real = n - 1, self._real[:0]
             for i in range(g):
-                logits = self.head.logits(h[0])
-                _check_finite(logits, "EAGLE head", f"q_{i} (the draft's row at position {i})")
-                row = mask_logits(logits[0], sampling)
-                if sampling.greedy:
-                    tokens.append(int(np.argmax(row)))
-                else:
-                    rows.append(quantize(row))
-                    tokens.append(sample_codes(rows[-1], sampling, rng))
-                if self.confidence is not None and _probability(row, tokens[-1], sampling) < self.confidence:
+                token, stop = draft_token(self.head.logits(h[0]), i, "EAGLE head", sampling, rng, rows,
+                                          self.confidence)
+                tokens.append(token)
+                if stop:
                     break
                 if i + 1 < g:
                     h = self.head(h, torch.as_tensor([[tokens[-1]]]), n - 1 + i, self._cache)
