@@ -69,6 +69,35 @@ def test_mask_top_k_then_top_p_matches_transformers():
     np.testing.assert_array_equal(got, want)
 
 
+def sorted_top_p(x: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """Which entries top-p keeps, by a stable sort of the whole row (ties by id): the mass before a kept
+    token is below top_p."""
+    order = np.argsort(-x, kind="stable")
+    e = np.exp(x[order] / temperature - x[order[0]] / temperature).astype(np.float64)
+    before = (np.cumsum(e) - e) / e.sum()
+    keep = np.zeros(len(x), bool)
+    keep[order[before < top_p]] = True
+    return keep
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.95, 0.999])
+def test_mask_top_p_takes_the_whole_sort_order_with_ties_and_masked_rows(top_p):
+    """The top-p mask searches the top k of a row (k growing) instead of sorting it: the same tokens as a
+    whole stable sort, also where ties straddle the cut (a row of integers; a row of mostly equal logits)
+    and on a hot-vocabulary row (mostly -inf), and where the cut needs thousands of tokens (a flat row)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((5, V_GPT2)) * 3).astype(np.float32)
+    x[0] = np.round(x[0])
+    x[1] = 0.0
+    x[1, :7] = 2.0
+    x[2, rng.choice(V_GPT2, V_GPT2 - 8192, replace=False)] = -np.inf
+    x[3] *= 0.05
+    got = np.isfinite(mask_logits(x, Sampling(temperature=0.8, top_p=top_p)))
+    want = np.stack([sorted_top_p(r, 0.8, top_p) for r in x])
+    assert got.sum(axis=1).max() > 1000
+    np.testing.assert_array_equal(got, want)
+
+
 def test_mask_greedy_and_off_leave_logits_alone():
     x = rows(3)
     np.testing.assert_array_equal(mask_logits(x, Sampling()), x)

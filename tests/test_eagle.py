@@ -111,9 +111,13 @@ def eagle_pair(target):
     return pairs.open_pair(models.DEMO_TARGET, HEAD)
 
 
-def test_pair_options_the_head_cannot_take(eagle_pair):
-    with pytest.raises(OptionError, match="draft_vocab"):
-        pairs.open_pair(models.DEMO_TARGET, HEAD, draft_vocab=2048)
+def test_pair_options_the_head_cannot_take(eagle_pair, monkeypatch):
+    with monkeypatch.context() as mp:           # refused before any model loads
+        mp.setattr(models, "load", lambda name: pytest.fail(f"loaded {name} before refusing the option"))
+        with pytest.raises(OptionError, match="draft_vocab"):
+            pairs.open_pair(models.DEMO_TARGET, HEAD, draft_vocab=2048)
+        with pytest.raises(OptionError, match="draft_engine"):
+            pairs.open_pair(models.DEMO_TARGET, HEAD, draft_engine="fabric")
     from specdec.job import TreeSpec
     with pytest.raises(OptionError, match="EAGLE head build no trees"):
         pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))

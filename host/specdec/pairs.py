@@ -45,22 +45,23 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
         A model that cannot be loaded, no default draft for the target, or two vocabularies.
     """
     target = target or models.DEMO_TARGET
-    t_model, t_tok = models.load(target)
     if draft is None:
         draft = models.DEFAULT_DRAFT.get(target)
         if draft is None:
             raise models.ModelError(f"no default draft for target {target!r}: pass --draft ID or "
                                     f"--draft {PROMPT_LOOKUP}")
-    t_lm = models.CausalLM(t_model, "target")
-    if draft == PROMPT_LOOKUP:
-        return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
-    head_dir = eagle_dir(draft)
-    if head_dir is not None:
+    head_dir = eagle_dir(draft) if draft != PROMPT_LOOKUP else None
+    if head_dir is not None:        # options an EAGLE head cannot take: refused before anything loads
         if draft_vocab is not None:
             raise OptionError("draft_vocab", draft_vocab, f"none with the EAGLE head {draft!r} (its hot vocabulary "
                                                           "is fixed by its training)")
         if draft_engine != "host":
             raise OptionError("draft_engine", draft_engine, f"'host' with the EAGLE head {draft!r}")
+    t_model, t_tok = models.load(target)
+    t_lm = models.CausalLM(t_model, "target")
+    if draft == PROMPT_LOOKUP:
+        return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
+    if head_dir is not None:
         from .eagle import load_head
         return Pair(t_lm, EagleDraft(load_head(head_dir, t_model), t_lm), t_tok, target, draft)
     d_model, d_tok = models.load(draft)
