@@ -230,11 +230,9 @@ through `specdec` (`--draft {card['name']}`). `training.json` holds the full rec
 
 def main() -> None:
     a = parse()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
+    log = training.start(a.threads, a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = training.logger()
     t_start = time.time()
     times = {}
 

@@ -171,7 +171,6 @@ def evaluate(head, data, gamma: int = 4):
     for ids, feats, n0 in data:
         x = torch.from_numpy(ids)[None]
         f = torch.from_numpy(feats.astype(np.float32))[None]
-        target_next = head.hot_logits(f).argmax(-1)            # the target's argmax at each position, hot index
         # the target's greedy token at position i+1 is ids[i+2]; rows ids_hot[argmax] compared with it
         h = head(f[:, :-1], x[:, 1:])
         pred = ids_hot[head.hot_logits(h).argmax(-1)][0]       # slot i -> x_{i+2}
@@ -193,7 +192,6 @@ def evaluate(head, data, gamma: int = 4):
             i += k + 1
             calls += 1
         emitted += n - n0
-        del target_next
     allm = np.concatenate(agree)
     return {"greedy_agreement": float(allm.mean()), "tokens_per_call_gamma4": emitted / calls,
             "acceptance_by_depth": [float(b / r) if r else 0.0 for b, r in zip(by_depth, reached)],
@@ -232,10 +230,8 @@ Use it through `specdec` with `--draft {card['name']}`. `training.json` holds th
 
 def main() -> None:
     a = parse()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
+    log = training.start(a.threads, a.seed)
     out = Path(a.out)
-    log = training.logger()
     t_start = time.time()
     times = {}
 

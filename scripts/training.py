@@ -6,8 +6,12 @@ from pathlib import Path
 from typing import Callable
 
 
-def logger() -> Callable[[str], None]:
-    """``log(text)``: the text printed with the seconds since this call."""
+def start(threads: int, seed: int) -> Callable[[str], None]:
+    """A run's start: torch's threads and seed set; returns ``log(text)``, which prints the text with the
+    seconds since this call."""
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
     t_start = time.time()
     return lambda s: print(f"[{time.time() - t_start:7.1f}s] {s}", flush=True)
 

@@ -173,7 +173,6 @@ class EagleDraft:
     def __init__(self, head, target: CausalLM, confidence: float | None = None) -> None:
         self.head, self.target = head, target
         self.confidence = check_confidence(confidence)
-        self.vocab = head.vocab
         target.keep_features(True)
         self._cache = None
         self._done = 0                  # head slots built from real features (kept across rounds)
