@@ -250,6 +250,11 @@ def test_bench_e2e_trees(gpt2_dirs, tmp_path):
         assert c["higher"] == (c["tokens_per_call"] > c["best_chain_tokens_per_call"])
     tree_rows = [r for r in res["rows"] if r["mode"] != "chain"]
     assert all(r["mask_cycles_per_round"] == 9 and r["verifier_cycles_per_round"] > 0 for r in tree_rows)
+    best = res["best_tree_vs_best_chain"]           # the fastest of each kind, in tok/s
+    tps = {r["gamma"]: r["tokens_per_s"] for r in res["rows"]}
+    assert best["tree_tokens_per_s"] == max(tps["eagle-8"], tps["static-8"])
+    assert best["chain_tokens_per_s"] == max(tps[3], tps[7])
+    assert res["goals_met"]["best tree >= best chain in tok/s"] == (best["ratio"] >= 1)
 
 
 def test_bench_e2e_bad_tree_kind_exit_2(no_model_load, capsys):

@@ -98,6 +98,45 @@ def test_mask_top_p_takes_the_whole_sort_order_with_ties_and_masked_rows(top_p):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_p=0.95),
+                                      Sampling(temperature=1.0), Sampling(temperature=0.7, top_k=20, top_p=0.9),
+                                      Sampling(temperature=0.9, top_k=9000)],
+                         ids=["greedy", "T0.8-p0.95", "T1", "T0.7-k20-p0.9", "T0.9-k9000"])
+def test_draft_token_on_a_compact_row_is_the_full_rows(sampling):
+    """A hot head's row handled on its N entries (``Support``) proposes the token, the codes, the stop and the
+    random draws of the same row written out over the whole vocabulary with -inf elsewhere: rows with ties
+    (integer logits, a flat row) and a row whose hot ids are not in the head's order."""
+    rng = np.random.default_rng(5)
+    ids = np.sort(rng.choice(V_GPT2, 8192, replace=False))
+    z = (rng.standard_normal((4, 8192)) * 3).astype(np.float32)
+    z[1] = np.round(z[1])
+    z[2] = 0.0
+    z[2, 100:103] = 1.0
+    support = decode.Support(ids, V_GPT2)
+    for r in range(len(z)):
+        full = np.full((1, V_GPT2), -np.inf, dtype=np.float32)
+        full[0, ids] = z[r]
+        for seed in range(4):
+            got_rows, want_rows = [], []
+            rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+            got = decode.draft_token(torch.from_numpy(z[r:r + 1]), 0, "head", sampling, rng_a, got_rows, 0.3,
+                                     support)
+            want = decode.draft_token(torch.from_numpy(full), 0, "head", sampling, rng_b, want_rows, 0.3)
+            assert got == want
+            assert len(got_rows) == len(want_rows) == (0 if sampling.greedy else 1)
+            for a, b in zip(got_rows, want_rows):
+                np.testing.assert_array_equal(a, b)
+            assert rng_a.random() == rng_b.random()          # the same draws taken
+    with pytest.raises(ValueError, match="ascending"):
+        decode.Support(ids[::-1], V_GPT2)
+    with pytest.raises(ValueError, match="0..50256"):
+        decode.Support(np.array([3, V_GPT2]), V_GPT2)
+    bad = torch.from_numpy(z[:1].copy())
+    bad[0, 7] = float("nan")
+    with pytest.raises(decode.SpecdecError, match=f"token {ids[7]}"):
+        decode.draft_token(bad, 0, "head", sampling, np.random.default_rng(0), [], None, support)
+
+
 def test_mask_greedy_and_off_leave_logits_alone():
     x = rows(3)
     np.testing.assert_array_equal(mask_logits(x, Sampling()), x)

@@ -5,6 +5,9 @@
   later ones from the head's own predicted features.
 * Greedy decoding with the committed head is token-identical to the target alone: on the paged cache (the
   default) in the default suite, on the dense cache under ``long``.
+* Trees over the head (``HeadLM``): each node's row equals a recomputation along its path; every tree builder
+  decodes token-identically to the target alone (the EAGLE-2 builder in the default suite, the others under
+  ``long``).
 * Saving and loading a head gives the same rows; bad heads and bad options are refused by name.
 """
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import corpus, decode, eagle, models, pairs, runtime  # noqa: E402
+from specdec import corpus, decode, eagle, kernels, models, pairs, runtime  # noqa: E402
 from specdec.errors import OptionError  # noqa: E402
 from specdec.hotvocab import hot_ids  # noqa: E402
 
@@ -72,6 +75,74 @@ def test_chains_equal_a_full_recomputation_round_after_round(target):
     assert 0 < max(accepted) and min(accepted) < 3, accepted     # rounds that kept drafted slots and cut some
 
 
+def reference_row(head, model, context: list[int], path: list[int]):
+    """The head's row after ``context`` and the drafted ``path`` by full recomputation (no cache): the target's
+    real features of context[:-1], then the head's own predicted feature for each path token."""
+    with torch.inference_mode():
+        f = model.model(input_ids=torch.tensor([context[:-1]])).last_hidden_state
+        x = torch.tensor([context[1:]])
+        h = head(f, x)[:, -1:]
+        for t in path:
+            f, x = torch.cat([f, h], 1), torch.cat([x, torch.tensor([[t]])], 1)
+            h = head(f, x)[:, -1:]
+        return head.logits(h[0])[0]
+
+
+def close_rows(a, b) -> bool:
+    """Equal -inf entries and finite entries within float32 noise (a cache against a recomputation)."""
+    fin = torch.isfinite(b)
+    return torch.equal(torch.isfinite(a), fin) and torch.allclose(a[fin], b[fin], atol=1e-3)
+
+
+def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
+    """``HeadLM`` (the head as the tree builders' draft): the root's row from the target's real features, two
+    depths of tree nodes forwarded as pending entries, each node's row equal to a recomputation along its own
+    path; after the target verifies a tree and keeps a path, its features follow the kept nodes, the head
+    drops its pending slots and feeds the accepted tokens again from those real features."""
+    model, tok = target
+    lm = models.CausalLM(model, "target")
+    head = eagle.load_head(HEAD_DIR, model)
+    hl = eagle.HeadLM(head, lm)
+    ctx = pairs.encode(tok, corpus.sample_passages(1, held_out=True, seed=3)[0])[:30]
+    lm.prefill(ctx)
+    hl.prefill(ctx)
+    root = hl.forward(ctx[hl.length:])[-1]
+    assert hl.length == len(ctx) and close_rows(root, reference_row(head, model, ctx, []))
+    top = torch.topk(root, 2).indices.tolist()
+    rows1 = hl.forward_tree(top, np.eye(2, dtype=bool), [0, 0])
+    kids = [int(torch.argmax(r)) for r in rows1]
+    mask = np.array([[1, 0, 1, 0], [0, 1, 0, 1]], dtype=bool)
+    rows2 = hl.forward_tree(kids, mask, [1, 1])
+    for i in range(2):
+        assert close_rows(rows1[i], reference_row(head, model, ctx, [top[i]]))
+        assert close_rows(rows2[i], reference_row(head, model, ctx, [top[i], kids[i]]))
+    assert hl.pending == 4
+    with pytest.raises(models.CacheStateError, match="pending"):
+        hl.forward([top[0]])
+    with pytest.raises(ValueError, match="one depth up"):           # a node whose parent was never forwarded
+        hl.forward_tree([5], np.array([[0, 0, 0, 0, 1]], dtype=bool), [2])
+    # the target scores the tree (root, the two depth-1 nodes, the second's child) and keeps root -> top[1] -> kid
+    toks = [ctx[-1], top[0], top[1], kids[1]]
+    lm.forward_tree(toks, [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], [0, 1, 1, 2])
+    feats = lm.features.clone()
+    lm.commit_path([0, 2, 3])
+    assert lm.features_start == len(ctx) - 1 and torch.equal(lm.features, feats[[0, 2, 3]])
+    hl.commit_path([1, 3])                  # dropped: the accepted tokens come back with real features
+    assert (hl.pending, hl.length) == (0, len(ctx))
+    nxt = ctx + [top[1], kids[1], 7]
+    got = hl.forward(nxt[hl.length:])[-1]
+    assert hl.length == len(nxt) and close_rows(got, reference_row(head, model, nxt, []))
+    hl.rollback(len(ctx) - 5)               # cut back: the same root row as before, from real features again
+    assert (hl.length, hl.pending) == (len(ctx) - 5, 0)
+    lm.reset()
+    lm.forward(ctx[:-1])                    # (the recomputations above ran the target: its features again)
+    assert close_rows(hl.forward(ctx[hl.length:])[-1], root)
+    # Sequoia's calibration ranks the target's greedy token among the head's rows (its forward from position 0)
+    from specdec import tree
+    acc = tree.measure_acceptance(lm, hl, [ctx, nxt], 3, skip=1)
+    assert acc.shape == (3,) and 0.2 < acc[0] <= 1 and (0 <= acc).all() and (acc <= 1).all()
+
+
 def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
     model, _ = target
     eagle.save_head(fresh_head, tmp_path / "h", {"note": "test"})
@@ -82,6 +153,7 @@ def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
         half = eagle.new_head(model, fresh_head.hot_ids.numpy())
         half.load_state_dict({k: v.half().float() if k.startswith(("fc.", "layer.")) else v
                               for k, v in fresh_head.state_dict().items()})
+        kernels.use_row_kernels(half)           # as load_head routes the layer (the same products, bit for bit)
         assert torch.equal(back.logits(back(f, x)), half.logits(half(f, x)))
     assert torch.equal(back.hot_ids, fresh_head.hot_ids)
     assert json.loads((tmp_path / "h" / eagle.CONFIG_FILE).read_text())["note"] == "test"
@@ -106,6 +178,17 @@ def test_head_is_committed_small_and_documented():
     assert {"greedy_agreement", "tokens_per_call_gamma4", "acceptance_by_depth"} <= set(card["held_out"])
 
 
+def run_greedy_identical(pair, job: dict) -> dict:
+    """``job`` on the golden cores; every generation's tokens must equal the target's own greedy ``generate``."""
+    res = runtime.run(job, "ref", pair)
+    for g in res["generations"]:
+        with torch.inference_mode():
+            want = pair.target.model.generate(torch.tensor([g["prompt_ids"]]), max_new_tokens=job["max_new_tokens"],
+                                              do_sample=False, pad_token_id=pair.tokenizer.pad_token_id)
+        assert g["tokens"] == want[0, len(g["prompt_ids"]):].tolist(), g["prompt"]
+    return res
+
+
 @pytest.fixture(scope="module")
 def eagle_pair(target):
     return pairs.open_pair(models.DEMO_TARGET, HEAD)
@@ -118,22 +201,21 @@ def test_pair_options_the_head_cannot_take(eagle_pair, monkeypatch):
             pairs.open_pair(models.DEMO_TARGET, HEAD, draft_vocab=2048)
         with pytest.raises(OptionError, match="draft_engine"):
             pairs.open_pair(models.DEMO_TARGET, HEAD, draft_engine="fabric")
+    from specdec import tree
     from specdec.job import TreeSpec
-    with pytest.raises(OptionError, match="EAGLE head build no trees"):
-        pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))
+    built = pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))       # trees expand the head
+    assert isinstance(built, tree.StaticTree) and isinstance(built.lm, eagle.HeadLM)
+    import dataclasses
+    lookup = dataclasses.replace(eagle_pair, draft=decode.PromptLookup(eagle_pair.vocab), draft_name="prompt-lookup")
+    with pytest.raises(OptionError, match="prompt lookup builds no trees"):
+        pairs.drafter(lookup, TreeSpec(kind="eagle", budget=8))
 
 
 @pytest.mark.parametrize("kv", [pytest.param(False, marks=pytest.mark.long), True], ids=["dense", "paged"])
 def test_greedy_identical_to_target_alone(eagle_pair, kv):
     prompts = corpus.sample_passages(2, held_out=True, seed=7)
-    job = {"prompts": prompts, "max_new_tokens": 24, "gamma": 4, "seed": 0, "draft": HEAD,
-           **({} if kv else {"kv": False})}
-    res = runtime.run(job, "ref", eagle_pair)
-    for g in res["generations"]:
-        with torch.inference_mode():
-            want = eagle_pair.target.model.generate(torch.tensor([g["prompt_ids"]]), max_new_tokens=24,
-                                                    do_sample=False, pad_token_id=eagle_pair.tokenizer.pad_token_id)
-        assert g["tokens"] == want[0, len(g["prompt_ids"]):].tolist(), g["prompt"]
+    res = run_greedy_identical(eagle_pair, {"prompts": prompts, "max_new_tokens": 24, "gamma": 4, "seed": 0,
+                                            "draft": HEAD, **({} if kv else {"kv": False})})
     assert 0 < res["summary"]["acceptance"] < 1
 
 
@@ -172,3 +254,16 @@ def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_see
     assert runs[0] == runs[1] and len(runs[0]) == 16
     q = np.concatenate(rows)
     assert len(q) >= 6 and (q[:, outside] == -32768).all()
+
+
+@pytest.mark.parametrize("kind", ["eagle", pytest.param("static", marks=pytest.mark.long),
+                                  pytest.param("sequoia", marks=pytest.mark.long)])
+def test_trees_of_the_head_are_greedy_identical_to_target_alone(eagle_pair, kind):
+    """Every tree builder over the head (paged target, the default), golden cores: HF greedy's tokens, with
+    more than one token per target call."""
+    prompts = corpus.sample_passages(2, held_out=True, seed=8)
+    tree = {"kind": kind, "budget": 8, "depth": 4, "topk": 2,
+            **({"acceptance": [0.6, 0.2, 0.1, 0.1]} if kind == "sequoia" else {})}
+    res = run_greedy_identical(eagle_pair, {"prompts": prompts, "max_new_tokens": 20, "seed": 0, "draft": HEAD,
+                                            "tree": tree})
+    assert res["summary"]["tokens_per_call"] > 1.3

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
-from hwcontract.formats import INV_TEMP_MAX, fixed_point_dist, inv_temp, quantize
+from hwcontract.formats import INV_TEMP_MAX, LOGIT_NEG_INF, fixed_point_dist, inv_temp, quantize
 from hwcontract.regmap import TREE_MAX_NODES
 from .errors import OptionError, SpecdecError, check_int
 from .models import CausalLM
@@ -184,7 +184,7 @@ def _top_p_keep(x: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
     the whole row: the sort was most of a sampled round's host time at V = 49,152."""
     z = x / temperature
     e = np.exp(z - z.max()).astype(np.float64)     # float64 sums: the cut does not hang on the summation order
-    total = e.sum()
+    total = e[e > 0].sum()      # over the nonzero terms only: a compact row (Support) sums as its full row
     vocab = len(x)
     k = min(256, vocab)
     while True:
@@ -302,20 +302,46 @@ class ModelDraft:
         self.lm.free()
 
 
+@dataclass(frozen=True, eq=False)
+class Support:
+    """Where a compact draft row's entries sit: ``ids`` (ascending token ids, one per entry) in a vocabulary of
+    ``vocab`` tokens; every other token's logit is -inf (a hot-vocabulary head's row)."""
+
+    ids: np.ndarray
+    vocab: int
+
+    def __post_init__(self) -> None:
+        ids = np.asarray(self.ids)
+        if ids.ndim != 1 or ids.size == 0 or (np.diff(ids) <= 0).any() or ids[0] < 0 or ids[-1] >= self.vocab:
+            raise ValueError(f"draft row support: expected strictly ascending token ids in 0..{self.vocab - 1}, "
+                             f"got {ids.size} ids from {ids.min(initial=0)} to {ids.max(initial=0)}")
+
+
 def draft_token(logits, i: int, who: str, sampling: Sampling, rng: np.random.Generator, rows: list,
-                confidence: float | None = None) -> tuple[int, bool]:
+                confidence: float | None = None, support: Support | None = None) -> tuple[int, bool]:
     """The token a draft proposes at chain position ``i`` from its logits row ``logits`` (shape (1, V)): the
     argmax (greedy), or a sample from the row's Q7.8 codes, which are appended to ``rows`` (quantized once: the
     driver streams these codes as they are). Also whether the chain stops after it (its probability under the
-    masked row below ``confidence``)."""
-    _check_finite(logits, who, f"q_{i} (the draft's row at position {i})")
+    masked row below ``confidence``).
+
+    With ``support``, ``logits`` holds only the entries at ``support.ids`` (shape (1, N)) and the rest of the row
+    is -inf: the token, the codes (-inf codes elsewhere) and the random draws are those of the full row, found
+    on its N entries (a hot head's rows: 8,192 of 49,152 tokens)."""
+    ids = None if support is None else support.ids
+    _check_finite(logits, who, f"q_{i} (the draft's row at position {i})", ids)
     row = mask_logits(logits[0], sampling)
     if sampling.greedy:
-        token = int(np.argmax(row))
+        j = int(np.argmax(row))
     else:
-        rows.append(quantize(row))
-        token = sample_codes(rows[-1], sampling, rng)
-    return token, confidence is not None and _probability(row, token, sampling) < confidence
+        codes = quantize(row)
+        j = sample_codes(codes, sampling, rng)
+        if support is not None:
+            full = np.full(support.vocab, LOGIT_NEG_INF, dtype=np.int16)
+            full[ids] = codes
+            codes = full
+        rows.append(codes)
+    stop = confidence is not None and _probability(row, j, sampling) < confidence
+    return (j if ids is None else int(ids[j])), stop
 
 
 def check_confidence(value: float | None) -> float | None:
@@ -330,7 +356,8 @@ def _probability(row: np.ndarray, token: int, s: Sampling) -> float:
     """The draft's probability of ``token`` from its masked logits ``row`` (tempered when sampling)."""
     z = row / (s.temperature or 1.0)
     top = np.max(z)
-    return float(np.exp(z[token] - top) / np.exp(z - top).sum())
+    e = np.exp(z - top)
+    return float(e[token] / e[e > 0].sum())        # the nonzero terms: a compact row's sum is its full row's
 
 
 class PromptLookup:
@@ -677,9 +704,10 @@ def _kv_usage(target: CausalLM, mark: tuple[int, int] | None) -> dict[str, int]:
             "kv_pages": kv.pages - kv.free_pages}
 
 
-def _check_finite(logits, who: str, row: str = "row {0}") -> None:
+def _check_finite(logits, who: str, row: str = "row {0}", ids: np.ndarray | None = None) -> None:
     """Refuse NaN or +inf logits before they reach the verifier, naming the model, the row (``row.format(i)``
-    for row i of ``logits``: p_i of the target, q_i of the draft, a tree node's) and the token."""
+    for row i of ``logits``: p_i of the target, q_i of the draft, a tree node's) and the token (``ids[j]`` for
+    column j when the row is compact, see :class:`Support`)."""
     import torch
     total = float(logits.sum())        # one pass: NaN or +inf anywhere makes the sum NaN or +inf (-inf alone not)
     if not (math.isnan(total) or total == math.inf):
@@ -688,7 +716,7 @@ def _check_finite(logits, who: str, row: str = "row {0}") -> None:
     if bool(bad.any()):
         i, j = (int(v) for v in bad.nonzero()[0])
         raise SpecdecError(f"{who or 'target'} produced a non-finite logit ({float(logits[i, j])}) in "
-                           f"{row.format(i)}, token {j}: refusing to verify it")
+                           f"{row.format(i)}, token {j if ids is None else int(ids[j])}: refusing to verify it")
 
 
 def eos_ids(lm: CausalLM) -> set[int]:

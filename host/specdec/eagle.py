@@ -18,6 +18,9 @@ Slot ``i`` of the head's KV cache holds ``(f_i, x_{i+1})``. After a round, the s
 features are cut off and rebuilt from the target's real features of the accepted tokens
 (:meth:`EagleDraft.commit`), which the target's forward left in :attr:`specdec.models.CausalLM.features`.
 
+:class:`EagleDraft` drafts chains; :class:`HeadLM` puts the head behind the draft model's interface, so every
+tree builder of :mod:`specdec.tree` expands it (a node takes its parent's predicted feature).
+
 A head is a directory: ``eagle.json`` (the layer's Llama config, the hot vocabulary size, the target it was
 trained for) and ``head.safetensors`` (``fc``, the layer, ``hot_ids``). ``scripts/train_eagle.py`` makes it.
 """
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .decode import Chain, Sampling, check_confidence, draft_token
+from .decode import Chain, Sampling, Support, check_confidence, draft_token
 from .errors import SpecdecError
 from .models import CacheStateError, CausalLM, ModelError
 
@@ -75,8 +78,20 @@ def _module():
             pos = torch.arange(start, start + t)[None].expand(b, t)
             mask = None
             if t > 1:       # causal over the new slots, every cached slot visible
-                full = torch.ones(t, past + t, dtype=torch.bool).tril(past)
-                mask = torch.zeros(full.shape, dtype=x.dtype).masked_fill(~full, torch.finfo(x.dtype).min)
+                mask = torch.ones(t, past + t, dtype=torch.bool).tril(past)
+            return self._layer(x, pos, mask, cache)
+
+        def nodes(self, features, tokens, positions, visible, cache):
+            """Predicted features (1, n, d) of n tree slots appended to ``cache``: slot i takes ``features[0, i]``
+            (its parent's predicted feature), ``tokens[0, i]`` and RoPE position ``positions[i]``, and attends
+            where ``visible[i]`` (bool, (n, cached + n)) is True."""
+            x = self.fc(torch.cat([torch.nn.functional.embedding(tokens, self.embed), features], -1))
+            return self._layer(x, torch.as_tensor(positions)[None], torch.as_tensor(visible), cache)
+
+        def _layer(self, x, pos, visible, cache):
+            mask = None
+            if visible is not None:     # an additive float mask: 0 where attended
+                mask = torch.zeros(visible.shape, dtype=x.dtype).masked_fill(~visible, torch.finfo(x.dtype).min)
                 mask = mask[None, None]
             return self.layer(x, attention_mask=mask, position_ids=pos, cache=cache, use_cache=cache is not None,
                               position_embeddings=self.rotary(x, pos))
@@ -158,7 +173,10 @@ def load_head(path: str | Path, target_model):
     missing = [k for k in missing if k.startswith(("fc.", "layer."))]
     if missing or unexpected:
         raise ModelError(f"EAGLE head {p.name!r}: weights missing {missing[:3]} or unexpected {unexpected[:3]}")
-    return head.eval().requires_grad_(False).to(torch.float32)
+    from .kernels import use_row_kernels
+    head = head.eval().requires_grad_(False).to(torch.float32)
+    use_row_kernels(head)               # the layer's products by rows, as the target's (specdec.kernels)
+    return head
 
 
 class EagleDraft:
@@ -174,6 +192,11 @@ class EagleDraft:
         self.head, self.target = head, target
         self.confidence = check_confidence(confidence)
         target.keep_features(True)
+        import torch
+        ids = head.hot_ids.numpy()
+        order = np.argsort(ids, kind="stable")
+        # the head's rows in ascending token order: each drafted row is handled on its N hot entries only
+        self._order, self._support = torch.as_tensor(order), Support(ids[order], head.vocab)
         self._cache = None
         self._done = 0                  # head slots built from real features (kept across rounds)
         self._real = None               # real features of slots _done.. not yet in the cache, (n, d)
@@ -211,8 +234,8 @@ class EagleDraft:
             h = self.head(self._real[None], ids, self._done, self._cache)[:, -1:]
             self._done, self._real = n - 1, self._real[:0]
             for i in range(g):
-                token, stop = draft_token(self.head.logits(h[0]), i, "EAGLE head", sampling, rng, rows,
-                                          self.confidence)
+                z = self.head.hot_logits(h[0])[:, self._order]
+                token, stop = draft_token(z, i, "EAGLE head", sampling, rng, rows, self.confidence, self._support)
                 tokens.append(token)
                 if stop:
                     break
@@ -233,3 +256,145 @@ class EagleDraft:
 
     def free(self) -> None:
         self._cache, self._real, self._done = None, None, 0
+
+
+class HeadLM:
+    """The EAGLE head behind the draft model's interface that the tree builders use (:mod:`specdec.tree`:
+    ``prefill``, ``forward``, ``forward_tree``, ``commit_path``, ``rollback``, ``reset``, ``free``, ``length``,
+    ``pending``), over ``target``'s features: ``--tree static|eagle|sequoia`` with an EAGLE head.
+
+    Positions are the context's. The token at position j >= 1 takes slot j - 1 of the head's one-layer cache,
+    fed ``[embed(x_j), f_{j-1}]`` with the target's real feature ``f_{j-1}`` (in a round the target has run
+    over position j - 1 before the draft asks for it); the slot's output predicts ``f_j``, and the target's hot
+    LM-head rows score ``x_{j+1}`` (-inf outside the hot vocabulary). Position 0 has no feature before it: its
+    row is flat over the hot vocabulary, and tree nodes under it take a zero feature (any proposal is lossless).
+
+    Tree nodes (:meth:`forward_tree`) take their parent's predicted feature (the parent: the pending ancestor
+    one depth up, or the last committed position), attend to every committed slot and to their pending
+    ancestors, as the target's nodes do. :meth:`commit_path` does not keep the accepted nodes' slots: they were
+    built from predicted features, so it drops every pending entry and the tree drafter's next ``forward`` feeds
+    the accepted tokens again with the target's real features (EAGLE's rule; :class:`EagleDraft` does the same).
+    """
+
+    def __init__(self, head, target: CausalLM) -> None:
+        self.head, self.target = head, target
+        self.name, self.vocab = "EAGLE head", head.vocab
+        target.keep_features(True)
+        self.reset()
+
+    def reset(self) -> None:
+        """An empty cache."""
+        from transformers import DynamicCache
+        self._cache = DynamicCache(config=self.head.config)
+        self.length, self.pending = 0, 0
+        self._h_last = None         # the last committed position's predicted feature (None: position 0 or none)
+        self._pend_h, self._pend_depth = [], []
+
+    free = reset
+
+    def prefill(self, context: list[int]) -> None:
+        """An empty cache, then ``context`` but its last token (no rows computed)."""
+        self.reset()
+        if len(context) > 1:
+            self.forward(context[:-1], last_only=True)
+
+    def _real(self, first: int, upto: int):
+        """The target's features of positions ``first..upto - 1``."""
+        feats, start = self.target.features, self.target.features_start
+        if feats is None or start > first or start + len(feats) < upto:
+            have = "none" if feats is None else f"{start}..{start + len(feats) - 1}"
+            raise CacheStateError(f"EAGLE head: needs the target's features of positions {first}..{upto - 1}, "
+                                  f"its last forward kept {have}")
+        return feats[first - start:upto - start]
+
+    def _rows(self, h):
+        """Full-vocabulary float32 rows for predicted features ``h`` (n, d)."""
+        return self.head.logits(h).float()
+
+    def forward(self, tokens, last_only: bool = False):
+        """Rows (float32, (len(tokens), V); ``last_only``: the last one, (1, V)) for ``tokens`` appended at
+        positions ``length..``; each row scores the token after its token."""
+        import torch
+        if not len(tokens):
+            raise ValueError("EAGLE head: forward needs at least one token")
+        if self.pending:
+            raise CacheStateError(f"EAGLE head: forward with {self.pending} pending tree entries; call "
+                                  "commit_path(keep) or rollback(length) first")
+        tokens = [int(t) for t in tokens]
+        first = max(self.length, 1)                 # position 0 takes no slot
+        flat = first - self.length                  # 1 when the tokens start at position 0
+        with torch.inference_mode():
+            h = torch.zeros((0, self.head.config.hidden_size))
+            if len(tokens) > flat:
+                feats = self._real(first - 1, self.length + len(tokens) - 1)
+                ids = torch.as_tensor([tokens[flat:]], dtype=torch.long)
+                h = self.head(feats[None], ids, first - 1, self._cache)[0]
+            self.length += len(tokens)
+            self._h_last = h[-1] if len(h) else None
+            if last_only and len(h):
+                return self._rows(h[-1:])
+            rows = self._rows(h)
+            if flat:                                # position 0: no feature, no preference among hot tokens
+                row = torch.full((1, self.vocab), float("-inf"))
+                row[0, self.head.hot_ids] = 0.0
+                rows = torch.cat([row, rows])
+        return rows[-1:] if last_only else rows
+
+    def forward_tree(self, tokens, mask, depth):
+        """Rows (float32, (n, V)) of ``n`` tree nodes appended as pending entries (the arguments of
+        :meth:`specdec.models.CausalLM.forward_tree`: ``mask[i, j]``, node i sees pending entry j; node i
+        sits at position ``length + depth[i]``). A node's parent must be pending already or the root."""
+        import torch
+        n = len(tokens)
+        mask = np.asarray(mask, dtype=bool)
+        depth = np.asarray(depth, dtype=np.int64).reshape(-1)
+        if n < 1 or mask.shape != (n, self.pending + n) or depth.shape != (n,) or (depth < 0).any():
+            raise ValueError(f"EAGLE head: forward_tree needs n >= 1 nodes, a mask of shape (n, pending + n) = "
+                             f"({n}, {self.pending + n}) and n depths >= 0; got {n} nodes, mask {mask.shape}, "
+                             f"depths {depth.tolist()}")
+        if not mask[:, self.pending:].diagonal().all():
+            raise ValueError("EAGLE head: a tree node does not attend to itself (mask diagonal False)")
+        d = self.head.config.hidden_size
+        parents = []
+        for i in range(n):
+            if depth[i] == 0:
+                parents.append(self._h_last if self._h_last is not None else torch.zeros(d))
+                continue
+            up = [j for j in np.flatnonzero(mask[i, :self.pending]) if self._pend_depth[j] == depth[i] - 1]
+            if len(up) != 1:
+                raise ValueError(f"EAGLE head: tree node {i} at depth {int(depth[i])} has {len(up)} pending "
+                                 "ancestors one depth up (its parent must be forwarded before it)")
+            parents.append(self._pend_h[up[0]])
+        slots = max(self.length - 1, 0)             # committed slots in the cache
+        visible = np.concatenate([np.ones((n, slots), dtype=bool), mask], axis=1)
+        positions = torch.from_numpy(self.length + depth - 1)       # slot of position j: j - 1
+        with torch.inference_mode():
+            h = self.head.nodes(torch.stack(parents)[None], torch.as_tensor([[int(t) for t in tokens]]),
+                                positions, torch.from_numpy(visible), self._cache)[0]
+        self.pending += n
+        self._pend_h.extend(h)
+        self._pend_depth.extend(int(x) for x in depth)
+        return self._rows(h)
+
+    def commit_path(self, keep) -> None:
+        """Drop every pending entry (see the class notes: the accepted tokens come back with real features)."""
+        keep = [int(k) for k in keep]
+        if any(b <= a for a, b in zip(keep, keep[1:])) or any(not 0 <= k < self.pending for k in keep):
+            raise ValueError(f"EAGLE head: commit_path needs ascending indices in 0..{self.pending - 1}, got {keep}")
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        if self.pending:
+            self._cache.crop(-self.pending)         # transformers' crop takes the number of entries to drop
+        self.pending, self._pend_h, self._pend_depth = 0, [], []
+
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` positions (pending entries dropped)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"EAGLE head: cannot roll back to {length}; the cache holds {self.length}")
+        self._drop_pending()
+        if length < self.length:
+            cut = max(self.length - 1, 0) - max(length - 1, 0)
+            if cut:
+                self._cache.crop(-cut)
+            self.length, self._h_last = length, None

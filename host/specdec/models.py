@@ -446,5 +446,12 @@ class CausalLM:
                 layer.values = layer.values.index_select(-2, idx)
         elif len(keep) < self.pending:
             self.cache.crop(len(keep) - self.pending)
+        feats, first = self.features, self.features_start - self.length     # first: the pending index it starts at
+        if feats is not None and first >= 0 and all(first <= k < first + len(feats) for k in keep):
+            # the kept nodes' features, now in position order (an EAGLE head reads them by position)
+            self.model._specdec_features = feats[[k - first for k in keep]]
+            self.features_start = self.length
+        elif feats is not None:     # nodes of earlier forwards kept: no feature row stands for a position now
+            self.model._specdec_features = None
         self.length += len(keep)
         self.pending = 0

@@ -136,10 +136,7 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
             return ModelDraft(pair.draft.lm, confidence)
         return pair.draft
     from . import tree as trees
-    if not isinstance(pair.draft, ModelDraft):
-        raise OptionError("draft", pair.draft_name, "a draft model for tree speculation (prompt lookup and the "
-                                                    "EAGLE head build no trees here)")
-    lm = pair.draft.lm
+    lm = draft_lm(pair)
     if tree.kind == "static":
         return trees.StaticTree(lm, tree.paths or trees.default_paths(tree.budget, tree.depth))
     if tree.kind == "eagle":
@@ -147,6 +144,18 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     if tree.acceptance is None:
         raise ValueError("a Sequoia tree needs its acceptance vector: pass the spec through calibrated() first")
     return trees.SequoiaTree(lm, tree.acceptance, tree.budget, tree.depth)
+
+
+def draft_lm(pair: Pair):
+    """What the tree builders expand: the draft model, or an EAGLE head over the target's features
+    (:class:`specdec.eagle.HeadLM`). Prompt lookup builds no trees (OptionError)."""
+    if isinstance(pair.draft, EagleDraft):
+        from .eagle import HeadLM
+        return HeadLM(pair.draft.head, pair.target)
+    if not isinstance(pair.draft, ModelDraft):
+        raise OptionError("draft", pair.draft_name, "a draft model or an EAGLE head for tree speculation (prompt "
+                                                    "lookup builds no trees)")
+    return pair.draft.lm
 
 
 def calibrated(pair: Pair, tree: TreeSpec | None) -> TreeSpec | None:
@@ -171,5 +180,5 @@ def calibrate(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48, new_
             out = pair.target.model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
                                              pad_token_id=pair.tokenizer.pad_token_id)
         contexts.append(out[0].tolist())
-    return [float(a) for a in tree.measure_acceptance(pair.target, pair.draft.lm, contexts, k,
+    return [float(a) for a in tree.measure_acceptance(pair.target, draft_lm(pair), contexts, k,
                                                       skip=prompt_tokens - 1)]
