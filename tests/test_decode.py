@@ -104,8 +104,8 @@ def test_mask_top_p_takes_the_whole_sort_order_with_ties_and_masked_rows(top_p):
                          ids=["greedy", "T0.8-p0.95", "T1", "T0.7-k20-p0.9", "T0.9-k9000"])
 def test_draft_token_on_a_compact_row_is_the_full_rows(sampling):
     """A hot head's row handled on its N entries (``Support``) proposes the token, the codes, the stop and the
-    random draws of the same row written out over the whole vocabulary with -inf elsewhere: rows with ties
-    (integer logits, a flat row) and a row whose hot ids are not in the head's order."""
+    random draws of the same row written out over the whole vocabulary with -inf elsewhere, also on rows with
+    ties (integer logits, a flat row)."""
     rng = np.random.default_rng(5)
     ids = np.sort(rng.choice(V_GPT2, 8192, replace=False))
     z = (rng.standard_normal((4, 8192)) * 3).astype(np.float32)

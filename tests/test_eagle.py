@@ -254,6 +254,18 @@ def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_see
     assert runs[0] == runs[1] and len(runs[0]) == 16
     q = np.concatenate(rows)
     assert len(q) >= 6 and (q[:, outside] == -32768).all()
+    # the head's rows are drafted on their hot entries, put in ascending id order (the head keeps them by
+    # frequency): the same token, codes and draws as its full-vocabulary row
+    assert (np.diff(draft.head.hot_ids.numpy()) < 0).any()
+    h = torch.randn(1, draft.head.config.hidden_size) * 4
+    with torch.inference_mode():
+        compact, full = draft.head.hot_logits(h)[:, draft._order], draft.head.logits(h)
+    for seed in range(3):
+        got, want = [], []
+        assert decode.draft_token(compact, 0, "head", cfg.sampling, np.random.default_rng(seed), got, None,
+                                  draft._support) == \
+            decode.draft_token(full, 0, "head", cfg.sampling, np.random.default_rng(seed), want)
+        np.testing.assert_array_equal(got[0], want[0])
 
 
 @pytest.mark.parametrize("kind", ["eagle", pytest.param("static", marks=pytest.mark.long),
