@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train the demo pair's EAGLE-style draft head (specdec.eagle) on SmolLM2-135M-Instruct's own features.
 
-    python scripts/train_eagle.py             # the committed head, ~60 min on this 2-core machine
+    python scripts/train_eagle.py             # the committed head, ~80 min on this 2-core machine (81 measured)
     python scripts/train_eagle.py --smoke     # every stage at toy size, ~1 min
 
 Stages, each timed into the card (models/<name>/training.json):

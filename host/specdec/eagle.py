@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 from .decode import Chain, Sampling, Support, check_confidence, draft_token
-from .errors import SpecdecError
 from .models import CacheStateError, CausalLM, ModelError
 
 #: The file that marks a directory as an EAGLE head (and holds its config).
@@ -189,73 +188,44 @@ class EagleDraft:
     name = "eagle"
 
     def __init__(self, head, target: CausalLM, confidence: float | None = None) -> None:
-        self.head, self.target = head, target
-        self.confidence = check_confidence(confidence)
-        target.keep_features(True)
         import torch
+        self.head = head
+        self.confidence = check_confidence(confidence)
+        self.lm = HeadLM(head, target)          # the head's cache and the target's features
         ids = head.hot_ids.numpy()
         order = np.argsort(ids, kind="stable")
         # the head's rows in ascending token order: each drafted row is handled on its N hot entries only
         self._order, self._support = torch.as_tensor(order), Support(ids[order], head.vocab)
-        self._cache = None
-        self._done = 0                  # head slots built from real features (kept across rounds)
-        self._real = None               # real features of slots _done.. not yet in the cache, (n, d)
-
-    def _take(self, upto: int) -> None:
-        """Append the target's real features of positions ``_done + len(_real) .. upto - 1``."""
-        import torch
-        have = self._done + len(self._real)
-        if upto <= have:
-            return
-        feats, first = self.target.features, self.target.features_start
-        if feats is None or first > have or first + len(feats) < upto:
-            raise CacheStateError(f"EAGLE draft: needs the target's features of positions {have}..{upto - 1}, "
-                                  f"its last forward kept {first}..{first + (0 if feats is None else len(feats)) - 1}")
-        self._real = torch.cat([self._real, feats[have - first:upto - first]])
 
     def start(self, context: list[int]) -> None:
-        from transformers import DynamicCache
-        import torch
-        self._cache = DynamicCache(config=self.head.config)
-        self._done, self._real = 0, torch.zeros((0, self.head.config.hidden_size))
-        self._take(len(context) - 1)        # the target's prefill: positions 0..n-2
+        self.lm.prefill(context)
 
     def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
+        """The chain: the first token from the target's real features up to the context's end, each later one
+        from the head's own prediction (a chain of tree nodes, one a depth)."""
         import torch
-        g, n = budget - 1, len(context)
-        if g <= 0 or n < 2:         # nothing to draft, or no target feature yet (a one-token prompt's first round)
+        g = budget - 1
+        if g <= 0 or len(context) < 2:  # nothing to draft, or no target feature yet (a one-token prompt's start)
             return Chain()
-        if self._done + len(self._real) != n - 1:
-            raise CacheStateError(f"EAGLE draft: holds features of {self._done + len(self._real)} positions, "
-                                  f"the context needs {n - 1}")
         tokens, rows = [], []
+        h = self.lm.predict(context[self.lm.length:])[-1:]
         with torch.inference_mode():
-            ids = torch.as_tensor([context[self._done + 1:n]], dtype=torch.long)
-            h = self.head(self._real[None], ids, self._done, self._cache)[:, -1:]
-            self._done, self._real = n - 1, self._real[:0]
             for i in range(g):
-                z = self.head.hot_logits(h[0])[:, self._order]
+                z = self.head.hot_logits(h)[:, self._order]
                 token, stop = draft_token(z, i, "EAGLE head", sampling, rng, rows, self.confidence, self._support)
                 tokens.append(token)
-                if stop:
+                if stop or i + 1 == g:
                     break
-                if i + 1 < g:
-                    h = self.head(h, torch.as_tensor([[tokens[-1]]]), n - 1 + i, self._cache)
+                h = self.lm.predict_tree([token], np.ones((1, i + 1), dtype=bool), [i])
         return Chain(tuple(tokens), np.stack(rows) if rows else None)
 
     def commit(self, valid: int) -> None:
-        """Cut the slots built from predicted features; keep the target's real features up to ``valid``."""
-        if self._cache is None:
-            raise SpecdecError("EAGLE draft: commit before start")
-        if valid < self._done:
-            self._done, self._real = valid, self._real[:0]
-        extra = self._cache.get_seq_length() - self._done
-        if extra > 0:
-            self._cache.crop(-extra)            # transformers' crop takes the number of entries to drop
-        self._take(valid)
+        """Drop the slots built from predicted features (the accepted tokens come back through the head with the
+        target's real features at the next proposal)."""
+        self.lm.rollback(min(self.lm.length, valid))
 
     def free(self) -> None:
-        self._cache, self._real, self._done = None, None, 0
+        self.lm.free()
 
 
 class HeadLM:
@@ -309,32 +279,41 @@ class HeadLM:
 
     def _rows(self, h):
         """Full-vocabulary float32 rows for predicted features ``h`` (n, d)."""
-        return self.head.logits(h).float()
+        import torch
+        with torch.inference_mode():
+            return self.head.logits(h).float()
 
-    def forward(self, tokens, last_only: bool = False):
-        """Rows (float32, (len(tokens), V); ``last_only``: the last one, (1, V)) for ``tokens`` appended at
-        positions ``length..``; each row scores the token after its token."""
+    def predict(self, tokens):
+        """Append ``tokens`` at positions ``length..``; the head's predicted features (n, d) of their slots (one
+        fewer when the tokens start at position 0, which takes no slot)."""
         import torch
         if not len(tokens):
             raise ValueError("EAGLE head: forward needs at least one token")
         if self.pending:
             raise CacheStateError(f"EAGLE head: forward with {self.pending} pending tree entries; call "
                                   "commit_path(keep) or rollback(length) first")
-        tokens = [int(t) for t in tokens]
         first = max(self.length, 1)                 # position 0 takes no slot
-        flat = first - self.length                  # 1 when the tokens start at position 0
-        with torch.inference_mode():
-            h = torch.zeros((0, self.head.config.hidden_size))
-            if len(tokens) > flat:
-                feats = self._real(first - 1, self.length + len(tokens) - 1)
-                ids = torch.as_tensor([tokens[flat:]], dtype=torch.long)
+        h = torch.zeros((0, self.head.config.hidden_size))
+        if self.length + len(tokens) > first:
+            feats = self._real(first - 1, self.length + len(tokens) - 1)
+            ids = torch.as_tensor([[int(t) for t in tokens[first - self.length:]]], dtype=torch.long)
+            with torch.inference_mode():
                 h = self.head(feats[None], ids, first - 1, self._cache)[0]
-            self.length += len(tokens)
-            self._h_last = h[-1] if len(h) else None
+        self.length += len(tokens)
+        self._h_last = h[-1] if len(h) else None
+        return h
+
+    def forward(self, tokens, last_only: bool = False):
+        """Rows (float32, (len(tokens), V); ``last_only``: the last one, (1, V)) for ``tokens`` appended at
+        positions ``length..``; each row scores the token after its token."""
+        import torch
+        at_zero = self.length == 0
+        h = self.predict(tokens)
+        with torch.inference_mode():
             if last_only and len(h):
                 return self._rows(h[-1:])
             rows = self._rows(h)
-            if flat:                                # position 0: no feature, no preference among hot tokens
+            if at_zero:                             # position 0: no feature, no preference among hot tokens
                 row = torch.full((1, self.vocab), float("-inf"))
                 row[0, self.head.hot_ids] = 0.0
                 rows = torch.cat([row, rows])
@@ -344,6 +323,10 @@ class HeadLM:
         """Rows (float32, (n, V)) of ``n`` tree nodes appended as pending entries (the arguments of
         :meth:`specdec.models.CausalLM.forward_tree`: ``mask[i, j]``, node i sees pending entry j; node i
         sits at position ``length + depth[i]``). A node's parent must be pending already or the root."""
+        return self._rows(self.predict_tree(tokens, mask, depth))
+
+    def predict_tree(self, tokens, mask, depth):
+        """The predicted features (n, d) of tree nodes appended as pending entries (see :meth:`forward_tree`)."""
         import torch
         n = len(tokens)
         mask = np.asarray(mask, dtype=bool)
@@ -374,7 +357,7 @@ class HeadLM:
         self.pending += n
         self._pend_h.extend(h)
         self._pend_depth.extend(int(x) for x in depth)
-        return self._rows(h)
+        return h
 
     def commit_path(self, keep) -> None:
         """Drop every pending entry (see the class notes: the accepted tokens come back with real features)."""
