@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -94,17 +95,30 @@ def build(core: str, build_dir: Path = BUILD_DIR) -> Path:
     lib = library_path(core, build_dir)
     if lib.is_file():
         return lib
-    if shutil.which(CXX) is None:
-        raise CompileError(f"{CXX} not found on PATH: cannot build the C++ reference of {core!r}")
-    build_dir.mkdir(parents=True, exist_ok=True)
-    # Compile to a private name, then rename: concurrent builders never load a half-written file.
-    fd, tmp = tempfile.mkstemp(prefix=f".lib{core}-", suffix=".so", dir=build_dir)
+    return compile_library(lambda out: compile_command(source(core), out), lib,
+                           f"the C++ reference of {core!r}")
+
+
+def compile_library(command: Callable[[Path], list[str]], lib: Path, what: str) -> Path:
+    """Run the compiler line ``command(out)`` into a private file next to ``lib``, then rename it to ``lib``:
+    concurrent builders never load a half-written file. Returns ``lib``.
+
+    Raises
+    ------
+    CompileError
+        The compiler is missing or failed; the message names ``what`` and holds the command and its output.
+    """
+    cmd = command(Path("out.so"))
+    if shutil.which(cmd[0]) is None:
+        raise CompileError(f"{cmd[0]} not found on PATH: cannot build {what}")
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}-", suffix=".so", dir=lib.parent)
     os.close(fd)
-    cmd = compile_command(source(core), Path(tmp))
+    cmd = command(Path(tmp))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise CompileError(f"building the C++ reference of {core!r} failed (exit {proc.returncode}):\n"
+            raise CompileError(f"building {what} failed (exit {proc.returncode}):\n"
                                f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
         os.replace(tmp, lib)
     finally:

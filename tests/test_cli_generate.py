@@ -10,7 +10,7 @@ import json
 import pytest
 
 import model_pairs
-from specdec import cli, models
+from specdec import cli, kernels, models
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -145,6 +145,7 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert res["rows"][0]["speedup"] == 1.0 and res["rows"][0]["acceptance"] is None
     assert 0 <= res["rows"][1]["acceptance"] <= 1
     assert res["greedy_outputs_identical_across_gammas"] is True
+    assert res["host"]["linear_kernel"] == kernels.kernel() and res["host"]["torch_threads"] >= 1
     # Hugging Face in the same run: target-only and assisted generation give our target-only tokens
     assert [p["name"] for p in res["peers"]] == ["hf-target", "hf-assisted-g2", "hf-assisted-heuristic",
                                                  "hf-assisted-default"]

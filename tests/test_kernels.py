@@ -1,4 +1,5 @@
-"""specdec.kernels: the linear layers' kernel chosen by rows gives F.linear's values, and models load with it."""
+"""specdec.kernels: the linear layers' kernel chosen by rows (rowgemm, W @ x.T, F.linear) gives F.linear's values,
+falls back to torch when rowgemm cannot run, and models load with it."""
 from __future__ import annotations
 
 import copy
@@ -22,6 +23,75 @@ def test_linear_equals_f_linear(rows, bias):
     want = torch.nn.functional.linear(x, w, b)
     assert got.shape == want.shape == (1, rows, 300)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _reference(x, w, b):
+    """The product in float64 (what both kernels round)."""
+    y = x.double() @ w.double().T
+    return (y + b.double() if b is not None else y).float()
+
+
+needs_rowgemm = pytest.mark.skipif(kernels._rowgemm()[0] is None, reason=kernels.kernel())
+
+
+@needs_rowgemm
+@pytest.mark.parametrize("k", [8, 97, 576])            # a multiple of 8, and one with a 1-lane tail
+@pytest.mark.parametrize("n", [1, 63, 64, 301])        # under 64: one thread; odd: a last unpaired W row
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rowgemm_equals_the_float64_product(k, n, threads):
+    """Every row count up to ROWGEMM_ROWS_MAX (blocks of four rows and their remainders) and one beyond it,
+    with and without a bias, within float32 rounding of the float64 product; and as close as F.linear."""
+    g = torch.Generator().manual_seed(k * 1000 + n)
+    w = torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in list(range(1, 10)) + [15, kernels.ROWGEMM_ROWS_MAX, kernels.ROWGEMM_ROWS_MAX + 1]:
+            x = torch.randn(rows, k, generator=g)
+            for bias in (None, b):
+                with torch.inference_mode():
+                    got = kernels.linear(x, w, bias)
+                want = _reference(x, w, bias)
+                assert got.shape == (rows, n) and got.dtype == torch.float32
+                err = (got - want).abs().max().item()
+                ref = (torch.nn.functional.linear(x, w, bias) - want).abs().max().item()
+                assert err <= max(4 * ref, 1e-5 * k ** 0.5), (rows, bias is not None, err, ref)
+    finally:
+        torch.set_num_threads(saved)
+
+
+@needs_rowgemm
+def test_rowgemm_takes_strided_inputs_and_leaves_other_dtypes_to_torch():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(70, 40, generator=g)
+    x = torch.randn(40, 6, generator=g).T                  # not contiguous
+    with torch.inference_mode():
+        torch.testing.assert_close(kernels.linear(x, w), _reference(x, w, None), rtol=1e-5, atol=1e-5)
+        wt = torch.randn(40, 70, generator=g).T             # a transposed weight: the torch path
+        torch.testing.assert_close(kernels.linear(x, wt), _reference(x, wt, None), rtol=1e-5, atol=1e-5)
+        xd, wd = x.double(), w.double()
+        assert kernels.linear(xd, wd).dtype == torch.float64
+        torch.testing.assert_close(kernels.linear(xd, wd), xd @ wd.T)
+
+
+def test_kernel_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
+    """SPECDEC_KERNEL=torch, or a compiler that fails: the torch path, named with the reason; values kept."""
+    monkeypatch.setattr(kernels, "_cache_dir", lambda: tmp_path)
+    x, w = torch.randn(3, 16), torch.randn(5, 16)
+    try:
+        monkeypatch.setenv(kernels.KERNEL_ENV, "torch")
+        kernels._rowgemm.cache_clear()
+        assert kernels.kernel() == f"torch ({kernels.KERNEL_ENV}=torch)"
+        monkeypatch.delenv(kernels.KERNEL_ENV)
+        monkeypatch.setattr(kernels, "CXX", "false")       # runs, fails, prints nothing
+        kernels._rowgemm.cache_clear()
+        assert kernels.kernel().startswith("torch (rowgemm unavailable: building the rowgemm kernel failed (exit 1)")
+        with torch.inference_mode():
+            torch.testing.assert_close(kernels.linear(x, w), _reference(x, w, None), rtol=1e-5, atol=1e-5)
+        assert not list(tmp_path.iterdir())                 # no library, no temporary file left behind
+    finally:
+        kernels._rowgemm.cache_clear()
 
 
 def test_training_keeps_autograd():

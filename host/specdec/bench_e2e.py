@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import breakeven, corpus, models, pairs, peers as hf_peers, runtime
+from . import breakeven, corpus, kernels, models, pairs, peers as hf_peers, runtime
 from .builds import CORE_PARAMS
 from .decode import ADAPTIVE_GAMMAS, ModelDraft, Sampling, eos_ids
 from .eagle import EagleDraft
@@ -68,6 +68,11 @@ def assistant(pair: pairs.Pair, peers: list[hf_peers.Peer] | None) -> tuple[obje
 def default_prompts(n: int) -> list[str]:
     """n passages from the held-out tragedies (never seen by the demo draft in training)."""
     return corpus.sample_passages(n, held_out=True, seed=HELD_OUT_SEED)
+
+
+def _torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
 
 
 def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = None,
@@ -184,7 +189,8 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
            "greedy_outputs_identical_across_gammas": same if job.sampling.greedy else None,
            "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None,
            "host": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "cpu": platform.processor() or platform.machine()}}
+                    "cpu": platform.processor() or platform.machine(),
+                    "torch_threads": _torch_threads(), "linear_kernel": kernels.kernel()}}
     if spec_rows and any(r["gamma"] == 0 for r in rows):
         res["breakeven"] = breakeven.report(rows, CORE_PARAMS["GAMMA_MAX"])
     if peers:

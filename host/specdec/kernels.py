@@ -1,45 +1,120 @@
 """The linear layers' kernel, chosen by the number of rows (tokens) a forward multiplies.
 
 Speculative decoding runs the target over a few positions at once (gamma + 1, or a tree's nodes), and the
-speedup rests on that forward costing little more than a one-token step. On this project's CPU it did not:
-``torch.nn.functional.linear`` (``x @ W.T``, MKL's SGEMM with the weight as the transposed operand) takes
-2-3x longer at 2 to 16 rows than at one (issue #15). The same product computed as ``(W @ x.T).T`` (the weight
-as the row-major left operand) does not: measured on SmolLM2's 49152 x 576 LM head, 2 threads,
+speedup rests on that forward costing little more than a one-token step. On this project's CPU (a 2-core AMD
+EPYC with AVX2) the libraries' kernels do not give that. A product with a few rows is bound by reading the
+weights, and the libraries read them at half the memory's speed or less. Measured 2026-11-27 over the 30
+layers' seven projections of SmolLM2-135M (426 MB of float32 weights, more than the caches), 2 threads,
+milliseconds, medians of 7:
 
-=====  ==============  =============
-rows   F.linear (ms)   W @ x.T (ms)
-=====  ==============  =============
-1      16.7            16.6
-2      40.1            10.2
-3      54.5            13.7
-5      43.1            15.5
-8      58.7            17.4
-16     49.8            26.7
-64     62.9            43.3
-=====  ==============  =============
+=====  ==========  ===========  ==================  ========
+rows   F.linear    W @ x.T      numpy (OpenBLAS)    rowgemm
+=====  ==========  ===========  ==================  ========
+1      63          60-66        31 (GEMV)           29
+2      88          42-46        73                  29
+4      102         41-56        85                  30
+6      98          67-75        89                  30
+8      107         75-90        81                  28
+16     98          97           --                  52-60
+32     111         --           --                  97
+64     165         --           --                  227
+=====  ==========  ===========  ==================  ========
 
-and over the whole SmolLM2-135M forward (30 layers, dense cache, same run) 2 / 3 / 5 / 8 positions took
-175 / 217 / 210 / 224 ms with F.linear against 113 / 109 / 141 / 152 ms, one position 105 ms either way
-(``tests/test_kernels.py`` checks the values; ``specdec bench e2e`` measures the effect end to end).
-
-So every ``torch.nn.Linear`` of a model that :func:`specdec.models.load` returns, and the hot-vocabulary draft
-head, multiply through :func:`linear`: one row goes to ``F.linear`` (MKL's GEMV), two or more to ``W @ x.T``.
-Both give the float32 product up to rounding (a few 1e-5 on the logits, measured).
+(oneDNN's ``MkldnnLinear`` took 72-108 ms at 1-8 rows and cython-blis 150-210 ms.) So the model's linear
+layers multiply through :func:`linear`: up to :data:`ROWGEMM_ROWS_MAX` rows through ``rowgemm``
+(``csrc/rowgemm.cpp``: each thread streams its share of W's rows once, with a software prefetch, against the
+few rows of x held in L1; AVX2/FMA, OpenMP on torch's thread count), compiled with g++ on first use and cached
+under ``build/kernels``; more rows through ``W @ x.T`` (MKL with the weight as the row-major left operand,
+faster than ``F.linear`` from 2 rows up). Over the whole SmolLM2-135M forward (dense cache after 120 tokens,
+same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms with rowgemm against 112 / 129-131 /
+162-175 / 140-162 ms before. Without g++ or AVX2/FMA, or with ``SPECDEC_KERNEL=torch`` in the environment,
+every product takes the torch path (:func:`kernel` says which). All give the float32 product up to rounding
+(a few 1e-5 on the logits; ``tests/test_kernels.py``).
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import hashlib
+import os
 import types
+from pathlib import Path
+
+#: Rows up to which :func:`linear` uses rowgemm (the table above: it loses to MKL from about 40 rows).
+ROWGEMM_ROWS_MAX = 32
+#: The environment variable that picks the kernel: ``torch`` turns rowgemm off (A/B measurements).
+KERNEL_ENV = "SPECDEC_KERNEL"
+SOURCE = Path(__file__).resolve().parent / "csrc" / "rowgemm.cpp"
+CXX = "g++"
+CXXFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-Wall")
+
+
+def _cache_dir() -> Path:
+    """``build/kernels`` in a source checkout (the package under host/), else ``~/.cache/specdec/kernels``."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and os.access(root, os.W_OK):
+        return root / "build" / "kernels"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "kernels"
+
+
+def _build() -> Path:
+    """The shared library of the current source and flags, compiled unless cached (``hls_ref.cpp``'s
+    compile-and-rename, as the C++ references are built)."""
+    from hls_ref.cpp import compile_library
+    digest = hashlib.sha1(SOURCE.read_bytes() + "\0".join((CXX,) + CXXFLAGS).encode()).hexdigest()[:12]
+    lib = _cache_dir() / f"librowgemm-{digest}.so"
+    if lib.is_file():
+        return lib
+    return compile_library(lambda out: [CXX, *CXXFLAGS, "-o", str(out), str(SOURCE)], lib, "the rowgemm kernel")
+
+
+@functools.lru_cache(maxsize=None)
+def _rowgemm() -> tuple[object, str]:
+    """(the library's ``rowgemm`` function or None, the kernel's description): loaded once per process."""
+    if os.environ.get(KERNEL_ENV, "").lower() == "torch":
+        return None, f"torch ({KERNEL_ENV}=torch)"
+    from hls_ref.cpp import CompileError
+    try:
+        lib = ctypes.CDLL(str(_build()))
+    except (CompileError, OSError) as e:
+        return None, f"torch (rowgemm unavailable: {str(e).splitlines()[0]})"
+    if not lib.rowgemm_supported():
+        return None, "torch (rowgemm needs AVX2 and FMA, which this CPU lacks)"
+    f = lib.rowgemm
+    p, i = ctypes.c_void_p, ctypes.c_int
+    f.argtypes = [p, i, i, p, i, p, p, i]
+    f.restype = None
+    return f, f"rowgemm (AVX2/FMA, up to {ROWGEMM_ROWS_MAX} rows; W @ x.T above)"
+
+
+def kernel() -> str:
+    """Which kernel :func:`linear` uses in this process, in words (the benchmarks record it)."""
+    return _rowgemm()[1]
 
 
 def linear(x, weight, bias=None):
-    """``torch.nn.functional.linear(x, weight, bias)``, by rows: one row through ``F.linear``, more through
-    ``(weight @ x.T).T`` (see the module docstring)."""
+    """``torch.nn.functional.linear(x, weight, bias)``, by rows (see the module docstring): rowgemm up to
+    :data:`ROWGEMM_ROWS_MAX` float32 rows, else one row through ``F.linear`` and more through
+    ``(weight @ x.T).T``; training (autograd) keeps ``F.linear``."""
     import torch
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    k = x.shape[-1]
+    rows = x.numel() // k if k else 0
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if rows < 2 or training:        # training keeps autograd's usual kernel
+    if training or rows == 0:
         return torch.nn.functional.linear(x, weight, bias)
-    y = (weight @ x.reshape(rows, x.shape[-1]).T).T
+    f = _rowgemm()[0]
+    if (f is not None and rows <= ROWGEMM_ROWS_MAX and x.dtype == weight.dtype == torch.float32
+            and x.device.type == weight.device.type == "cpu" and weight.is_contiguous()
+            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
+        x = x.contiguous()
+        n = weight.shape[0]
+        y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)
+        f(x.data_ptr(), rows, k, weight.data_ptr(), n, None if bias is None else bias.data_ptr(), y.data_ptr(),
+          torch.get_num_threads())
+        return y
+    if rows < 2:
+        return torch.nn.functional.linear(x, weight, bias)
+    y = (weight @ x.reshape(rows, k).T).T
     if bias is not None:
         y = y + bias
     return y.reshape(*x.shape[:-1], weight.shape[0])
