@@ -251,11 +251,30 @@ def test_bench_e2e_trees(gpt2_dirs, tmp_path):
         assert c["higher"] == (c["tokens_per_call"] > c["best_chain_tokens_per_call"])
     tree_rows = [r for r in res["rows"] if r["mode"] != "chain"]
     assert all(r["mask_cycles_per_round"] == 9 and r["verifier_cycles_per_round"] > 0 for r in tree_rows)
+    assert all(r["branched_rounds"] == 0 for r in res["rows"] if r["mode"] == "chain")
+    assert all(0 < r["branched_rounds"] <= 1 for r in tree_rows)      # 8 nodes at depth <= 4 must branch
     best = res["best_tree_vs_best_chain"]           # the fastest of each kind, in tok/s
     tps = {r["gamma"]: r["tokens_per_s"] for r in res["rows"]}
     assert best["tree_tokens_per_s"] == max(tps["eagle-8"], tps["static-8"])
     assert best["chain_tokens_per_s"] == max(tps[3], tps[7])
     assert res["goals_met"]["best tree >= best chain in tok/s"] == (best["ratio"] >= 1)
+
+
+def test_best_tree_counts_only_trees_that_branched():
+    """A tree row that was a chain in every round (a static tree of 4 nodes at depth 3 is gamma 3's chain) is
+    not the best tree, however fast; it is named as chain-shaped."""
+    from specdec.bench_e2e import best_tree_vs_best_chain
+
+    def row(gamma, mode, tps, branched):
+        return {"gamma": gamma, "mode": mode, "tokens_per_s": tps, "branched_rounds": branched}
+    rows = [row(0, "chain", 10.0, 0.0), row(3, "chain", 20.0, 0.0), row("static-4", "static", 22.0, 0.0),
+            row("eagle-4", "eagle", 19.0, 0.6)]
+    best = best_tree_vs_best_chain(rows)
+    assert (best["tree"], best["chain"], best["ok"], best["chain_shaped"]) == ("eagle-4", 3, False, ["static-4"])
+    assert best["ratio"] == 19.0 / 20.0
+    rows[3]["tokens_per_s"] = 21.0
+    assert best_tree_vs_best_chain(rows)["ok"] is True
+    assert best_tree_vs_best_chain(rows[:3]) is None             # no tree that branched
 
 
 def test_bench_e2e_bad_tree_kind_exit_2(no_model_load, capsys):

@@ -40,6 +40,9 @@ def summarize(gens: list[Generation]) -> dict:
         "acceptance": accepted / proposed if proposed else None,
         "tokens_per_call": n_tok / n_rounds if n_rounds else 0.0,
         "target_calls": n_rounds, "drafted": proposed, "accepted": accepted,
+        # rounds whose proposal branched (more drafted nodes than its height): 0 for a chain, and for a tree
+        # builder that only ever drew chains
+        "branched_rounds": per_round(1 for r in rounds if r.g > r.depth),
         "per_position_acceptance": [t / r if r else None for t, r in zip(taken, reached)],
         "breakdown": {**{k: total[k] / n_rounds if n_rounds else 0.0 for k in BREAKDOWN},
                       "prefill_s": sum(g.prefill_s for g in gens) / max(1, len(gens)),
