@@ -101,29 +101,36 @@ def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         On NaN or +inf, naming the first offending position and value.
     """
     x = np.asarray(logits, dtype=np.float64)
-    bad = np.isnan(x) | np.isposinf(x)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
     if x.ndim == 0:
         raise ValueError("logits must have at least one axis (the vocabulary)")
-    fin = np.isfinite(x)
-    mx = np.where(fin, x, -np.inf).max(axis=-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
-    mx = np.where(np.isfinite(mx), mx, 0.0)
+    peak = x.max() if x.size else 0.0           # NaN propagates through max: one pass finds both
+    if np.isnan(peak) or peak == np.inf:
+        pos = tuple(int(i) for i in np.argwhere(np.isnan(x) | np.isposinf(x))[0])
+        raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
+    # NaN and +inf refused, the only non-finite entries are -inf: a row's max is its finite max (a row of
+    # only -inf has none; 0 is subtracted)
+    if x.shape[-1]:
+        mx = x.max(axis=-1, keepdims=True)
+        mx[~np.isfinite(mx)] = 0.0
+    else:
+        mx = np.zeros(x.shape[:-1] + (1,))
     with np.errstate(over="ignore", invalid="ignore"):
-        codes = np.clip(np.round((x - mx) * (1 << LOGIT_FRAC)), -CODE_MAX, CODE_MAX)
-    codes = np.where(fin, codes, LOGIT_NEG_INF)
+        y = (x - mx) * (1 << LOGIT_FRAC)
+        np.round(y, out=y)
+        np.clip(y, -CODE_MAX, CODE_MAX, out=y)      # -inf: -CODE_MAX here, LOGIT_NEG_INF below
+    codes = y.astype(np.int16)
+    codes[np.isneginf(x)] = LOGIT_NEG_INF
     # Argmax-preserving: only the row's first maximal logit keeps code 0; an entry within 1/512 of the max
     # that would also round to 0 gets -1, so greedy decisions on codes equal argmax on the float logits.
     if x.shape[-1]:
-        top = np.argmax(np.where(fin, x, -np.inf), axis=-1)[..., None]
-        first = np.arange(x.shape[-1]) == top
-        codes = np.where((codes == 0) & ~first, -1, codes)
+        zero = codes == 0
+        np.put_along_axis(zero, np.argmax(x, axis=-1)[..., None], False, axis=-1)
+        codes[zero] = -1
     if out is None:
-        return codes.astype(np.int16)
+        return codes
     if out.dtype != np.int16 or out.shape != x.shape:
         raise ValueError(f"out must be int16 of shape {x.shape}, got {out.dtype} {out.shape}")
-    np.copyto(out, codes, casting="unsafe")
+    np.copyto(out, codes)
     return out
 
 
