@@ -84,6 +84,12 @@ def test_kernel_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
         kernels._rowgemm.cache_clear()
         assert kernels.kernel() == f"torch ({kernels.KERNEL_ENV}=torch)"
         monkeypatch.delenv(kernels.KERNEL_ENV)
+        with monkeypatch.context() as m:                    # an ARM64 board: not even a compile is tried
+            m.setattr(kernels.platform, "machine", lambda: "aarch64")
+            kernels._rowgemm.cache_clear()
+            assert kernels.kernel() == "torch (rowgemm is written for x86-64 with AVX2; this CPU is aarch64)"
+        if kernels.platform.machine().lower() not in ("x86_64", "amd64"):
+            return
         monkeypatch.setattr(kernels, "CXX", "false")       # runs, fails, prints nothing
         kernels._rowgemm.cache_clear()
         assert kernels.kernel().startswith("torch (rowgemm unavailable: building the rowgemm kernel failed (exit 1)")

@@ -27,9 +27,9 @@ few rows of x held in L1; AVX2/FMA, OpenMP on torch's thread count), compiled wi
 under ``build/kernels``; more rows through ``W @ x.T`` (MKL with the weight as the row-major left operand,
 faster than ``F.linear`` from 2 rows up). Over the whole SmolLM2-135M forward (dense cache after 120 tokens,
 same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms with rowgemm against 112 / 129-131 /
-162-175 / 140-162 ms before. Without g++ or AVX2/FMA, or with ``SPECDEC_KERNEL=torch`` in the environment,
-every product takes the torch path (:func:`kernel` says which). All give the float32 product up to rounding
-(a few 1e-5 on the logits; ``tests/test_kernels.py``).
+162-175 / 140-162 ms before. Off x86-64 (an ARM64 board such as the KV260), without g++ or AVX2/FMA, or with
+``SPECDEC_KERNEL=torch`` in the environment, every product takes the torch path (:func:`kernel` says which).
+All give the float32 product up to rounding (a few 1e-5 on the logits; ``tests/test_kernels.py``).
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import types
 from pathlib import Path
 
@@ -73,6 +74,8 @@ def _rowgemm() -> tuple[object, str]:
     """(the library's ``rowgemm`` function or None, the kernel's description): loaded once per process."""
     if os.environ.get(KERNEL_ENV, "").lower() == "torch":
         return None, f"torch ({KERNEL_ENV}=torch)"
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None, f"torch (rowgemm is written for x86-64 with AVX2; this CPU is {platform.machine()})"
     from hls_ref.cpp import CompileError
     try:
         lib = ctypes.CDLL(str(_build()))
