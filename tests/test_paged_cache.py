@@ -333,7 +333,7 @@ def test_pools_grow_as_pages_are_used(family_models):
         got, want = paged.forward(ids), dense.forward(ids)
         for r in range(n):
             assert_close(got[r], want[r], f"row {r} of a {n}-token forward")
-        sizes.append(paged.cache.layers[0].keys.shape[0])
+        sizes.append(paged.cache.layers[0].pool_pages)
         assert sizes[-1] > max(paged.cache.table.rows)
     assert sizes == [INITIAL_POOL_PAGES, 32, 64], sizes
     paged.free()

@@ -6,7 +6,7 @@ Two halves:
   open branch (or None), the host's mirror of the rows' pages and the token length. Every page number
   comes from the core (``write_row``); the host never invents one.
 * :class:`PagedCache`, a transformers ``Cache`` with one :class:`PagedLayer` per decoder layer. A layer's
-  keys and values live in pools of shape (pages, kv_heads, block, head_dim), allocated at the first
+  keys and values live in pools of shape (kv_heads, pages, block, head_dim), allocated at the first
   update and grown (doubling, up to the core's PAGES) as the core hands out higher page numbers, so a large
   pool costs memory only once it is used. Position t of the sequence is offset ``t % block`` of the page of
   row ``t // block``.
@@ -238,10 +238,13 @@ class PagedKV:
 
 
 class PagedLayer(CacheLayerMixin):
-    """One decoder layer's keys and values in page pools of shape (pages, kv_heads, block, head_dim).
+    """One decoder layer's keys and values in page pools of shape (kv_heads, pages, block, head_dim).
 
     ``keys`` and ``values`` are the pools themselves (not the sequence's entries in order); ``length`` is
-    the number of positions this layer has stored.
+    the number of positions this layer has stored. The heads come first so that gathering a sequence's
+    pages in row order (``index_select`` on the page axis) is already its (heads, positions, dim) layout:
+    one copy a layer, where pages-first took a gather and a transposing copy (72 against 28 us a pool at
+    15 pages, measured; 30 layers, keys and values).
     """
 
     is_sliding = False
@@ -260,7 +263,7 @@ class PagedLayer(CacheLayerMixin):
             raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
         _, heads, _, dim = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
-        shape = (min(self.table.kv.pages, INITIAL_POOL_PAGES), heads, self.table.block, dim)
+        shape = (heads, min(self.table.kv.pages, INITIAL_POOL_PAGES), self.table.block, dim)
         self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
         self.values = torch.zeros((*shape[:3], value_states.shape[-1]), dtype=value_states.dtype,
                                   device=value_states.device)
@@ -268,15 +271,20 @@ class PagedLayer(CacheLayerMixin):
 
     def _fit(self, page: int) -> None:
         """Grow the pools (doubling, at most the core's PAGES) until page number ``page`` has a place."""
-        have = self.keys.shape[0]
+        have = self.pool_pages
         if page < have:
             return
         size = min(self.table.kv.pages, max(2 * have, page + 1))
         for name in ("keys", "values"):
             pool = getattr(self, name)
-            grown = pool.new_zeros((size, *pool.shape[1:]))
-            grown[:have] = pool
+            grown = pool.new_zeros((pool.shape[0], size, *pool.shape[2:]))
+            grown[:, :have] = pool
             setattr(self, name, grown)
+
+    @property
+    def pool_pages(self) -> int:
+        """Pages the pools hold now (they grow by doubling up to the core's PAGES)."""
+        return self.keys.shape[1]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,8 +298,8 @@ class PagedLayer(CacheLayerMixin):
         self.table.reserve(end)
         pages, offs, top, rows = self.table.index(start, end)
         self._fit(top)
-        self.keys[pages, :, offs, :] = key_states[0].transpose(0, 1).to(self.keys.dtype)
-        self.values[pages, :, offs, :] = value_states[0].transpose(0, 1).to(self.values.dtype)
+        self.keys[:, pages, offs, :] = key_states[0].to(self.keys.dtype)
+        self.values[:, pages, offs, :] = value_states[0].to(self.values.dtype)
         self.length = end
         return _unpage(self.keys, rows, end), _unpage(self.values, rows, end)
 
@@ -299,14 +307,14 @@ class PagedLayer(CacheLayerMixin):
         """Copy page ``src`` into page ``dst`` (keys and values)."""
         if self.is_initialized:
             self._fit(max(src, dst))
-            self.keys[dst] = self.keys[src]
-            self.values[dst] = self.values[src]
+            self.keys[:, dst] = self.keys[:, src]
+            self.values[:, dst] = self.values[:, src]
 
     def move(self, src: tuple[torch.Tensor, torch.Tensor], dst: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Move the entries at (pages, offsets) ``src`` to ``dst`` (gathered first, so overlaps are safe)."""
         if self.is_initialized:
             for pool in (self.keys, self.values):
-                pool[dst[0], :, dst[1], :] = pool[src[0], :, src[1], :].clone()
+                pool[:, dst[0], dst[1], :] = pool[:, src[0], src[1], :].clone()
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(kv_length, kv_offset) of the mask: every stored position plus the query's, offset 0."""
@@ -330,9 +338,8 @@ class PagedLayer(CacheLayerMixin):
 
 def _unpage(pool: torch.Tensor, rows: torch.Tensor, end: int) -> torch.Tensor:
     """Pool pages ``rows`` in row order as one sequence, cut at ``end``: (1, heads, end, dim)."""
-    _, heads, block, dim = pool.shape
-    seq = pool.index_select(0, rows).transpose(0, 1).reshape(heads, len(rows) * block, dim)
-    return seq[None, :, :end]
+    heads, _, block, dim = pool.shape
+    return pool.index_select(1, rows).reshape(heads, len(rows) * block, dim)[None, :, :end]
 
 
 class PagedCache(Cache):
