@@ -75,6 +75,16 @@ def test_rowgemm_takes_strided_inputs_and_leaves_other_dtypes_to_torch():
         torch.testing.assert_close(kernels.linear(xd, wd), xd @ wd.T)
 
 
+def test_mismatched_shapes_raise_torchs_error():
+    """A weight or bias that does not fit x never reaches rowgemm (which would read past them): torch's own
+    shape error (from ``F.linear`` for one row, from ``W @ x.T`` for more)."""
+    for rows in (1, 3):
+        x = torch.randn(rows, 16)
+        for w, b in ((torch.randn(5, 15), None), (torch.randn(5, 17), None), (torch.randn(5, 16), torch.randn(4))):
+            with torch.inference_mode(), pytest.raises(RuntimeError, match=r"shape|size|mat"):
+                kernels.linear(x, w, b)
+
+
 def test_kernel_falls_back_to_torch_and_says_why(monkeypatch, tmp_path):
     """SPECDEC_KERNEL=torch, or a compiler that fails: the torch path, named with the reason; values kept."""
     monkeypatch.setattr(kernels, "_cache_dir", lambda: tmp_path)

@@ -106,9 +106,11 @@ def linear(x, weight, bias=None):
     if training or rows == 0:
         return torch.nn.functional.linear(x, weight, bias)
     f = _rowgemm()[0]
+    # shapes that do not fit go to torch, which raises its own error (rowgemm would read out of bounds)
     if (f is not None and rows <= ROWGEMM_ROWS_MAX and x.dtype == weight.dtype == torch.float32
-            and x.device.type == weight.device.type == "cpu" and weight.is_contiguous()
-            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
+            and x.device.type == weight.device.type == "cpu" and weight.dim() == 2 and weight.shape[1] == k
+            and weight.is_contiguous() and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()
+                                                             and bias.shape == weight.shape[:1]))):
         x = x.contiguous()
         n = weight.shape[0]
         y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)
