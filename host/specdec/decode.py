@@ -193,7 +193,7 @@ def _top_p_keep(x: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
     total = e[e > 0].sum()      # over the nonzero terms only: a compact row (Support) sums as its full row
     d = 8.0
     while True:
-        top = np.flatnonzero(z >= zmax - d) if np.isfinite(d) else np.flatnonzero(e > 0)
+        top = np.flatnonzero(z >= zmax - d) if np.isfinite(d) else np.arange(len(x))
         order = top[np.lexsort((top, -x[top]))]            # by logit, then by id (a stable sort's order)
         pr = e[order]
         before = (np.cumsum(pr) - pr) / total                # mass before each token
