@@ -127,6 +127,8 @@ def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
     feats = lm.features.clone()
     lm.commit_path([0, 2, 3])
     assert lm.features_start == len(ctx) - 1 and torch.equal(lm.features, feats[[0, 2, 3]])
+    with pytest.raises(ValueError, match=r"EAGLE head: commit_path needs ascending indices in 0\.\.3.*\[3, 1\]"):
+        hl.commit_path([3, 1])
     hl.commit_path([1, 3])                  # dropped: the accepted tokens come back with real features
     assert (hl.pending, hl.length) == (0, len(ctx))
     nxt = ctx + [top[1], kids[1], 7]

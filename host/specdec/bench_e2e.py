@@ -283,7 +283,7 @@ def best_tree_vs_best_chain(rows: list[dict]) -> dict | None:
     every round was a chain (a static or Sequoia tree of few nodes can be one) is a chain by another path and
     is listed under ``chain_shaped``. None without both."""
     trees = [r for r in rows if r["mode"] not in ("chain", "pipelined")]
-    branched = [r for r in trees if r.get("branched_rounds", 1) > 0]
+    branched = [r for r in trees if r["branched_rounds"] > 0]
     chains = [r for r in rows if r["mode"] == "chain" and r["gamma"] != 0]
     if not branched or not chains:
         return None

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .decode import Chain, Sampling, Support, check_confidence, draft_token
-from .models import CacheStateError, CausalLM, ModelError
+from .models import CacheStateError, CausalLM, ModelError, check_keep
 
 #: The file that marks a directory as an EAGLE head (and holds its config).
 CONFIG_FILE = "eagle.json"
@@ -361,9 +361,7 @@ class HeadLM:
 
     def commit_path(self, keep) -> None:
         """Drop every pending entry (see the class notes: the accepted tokens come back with real features)."""
-        keep = [int(k) for k in keep]
-        if any(b <= a for a, b in zip(keep, keep[1:])) or any(not 0 <= k < self.pending for k in keep):
-            raise ValueError(f"EAGLE head: commit_path needs ascending indices in 0..{self.pending - 1}, got {keep}")
+        check_keep(keep, self.pending, self.name)
         self._drop_pending()
 
     def _drop_pending(self) -> None:

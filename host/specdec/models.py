@@ -240,6 +240,15 @@ def check_pair(target, target_tok, draft, draft_tok, target_name: str = "target"
     return vt
 
 
+def check_keep(keep, pending: int, name: str) -> list[int]:
+    """``keep`` of a ``commit_path`` as ints, checked: ascending indices of pending entries (0..pending-1)."""
+    keep = [int(k) for k in keep]
+    if any(b <= a for a, b in zip(keep, keep[1:])) or any(not 0 <= k < pending for k in keep):
+        raise ValueError(f"{name}: commit_path needs ascending indices in 0..{pending - 1} (the pending entries), "
+                         f"got {keep}")
+    return keep
+
+
 class CausalLM:
     """One model and its KV cache: feed tokens, get one logits row per token, roll back.
 
@@ -429,10 +438,7 @@ class CausalLM:
         other pending entries are dropped. ``length`` grows by ``len(keep)``; ``pending`` becomes 0.
         """
         import torch
-        keep = [int(k) for k in keep]
-        if any(b <= a for a, b in zip(keep, keep[1:])) or any(not 0 <= k < self.pending for k in keep):
-            raise ValueError(f"{self.name}: commit_path needs ascending indices in 0..{self.pending - 1} "
-                             f"(the pending entries), got {keep}")
+        keep = check_keep(keep, self.pending, self.name)
         if self.paged:                          # moves the kept entries within the branch's pages, commits
             self.cache.commit_path(self.length, keep)
         elif keep != list(range(len(keep))):     # else cropping the tail is enough
