@@ -113,6 +113,11 @@ def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
     kids = [int(torch.argmax(r)) for r in rows1]
     mask = np.array([[1, 0, 1, 0], [0, 1, 0, 1]], dtype=bool)
     rows2 = hl.forward_tree(kids, mask, [1, 1])
+    # compact rows (what the tree builders rank): the full rows' entries at the support, -inf everywhere else
+    ids = hl.support.ids
+    for full, compact in ((rows2, hl._rows(torch.stack(hl._pend_h[2:]), compact=True)),):
+        assert torch.equal(compact, full[:, ids]) and compact.shape == (2, len(ids))
+        assert bool(torch.isneginf(full[:, np.setdiff1d(np.arange(hl.vocab), ids)]).all())
     for i in range(2):
         assert close_rows(rows1[i], reference_row(head, model, ctx, [top[i]]))
         assert close_rows(rows2[i], reference_row(head, model, ctx, [top[i], kids[i]]))
@@ -261,11 +266,11 @@ def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_see
     assert (np.diff(draft.head.hot_ids.numpy()) < 0).any()
     h = torch.randn(1, draft.head.config.hidden_size) * 4
     with torch.inference_mode():
-        compact, full = draft.head.hot_logits(h)[:, draft._order], draft.head.logits(h)
+        compact, full = draft.lm.compact_rows(h), draft.head.logits(h)
     for seed in range(3):
         got, want = [], []
         assert decode.draft_token(compact, 0, "head", cfg.sampling, np.random.default_rng(seed), got, None,
-                                  draft._support) == \
+                                  draft.lm.support) == \
             decode.draft_token(full, 0, "head", cfg.sampling, np.random.default_rng(seed), want)
         np.testing.assert_array_equal(got[0], want[0])
 
@@ -281,3 +286,21 @@ def test_trees_of_the_head_are_greedy_identical_to_target_alone(eagle_pair, kind
     res = run_greedy_identical(eagle_pair, {"prompts": prompts, "max_new_tokens": 20, "seed": 0, "draft": HEAD,
                                             "tree": tree})
     assert res["summary"]["tokens_per_call"] > 1.3
+
+
+def test_trees_ranked_on_compact_rows_equal_trees_ranked_on_full_rows(eagle_pair):
+    """The tree builders rank the head's compact rows (its N hot entries, ascending ids): the same trees, node for
+    node, as when they rank its full-vocabulary rows."""
+    from specdec import tree
+    prompt = pairs.encode(eagle_pair.tokenizer, corpus.sample_passages(1, held_out=True, seed=5)[0])[:40]
+    target = eagle_pair.target
+    for make in (lambda lm: tree.EagleTree(lm, 8, 3, 2), lambda lm: tree.StaticTree(lm, tree.default_paths(8, 3))):
+        trees = []
+        for compact in (True, False):
+            builder = make(eagle.HeadLM(eagle_pair.draft.head, target))
+            if not compact:
+                builder._support, builder._compact = None, {}
+            target.prefill(prompt)              # the target's real features of the prompt but its last token
+            builder.start(prompt)
+            trees.append(builder.propose(prompt))
+        assert trees[0].drafted == 7 and trees[0] == trees[1]

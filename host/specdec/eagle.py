@@ -192,10 +192,6 @@ class EagleDraft:
         self.head = head
         self.confidence = check_confidence(confidence)
         self.lm = HeadLM(head, target)          # the head's cache and the target's features
-        ids = head.hot_ids.numpy()
-        order = np.argsort(ids, kind="stable")
-        # the head's rows in ascending token order: each drafted row is handled on its N hot entries only
-        self._order, self._support = torch.as_tensor(order), Support(ids[order], head.vocab)
 
     def start(self, context: list[int]) -> None:
         self.lm.prefill(context)
@@ -211,8 +207,8 @@ class EagleDraft:
         h = self.lm.predict(context[self.lm.length:])[-1:]
         with torch.inference_mode():
             for i in range(g):
-                z = self.head.hot_logits(h)[:, self._order]
-                token, stop = draft_token(z, i, "EAGLE head", sampling, rng, rows, self.confidence, self._support)
+                z = self.lm.compact_rows(h)
+                token, stop = draft_token(z, i, "EAGLE head", sampling, rng, rows, self.confidence, self.lm.support)
                 tokens.append(token)
                 if stop or i + 1 == g:
                     break
@@ -247,8 +243,14 @@ class HeadLM:
     """
 
     def __init__(self, head, target: CausalLM) -> None:
+        import torch
         self.head, self.target = head, target
         self.name, self.vocab = "EAGLE head", head.vocab
+        ids = head.hot_ids.numpy()
+        order = np.argsort(ids, kind="stable")
+        #: where a compact row's entries sit: the hot ids, ascending (the head's rows gathered into that order)
+        self.support = Support(ids[order], head.vocab)
+        self._order = torch.as_tensor(order)
         target.keep_features(True)
         self.reset()
 
@@ -277,11 +279,19 @@ class HeadLM:
                                   f"its last forward kept {have}")
         return feats[first - start:upto - start]
 
-    def _rows(self, h):
-        """Full-vocabulary float32 rows for predicted features ``h`` (n, d)."""
+    def _rows(self, h, compact: bool = False):
+        """Full-vocabulary float32 rows for predicted features ``h`` (n, d); ``compact``: their entries at
+        :attr:`support` only (n, N)."""
         import torch
         with torch.inference_mode():
-            return self.head.logits(h).float()
+            return self.compact_rows(h) if compact else self.head.logits(h).float()
+
+    def compact_rows(self, h):
+        """The head's rows for predicted features ``h`` (n, d) on their N hot entries, in :attr:`support`'s
+        (ascending token) order, float32 (n, N); every other token's logit is -inf."""
+        import torch
+        with torch.inference_mode():
+            return self.head.hot_logits(h)[:, self._order].float()
 
     def predict(self, tokens):
         """Append ``tokens`` at positions ``length..``; the head's predicted features (n, d) of their slots (one
@@ -303,27 +313,32 @@ class HeadLM:
         self._h_last = h[-1] if len(h) else None
         return h
 
-    def forward(self, tokens, last_only: bool = False):
+    def forward(self, tokens, last_only: bool = False, compact: bool = False):
         """Rows (float32, (len(tokens), V); ``last_only``: the last one, (1, V)) for ``tokens`` appended at
-        positions ``length..``; each row scores the token after its token."""
+        positions ``length..``; each row scores the token after its token. ``compact``: the rows' entries at
+        :attr:`support` only (N columns)."""
         import torch
         at_zero = self.length == 0
         h = self.predict(tokens)
         with torch.inference_mode():
             if last_only and len(h):
-                return self._rows(h[-1:])
-            rows = self._rows(h)
+                return self._rows(h[-1:], compact)
+            rows = self._rows(h, compact)
             if at_zero:                             # position 0: no feature, no preference among hot tokens
-                row = torch.full((1, self.vocab), float("-inf"))
-                row[0, self.head.hot_ids] = 0.0
+                if compact:
+                    row = torch.zeros((1, len(self.support.ids)))
+                else:
+                    row = torch.full((1, self.vocab), float("-inf"))
+                    row[0, self.head.hot_ids] = 0.0
                 rows = torch.cat([row, rows])
         return rows[-1:] if last_only else rows
 
-    def forward_tree(self, tokens, mask, depth):
+    def forward_tree(self, tokens, mask, depth, compact: bool = False):
         """Rows (float32, (n, V)) of ``n`` tree nodes appended as pending entries (the arguments of
         :meth:`specdec.models.CausalLM.forward_tree`: ``mask[i, j]``, node i sees pending entry j; node i
-        sits at position ``length + depth[i]``). A node's parent must be pending already or the root."""
-        return self._rows(self.predict_tree(tokens, mask, depth))
+        sits at position ``length + depth[i]``). A node's parent must be pending already or the root.
+        ``compact``: the rows' entries at :attr:`support` only (N columns)."""
+        return self._rows(self.predict_tree(tokens, mask, depth), compact)
 
     def predict_tree(self, tokens, mask, depth):
         """The predicted features (n, d) of tree nodes appended as pending entries (see :meth:`forward_tree`)."""

@@ -201,24 +201,20 @@ class PagedKV:
             self.seq_rows, self.branch_rows, self.branch = self.branch_rows[:keep], [], None
         self.length = length
 
-    def positions(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(pages, offsets) of positions ``start .. end-1`` (long tensors) in the rows the cache reads."""
-        pos = torch.arange(start, end)
-        table = torch.tensor(self.rows, dtype=torch.long)
-        return table[pos // self.block], pos % self.block
-
-    def index(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
-        """What a layer's update of positions ``start .. end-1`` needs: their (pages, offsets), the highest page
-        among them, and the pages of the rows holding positions ``0 .. end-1`` in order (long tensors).
+    def index(self, start: int, end: int) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """What a layer's update of positions ``start .. end-1`` needs, as slots of a pool viewed flat (page
+        ``p``, offset ``o``: slot ``p * block + o``): the slots of the new positions, the highest page among
+        them, and the slots of positions ``0 .. end-1`` in order (long tensors).
 
         Every decoder layer of one forward asks the same; it is built once, keyed by the positions and the
         rows' pages themselves (so any change to the page table builds it anew). Built per layer it cost
         about 15 ms of a SmolLM2 forward (30 layers; the paged cache ran at 0.83x the dense one)."""
         key = (start, end, tuple(self.rows))
         if self._index[0] != key:
-            pages, offs = self.positions(start, end)
-            rows = torch.tensor(key[2][:rows_for(end, self.block)], dtype=torch.long)
-            self._index = (key, (pages, offs, int(pages.max()), rows))
+            pos = torch.arange(end)
+            table = torch.tensor(key[2][:rows_for(end, self.block)], dtype=torch.long)
+            slots = table[pos // self.block] * self.block + pos % self.block
+            self._index = (key, (slots[start:], int(table[start // self.block:].max()), slots))
         return self._index[1]
 
     def check(self) -> None:
@@ -241,10 +237,10 @@ class PagedLayer(CacheLayerMixin):
     """One decoder layer's keys and values in page pools of shape (kv_heads, pages, block, head_dim).
 
     ``keys`` and ``values`` are the pools themselves (not the sequence's entries in order); ``length`` is
-    the number of positions this layer has stored. The heads come first so that gathering a sequence's
-    pages in row order (``index_select`` on the page axis) is already its (heads, positions, dim) layout:
-    one copy a layer, where pages-first took a gather and a transposing copy (72 against 28 us a pool at
-    15 pages, measured; 30 layers, keys and values).
+    the number of positions this layer has stored. The heads come first, so a pool viewed flat is (heads,
+    pages * block, dim) and one ``index_select`` of the sequence's slots (:meth:`PagedKV.index`) is already its
+    (heads, positions, dim) layout, exactly ``end`` long: one copy a layer (pages first took a gather and a
+    transposing copy: 72 against 28 us a pool at 15 pages, measured; 30 layers, keys and values).
     """
 
     is_sliding = False
@@ -296,12 +292,13 @@ class PagedLayer(CacheLayerMixin):
             raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
         start, end = self.length, self.length + key_states.shape[-2]
         self.table.reserve(end)
-        pages, offs, top, rows = self.table.index(start, end)
+        new, top, slots = self.table.index(start, end)
         self._fit(top)
-        self.keys[:, pages, offs, :] = key_states[0].to(self.keys.dtype)
-        self.values[:, pages, offs, :] = value_states[0].to(self.values.dtype)
+        keys, values = _flat(self.keys), _flat(self.values)
+        keys.index_copy_(1, new, key_states[0].to(keys.dtype))
+        values.index_copy_(1, new, value_states[0].to(values.dtype))
         self.length = end
-        return _unpage(self.keys, rows, end), _unpage(self.values, rows, end)
+        return keys.index_select(1, slots)[None], values.index_select(1, slots)[None]
 
     def copy_page(self, src: int, dst: int) -> None:
         """Copy page ``src`` into page ``dst`` (keys and values)."""
@@ -310,11 +307,13 @@ class PagedLayer(CacheLayerMixin):
             self.keys[:, dst] = self.keys[:, src]
             self.values[:, dst] = self.values[:, src]
 
-    def move(self, src: tuple[torch.Tensor, torch.Tensor], dst: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Move the entries at (pages, offsets) ``src`` to ``dst`` (gathered first, so overlaps are safe)."""
+    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Move the entries at slots ``src`` (see :meth:`PagedKV.index`) to slots ``dst`` (gathered first, so
+        overlaps are safe)."""
         if self.is_initialized:
             for pool in (self.keys, self.values):
-                pool[:, dst[0], dst[1], :] = pool[:, src[0], src[1], :].clone()
+                flat = _flat(pool)
+                flat.index_copy_(1, dst, flat.index_select(1, src))
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(kv_length, kv_offset) of the mask: every stored position plus the query's, offset 0."""
@@ -336,10 +335,11 @@ class PagedLayer(CacheLayerMixin):
         raise NotImplementedError("paged KV cache: beam search is not supported (batch size 1)")
 
 
-def _unpage(pool: torch.Tensor, rows: torch.Tensor, end: int) -> torch.Tensor:
-    """Pool pages ``rows`` in row order as one sequence, cut at ``end``: (1, heads, end, dim)."""
-    heads, _, block, dim = pool.shape
-    return pool.index_select(1, rows).reshape(heads, len(rows) * block, dim)[None, :, :end]
+def _flat(pool: torch.Tensor) -> torch.Tensor:
+    """A pool (heads, pages, block, dim) viewed as (heads, pages * block, dim): page p's offset o is slot
+    p * block + o."""
+    heads, pages, block, dim = pool.shape
+    return pool.view(heads, pages * block, dim)
 
 
 class PagedCache(Cache):
@@ -409,10 +409,8 @@ class PagedCache(Cache):
         to positions ``length .. length + len(keep) - 1`` in every layer, then commit the branch."""
         k = len(keep)
         if keep != list(range(k)):
-            idx = torch.tensor(keep, dtype=torch.long)
-            pages, offs = self.table.positions(length, self.table.length)
-            src = (pages[idx], offs[idx])
-            dst = (pages[:k], offs[:k])
+            slots = self.table.index(length, self.table.length)[0]      # of the pending entries, in order
+            src, dst = slots[torch.tensor(keep, dtype=torch.long)], slots[:k]
             with torch.inference_mode():
                 for layer in self.layers:
                     layer.move(src, dst)
