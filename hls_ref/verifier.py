@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwcontract import latency as lat
-from hwcontract.formats import EXP_DEAD, EXP_FRAC, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, U_BITS, rng_uniform, temper
+from hwcontract.formats import EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, U_BITS, rng_uniform, temper
 from hwcontract.formats import weights as _weights
 from hwcontract.regmap import VERIFIER_MAX_GAMMA, core
 
@@ -60,10 +60,6 @@ def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
     rescale): element j sits on beat ``j // lanes``; for each beat ``m' = max(m, bm)``,
     ``S = (S * EXP(m' - m)) >> 15`` (0 while m is -inf), ``S += sum EXP(m' - zt)``, ``m = m'``.
 
-    Vectorised: per-beat maxima, their cumulative max (the running max *at* each beat), per-beat sums
-    relative to that running max, then a fold over the beats where the running max changes only (between
-    changes the rescale is by EXP(0) = 32768, which leaves S unchanged, so the beat sums simply add).
-
     Parameters
     ----------
     zt : ndarray of int64, shape (V,)
@@ -78,40 +74,8 @@ def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
     S : int
         The running sum (0 for an all -inf row).
     """
-    if lanes < 1:
-        raise ValueError(f"lanes must be >= 1, got {lanes}")
-    zt = np.asarray(zt, dtype=np.int64).ravel()
-    n = zt.size
-    nb = -(-n // lanes)
-    if nb == 0:
-        return NEG_INF, 0
-    if nb * lanes == n:
-        beats = zt.reshape(nb, lanes)
-    else:
-        pad = np.full(nb * lanes, NEG_INF, dtype=np.int64)
-        pad[:n] = zt
-        beats = pad.reshape(nb, lanes)
-    bm = beats.max(axis=1)                    # -inf (-32768) is below every real code
-    run = np.maximum.accumulate(bm)           # running max after each beat
-    if run[-1] == NEG_INF:
-        return NEG_INF, 0
-    # Beat sums relative to the running max at that beat (a -inf code, or a beat before any real code,
-    # indexes the 0 entry).
-    bsum = EXP_WIDE[np.where(beats == NEG_INF, EXP_DEAD, run[:, None] - beats)].sum(axis=1)
-    # Fold over groups of beats with the same running max; the first group may be -inf (sum 0).
-    change = (run[1:] != run[:-1]).nonzero()[0] + 1
-    if change.size == 0:                      # one running max for the whole row: no rescale
-        return int(run[0]), int(bsum.sum())
-    starts = np.concatenate(([0], change))
-    gsum = np.add.reduceat(bsum, starts)
-    gmax = run[starts]
-    s = 0
-    m = NEG_INF
-    for mk, sk in zip(gmax.tolist(), gsum.tolist()):
-        s = 0 if m == NEG_INF else (s * EXP_PY[mk - m]) >> EXP_FRAC
-        s += sk
-        m = mk
-    return int(m), int(s)
+    m, s, _ = row_scan(zt, lanes)
+    return m, s
 
 
 def rescales(zt: np.ndarray, lanes: int) -> int:
@@ -120,12 +84,57 @@ def rescales(zt: np.ndarray, lanes: int) -> int:
     The first beat with a real code sets the max from -inf and needs no rescale; so does every beat that
     does not raise it (``EXP(0) = 32768``).
     """
+    return row_scan(zt, lanes)[2]
+
+
+def row_scan(zt: np.ndarray, lanes: int) -> tuple[int, int, int]:
+    """One row's :func:`row_stats` ``(m, S)`` and :func:`rescales` count, in one pass over it.
+
+    Vectorised: per-beat maxima (lane by lane: a reduction along rows of L codes costs more than L
+    element-wise maxima), their cumulative max (the running max *at* each beat), then a fold over the
+    groups of beats with the same running max. Within a group the rescale is by EXP(0) = 32768, which leaves
+    S unchanged, so each group adds the sum of its elements' EXP(running max - zt) (a -inf code: 0).
+    """
+    if lanes < 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
     zt = np.asarray(zt, dtype=np.int64).ravel()
-    nb = -(-zt.size // lanes)
-    pad = np.full(nb * lanes, NEG_INF, dtype=np.int64)
-    pad[:zt.size] = zt
-    run = np.maximum.accumulate(pad.reshape(nb, lanes).max(axis=1))
-    return int(((run[1:] > run[:-1]) & (run[:-1] != NEG_INF)).sum())
+    n = zt.size
+    nb = -(-n // lanes)
+    if nb == 0:
+        return NEG_INF, 0, 0
+    if nb * lanes == n:
+        beats = zt.reshape(nb, lanes)
+    else:
+        pad = np.full(nb * lanes, NEG_INF, dtype=np.int64)
+        pad[:n] = zt
+        beats = pad.reshape(nb, lanes)
+    bm = beats[:, 0].copy()                   # -inf (-32768) is below every real code
+    for j in range(1, lanes):
+        np.maximum(bm, beats[:, j], out=bm)
+    run = np.maximum.accumulate(bm)           # running max after each beat
+    if run[-1] == NEG_INF:
+        return NEG_INF, 0, 0
+    change = (run[1:] != run[:-1]).nonzero()[0] + 1         # beats that raise the running max
+    n_resc = int((run[change - 1] != NEG_INF).sum())
+    # each code against the running max at its beat; a -inf code must weigh 0. Beats before the first real
+    # code (running max -inf) index EXP_WIDE's 0 entry; after it, a -inf code's distance is the running max
+    # + 32768, at least EXP_LIMIT (EXP = 0 there) unless that max is below -32768 + EXP_LIMIT, when the -inf
+    # codes are masked one by one
+    d = run[:, None] - beats
+    first = int(np.argmax(run != NEG_INF))
+    d[:first] = EXP_DEAD
+    if run[first] < NEG_INF + EXP_LIMIT:
+        np.putmask(d, beats == NEG_INF, EXP_DEAD)
+    d = d.reshape(-1)
+    starts = np.concatenate(([0], change))
+    gsum = np.add.reduceat(EXP_WIDE[d], starts * lanes)
+    s = 0
+    m = NEG_INF
+    for mk, sk in zip(run[starts].tolist(), gsum.tolist()):
+        s = 0 if m == NEG_INF else (s * EXP_PY[mk - m]) >> EXP_FRAC
+        s += sk
+        m = mk
+    return int(m), int(s), n_resc
 
 
 def e_of(zt_x: int, m: int) -> int:
@@ -328,14 +337,14 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
     for i in range(g):
         ztp = temper((yield from row("p", i)), inv_temp)
         rows += 1
-        resc += rescales(ztp, lanes)
-        mp, sp = row_stats(ztp, lanes)
+        mp, sp, n_resc = row_scan(ztp, lanes)
+        resc += n_resc
         if mp == NEG_INF:
             return empty()
         ztq = temper((yield from row("q", i)), inv_temp)
         rows += 1
-        resc += rescales(ztq, lanes)
-        mq, sq = row_stats(ztq, lanes)
+        mq, sq, n_resc = row_scan(ztq, lanes)
+        resc += n_resc
         if mq == NEG_INF:
             return empty()
         x = int(draft[i])
@@ -356,8 +365,8 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
 
     ztp = temper((yield from row("p", g)), inv_temp)
     rows += 1
-    resc += rescales(ztp, lanes)
-    mp, sp = row_stats(ztp, lanes)
+    mp, sp, n_resc = row_scan(ztp, lanes)
+    resc += n_resc
     if mp == NEG_INF:
         return empty()
     last[2] = sp
@@ -547,8 +556,8 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
                 return done(a)
         else:
             zt = temper(r, inv_temp)
-            resc += rescales(zt, lanes)
-            mp, sp = row_stats(zt, lanes)
+            mp, sp, n_resc = row_scan(zt, lanes)
+            resc += n_resc
             if mp == NEG_INF:
                 return done(0, ERR_EMPTY_ROW)
             last = [0, 0, sp, 0]

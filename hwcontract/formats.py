@@ -179,9 +179,17 @@ def temper(z: np.ndarray, inv_temp: int) -> np.ndarray:
     -------
     ndarray of int64
     """
-    z = np.asarray(z, dtype=np.int64)
-    zt = np.clip((z * int(inv_temp)) >> INV_TEMP_FRAC, -CODE_MAX, CODE_MAX)
-    return np.where(z == LOGIT_NEG_INF, np.int64(LOGIT_NEG_INF), zt)
+    z = np.asarray(z)
+    if not 0 <= int(inv_temp) <= INV_TEMP_MAX:
+        raise ValueError(f"INV_TEMP must lie in 0..{INV_TEMP_MAX}, got {inv_temp}")
+    if z.dtype != np.int16 and z.size and (z.min() < LOGIT_NEG_INF or z.max() > CODE_MAX):
+        raise ValueError(f"logit codes must lie in {LOGIT_NEG_INF}..{CODE_MAX}, got {z.min()}..{z.max()}")
+    zt = z.astype(np.int32)         # |code| * INV_TEMP <= 32768 * 65535 < 2**31: no overflow in int32
+    zt *= int(inv_temp)
+    zt >>= INV_TEMP_FRAC
+    np.clip(zt, -CODE_MAX, CODE_MAX, out=zt)
+    np.putmask(zt, z == LOGIT_NEG_INF, LOGIT_NEG_INF)
+    return zt.astype(np.int64)
 
 
 def weights(zt: np.ndarray, m: int) -> np.ndarray:

@@ -206,6 +206,11 @@ def test_temper_matches_naive():
     z[:10] = NEG
     for it in (1, 37, 256, 300, 1000, 65535):
         assert fmt.temper(z, it).tolist() == [temper_n(int(c), it) for c in z]
+        assert fmt.temper(z.astype(np.int64), it).tolist() == fmt.temper(z, it).tolist()
+    with pytest.raises(ValueError, match=r"INV_TEMP must lie in 0\.\.65535, got 65536"):
+        fmt.temper(z, 65536)
+    with pytest.raises(ValueError, match=r"logit codes must lie in -32768\.\.32767, got -32768\.\.40000"):
+        fmt.temper(np.array([0, 40000, NEG]), 256)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -228,9 +233,13 @@ def test_row_stats_matches_naive(lanes, vocab):
     rows.append(np.arange(vocab) * 7 - 32767)                          # steady climb, many rescales
     rows.append(np.sort(rng.integers(-30000, 30000, vocab))[::-1])    # descending: one max
     rows.append(np.full(vocab, NEG))
+    r = np.arange(vocab) * 7 - 32767                                   # -inf codes under a running max below
+    r[rng.random(vocab) < 0.3] = NEG                                   # -32768 + 4096 (their distance < 4096)
+    rows.append(r)
     for r in rows:
         zt = np.asarray(r, dtype=np.int64)
         assert v.row_stats(zt, lanes) == row_stats_n(zt.tolist(), lanes)
+        assert v.rescales(zt, lanes) == rescales_n(zt.tolist(), lanes)
 
 
 @pytest.mark.parametrize("vocab", [50257, 50272])
