@@ -115,9 +115,9 @@ def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
     rows2 = hl.forward_tree(kids, mask, [1, 1])
     # compact rows (what the tree builders rank): the full rows' entries at the support, -inf everywhere else
     ids = hl.support.ids
-    for full, compact in ((rows2, hl._rows(torch.stack(hl._pend_h[2:]), compact=True)),):
-        assert torch.equal(compact, full[:, ids]) and compact.shape == (2, len(ids))
-        assert bool(torch.isneginf(full[:, np.setdiff1d(np.arange(hl.vocab), ids)]).all())
+    compact = hl.compact_rows(torch.stack(hl._pend_h[2:]))      # the depth-2 nodes' predicted features
+    assert compact.shape == (2, len(ids)) and torch.equal(compact, rows2[:, ids])
+    assert bool(torch.isneginf(rows2[:, np.setdiff1d(np.arange(hl.vocab), ids)]).all())
     for i in range(2):
         assert close_rows(rows1[i], reference_row(head, model, ctx, [top[i]]))
         assert close_rows(rows2[i], reference_row(head, model, ctx, [top[i], kids[i]]))

@@ -188,7 +188,6 @@ class EagleDraft:
     name = "eagle"
 
     def __init__(self, head, target: CausalLM, confidence: float | None = None) -> None:
-        import torch
         self.head = head
         self.confidence = check_confidence(confidence)
         self.lm = HeadLM(head, target)          # the head's cache and the target's features
