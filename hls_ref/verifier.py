@@ -78,17 +78,10 @@ def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
     return m, s
 
 
-def rescales(zt: np.ndarray, lanes: int) -> int:
-    """Beats of a row (L codes each) whose max exceeds a finite running max: the rescales of ``S``.
-
-    The first beat with a real code sets the max from -inf and needs no rescale; so does every beat that
-    does not raise it (``EXP(0) = 32768``).
-    """
-    return row_scan(zt, lanes)[2]
-
-
 def row_scan(zt: np.ndarray, lanes: int) -> tuple[int, int, int]:
-    """One row's :func:`row_stats` ``(m, S)`` and :func:`rescales` count, in one pass over it.
+    """One row's :func:`row_stats` ``(m, S)`` and its rescales of ``S``, in one pass over it: the beats (L codes
+    each) whose max exceeds a finite running max. The first beat with a real code sets the max from -inf and
+    needs no rescale; so does every beat that does not raise it (``EXP(0) = 32768``).
 
     Vectorised: per-beat maxima (lane by lane: a reduction along rows of L codes costs more than L
     element-wise maxima), their cumulative max (the running max *at* each beat), then a fold over the

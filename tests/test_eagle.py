@@ -299,7 +299,7 @@ def test_trees_ranked_on_compact_rows_equal_trees_ranked_on_full_rows(eagle_pair
         for compact in (True, False):
             builder = make(eagle.HeadLM(eagle_pair.draft.head, target))
             if not compact:
-                builder._support, builder._compact = None, {}
+                builder._support = None
             target.prefill(prompt)              # the target's real features of the prompt but its last token
             builder.start(prompt)
             trees.append(builder.propose(prompt))

@@ -239,7 +239,7 @@ def test_row_stats_matches_naive(lanes, vocab):
     for r in rows:
         zt = np.asarray(r, dtype=np.int64)
         assert v.row_stats(zt, lanes) == row_stats_n(zt.tolist(), lanes)
-        assert v.rescales(zt, lanes) == rescales_n(zt.tolist(), lanes)
+        assert v.row_scan(zt, lanes) == (*row_stats_n(zt.tolist(), lanes), rescales_n(zt.tolist(), lanes))
 
 
 @pytest.mark.parametrize("vocab", [50257, 50272])

@@ -282,8 +282,10 @@ class HeadLM:
         """Full-vocabulary float32 rows for predicted features ``h`` (n, d); ``compact``: their entries at
         :attr:`support` only (n, N)."""
         import torch
+        if compact:
+            return self.compact_rows(h)
         with torch.inference_mode():
-            return self.compact_rows(h) if compact else self.head.logits(h).float()
+            return self.head.logits(h).float()
 
     def compact_rows(self, h):
         """The head's rows for predicted features ``h`` (n, d) on their N hot entries, in :attr:`support`'s

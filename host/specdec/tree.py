@@ -169,7 +169,6 @@ class TreeDrafter(ABC):
         # a draft whose rows are compact (an EAGLE head's hot vocabulary: HeadLM.support) gives them so
         # (compact=True): ranked on its N entries, not on the full vocabulary's -inf-filled rows
         self._support: Support | None = getattr(lm, "support", None)
-        self._compact = {} if self._support is None else {"compact": True}
         self._last: Tree | None = None     # the tree of the previous round
         self._pidx: dict[int, int] = {}    # node of that tree -> its pending entry in the draft cache
         self._root_pos = 0                 # context position of that tree's root
@@ -252,6 +251,11 @@ class TreeDrafter(ABC):
                 a = parents[a]
             depth[i] -= 1               # depth 1 sits right after the root
         return lm.forward_tree([tokens[v] for v in nodes], mask, depth, **self._compact)
+
+    @property
+    def _compact(self) -> dict:
+        """The keyword that asks the draft for compact rows (none for a full-vocabulary draft)."""
+        return {} if self._support is None else {"compact": True}
 
     def _ranked(self, logits, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` top-ranked entries of a row of :meth:`_forward_nodes` (or the root's), best first: their
