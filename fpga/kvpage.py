@@ -10,11 +10,11 @@ State
   ``TABLE_BANK`` entries (``table_bank``: block RAM, ram_style "block", fpga.convert), each with a register
   after its RAM: a table read takes two cycles, and no path runs from a block RAM through the bank
   multiplexer;
-* ``next_mem`` (PAGES page ids): the chain links (free list and every slot's chain);
+* ``next_mem_bram`` (PAGES page ids, block RAM): the chain links (free list and every slot's chain);
 * ``rowof_mem`` (PAGES rows): the row each page was allocated for (REFS reads one row of every slot);
 * the free list (head, count), the bump pointer (pages ``bump..PAGES-1`` never used) and FREE_PAGES.
 
-``next_mem`` and ``rowof_mem`` have one synchronous read port and one write port each (read data one cycle
+``next_mem_bram`` and ``rowof_mem`` have one synchronous read port and one write port each (read data one cycle
 after the address); no operation walks a chain, so COMMIT, ROLLBACK and FREE take the same cycles whatever
 the slots hold. The sum of the freed slots' page counts (for FREE_PAGES) is a two-stage adder tree over the
 SLOTS counts, registered, which COMMIT and ROLLBACK wait for.
@@ -162,7 +162,9 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
 
     # ---------------- memories ----------------
     TA = SW + BW
-    next_mem = [Signal(intbv(0)[PW:]) for _ in range(PAGES)]
+    # block RAM (ram_style "block", fpga.convert): as LUTRAM, 1,024 links were read through a registered address
+    # and a multiplexer over 64 LUTRAM blocks into the slots' heads (ECP5: the 1,024-page build's worst path)
+    next_mem_bram = [Signal(intbv(0)[PW:]) for _ in range(PAGES)]
     rowof_mem = [Signal(intbv(0)[BW:]) for _ in range(PAGES)]
     t_raddr, t_waddr = Signal(intbv(0)[TA:]), Signal(intbv(0)[TA:])
     t_rdata, t_wdata = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
@@ -242,8 +244,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     @always(clk.posedge)
     def next_ram():
         if n_we:
-            next_mem[n_waddr].next = n_wdata
-        n_rdata.next = next_mem[n_raddr]
+            next_mem_bram[n_waddr].next = n_wdata
+        n_rdata.next = next_mem_bram[n_raddr]
 
     @always(clk.posedge)
     def rowof_ram():
@@ -295,10 +297,13 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     pick = Signal(intbv(0)[SW:])                    # NEW/FORK's slot
     pick_z = Signal(bool(0))                        # ... is a zombie
     zlow = Signal(intbv(0)[SW:])                    # lowest zombie (WRITE's last page source)
-    hz = Signal(intbv(0)[PW:])
-    cz = Signal(intbv(0)[CW:])                      # count[zsrc], registered in RW1 (for RW2)
-    cz_one = Signal(bool(0))                        # ... == 1
-    hn, tn, cn = Signal(intbv(0)[PW:]), Signal(intbv(0)[CW:]), Signal(intbv(0)[CW:])
+    # the lowest zombie's head, tail and page count, registered every cycle from the one-hot zomb_lo: valid
+    # from the cycle after CHECK (the kinds, heads, tails and counts hold from CHECK until the operation's
+    # last state), where NEW/FORK reuse a zombie's slot (pick_zq: the pick is the lowest zombie) and WRITE
+    # takes its page from the lowest zombie's chain (zsrc)
+    zl_head, zl_tail = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
+    zl_count = Signal(intbv(0)[CW:])
+    cz_one = Signal(bool(0))                        # zl_count == 1, registered in RW1 (for RW2)
     chk_err = Signal(intbv(0)[32:])
     hit = Signal(bool(0))                           # SCAN: the slot whose table entry t_rdata holds counts
     hit_q = Signal(bool(0))                         # ... registered; REFS adds it one cycle later
@@ -404,12 +409,21 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
             pick.next = pz
             pick_z.next = True
 
-    @always_comb
-    def picked_views():
-        hz.next = head[zsrc]
-        hn.next = head[pick_q]
-        tn.next = tail[pick_q]
-        cn.next = count[pick_q]
+    @always(clk.posedge)
+    def zombie_views():
+        # AND-OR over the one-hot zomb_lo, not a multiplexer on an encoded slot number: one register stage
+        # from zomb_lo (ECP5: count[pick_q] into fl_count's adder was the 64-slot build's worst path)
+        hh = intbv(0)[PW:]
+        tt = intbv(0)[PW:]
+        cc = intbv(0)[CW:]
+        for s in range(NS):
+            if zomb_lo[s]:
+                hh[:] = hh | head[s]
+                tt[:] = tt | tail[s]
+                cc[:] = cc | count[s]
+        zl_head.next = hh
+        zl_tail.next = tt
+        zl_count.next = cc
 
     @always_comb
     def check():
@@ -487,7 +501,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
         elif src == SRC_BUMP:
             alloc_sel.next = bump[PW:0]
         else:
-            alloc_sel.next = hz
+            alloc_sel.next = zl_head
 
     # ---------------- memory ports, by state ----------------
     @always_comb
@@ -506,7 +520,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
             if fl_count != 0:
                 n_raddr.next = fl_head
             else:
-                n_raddr.next = hz
+                n_raddr.next = zl_head
         ro_we.next = False
         ro_waddr.next = alloc_page
         ro_wdata.next = row_lo
@@ -514,7 +528,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
         if state == ST_SLOT:
             if pick_zq:         # the zombie's chain goes to the front of the free list
                 n_we.next = True
-                n_waddr.next = tn
+                n_waddr.next = zl_tail
                 n_wdata.next = fl_head
         elif state == ST_COPY:
             t_raddr.next = concat(a, cnt[BW:0])
@@ -639,7 +653,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
         r_params.next = PARAMS_VAL
 
     insts += [operand_slices, start_slot, child_ref, operand_views, seq_views, masks, sa_onehot, masks_reg, pickers,
-              picked_views, check, scan_views, scan_hit, info_view, alloc_views, ports, masks_wide, regs_out]
+              zombie_views, check, scan_views, scan_hit, info_view, alloc_views, ports, masks_wide, regs_out]
 
     # ---------------- the FSM: every slot, pool and result register ----------------
     @always(clk.posedge)
@@ -738,8 +752,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
                     state.next = ST_CLEAR
             elif state == ST_SLOT:
                 if pick_zq:
-                    fl_head.next = hn
-                    fl_count.next = fl_count + cn
+                    fl_head.next = zl_head
+                    fl_count.next = fl_count + zl_count
                 nb.next = pick_q
                 res_slot.next = pick_q
                 if code == OP_NEW:
@@ -760,8 +774,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
                     ops.next = ops + 1
             elif state == ST_RW1:
                 alloc_page.next = alloc_sel
-                cz.next = count[zsrc]
-                cz_one.next = count[zsrc] == 1
+                cz_one.next = zl_count == 1
                 own_row.next = not row_big and orow >= ba and orow < la
                 app_row.next = not row_big and orow == la
                 state.next = ST_RW1B
@@ -917,7 +930,7 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
                     else:
                         kind[s].next = K_BRANCH
                 if rw2z_en and zsrc == s:       # WRITE: the page came from this zombie's chain
-                    count[s].next = cz - 1
+                    count[s].next = zl_count - 1
                     if cz_one:
                         kind[s].next = K_FREE
                 if rw2a_en and a == s:          # WRITE: the slot's new page
