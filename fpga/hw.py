@@ -404,8 +404,10 @@ def rows_for(cores: list[str] | None = None,
              params: dict[str, dict[str, str]] | None = None) -> list[tuple[str, dict[str, int]]]:
     """The (core, validated parameters) pairs a report covers.
 
-    No ``cores``: ``REPORT_ROWS``. A core with overrides in ``params``: one row with them. A core without:
-    its ``REPORT_ROWS`` entries, or its defaults when it has none (e.g. ``system``).
+    No ``cores``: ``REPORT_ROWS``. Each core gives its ``REPORT_ROWS`` entries (its defaults when it has none,
+    e.g. ``system``) with its overrides in ``params`` applied on top, rows made equal by them kept once: an
+    override changes what it names and never drops the real build's other parameters to the core's
+    defaults (``--core verifier --param LANES=4`` is the full-vocabulary build at 4 lanes).
 
     Raises
     ------
@@ -417,11 +419,11 @@ def rows_for(cores: list[str] | None = None,
     names = list(cores) if cores else list(dict.fromkeys(c for c, _ in REPORT_ROWS))
     out = []
     for core in names:
-        if params.get(core):
-            out.append((core, params_for(core, params[core])))
-        else:
-            sets = [p for c, p in REPORT_ROWS if c == core] or [{}]
-            out += [(core, params_for(core, p)) for p in sets]
+        sets = [p for c, p in REPORT_ROWS if c == core] or [{}]
+        for p in sets:
+            row = (core, params_for(core, {**p, **params.get(core, {})}))
+            if row not in out:
+                out.append(row)
     return out
 
 

@@ -18,7 +18,7 @@ pipelined DSP product rescales S (sampling mode only; greedy rounds need no S).
 
 Sampling passes (one buffered beat per cycle)::
 
-    buffer read (2) -> EXP p, q (5) -> e_p S_q, e_q S_p (4) -> weight -> lane prefix sums (log2 L)
+    buffer read (3) -> EXP p, q (6) -> e_p S_q, e_q S_p (4) -> weight -> lane prefix sums (log2 L)
        TOTAL: W_d += sum w, W_e += sum e_p             WALK: C + prefix <= t (3) -> first lane past t
 
 FSM (chain mode, CONFIG.TREE = 0)::
@@ -283,31 +283,31 @@ def tree_sum(clk, xs, total):
 
 @block
 def beat_max(clk, ce, zbs, bm, bi):
-    """The beat's max code and lowest argmax lane in two stages: tree levels 1-2, then level 3 (L = 8)."""
+    """The beat's max code and lowest argmax lane in two stages: tree level 1, then the rest (levels 2-3 at
+    L = 8). Level 1's registers sit beside the tree, so the lanes' codes (which also feed the row buffers and
+    the EXP delay line) reach the tree through one register hop and no logic."""
     L = len(zbs)
     insts = []
     level = [(zbs[k], k) for k in range(L)]
-    for _ in range(min(2, L.bit_length() - 1)):
-        nxt = []
-        for k in range(0, len(level), 2):
-            o, oi = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
-            insts.append(max2(level[k][0], level[k][1], level[k + 1][0], level[k + 1][1], o, oi))
-            nxt.append((o, oi))
-        level = nxt
-    mid = []
-    for o, oi in level:
-        r, ri = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
-        insts.append(reg(clk, ce, o, r))
-        if isinstance(oi, int):     # L = 1: lane 0
-            insts.append(const(clk, ri, oi))
-        else:
-            insts.append(reg(clk, ce, oi, ri))
-        mid.append((r, ri))
-    if len(mid) == 2:
-        o, oi = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
-        insts.append(max2(mid[0][0], mid[0][1], mid[1][0], mid[1][1], o, oi))
-        mid = [(o, oi)]
-    insts += [reg(clk, ce, mid[0][0], bm), reg(clk, ce, mid[0][1], bi)]
+    for stage in range(2):
+        n = min(1, len(level).bit_length() - 1) if stage == 0 else len(level).bit_length() - 1
+        for _ in range(n):
+            nxt = []
+            for k in range(0, len(level), 2):
+                o, oi = Signal(intbv(0)[16:]), Signal(intbv(0)[4:])
+                insts.append(max2(level[k][0], level[k][1], level[k + 1][0], level[k + 1][1], o, oi))
+                nxt.append((o, oi))
+            level = nxt
+        regd = []
+        for o, oi in level:
+            r, ri = (bm, bi) if stage == 1 else (Signal(intbv(0)[16:]), Signal(intbv(0)[4:]))
+            insts.append(reg(clk, ce, o, r))
+            if isinstance(oi, int):     # L = 1: lane 0
+                insts.append(const(clk, ri, oi))
+            else:
+                insts.append(reg(clk, ce, oi, ri))
+            regd.append((r, ri))
+        level = regd
     return insts
 
 
@@ -338,17 +338,21 @@ def lane_sum(clk, ce, es, total):
 
 @block
 def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
-    """One row buffer: DEPTH beats of DW bits, one write port and a read with two cycles of latency.
+    """One row buffer: DEPTH beats of DW bits, one write port and a read with ``VER_BUF_READ`` (3) cycles of
+    latency: the RAM's synchronous read, an output register, a registered mux.
 
     Block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
     buffer; ``*_bram``, marked ram_style "block" by fpga.convert so that UltraScale+ keeps its URAM for the
     draft engine); the tail (280 beats there) is distributed RAM (``*_lutram``, marked ram_style
-    "distributed") read through a registered address. The outputs meet in a registered mux.
+    "distributed") read through a registered address into a register. The block RAM's output register (a
+    RAM's clock-to-out is long: 4.3 ns on the ECP5 proxy) comes before the mux, so no logic follows the RAM.
     """
+    assert lat.VER_BUF_READ == 3
     MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
     TAIL = DEPTH - MAIN
     mem_a_bram = [Signal(intbv(0)[DW:]) for _ in range(MAIN)]
     rd_a = Signal(intbv(0)[DW:])
+    rd_a2 = Signal(intbv(0)[DW:])
 
     if TAIL == 0:
         @always(clk.posedge)
@@ -362,14 +366,17 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
         @always(clk.posedge)
         def out():
-            dout.next = rd_a
+            rd_a2.next = rd_a
+            dout.next = rd_a2
 
         return write, read, out
 
     mem_b_lutram = [Signal(intbv(0)[DW:]) for _ in range(TAIL)]
     rb_addr = Signal(intbv(0, min=0, max=TAIL))
     rd_b = Signal(intbv(0)[DW:])
+    rd_b2 = Signal(intbv(0)[DW:])
     sel = Signal(bool(0))
+    sel2 = Signal(bool(0))
     wb = Signal(bool(0))
     wa = Signal(bool(0))
     wboff = Signal(intbv(0, min=0, max=TAIL))
@@ -408,10 +415,13 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
     @always(clk.posedge)
     def out():
-        if sel:
-            dout.next = rd_b
+        rd_a2.next = rd_a
+        rd_b2.next = rd_b
+        sel2.next = sel
+        if sel2:
+            dout.next = rd_b2
         else:
-            dout.next = rd_a
+            dout.next = rd_a2
 
     return wsplit, write_a, write_b, read, read_b, out
 
@@ -520,7 +530,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     AW = max(1, (DEPTH - 1).bit_length()) + 1       # beat index width (one spare bit)
     DW = 16 * L
     NPRE = lat.ver_prefix(L)
-    D_READ = 2                                      # buffer read latency (row_buffer)
+    D_READ = lat.VER_BUF_READ                       # buffer read latency (row_buffer)
     D_SAMPLE = lat.VER_SAMPLE + NPRE                # issue -> prefix sums registered
     assert D_SAMPLE == D_READ + lat.EXP + lat.MUL_NARROW + 1 + NPRE
 
@@ -579,7 +589,9 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     itemp = Signal(intbv(0)[16:])
     drafts = Signal(intbv(0)[256:])
     xtok = Signal(intbv(0)[16:])
-    cap_en = Signal(bool(0))
+    cap_en = Signal(bool(0))            # i < gam (registered)
+    acc_hit = Signal(bool(0))           # i < gam and the row's argmax is the draft token (registered)
+    row_empty = Signal(bool(0))         # m_run == 0: every code of the row is -inf (registered)
     m_run = Signal(intbv(0)[16:])
     ssum = Signal(intbv(0)[32:])
     ztx = Signal(intbv(0)[16:])
@@ -644,20 +656,31 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                                                    for v in (bad_par, bad_ttok, kids, hits))
     f_tree, f_gamma, f_vocab, f_tok, f_temp = (Signal(bool(0)) for _ in range(5))
     nb_next = Signal(intbv(0)[AW:])
+    # the per-token and per-node checks are registered before they are ORed: a flag is valid two cycles after
+    # the register it reads was written, and CHECK comes a cycle after START, whose AXI-Lite write lands two
+    # or more cycles after the one before it
+    bad_r = Signal(intbv(0)[16:])
+    bad_par_r, bad_ttok_r = Signal(intbv(0)[NT:]), Signal(intbv(0)[NT:])
+
+    @always(clk.posedge)
+    def start_bits():
+        bad_r.next = bad_bus
+        bad_par_r.next = bad_par_bus
+        bad_ttok_r.next = bad_ttok_bus
 
     @always(clk.posedge)
     def start_flags():
-        f_tree.next = r_nodes == 0 or r_nodes > TREE_MAX or bad_par_bus != 0
+        f_tree.next = r_nodes == 0 or r_nodes > TREE_MAX or bad_par_r != 0
         f_gamma.next = r_gamma > GAMMA_MAX
         f_vocab.next = r_vocab == 0 or r_vocab > VOCAB_MAX
         if r_config[bit_tree]:
-            f_tok.next = bad_ttok_bus != 0
+            f_tok.next = bad_ttok_r != 0
         else:
-            f_tok.next = bad_bus != 0
+            f_tok.next = bad_r != 0
         f_temp.next = not r_config[bit_greedy] and (r_itemp == 0 or r_itemp > 0xFFFF)
         nb_next.next = (r_vocab[18:0] + (L - 1)) >> LOG2L
 
-    insts.append(start_flags)
+    insts += [start_bits, start_flags]
 
     # ---------------- tree: registered child / hit masks, encoders, token select ----------------
     kid_r = Signal(intbv(0)[NT:])
@@ -686,7 +709,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     insts.append(kid_token)
 
     # ---------------- stream path ----------------
-    adv = Signal(bool(0))               # the stream pipeline advances this cycle
+    adv = Signal(bool(1))               # the stream pipeline advances this cycle (a register: adv_reg)
     NS = lat.VER_STREAM
     vpipe = Signal(intbv(0)[NS:])       # bit k - 1: a beat is in stage k
     lpipe = Signal(intbv(0)[NS:])       # bit k - 1: that beat is its row's last
@@ -743,8 +766,10 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     er_x = Signal(intbv(0)[16:])
     insts.append(exp_pipe(clk, adv, mt8, mold8, er_x))
     grow_s = Signal(bool(0))
+    grow_n = Signal(bool(0))            # the grow flag one stage before the sum (the next cycle's grow_s)
     er_s = Signal(intbv(0)[16:])
-    insts += [delay(clk, adv, grow8, grow_s, lat.EXP + 2), delay(clk, adv, er_x, er_s, 2)]
+    insts += [delay(clk, adv, grow8, grow_n, lat.EXP + 1), reg(clk, adv, grow_n, grow_s),
+              delay(clk, adv, er_x, er_s, 2)]
 
     # stages 15-16: the lane sum
     esum_s = Signal(intbv(0)[20:])
@@ -756,12 +781,25 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     insts.append(mul_wide(clk, None, er_s, ssum, rprod))
     stall = Signal(bool(0))
 
+    @always_seq(clk.posedge, reset=rst)
+    def adv_reg():
+        """``adv`` registered: the pipe stalls while the beat at the sum raises a finite max and its rescale
+        runs (``rc`` < VER_RESCALE). Computed a cycle ahead, so that the clock enable of every stage leaves a
+        flip-flop: stalled now, the same beat stays and ``rc`` counts on; advancing, the next beat at the sum is
+        the one a stage before it (``vpipe[NS - 2]``, ``grow_n``), and ``rc`` is 0 for it."""
+        if state == ST_STREAM and not cmd[bit_soft] and not (take and err_in):
+            if not adv:
+                adv.next = rc + 1 == lat.VER_RESCALE
+            else:
+                adv.next = not (vpipe[NS - 2] and grow_n)
+        else:
+            adv.next = 1
+
     @always_comb
     def stall_logic():
-        stall.next = state == ST_STREAM and vpipe[NS - 1] and grow_s and rc != lat.VER_RESCALE
-        adv.next = not (state == ST_STREAM and vpipe[NS - 1] and grow_s and rc != lat.VER_RESCALE)
+        stall.next = not adv
 
-    insts.append(stall_logic)
+    insts += [adv_reg, stall_logic]
 
     # ---------------- row buffers ----------------
     rd_p = Signal(intbv(0)[DW:])
@@ -776,8 +814,24 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     zsel_r = Signal(intbv(0)[16:])      # its buffered code (lane select of rd_p), registered
     ra = Signal(intbv(0)[AW - 1:])      # read address
     wa_q = Signal(intbv(0)[AW - 1:])
-    insts.append(row_buffer(clk, we_p, wa_p, din_p, ra, rd_p, DEPTH, DW))
-    insts.append(row_buffer(clk, we_q, wa_q, zbus5, ra, rd_q, DEPTH, DW))
+    # the write ports are registered (a flip-flop drives each write enable, address and data): a write lands
+    # a cycle after its beat leaves stage 5 or TEST decides, and nothing reads a row before it has drained
+    # (TOTAL follows the sum at stage 16; TPICK and TREAD follow a write-back)
+    we_p_r, we_q_r = Signal(bool(0)), Signal(bool(0))
+    wa_p_r, wa_q_r = Signal(intbv(0)[AW - 1:]), Signal(intbv(0)[AW - 1:])
+    din_p_r, din_q_r = Signal(intbv(0)[DW:]), Signal(intbv(0)[DW:])
+
+    @always(clk.posedge)
+    def write_regs():
+        we_p_r.next = we_p
+        wa_p_r.next = wa_p
+        din_p_r.next = din_p
+        we_q_r.next = we_q
+        wa_q_r.next = wa_q
+        din_q_r.next = zbus5
+
+    insts += [write_regs, row_buffer(clk, we_p_r, wa_p_r, din_p_r, ra, rd_p, DEPTH, DW),
+              row_buffer(clk, we_q_r, wa_q_r, din_q_r, ra, rd_q, DEPTH, DW)]
 
     @always_comb
     def read_addr():
@@ -819,11 +873,12 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     zq_l = [rd_q(16 * (k + 1), 16 * k) for k in range(L)] if L > 1 else [rd_q]
     zp0 = Signal(intbv(0)[16:])
     zq0 = Signal(intbv(0)[16:])
+    t_first = Signal(bool(0))           # TEST's first cycle (set by the FSM on entering TEST)
     rp0, rq0 = zp_l[0], zq_l[0]     # plain names: a list named in a generator converts to a memory
 
     @always_comb
     def lane0_mux():      # TEST injects the token under test into lane 0 (the passes are idle then)
-        if state == ST_TEST and wc == 0:
+        if t_first:       # registered: TEST's first cycle
             if tree:
                 zp0.next = zsel_r
                 zq0.next = 0
@@ -891,6 +946,9 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     @always_comb
     def seed_glue():
         seed.next = (seed3 << 96) | (seed2 << 64) | (seed1 << 32) | seed0
+
+    @always(clk.posedge)
+    def seed_flag():    # registered: a CTRL write comes two or more cycles after the last SEED write
         seed_zero.next = seed0 == 0 and seed1 == 0 and seed2 == 0 and seed3 == 0
 
     @always_comb
@@ -904,13 +962,22 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     @always_comb
     def rng_glue():
         load.next = cmd[bit_load] and not cmd[bit_soft] and not busy and err == 0 and not seed_zero
-        step.next = ((state == ST_TEST and wc == 0)
+        step.next = (t_first
                      or (state == ST_TDONE and not (tree and not diff_mode and w_e == 0)))
 
     @always_comb
     def tok_glue():
         xtok.next = drafts[16:0]
+
+    @always(clk.posedge)
+    def tok_flags():
+        """Registered from ``i``, ``gam``, ``arg`` and the draft token, which change only on entering STREAM
+        (``i``, ``drafts``) or settle at the running max (``arg``, stage 8): a lane's decode reads ``cap_en``
+        from STREAM's second cycle on, ROWEND reads ``cap_en``, ``acc_hit`` and ``row_empty`` (``m_run``
+        settles at stage 8) after the row has drained."""
         cap_en.next = i < gam
+        acc_hit.next = i < gam and arg == xtok
+        row_empty.next = m_run == 0
 
     @always(clk.posedge)
     def tree_glue():
@@ -938,7 +1005,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         r_plo.next = path[32:0]
         r_phi.next = path[64:32]
 
-    insts += [seed_glue, busy_glue, rng_glue, tok_glue, tree_glue, regs_out]
+    insts += [seed_glue, seed_flag, busy_glue, rng_glue, tok_glue, tok_flags, tree_glue, regs_out]
 
     @always_seq(clk.posedge, reset=rst)
     def consts():
@@ -973,6 +1040,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     @always_seq(clk.posedge, reset=rst)
     def fsm():
+        t_first.next = 0
         if busy:
             cbusy.next = cbusy + 1
             if state == ST_STREAM and s_axis_tready and not s_axis_tvalid:
@@ -1099,7 +1167,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             ztx.next = 0
             if not (tree and greedy):
                 arg.next = 0                # THIT still compares the children with it
-            if m_run == 0:
+            if row_empty:               # m_run == 0
                 err.next = err | E_EMPTY
                 state.next = ST_ERR
             elif tree and greedy:
@@ -1113,7 +1181,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 tried.next = 0
                 state.next = ST_TPICK
             elif greedy:
-                if i < gam and arg == xtok:
+                if acc_hit:
                     acc_bits.next = acc_bits | (1 << i)
                     n_acc.next = n_acc + 1
                     i.next = i + 1
@@ -1126,7 +1194,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 m_p.next = m_run
                 s_p.next = ssum
                 ztx_p.next = ztx
-                if i < gam:
+                if cap_en:          # i < gam
                     kind_q.next = 1
                     state.next = ST_STREAM
                 else:
@@ -1138,6 +1206,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 s_q.next = ssum
                 ztx_q.next = ztx
                 kind_q.next = 0
+                t_first.next = 1
                 state.next = ST_TEST
         elif state == ST_THIT:
             if wc == HIT_WAIT:
@@ -1207,6 +1276,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         elif state == ST_TREAD:
             if wc == READ_WAIT - 1:
                 zsel_r.next = (rd_p >> xsh) & 0xFFFF
+                t_first.next = 1
                 state.next = ST_TEST
         elif state == ST_TOTAL:
             if svalid[D_SAMPLE - 1]:

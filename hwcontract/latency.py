@@ -16,15 +16,17 @@ VER_STREAM = 1 + 1 + 2 + 1 + 2 + 1 + EXP + 2
 VER_RESCALE = MUL_NARROW        # extra cycles of a beat that raises a finite running max (S * EXP(m - m'))
 VER_START = 1                   # CHECK: the start checks read registered flags
 
-# verifier: sampling passes (a buffer read issued to the lane's weight): read (2), EXP, product, weight
-VER_SAMPLE = 2 + EXP + MUL_NARROW + 1
+# verifier: a row buffer read: the RAM's synchronous read, its output register, the block/LUTRAM mux register
+VER_BUF_READ = 3
+# verifier: sampling passes (a buffer read issued to the lane's weight): read, EXP, product, weight
+VER_SAMPLE = VER_BUF_READ + EXP + MUL_NARROW + 1
 VER_WALK_TAIL = 3               # WALK: C + prefix, compare with t, count the lanes
 
 # verifier: states that wait a fixed number of cycles (each total counts the state's cycles)
 VER_TEST = EXP + MUL_NARROW + 1 + MUL_WIDE + 2  # TEST: lane 0 (EXP, products), u * x (operands, MUL_WIDE), compare, decide
 VER_PICK = 4                    # TPICK: child mask, priority encoder, token select, decide
 VER_HIT = 3                     # THIT: hit mask, priority encoder, decide
-VER_READ = 3                    # TREAD: address, buffer, lane select
+VER_READ = VER_BUF_READ + 1     # TREAD: buffer read, lane select
 VER_TCALC = 2 + MUL_WIDE        # TCALC: operands, product, t registered
 
 

@@ -244,7 +244,11 @@ def test_rows_for_real_builds() -> None:
     from hwcontract.board import Z2_KVPAGE
     assert dict(Z2_KVPAGE) in [p for c, p in rows if c == "kvpage"]     # the Z2 overlay's 16-slot build
     assert [p["LANES"] for c, p in hw.rows_for(["verifier"])] == [4, 8]
-    assert hw.rows_for(["verifier"], {"verifier": {"LANES": "2"}})[0][1]["LANES"] == 2
+    # an override applies on top of the real builds (never the core's defaults): both verifier rows become one
+    assert [p for _, p in hw.rows_for(["verifier"], {"verifier": {"LANES": "2"}})] == [
+        {**hw.rows_for(["verifier"])[0][1], "LANES": 2}]
+    assert hw.rows_for(["verifier"], {"verifier": {"LANES": "8"}})[0][1]["VOCAB_MAX"] == 50272
+    assert len(hw.rows_for(["kvpage"], {"kvpage": {"PAGES": "512"}})) == 3
     assert hw.rows_for(["system"]) == [("system", hw.rows_for(["system"])[0][1])]
     with pytest.raises(KeyError, match="no parameters"):
         hw.rows_for(["axil"], {"axil": {"X": "1"}})

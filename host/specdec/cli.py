@@ -51,7 +51,8 @@ def _core_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--core", action="append", metavar="NAME",
                    help="core to process (repeatable; default: every core in fpga.convert.CORES)")
     p.add_argument("--param", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                   help="core parameter override, applied to every selected core (repeatable)")
+                   help="core parameter override, applied to every selected core (repeatable; hw report "
+                        "applies it on top of each real build, fpga.hw.REPORT_ROWS)")
     p.add_argument("--out-dir", default="build", help="build tree root (default: build)")
 
 
