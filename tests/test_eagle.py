@@ -183,6 +183,10 @@ def test_head_is_committed_small_and_documented():
     card = json.loads((HEAD_DIR / "training.json").read_text())
     assert card["seconds"]["total_s"] <= 90 * 60
     assert {"greedy_agreement", "tokens_per_call_gamma4", "acceptance_by_depth"} <= set(card["held_out"])
+    # the head is trained on sampled continuations too, and scored along them (issue #15's sampled goal)
+    assert card["args"]["sampled_prompts"] > 0
+    sampled = card["held_out_sampled"]
+    assert 0 < sampled["expected_first_acceptance"] <= 1 and sampled["positions"] > 1000
 
 
 def run_greedy_identical(pair, job: dict) -> dict:
