@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import training  # noqa: E402
 from specdec import corpus, eagle, hotvocab  # noqa: E402
+from specdec.decode import Sampling, mask_logits  # noqa: E402
 from specdec.models import DEMO_EAGLE, load_demo_target  # noqa: E402
 
 NAME = DEMO_EAGLE
@@ -210,13 +211,10 @@ def evaluate(head, data, gamma: int = 4):
 
 
 def top_p_rows(logits, temperature: float, top_p: float):
-    """Rows (n, V) as the sampling settings make them: tempered softmax, then the smallest set of most likely
-    tokens whose mass reaches ``top_p``, renormalised."""
-    probs = torch.softmax(logits / temperature, -1)
-    sp, order = probs.sort(-1, descending=True)
-    keep = (sp.cumsum(-1) - sp) < top_p            # the tokens before which the mass is still short of top_p
-    sp = sp * keep
-    return torch.zeros_like(probs).scatter_(-1, order, sp / sp.sum(-1, keepdim=True))
+    """Rows (n, V) as the runtime samples from them: its top-p mask (``specdec.decode.mask_logits``), then the
+    softmax at the temperature."""
+    masked = mask_logits(logits, Sampling(temperature=temperature, top_p=top_p))
+    return torch.softmax(torch.from_numpy(masked) / temperature, -1)
 
 
 @torch.no_grad()
