@@ -162,6 +162,9 @@ def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
                               for k, v in fresh_head.state_dict().items()})
         kernels.use_row_kernels(half)           # as load_head routes the layer (the same products, bit for bit)
         assert torch.equal(back.logits(back(f, x)), half.logits(half(f, x)))
+    if kernels._rowgemm()[0] is not None:       # the layer held in float16 (kernels.half_weights), the rows the same
+        assert back.fc.weight.dtype == back.layer.mlp.down_proj.weight.dtype == torch.float16
+        assert back.head.dtype == torch.float32         # the target's hot rows: not float16 values
     assert torch.equal(back.hot_ids, fresh_head.hot_ids)
     assert json.loads((tmp_path / "h" / eagle.CONFIG_FILE).read_text())["note"] == "test"
 

@@ -75,6 +75,64 @@ def test_rowgemm_takes_strided_inputs_and_leaves_other_dtypes_to_torch():
         torch.testing.assert_close(kernels.linear(xd, wd), xd @ wd.T)
 
 
+@needs_rowgemm
+@pytest.mark.parametrize("k", [8, 97, 576])
+@pytest.mark.parametrize("n", [63, 301])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_half_weights_give_the_float32_products_bit_for_bit(k, n, threads):
+    """A float16 weight (rowgemm_h, widened in registers) gives exactly the product of its float32 copy: every
+    row count through rowgemm, one beyond it (the torch path multiplies the copy), with and without a bias."""
+    g = torch.Generator().manual_seed(k * 7 + n)
+    w = torch.randn(n, k, generator=g).half()
+    b = torch.randn(n, generator=g)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in list(range(1, 10)) + [kernels.ROWGEMM_ROWS_MAX, kernels.ROWGEMM_ROWS_MAX + 1]:
+            x = torch.randn(rows, k, generator=g)
+            for bias in (None, b):
+                with torch.inference_mode():
+                    got, want = kernels.linear(x, w, bias), kernels.linear(x, w.float(), bias)
+                assert got.dtype == torch.float32 and torch.equal(got, want), (rows, bias is not None)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_half_weights_hold_only_exact_routed_layers(monkeypatch):
+    """half_weights converts a routed layer whose weights are float16 values (same outputs, bit for bit), leaves
+    a layer that would round and an unrouted one alone, and converts nothing where rowgemm does not run (the
+    torch path would multiply a float32 copy at every call)."""
+    class Sub(torch.nn.Linear):
+        pass
+
+    def model():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.Linear(24, 8), Sub(8, 8))
+        with torch.no_grad():
+            m[0].weight.copy_(m[0].weight.half().float())
+            m[2].weight.copy_(m[2].weight.half().float())
+        kernels.use_row_kernels(m)
+        return m
+    x = torch.randn(3, 16)
+    m = model()
+    with torch.inference_mode():
+        want = m(x)
+        if kernels._rowgemm()[0] is None:
+            assert kernels.half_weights(m) == 0
+            return
+        assert kernels.half_weights(m) == 1
+        assert [layer.weight.dtype for layer in m] == [torch.float16, torch.float32, torch.float32]
+        assert torch.equal(m(x), want)
+    try:
+        monkeypatch.setenv(kernels.KERNEL_ENV, "torch")
+        kernels._rowgemm.cache_clear()
+        with torch.inference_mode():
+            assert kernels.half_weights(model()) == 0
+            assert torch.equal(m(x), model()(x))     # a float16 layer on the torch path: its float32 copy's product
+    finally:
+        kernels._rowgemm.cache_clear()
+
+
 def test_mismatched_shapes_raise_torchs_error():
     """A weight or bias that does not fit x never reaches rowgemm (which would read past them): torch's own
     shape error (from ``F.linear`` for one row, from ``W @ x.T`` for more)."""

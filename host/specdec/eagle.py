@@ -172,9 +172,10 @@ def load_head(path: str | Path, target_model):
     missing = [k for k in missing if k.startswith(("fc.", "layer."))]
     if missing or unexpected:
         raise ModelError(f"EAGLE head {p.name!r}: weights missing {missing[:3]} or unexpected {unexpected[:3]}")
-    from .kernels import use_row_kernels
+    from .kernels import half_weights, use_row_kernels
     head = head.eval().requires_grad_(False).to(torch.float32)
     use_row_kernels(head)               # the layer's products by rows, as the target's (specdec.kernels)
+    half_weights(head)                  # fc and the layer, stored in float16: read in half the bytes, same products
     return head
 
 

@@ -70,8 +70,9 @@ def _build() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _rowgemm() -> tuple[object, str]:
-    """(the library's ``rowgemm`` function or None, the kernel's description): loaded once per process."""
+def _rowgemm() -> tuple[dict | None, str]:
+    """(the library's functions by weight dtype, ``"float32"``: ``rowgemm``, ``"float16"``: ``rowgemm_h``, or None;
+    the kernel's description): loaded once per process."""
     if os.environ.get(KERNEL_ENV, "").lower() == "torch":
         return None, f"torch ({KERNEL_ENV}=torch)"
     if platform.machine().lower() not in ("x86_64", "amd64"):
@@ -82,12 +83,13 @@ def _rowgemm() -> tuple[object, str]:
     except (CompileError, OSError) as e:
         return None, f"torch (rowgemm unavailable: {str(e).splitlines()[0]})"
     if not lib.rowgemm_supported():
-        return None, "torch (rowgemm needs AVX2 and FMA, which this CPU lacks)"
-    f = lib.rowgemm
+        return None, "torch (rowgemm needs AVX2, FMA and F16C, which this CPU lacks)"
     p, i = ctypes.c_void_p, ctypes.c_int
-    f.argtypes = [p, i, i, p, i, p, p, i]
-    f.restype = None
-    return f, f"rowgemm (AVX2/FMA, up to {ROWGEMM_ROWS_MAX} rows; W @ x.T above)"
+    for f in (lib.rowgemm, lib.rowgemm_h):
+        f.argtypes = [p, i, i, p, i, p, p, i]
+        f.restype = None
+    return {"float32": lib.rowgemm, "float16": lib.rowgemm_h}, \
+        f"rowgemm (AVX2/FMA/F16C, up to {ROWGEMM_ROWS_MAX} rows; W @ x.T above)"
 
 
 def kernel() -> str:
@@ -98,25 +100,32 @@ def kernel() -> str:
 def linear(x, weight, bias=None):
     """``torch.nn.functional.linear(x, weight, bias)``, by rows (see the module docstring): rowgemm up to
     :data:`ROWGEMM_ROWS_MAX` float32 rows, else one row through ``F.linear`` and more through
-    ``(weight @ x.T).T``; training (autograd) keeps ``F.linear``."""
+    ``(weight @ x.T).T``; training (autograd) keeps ``F.linear``.
+
+    ``weight`` may be float16 (see :func:`half_weights`) for float32 ``x``: rowgemm widens it in registers, so the
+    product is exactly that of its float32 copy; the torch paths multiply that copy."""
     import torch
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
     training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    half = weight.dtype == torch.float16 and x.dtype == torch.float32       # a half_weights layer
+    fs = _rowgemm()[0]
+    f = None if fs is None or x.dtype != torch.float32 else fs.get("float16" if half else str(weight.dtype)[6:])
     if training or rows == 0:
-        return torch.nn.functional.linear(x, weight, bias)
-    f = _rowgemm()[0]
+        return torch.nn.functional.linear(x, weight.to(x.dtype) if half else weight, bias)
     # shapes that do not fit go to torch, which raises its own error (rowgemm would read out of bounds)
-    if (f is not None and rows <= ROWGEMM_ROWS_MAX and x.dtype == weight.dtype == torch.float32
-            and x.device.type == weight.device.type == "cpu" and weight.dim() == 2 and weight.shape[1] == k
-            and weight.is_contiguous() and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()
-                                                             and bias.shape == weight.shape[:1]))):
+    if (f is not None and rows <= ROWGEMM_ROWS_MAX and x.device.type == weight.device.type == "cpu"
+            and weight.dim() == 2 and weight.shape[1] == k and weight.is_contiguous()
+            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()
+                                  and bias.shape == weight.shape[:1]))):
         x = x.contiguous()
         n = weight.shape[0]
         y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)
         f(x.data_ptr(), rows, k, weight.data_ptr(), n, None if bias is None else bias.data_ptr(), y.data_ptr(),
           torch.get_num_threads())
         return y
+    if half:                                # the torch paths multiply its float32 copy
+        weight = weight.to(x.dtype)
     if rows < 2:
         return torch.nn.functional.linear(x, weight, bias)
     y = (weight @ x.reshape(rows, k).T).T
@@ -138,5 +147,25 @@ def use_row_kernels(model) -> int:
     for module in model.modules():
         if type(module) is torch.nn.Linear:
             module.forward = types.MethodType(_forward, module)
+            n += 1
+    return n
+
+
+def half_weights(module) -> int:
+    """Hold the weights of ``module``'s plain ``torch.nn.Linear`` layers in float16 when each is exactly a float16
+    value and rowgemm runs here (half the bytes to read a product, the same products: :func:`linear`); returns
+    how many were converted. Layers routed through :func:`use_row_kernels` only: another forward would meet a
+    float16 weight with float32 inputs."""
+    import torch
+    if _rowgemm()[0] is None:
+        return 0
+    n = 0
+    for m in module.modules():
+        w = m.weight if type(m) is torch.nn.Linear and getattr(m.forward, "__func__", None) is _forward else None
+        if w is None or w.dtype != torch.float32:
+            continue
+        h = w.detach().to(torch.float16)
+        if torch.equal(h.to(torch.float32), w.detach()):
+            m.weight = torch.nn.Parameter(h.contiguous(), requires_grad=False)
             n += 1
     return n

@@ -4,6 +4,10 @@
 // contiguous share of W's rows and streams them from memory once, two at a time with a software prefetch ahead,
 // against up to four rows of x that stay in L1; more rows of x re-read the two W rows from L1. At M <= 16 the
 // product is bound by reading W, so its time hardly grows with M (measured in specdec/kernels.py).
+//
+// rowgemm_h takes W in IEEE half precision (uint16 bits) and widens each 8-float slice in registers (F16C): half
+// the bytes to stream, and the same float32 FMAs in the same order, so a W held in half precision gives exactly
+// the float32 path's result for the float32 copy of that W.
 #include <immintrin.h>
 #include <omp.h>
 #include <stddef.h>
@@ -19,13 +23,21 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// rows [n0, n1) of y for every row of x
-__attribute__((target("avx2,fma"))) void rows(const float *x, int M, int K, const float *w, const float *b,
-                                              float *y, int N, int n0, int n1) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float *w) { return _mm256_loadu_ps(w); }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const unsigned short *w) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+}
+inline float scalar(float w) { return w; }
+__attribute__((target("avx2,fma,f16c"))) inline float scalar(unsigned short w) { return _cvtsh_ss(w); }
+
+// rows [n0, n1) of y for every row of x; W of type T (float, or half-precision bits)
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K, const T *w, const float *b,
+                                                   float *y, int N, int n0, int n1) {
     const int K8 = K & ~7;
     for (int n = n0; n < n1; n += 2) {
         const bool two = n + 1 < n1;
-        const float *w0 = w + (size_t)n * K, *w1 = two ? w0 + K : w0;
+        const T *w0 = w + (size_t)n * K, *w1 = two ? w0 + K : w0;
         for (int m0 = 0; m0 < M; m0 += 4) {
             const int mm = M - m0 < 4 ? M - m0 : 4;
             const float *xr[4];
@@ -35,7 +47,7 @@ __attribute__((target("avx2,fma"))) void rows(const float *x, int M, int K, cons
             for (int k = 0; k < K8; k += 8) {
                 _mm_prefetch((const char *)(w0 + k + PREFETCH), _MM_HINT_T0);
                 _mm_prefetch((const char *)(w1 + k + PREFETCH), _MM_HINT_T0);
-                const __m256 v0 = _mm256_loadu_ps(w0 + k), v1 = _mm256_loadu_ps(w1 + k);
+                const __m256 v0 = load8(w0 + k), v1 = load8(w1 + k);
                 for (int i = 0; i < 4; i++) {
                     const __m256 u = _mm256_loadu_ps(xr[i] + k);
                     a0[i] = _mm256_fmadd_ps(v0, u, a0[i]);
@@ -45,8 +57,8 @@ __attribute__((target("avx2,fma"))) void rows(const float *x, int M, int K, cons
             for (int i = 0; i < mm; i++) {
                 float s0 = hsum(a0[i]), s1 = hsum(a1[i]);
                 for (int k = K8; k < K; k++) {
-                    s0 += w0[k] * xr[i][k];
-                    s1 += w1[k] * xr[i][k];
+                    s0 = __builtin_fmaf(scalar(w0[k]), xr[i][k], s0);     // one rounding, on either W type
+                    s1 = __builtin_fmaf(scalar(w1[k]), xr[i][k], s1);
                 }
                 float *yr = y + (size_t)(m0 + i) * N;
                 yr[n] = s0 + (b ? b[n] : 0.0f);
@@ -60,14 +72,18 @@ __attribute__((target("avx2,fma"))) void rows(const float *x, int M, int K, cons
 
 extern "C" {
 
-// 1 when this CPU runs the AVX2/FMA code
+// 1 when this CPU runs the AVX2/FMA/F16C code
 int rowgemm_supported(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
-// y (M x N) = x (M x K) W^T (W: N x K) + b (N, or null), on `threads` threads
-void rowgemm(const float *x, int M, int K, const float *w, int N, const float *b, float *y, int threads) {
+}  // extern "C"
+
+namespace {
+
+template <typename T>
+void product(const float *x, int M, int K, const T *w, int N, const float *b, float *y, int threads) {
     if (threads <= 1 || N < 64) {
         rows(x, M, K, w, b, y, N, 0, N);
         return;
@@ -79,6 +95,21 @@ void rowgemm(const float *x, int M, int K, const float *w, int N, const float *b
         const int n0 = t * share, n1 = n0 + share < N ? n0 + share : N;
         if (n0 < n1) rows(x, M, K, w, b, y, N, n0, n1);
     }
+}
+
+}  // namespace
+
+extern "C" {
+
+// y (M x N) = x (M x K) W^T (W: N x K, float32) + b (N, or null), on `threads` threads
+void rowgemm(const float *x, int M, int K, const float *w, int N, const float *b, float *y, int threads) {
+    product(x, M, K, w, N, b, y, threads);
+}
+
+// the same with W in half precision (its uint16 bits)
+void rowgemm_h(const float *x, int M, int K, const unsigned short *w, int N, const float *b, float *y,
+               int threads) {
+    product(x, M, K, w, N, b, y, threads);
 }
 
 }  // extern "C"
