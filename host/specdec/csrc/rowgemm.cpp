@@ -2,8 +2,9 @@
 //
 // x is M x K, W is N x K (torch.nn.Linear's layout), y is M x N, all float32 and row-major. Each thread takes a
 // contiguous share of W's rows and streams them from memory once, two at a time with a software prefetch ahead,
-// against up to four rows of x that stay in L1; more rows of x re-read the two W rows from L1. At M <= 16 the
-// product is bound by reading W, so its time hardly grows with M (measured in specdec/kernels.py).
+// against up to four rows of x that stay in L1; more rows of x re-read the W rows from L1, three W rows at a time
+// (rows3). At M <= 4 the product is bound by reading W, so its time hardly grows with M; from 5 rows on the
+// FMAs take about as long as the reads on a fast day (measured in specdec/kernels.py).
 //
 // rowgemm_h takes W in IEEE half precision (uint16 bits) and widens each 8-float slice in registers (F16C): half
 // the bytes to stream, and the same float32 FMAs in the same order, so a W held in half precision gives exactly
@@ -68,6 +69,50 @@ __attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K,
     }
 }
 
+
+// the same for more than four rows of x, three W rows at a time: twelve accumulators keep both FMA pipes busy
+// (eight, with two W rows, wait on the FMA latency), where the product is bound by arithmetic, not by reading W.
+// Each output sums over k in the same order as in rows(), so the result does not depend on which one ran.
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) void rows3(const float *x, int M, int K, const T *w, const float *b,
+                                                   float *y, int N, int n0, int n1) {
+    const int K8 = K & ~7;
+    for (int n = n0; n < n1; n += 3) {
+        const int cnt = n1 - n < 3 ? n1 - n : 3;
+        const T *w0 = w + (size_t)n * K, *w1 = cnt > 1 ? w0 + K : w0, *w2 = cnt > 2 ? w0 + 2 * (size_t)K : w0;
+        for (int m0 = 0; m0 < M; m0 += 4) {
+            const int mm = M - m0 < 4 ? M - m0 : 4;
+            const float *xr[4];
+            for (int i = 0; i < 4; i++) xr[i] = x + (size_t)(m0 + (i < mm ? i : 0)) * K;
+            __m256 a0[4], a1[4], a2[4];
+            for (int i = 0; i < 4; i++) a0[i] = a1[i] = a2[i] = _mm256_setzero_ps();
+            for (int k = 0; k < K8; k += 8) {
+                _mm_prefetch((const char *)(w0 + k + PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w1 + k + PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w2 + k + PREFETCH), _MM_HINT_T0);
+                const __m256 v0 = load8(w0 + k), v1 = load8(w1 + k), v2 = load8(w2 + k);
+                for (int i = 0; i < 4; i++) {
+                    const __m256 u = _mm256_loadu_ps(xr[i] + k);
+                    a0[i] = _mm256_fmadd_ps(v0, u, a0[i]);
+                    a1[i] = _mm256_fmadd_ps(v1, u, a1[i]);
+                    a2[i] = _mm256_fmadd_ps(v2, u, a2[i]);
+                }
+            }
+            for (int i = 0; i < mm; i++) {
+                float s0 = hsum(a0[i]), s1 = hsum(a1[i]), s2 = hsum(a2[i]);
+                for (int k = K8; k < K; k++) {
+                    s0 = __builtin_fmaf(scalar(w0[k]), xr[i][k], s0);
+                    s1 = __builtin_fmaf(scalar(w1[k]), xr[i][k], s1);
+                    s2 = __builtin_fmaf(scalar(w2[k]), xr[i][k], s2);
+                }
+                float *yr = y + (size_t)(m0 + i) * N;
+                yr[n] = s0 + (b ? b[n] : 0.0f);
+                if (cnt > 1) yr[n + 1] = s1 + (b ? b[n + 1] : 0.0f);
+                if (cnt > 2) yr[n + 2] = s2 + (b ? b[n + 2] : 0.0f);
+            }
+        }
+    }
+}
 }  // namespace
 
 extern "C" {
@@ -85,7 +130,8 @@ namespace {
 template <typename T>
 void product(const float *x, int M, int K, const T *w, int N, const float *b, float *y, int threads) {
     if (threads <= 1 || N < 64) {
-        rows(x, M, K, w, b, y, N, 0, N);
+        if (M > 4) rows3(x, M, K, w, b, y, N, 0, N);
+        else rows(x, M, K, w, b, y, N, 0, N);
         return;
     }
 #pragma omp parallel num_threads(threads)
@@ -93,7 +139,8 @@ void product(const float *x, int M, int K, const T *w, int N, const float *b, fl
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
         const int share = (((N + nt - 1) / nt) + 1) & ~1;       // even, so pairs of W rows stay together
         const int n0 = t * share, n1 = n0 + share < N ? n0 + share : N;
-        if (n0 < n1) rows(x, M, K, w, b, y, N, n0, n1);
+        if (n0 < n1 && M > 4) rows3(x, M, K, w, b, y, N, n0, n1);
+        else if (n0 < n1) rows(x, M, K, w, b, y, N, n0, n1);
     }
 }
 
