@@ -30,6 +30,15 @@ same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms with rowg
 162-175 / 140-162 ms before. Off x86-64 (an ARM64 board such as the KV260), without g++ or AVX2/FMA, or with
 ``SPECDEC_KERNEL=torch`` in the environment, every product takes the torch path (:func:`kernel` says which).
 All give the float32 product up to rounding (a few 1e-5 on the logits; ``tests/test_kernels.py``).
+
+Two later steps (2026-11-27). From 5 rows on, rowgemm is bound by its FMAs rather than by reading W on a fast
+day (the products of 1,536 x 576 weights held in cache: 46 us at 4 rows, 83 at 5-8); it now takes three W rows
+at a time there (twelve accumulators, 63 us), and a whole forward over 8 positions went from 27.9 to 26.8 ms
+(4 positions: 22.0 / 21.7). Every output still sums in the same order, so a row's product is the same bits
+whatever rows are multiplied beside it. And a layer whose weights are float16 values (the EAGLE head's, saved
+in float16) can hold them in float16 (:func:`half_weights`): ``rowgemm_h`` widens them in registers (F16C),
+reading half the bytes for the same products bit for bit (a gamma-3 proposal of the head after a target
+forward: 4.28 -> 3.80 ms). The target's weights are not float16 values (dequantized Q4_1), so they stay float32.
 """
 from __future__ import annotations
 
