@@ -69,7 +69,6 @@ __attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K,
     }
 }
 
-
 // the same for more than four rows of x, three W rows at a time: twelve accumulators keep both FMA pipes busy
 // (eight, with two W rows, wait on the FMA latency), where the product is bound by arithmetic, not by reading W.
 // Each output sums over k in the same order as in rows(), so the result does not depend on which one ran.
@@ -113,6 +112,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows3(const float *x, int M, int K
         }
     }
 }
+
 }  // namespace
 
 extern "C" {
