@@ -155,6 +155,63 @@ def test_half_weights_hold_only_exact_routed_layers(monkeypatch):
         kernels._rowgemm.cache_clear()
 
 
+def _q8(n, k, g):
+    """A Q8_0 weight as GGUF de-quantizes it: per block of 32, int8 codes whose largest magnitude is 127, times a
+    float16 scale."""
+    q = torch.randint(-127, 128, (n, k // 32, 32), generator=g).float()
+    q[:, :, 7] = torch.where(torch.rand(n, k // 32, generator=g) < 0.5, 127.0, -127.0)
+    d = torch.rand(n, k // 32, 1, generator=g).mul(0.1).half().float()
+    return (q * d).view(n, k)
+
+
+@needs_rowgemm
+@pytest.mark.parametrize("threads", [1, 2])
+def test_block_q8_gives_the_float32_products_bit_for_bit(threads):
+    """A Q8_0 weight recovered as int8 codes and block scales (block_q8) multiplies to exactly its float32 form's
+    products through rowgemm_q8, every row count, with and without a bias; beyond rowgemm's rows and with
+    autograd its float32 copy multiplies."""
+    g = torch.Generator().manual_seed(11)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for n, k in ((301, 576), (63, 64), (1000, 96)):
+            w = _q8(n, k, g)
+            bq = kernels.block_q8(w)
+            assert bq is not None and bq.codes.dtype == torch.int8 and bq.scales.shape == (n, k // 32)
+            assert torch.equal(bq.float(), w)
+            b = torch.randn(n, generator=g)
+            for rows in list(range(1, 10)) + [kernels.ROWGEMM_ROWS_MAX, kernels.ROWGEMM_ROWS_MAX + 1]:
+                x = torch.randn(rows, k, generator=g)
+                for bias in (None, b):
+                    with torch.inference_mode():
+                        assert torch.equal(kernels.linear(x, bq, bias), kernels.linear(x, w, bias)), (n, k, rows)
+    finally:
+        torch.set_num_threads(saved)
+    x = torch.randn(3, 96, requires_grad=True)
+    torch.testing.assert_close(kernels.linear(x, bq), torch.nn.functional.linear(x, w))
+
+
+def test_block_q8_refuses_weights_that_are_not_q8_0(monkeypatch):
+    """No exact Q8_0 form: random float32 values, a block whose largest code is not 127 (another scale), K not
+    a multiple of 32, float64; and none at all where rowgemm does not run."""
+    g = torch.Generator().manual_seed(12)
+    w = _q8(16, 64, g)
+    off = w.clone()
+    off[3, 40] += w[3, 32:64].abs().max() / 254     # half that block's scale: a code of n + 0.5
+    for bad in (torch.randn(16, 64, generator=g), off, _q8(16, 64, g)[:, :48].contiguous(), w.double()):
+        assert kernels.block_q8(bad) is None
+    if kernels._rowgemm()[0] is None:
+        assert kernels.block_q8(w) is None
+        return
+    assert kernels.block_q8(w) is not None
+    try:
+        monkeypatch.setenv(kernels.KERNEL_ENV, "torch")
+        kernels._rowgemm.cache_clear()
+        assert kernels.block_q8(w) is None
+    finally:
+        kernels._rowgemm.cache_clear()
+
+
 def test_mismatched_shapes_raise_torchs_error():
     """A weight or bias that does not fit x never reaches rowgemm (which would read past them): torch's own
     shape error (from ``F.linear`` for one row, from ``W @ x.T`` for more)."""

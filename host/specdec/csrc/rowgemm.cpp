@@ -6,9 +6,10 @@
 // (rows3). At M <= 4 the product is bound by reading W, so its time hardly grows with M; from 5 rows on the
 // FMAs take about as long as the reads on a fast day (measured in specdec/kernels.py).
 //
-// rowgemm_h takes W in IEEE half precision (uint16 bits) and widens each 8-float slice in registers (F16C): half
-// the bytes to stream, and the same float32 FMAs in the same order, so a W held in half precision gives exactly
-// the float32 path's result for the float32 copy of that W.
+// rowgemm_h takes W in IEEE half precision (uint16 bits) and widens each 8-float slice in registers (F16C), and
+// rowgemm_q8 takes W as int8 codes times a float32 scale per block of 32 (GGUF's Q8_0) and multiplies them out in
+// registers (exact: 8 + 11 significant bits): half or a quarter of the bytes to stream, and the same float32 FMAs
+// in the same order, so either gives exactly the float32 path's result for the float32 form of that W.
 #include <immintrin.h>
 #include <omp.h>
 #include <stddef.h>
@@ -24,21 +25,58 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float *w) { return _mm256_loadu_ps(w); }
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const unsigned short *w) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-}
-inline float scalar(float w) { return w; }
-__attribute__((target("avx2,fma,f16c"))) inline float scalar(unsigned short w) { return _cvtsh_ss(w); }
+// W's storage: a row accessor per layout, with the 8-float slice at k (load8), one element (at) and the address
+// to prefetch (ptr). Every layout widens to the same float32 values, so the products are the same bits.
+#define TARGET __attribute__((target("avx2,fma,f16c")))
 
-// rows [n0, n1) of y for every row of x; W of type T (float, or half-precision bits)
-template <typename T>
-__attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K, const T *w, const float *b,
-                                                   float *y, int N, int n0, int n1) {
+struct F32 {                // float32
+    const float *w;
+    int K;
+    struct Row {
+        const float *p;
+        TARGET __m256 load8(int k) const { return _mm256_loadu_ps(p + k); }
+        TARGET float at(int k) const { return p[k]; }
+        const void *ptr(int k) const { return p + k; }
+    };
+    Row row(int n) const { return {w + (size_t)n * K}; }
+};
+
+struct F16 {                // IEEE half precision (uint16 bits), widened with F16C
+    const unsigned short *w;
+    int K;
+    struct Row {
+        const unsigned short *p;
+        TARGET __m256 load8(int k) const { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + k))); }
+        TARGET float at(int k) const { return _cvtsh_ss(p[k]); }
+        const void *ptr(int k) const { return p + k; }
+    };
+    Row row(int n) const { return {w + (size_t)n * K}; }
+};
+
+struct Q8 {                 // int8 codes times one float32 scale per block of 32 along K (GGUF's Q8_0 layout)
+    const signed char *q;
+    const float *s;
+    int K;
+    struct Row {
+        const signed char *p;
+        const float *s;
+        TARGET __m256 load8(int k) const {     // an int8 times a scale with at most 11 significant bits: exact
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + k))));
+            return _mm256_mul_ps(v, _mm256_set1_ps(s[k >> 5]));
+        }
+        TARGET float at(int k) const { return (float)p[k] * s[k >> 5]; }
+        const void *ptr(int k) const { return p + k; }
+    };
+    Row row(int n) const { return {q + (size_t)n * K, s + (size_t)n * (K >> 5)}; }
+};
+
+// rows [n0, n1) of y for every row of x; W in one of the layouts above
+template <typename W>
+TARGET void rows(const float *x, int M, int K, const W &w, const float *b, float *y, int N, int n0, int n1) {
     const int K8 = K & ~7;
     for (int n = n0; n < n1; n += 2) {
         const bool two = n + 1 < n1;
-        const T *w0 = w + (size_t)n * K, *w1 = two ? w0 + K : w0;
+        const typename W::Row w0 = w.row(n), w1 = w.row(two ? n + 1 : n);
         for (int m0 = 0; m0 < M; m0 += 4) {
             const int mm = M - m0 < 4 ? M - m0 : 4;
             const float *xr[4];
@@ -46,9 +84,9 @@ __attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K,
             __m256 a0[4], a1[4];
             for (int i = 0; i < 4; i++) a0[i] = a1[i] = _mm256_setzero_ps();
             for (int k = 0; k < K8; k += 8) {
-                _mm_prefetch((const char *)(w0 + k + PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w1 + k + PREFETCH), _MM_HINT_T0);
-                const __m256 v0 = load8(w0 + k), v1 = load8(w1 + k);
+                _mm_prefetch((const char *)w0.ptr(k + PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)w1.ptr(k + PREFETCH), _MM_HINT_T0);
+                const __m256 v0 = w0.load8(k), v1 = w1.load8(k);
                 for (int i = 0; i < 4; i++) {
                     const __m256 u = _mm256_loadu_ps(xr[i] + k);
                     a0[i] = _mm256_fmadd_ps(v0, u, a0[i]);
@@ -58,8 +96,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K,
             for (int i = 0; i < mm; i++) {
                 float s0 = hsum(a0[i]), s1 = hsum(a1[i]);
                 for (int k = K8; k < K; k++) {
-                    s0 = __builtin_fmaf(scalar(w0[k]), xr[i][k], s0);     // one rounding, on either W type
-                    s1 = __builtin_fmaf(scalar(w1[k]), xr[i][k], s1);
+                    s0 = __builtin_fmaf(w0.at(k), xr[i][k], s0);     // one rounding, on either W type
+                    s1 = __builtin_fmaf(w1.at(k), xr[i][k], s1);
                 }
                 float *yr = y + (size_t)(m0 + i) * N;
                 yr[n] = s0 + (b ? b[n] : 0.0f);
@@ -72,13 +110,12 @@ __attribute__((target("avx2,fma,f16c"))) void rows(const float *x, int M, int K,
 // the same for more than four rows of x, three W rows at a time: twelve accumulators keep both FMA pipes busy
 // (eight, with two W rows, wait on the FMA latency), where the product is bound by arithmetic, not by reading W.
 // Each output sums over k in the same order as in rows(), so the result does not depend on which one ran.
-template <typename T>
-__attribute__((target("avx2,fma,f16c"))) void rows3(const float *x, int M, int K, const T *w, const float *b,
-                                                   float *y, int N, int n0, int n1) {
+template <typename W>
+TARGET void rows3(const float *x, int M, int K, const W &w, const float *b, float *y, int N, int n0, int n1) {
     const int K8 = K & ~7;
     for (int n = n0; n < n1; n += 3) {
         const int cnt = n1 - n < 3 ? n1 - n : 3;
-        const T *w0 = w + (size_t)n * K, *w1 = cnt > 1 ? w0 + K : w0, *w2 = cnt > 2 ? w0 + 2 * (size_t)K : w0;
+        const typename W::Row w0 = w.row(n), w1 = w.row(cnt > 1 ? n + 1 : n), w2 = w.row(cnt > 2 ? n + 2 : n);
         for (int m0 = 0; m0 < M; m0 += 4) {
             const int mm = M - m0 < 4 ? M - m0 : 4;
             const float *xr[4];
@@ -86,10 +123,10 @@ __attribute__((target("avx2,fma,f16c"))) void rows3(const float *x, int M, int K
             __m256 a0[4], a1[4], a2[4];
             for (int i = 0; i < 4; i++) a0[i] = a1[i] = a2[i] = _mm256_setzero_ps();
             for (int k = 0; k < K8; k += 8) {
-                _mm_prefetch((const char *)(w0 + k + PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w1 + k + PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w2 + k + PREFETCH), _MM_HINT_T0);
-                const __m256 v0 = load8(w0 + k), v1 = load8(w1 + k), v2 = load8(w2 + k);
+                _mm_prefetch((const char *)w0.ptr(k + PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)w1.ptr(k + PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)w2.ptr(k + PREFETCH), _MM_HINT_T0);
+                const __m256 v0 = w0.load8(k), v1 = w1.load8(k), v2 = w2.load8(k);
                 for (int i = 0; i < 4; i++) {
                     const __m256 u = _mm256_loadu_ps(xr[i] + k);
                     a0[i] = _mm256_fmadd_ps(v0, u, a0[i]);
@@ -100,9 +137,9 @@ __attribute__((target("avx2,fma,f16c"))) void rows3(const float *x, int M, int K
             for (int i = 0; i < mm; i++) {
                 float s0 = hsum(a0[i]), s1 = hsum(a1[i]), s2 = hsum(a2[i]);
                 for (int k = K8; k < K; k++) {
-                    s0 = __builtin_fmaf(scalar(w0[k]), xr[i][k], s0);
-                    s1 = __builtin_fmaf(scalar(w1[k]), xr[i][k], s1);
-                    s2 = __builtin_fmaf(scalar(w2[k]), xr[i][k], s2);
+                    s0 = __builtin_fmaf(w0.at(k), xr[i][k], s0);
+                    s1 = __builtin_fmaf(w1.at(k), xr[i][k], s1);
+                    s2 = __builtin_fmaf(w2.at(k), xr[i][k], s2);
                 }
                 float *yr = y + (size_t)(m0 + i) * N;
                 yr[n] = s0 + (b ? b[n] : 0.0f);
@@ -127,8 +164,8 @@ int rowgemm_supported(void) {
 
 namespace {
 
-template <typename T>
-void product(const float *x, int M, int K, const T *w, int N, const float *b, float *y, int threads) {
+template <typename W>
+void product(const float *x, int M, int K, const W &w, int N, const float *b, float *y, int threads) {
     if (threads <= 1 || N < 64) {
         if (M > 4) rows3(x, M, K, w, b, y, N, 0, N);
         else rows(x, M, K, w, b, y, N, 0, N);
@@ -150,13 +187,19 @@ extern "C" {
 
 // y (M x N) = x (M x K) W^T (W: N x K, float32) + b (N, or null), on `threads` threads
 void rowgemm(const float *x, int M, int K, const float *w, int N, const float *b, float *y, int threads) {
-    product(x, M, K, w, N, b, y, threads);
+    product(x, M, K, F32{w, K}, N, b, y, threads);
 }
 
 // the same with W in half precision (its uint16 bits)
 void rowgemm_h(const float *x, int M, int K, const unsigned short *w, int N, const float *b, float *y,
                int threads) {
-    product(x, M, K, w, N, b, y, threads);
+    product(x, M, K, F16{w, K}, N, b, y, threads);
+}
+
+// the same with W as int8 codes q (N x K) times scales s (N x K/32, float32): K a multiple of 32
+void rowgemm_q8(const float *x, int M, int K, const signed char *q, const float *s, int N, const float *b,
+                float *y, int threads) {
+    product(x, M, K, Q8{q, s, K}, N, b, y, threads);
 }
 
 }  // extern "C"
