@@ -204,6 +204,11 @@ def test_block_q8_refuses_weights_that_are_not_q8_0(monkeypatch):
         assert kernels.block_q8(w) is None
         return
     assert kernels.block_q8(w) is not None
+    codes = torch.zeros(4, 64, dtype=torch.int8)
+    for bad in ((codes.float(), torch.zeros(4, 2)), (codes[:, :48], torch.zeros(4, 1)), (codes, torch.zeros(4, 3)),
+                (codes.T, torch.zeros(64, 0))):
+        with pytest.raises(ValueError, match="BlockQ8 needs"):
+            kernels.BlockQ8(*bad)
     try:
         monkeypatch.setenv(kernels.KERNEL_ENV, "torch")
         kernels._rowgemm.cache_clear()

@@ -123,6 +123,17 @@ class BlockQ8:
     codes: "torch.Tensor"
     scales: "torch.Tensor"
 
+    def __post_init__(self) -> None:
+        # rowgemm_q8 reads both by these shapes: anything else would read out of bounds
+        import torch
+        c, sc = self.codes, self.scales
+        if not (c.dtype == torch.int8 and c.dim() == 2 and c.shape[1] % Q8_BLOCK == 0 and c.is_contiguous()
+                and sc.dtype == torch.float32 and sc.is_contiguous()
+                and tuple(sc.shape) == (c.shape[0], c.shape[1] // Q8_BLOCK)):
+            raise ValueError(f"BlockQ8 needs contiguous int8 codes (N, K), K a multiple of {Q8_BLOCK}, and float32 "
+                             f"scales (N, K // {Q8_BLOCK}); got codes {c.dtype} {tuple(c.shape)}, scales {sc.dtype} "
+                             f"{tuple(sc.shape)}")
+
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.codes.shape)
