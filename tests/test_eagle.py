@@ -164,9 +164,10 @@ def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
         assert torch.equal(back.logits(back(f, x)), half.logits(half(f, x)))
     if kernels._rowgemm()[0] is not None:       # the layer held in float16 (kernels.half_weights), the rows the same
         assert back.fc.weight.dtype == back.layer.mlp.down_proj.weight.dtype == torch.float16
-        assert back.head.dtype == torch.float32         # the target's hot rows: not float16 values, but Q8_0's
-        assert back.head_q8 is not None and torch.equal(back.head_q8.float(), back.head)
-        assert back.head_q8.codes.dtype == torch.int8 and half.head_q8 is None
+        # the target's hot rows: not float16 values, but Q8_0's, held as its int8 codes and block scales
+        assert isinstance(back.head, kernels.BlockQ8) and back.head.codes.dtype == torch.int8
+        assert torch.equal(back.head.float(), model.get_output_embeddings().weight[back.hot_ids])
+        assert isinstance(half.head, torch.nn.Parameter)
     assert torch.equal(back.hot_ids, fresh_head.hot_ids)
     assert json.loads((tmp_path / "h" / eagle.CONFIG_FILE).read_text())["note"] == "test"
 

@@ -63,9 +63,9 @@ def _module():
             self.rotary = LlamaRotaryEmbedding(config)
             self.embed = torch.nn.Parameter(embed, requires_grad=False)         # the target's, shared
             self.head = torch.nn.Parameter(head_rows, requires_grad=False)       # the target's hot rows
+            # (load_head replaces them by their kernels.BlockQ8 form where that is exact and rowgemm runs)
             self.register_buffer("hot_ids", hot_ids, persistent=False)
             self.vocab = vocab
-            self.head_q8 = None     # the same rows as int8 codes and block scales (kernels.BlockQ8), if exact
 
         def forward(self, features, tokens, start: int = 0, cache=None):
             """Predicted features (B, T, d) for slots ``start..start+T-1`` from ``features`` (B, T, d) and
@@ -99,7 +99,7 @@ def _module():
         def hot_logits(self, h):
             """The head's N logits (over ``hot_ids``) for predicted features ``h``."""
             from .kernels import linear
-            return linear(h, self.head if self.head_q8 is None else self.head_q8)
+            return linear(h, self.head)
 
         def logits(self, h):
             """Full-vocabulary rows: the hot logits at their token ids, -inf elsewhere."""
@@ -177,7 +177,10 @@ def load_head(path: str | Path, target_model):
     head = head.eval().requires_grad_(False).to(torch.float32)
     use_row_kernels(head)               # the layer's products by rows, as the target's (specdec.kernels)
     half_weights(head)                  # fc and the layer, stored in float16: read in half the bytes, same products
-    head.head_q8 = block_q8(head.head)  # the hot rows of a Q8_0 LM head: a quarter of the bytes, same products
+    rows = block_q8(head.head)          # the hot rows of a Q8_0 LM head: a quarter of the bytes, same products
+    if rows is not None:
+        del head.head                   # the float32 Parameter, replaced by its exact int8 form
+        head.head = rows
     return head
 
 

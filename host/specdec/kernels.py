@@ -175,39 +175,29 @@ def linear(x, weight, bias=None):
     import torch
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
-    if isinstance(weight, BlockQ8):
-        fs = _rowgemm()[0]
-        if (fs is not None and 0 < rows <= ROWGEMM_ROWS_MAX and x.dtype == torch.float32 and x.device.type == "cpu"
-                and weight.shape[1] == k and not (torch.is_grad_enabled() and x.requires_grad)
-                and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()
-                                      and bias.shape == weight.shape[:1]))):
-            x = x.contiguous()
-            n = weight.shape[0]
-            y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)
-            fs["q8"](x.data_ptr(), rows, k, weight.codes.data_ptr(), weight.scales.data_ptr(), n,
-                     None if bias is None else bias.data_ptr(), y.data_ptr(), torch.get_num_threads())
-            return y
-        weight = weight.float()             # the torch paths multiply its float32 copy
-    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    half = weight.dtype == torch.float16 and x.dtype == torch.float32       # a half_weights layer
+    q8 = isinstance(weight, BlockQ8)
+    half = not q8 and weight.dtype == torch.float16 and x.dtype == torch.float32     # a half_weights layer
+    training = torch.is_grad_enabled() and (x.requires_grad or (not q8 and weight.requires_grad))
     fs = _rowgemm()[0]
-    f = None if fs is None or x.dtype != torch.float32 else fs.get("float16" if half else str(weight.dtype)[6:])
-    if training or rows == 0:
-        return torch.nn.functional.linear(x, weight.to(x.dtype) if half else weight, bias)
-    # shapes that do not fit go to torch, which raises its own error (rowgemm would read out of bounds)
-    if (f is not None and rows <= ROWGEMM_ROWS_MAX and x.device.type == weight.device.type == "cpu"
-            and weight.dim() == 2 and weight.shape[1] == k and weight.is_contiguous()
+    f = None if fs is None or x.dtype != torch.float32 or training else \
+        fs.get("q8" if q8 else "float16" if half else str(weight.dtype)[6:])
+    # shapes that do not fit go to torch, which raises its own error (rowgemm would read out of bounds); a
+    # BlockQ8 checked its own layout
+    if (f is not None and 0 < rows <= ROWGEMM_ROWS_MAX and x.device.type == "cpu"
+            and (q8 or (weight.device.type == "cpu" and weight.dim() == 2 and weight.is_contiguous()))
+            and weight.shape[1] == k
             and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()
                                   and bias.shape == weight.shape[:1]))):
         x = x.contiguous()
         n = weight.shape[0]
         y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)
-        f(x.data_ptr(), rows, k, weight.data_ptr(), n, None if bias is None else bias.data_ptr(), y.data_ptr(),
+        w = (weight.codes.data_ptr(), weight.scales.data_ptr()) if q8 else (weight.data_ptr(),)
+        f(x.data_ptr(), rows, k, *w, n, None if bias is None else bias.data_ptr(), y.data_ptr(),
           torch.get_num_threads())
         return y
-    if half:                                # the torch paths multiply its float32 copy
-        weight = weight.to(x.dtype)
-    if rows < 2:
+    if q8 or half:                          # the torch paths multiply the float32 weight
+        weight = weight.float()
+    if training or rows < 2:
         return torch.nn.functional.linear(x, weight, bias)
     y = (weight @ x.reshape(rows, k).T).T
     if bias is not None:

@@ -16,9 +16,11 @@
 
 namespace {
 
-constexpr int PREFETCH = 2048;          // floats ahead of the W row being read (8 KiB)
+constexpr int PREFETCH = 2048;          // W elements ahead of the one being read (8 KiB of float32)
 
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+#define TARGET __attribute__((target("avx2,fma,f16c")))
+
+TARGET inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -27,7 +29,6 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
 
 // W's storage: a row accessor per layout, with the 8-float slice at k (load8), one element (at) and the address
 // to prefetch (ptr). Every layout widens to the same float32 values, so the products are the same bits.
-#define TARGET __attribute__((target("avx2,fma,f16c")))
 
 struct F32 {                // float32
     const float *w;
