@@ -286,14 +286,16 @@ def test_commit_keeps_the_draft_cache_consistent(draft, name):
     new_ctx = ctx + [tree.tokens[u] for u in path] + [321]
     b.commit(len(new_ctx) - 1)
     assert draft.length == len(ctx)
-    fed = []
+    fed, last_only = [], []
     forward = draft.forward
-    draft.forward = lambda tokens: fed.append(list(tokens)) or forward(tokens)
+    draft.forward = lambda tokens, **kw: (fed.append(list(tokens)), last_only.append(kw.get("last_only"))) \
+        and forward(tokens, **kw)
     try:
         again = b.propose(new_ctx)
     finally:
         del draft.forward
     assert fed == [[tree.tokens[leaf], 321]]               # the leaf was never forwarded, the rest was kept
+    assert last_only == [True]                              # and only the root's row was asked for
     assert draft.length == len(new_ctx)
     b.start(new_ctx)
     assert again == b.propose(new_ctx)

@@ -191,7 +191,7 @@ class TreeDrafter(ABC):
             raise ValueError("propose needs a non-empty context (its last token is the root)")
         budget = self.size if budget is None else min(self.size, _check_budget(budget))
         self._sync(context)
-        root_logits = self.lm.forward(context[self.lm.length:], **self._compact)[-1]
+        root_logits = self.lm.forward(context[self.lm.length:], last_only=True, **self._compact)[-1]
         self._root_pos = len(context) - 1
         tree, pidx = self._draft(context[-1], root_logits, budget)
         self._last, self._pidx = tree, pidx
@@ -304,8 +304,12 @@ class TopologyTree(TreeDrafter):
         logits, pidx = {0: root_logits}, {}
         for d in range(1, int(depth.max(initial=0)) + 1):
             level = [i for i in range(budget) if depth[i] == d]
+            need = {}                   # each parent's row ranked once, as deep as its children's ranks go
             for i in level:
-                tokens[i] = int(self._ranked(logits[parents[i]], ranks[i] + 1)[0][ranks[i]])
+                need[parents[i]] = max(need.get(parents[i], 0), ranks[i] + 1)
+            ids = {v: self._ranked(logits[v], k)[0] for v, k in need.items()}
+            for i in level:
+                tokens[i] = int(ids[parents[i]][ranks[i]])
             inner = [i for i in level if any(parents[j] == i for j in range(i + 1, budget))]
             if inner:
                 for i, row in zip(inner, self._forward_nodes(inner, parents, tokens, pidx)):
