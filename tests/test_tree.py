@@ -288,8 +288,13 @@ def test_commit_keeps_the_draft_cache_consistent(draft, name):
     assert draft.length == len(ctx)
     fed, last_only = [], []
     forward = draft.forward
-    draft.forward = lambda tokens, **kw: (fed.append(list(tokens)), last_only.append(kw.get("last_only"))) \
-        and forward(tokens, **kw)
+
+    def spy(tokens, **kw):
+        fed.append(list(tokens))
+        last_only.append(kw.get("last_only"))
+        return forward(tokens, **kw)
+
+    draft.forward = spy
     try:
         again = b.propose(new_ctx)
     finally:
