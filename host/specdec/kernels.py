@@ -176,11 +176,11 @@ def linear(x, weight, bias=None):
     k = x.shape[-1]
     rows = x.numel() // k if k else 0
     q8 = isinstance(weight, BlockQ8)
-    half = not q8 and weight.dtype == torch.float16 and x.dtype == torch.float32     # a half_weights layer
+    half = not q8 and weight.dtype == torch.float16                                  # a half_weights layer
     training = torch.is_grad_enabled() and (x.requires_grad or (not q8 and weight.requires_grad))
+    layout = "q8" if q8 else "float16" if half else "float32" if weight.dtype == torch.float32 else None
     fs = _rowgemm()[0]
-    f = None if fs is None or x.dtype != torch.float32 or training else \
-        fs.get("q8" if q8 else "float16" if half else str(weight.dtype)[6:])
+    f = None if fs is None or layout is None or x.dtype != torch.float32 or training else fs[layout]
     # shapes that do not fit go to torch, which raises its own error (rowgemm would read out of bounds); a
     # BlockQ8 checked its own layout
     if (f is not None and 0 < rows <= ROWGEMM_ROWS_MAX and x.device.type == "cpu"
@@ -195,7 +195,7 @@ def linear(x, weight, bias=None):
         f(x.data_ptr(), rows, k, *w, n, None if bias is None else bias.data_ptr(), y.data_ptr(),
           torch.get_num_threads())
         return y
-    if q8 or half:                          # the torch paths multiply the float32 weight
+    if q8 or (half and x.dtype == torch.float32):     # the torch paths multiply the float32 weight
         weight = weight.float()
     if training or rows < 2:
         return torch.nn.functional.linear(x, weight, bias)
