@@ -95,6 +95,29 @@ def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load,
     assert f"{option} must be " in err and f"got {value}" in err, err
 
 
+@pytest.mark.parametrize("command", [["generate", "--prompt", "x"], ["bench", "e2e"]])
+@pytest.mark.parametrize("option,value", [("--tree-budget", "65"), ("--tree-budget", "8"), ("--tree-depth", "3"),
+                                          ("--tree-topk", "2"), ("--tree-acceptance", "0.5,x")])
+def test_tree_option_without_a_tree_exits_2_before_any_model_loads(command, option, value, no_model_load, capsys):
+    """A --tree-* option shapes a tree: without --tree it would be ignored (a chain runs), so it is refused."""
+    assert exit_code([*command, option, value]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {value} without --tree" in err and "add --tree static|eagle|sequoia" in err, err
+
+
+@pytest.mark.parametrize("option", ["--json", "--record"])
+def test_output_file_that_cannot_be_written_exits_2_before_any_model_loads(option, no_model_load, tmp_path, capsys):
+    """An output file whose directory is missing, or that is a directory, is refused before the run (whose
+    result it would have lost at the end)."""
+    missing = tmp_path / "no" / "such" / "out.json"
+    assert exit_code(["generate", "--prompt", "x", option, str(missing)]) == 2
+    assert f"{option} {missing}: the directory {missing.parent} does not exist" in capsys.readouterr().err
+    assert exit_code(["generate", "--prompt", "x", option, str(tmp_path)]) == 2
+    assert f"{option} {tmp_path}: is a directory" in capsys.readouterr().err
+    assert exit_code(["bench", "e2e", "--json", str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_fabric_draft_with_prompt_lookup_exits_2_before_any_model_loads(no_model_load, capsys):
     argv = ["generate", "--prompt", "x", "--draft-engine", "fabric", "--draft", "prompt-lookup"]
     assert exit_code(argv) == 2

@@ -27,6 +27,7 @@ import argparse
 import json
 import sys
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
@@ -78,6 +79,23 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         except ValueError as err:
             raise UsageError(str(err)) from None
     return cores, params
+
+
+#: Options that name a file the command writes at its end: checked before the run starts.
+OUTPUT_FILES = ("json", "record")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """A UsageError for an output file (``--json``, ``--record``) that could not be written: its directory is
+    missing or it is a directory. Checked first, so a long run does not end without its result."""
+    for name in OUTPUT_FILES:
+        path = getattr(args, name, None)
+        if not path:
+            continue
+        if Path(path).is_dir():
+            raise UsageError(f"--{name} {path}: is a directory, expected a file to write")
+        if not Path(path).parent.is_dir():
+            raise UsageError(f"--{name} {path}: the directory {Path(path).parent} does not exist")
 
 
 def _write_json(path: str | None, obj) -> None:
@@ -329,7 +347,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                         "LM head; default: the whole vocabulary)")
     p.add_argument("--draft-engine", default="host", choices=DRAFT_ENGINES,
                    help="where the draft model runs: host (transformers, float; default) or fabric (the int8 draft "
-                        "engine; today its golden model, backend ref only)")
+                        "engine: its golden model on backend ref, its RTL on sim, the overlay's engine on pynq)")
     p.add_argument("--draft-confidence", type=float, default=None, metavar="C",
                    help="a chain stops after the first draft token whose draft probability is below C (HF's "
                         "assistant_confidence_threshold; gamma is then the longest chain); default: off")
@@ -354,10 +372,11 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     else:
         p.add_argument("--tree", default=None, choices=TREE_KINDS,
                        help="token-tree speculation: static (paths), eagle (EAGLE-2 dynamic) or sequoia (DP topology)")
-    p.add_argument("--tree-budget", type=int, default=d.budget,
+    # default None: a value given without --tree is refused (it would shape no tree); _tree_spec fills them in
+    p.add_argument("--tree-budget", type=int, default=None,
                    help=f"tree nodes, root included (2..{TREE_LIMIT}; default {d.budget})")
-    p.add_argument("--tree-depth", type=int, default=d.depth, help=f"largest tree depth (default {d.depth})")
-    p.add_argument("--tree-topk", type=int, default=d.topk,
+    p.add_argument("--tree-depth", type=int, default=None, help=f"largest tree depth (default {d.depth})")
+    p.add_argument("--tree-topk", type=int, default=None,
                    help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d.topk})")
     p.add_argument("--tree-acceptance", default=None, metavar="A0,A1,...",
                    help="sequoia: the acceptance vector by draft rank (default: measured on the target's greedy "
@@ -365,9 +384,19 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
 
 
 def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
-    """The tree of ``--tree KIND`` and the ``--tree-*`` options (validated), or None without one."""
-    from specdec.job import TreeSpec
+    """The tree of ``--tree KIND`` and the ``--tree-*`` options (validated), or None without one.
+
+    Raises
+    ------
+    UsageError
+        A ``--tree-*`` option given without ``--tree`` (no tree would be drafted: the value would be ignored).
+    """
+    from specdec.job import TREE_KINDS, TreeSpec
     if not kind:
+        given = [f"{flag} {value}" for flag, value in _tree_options(args) if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} without --tree: it shapes a token tree, and none is drafted "
+                             f"(add --tree {'|'.join(TREE_KINDS)}, or leave it out)")
         return None
     acceptance = None
     if args.tree_acceptance:
@@ -376,7 +405,15 @@ def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
         except ValueError:
             raise UsageError(f"--tree-acceptance must be comma-separated numbers, got "
                              f"{args.tree_acceptance!r}") from None
-    return TreeSpec(kind, args.tree_budget, args.tree_depth, args.tree_topk, acceptance=acceptance)
+    given = {k: v for k, v in (("budget", args.tree_budget), ("depth", args.tree_depth), ("topk", args.tree_topk))
+             if v is not None}
+    return TreeSpec(kind, acceptance=acceptance, **given)
+
+
+def _tree_options(args: argparse.Namespace) -> list[tuple[str, object]]:
+    """The ``--tree-*`` options and their values as given (None: not given)."""
+    return [("--tree-budget", args.tree_budget), ("--tree-depth", args.tree_depth), ("--tree-topk", args.tree_topk),
+            ("--tree-acceptance", args.tree_acceptance)]
 
 
 def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: TreeSpec | None = None) -> Job:
@@ -450,7 +487,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(str(err)) from None
     job = _job(args, prompts, 0)
-    trees = [_tree_spec(args, kind.strip()) for kind in (args.tree.split(",") if args.tree else [])]
+    trees = [_tree_spec(args, kind.strip()) for kind in args.tree.split(",")] if args.tree else []
+    if not trees:
+        _tree_spec(args, None)                    # refuses --tree-* options without --tree
     for spec in trees:
         dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
     guard = args.sampling_guard
@@ -522,6 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = HANDLERS[(args.group, args.action)]
     command = args.group if args.action == "run" else f"{args.group} {args.action}"
     try:
+        _check_outputs(args)
         return handler(args)
     except UsageError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
