@@ -116,6 +116,16 @@ def test_output_file_that_cannot_be_written_exits_2_before_any_model_loads(optio
     assert f"{option} {tmp_path}: is a directory" in capsys.readouterr().err
     assert exit_code(["bench", "e2e", "--json", str(missing)]) == 2
     assert "does not exist" in capsys.readouterr().err
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    assert exit_code(["bench", "e2e", "--plot", str(afile / "plots")]) == 2
+    assert f"--plot {afile / 'plots'}: {afile} is a file, expected a directory" in capsys.readouterr().err
+
+
+def test_pipelined_with_sampling_exits_2_before_any_model_loads(no_model_load, capsys):
+    """Pipelined drafting drafts ahead on a greedy guess: with sampling its rows would be serial ones."""
+    assert exit_code(["bench", "e2e", "--gammas", "0,4", "--pipelined", "4", "--temperature", "0.8"]) == 2
+    assert "--pipelined drafts ahead on the draft's greedy guess" in capsys.readouterr().err
 
 
 def test_fabric_draft_with_prompt_lookup_exits_2_before_any_model_loads(no_model_load, capsys):

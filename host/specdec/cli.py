@@ -81,13 +81,14 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     return cores, params
 
 
-#: Options that name a file the command writes at its end: checked before the run starts.
-OUTPUT_FILES = ("json", "record")
+#: Options that name a file, and a directory, the command writes at its end: checked before the run starts.
+OUTPUT_FILES, OUTPUT_DIRS = ("json", "record"), ("plot",)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """A UsageError for an output file (``--json``, ``--record``) that could not be written: its directory is
-    missing or it is a directory. Checked first, so a long run does not end without its result."""
+    """A UsageError for an output the run could not write at its end: a file (``--json``, ``--record``) whose
+    directory is missing or that is a directory; a directory (``--plot``, made with its parents) that is a
+    file or lies under one. Checked first, so a long run does not end without its result."""
     for name in OUTPUT_FILES:
         path = getattr(args, name, None)
         if not path:
@@ -96,6 +97,13 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {path}: is a directory, expected a file to write")
         if not Path(path).parent.is_dir():
             raise UsageError(f"--{name} {path}: the directory {Path(path).parent} does not exist")
+    for name in OUTPUT_DIRS:
+        path = getattr(args, name, None)
+        if not path:
+            continue
+        existing = next(p for p in (Path(path), *Path(path).absolute().parents) if p.exists())
+        if not existing.is_dir():
+            raise UsageError(f"--{name} {path}: {existing} is a file, expected a directory")
 
 
 def _write_json(path: str | None, obj) -> None:
@@ -505,6 +513,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     for g in piped:
         if g == 0 or g not in gammas:
             raise UsageError(f"--pipelined: {g} is not one of the measured gammas other than 0 ({args.gammas})")
+    if piped and args.temperature:
+        raise UsageError(f"--pipelined drafts ahead on the draft's greedy guess: it needs greedy decoding, got "
+                         f"--temperature {args.temperature}")
     from specdec.peers import default_peers
     peers = [] if args.no_peers else default_peers(guard if guard > 0 else 4)
     res = bench_e2e.run(job, gammas, args.backend, trees=trees, guard_gamma=None if guard == -1 else guard,
