@@ -391,20 +391,27 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
                         "continuations of corpus passages)")
 
 
-def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
-    """The tree of ``--tree KIND`` and the ``--tree-*`` options (validated), or None without one.
+#: The ``--tree-*`` options (``args.tree_<name>``); the first three set the TreeSpec field of their name.
+TREE_OPTIONS = ("budget", "depth", "topk", "acceptance")
 
-    Raises
-    ------
-    UsageError
-        A ``--tree-*`` option given without ``--tree`` (no tree would be drafted: the value would be ignored).
-    """
-    from specdec.job import TREE_KINDS, TreeSpec
+
+def _no_tree_options(args: argparse.Namespace) -> None:
+    """A UsageError when a ``--tree-*`` option is given without ``--tree``: it would shape no tree (a chain
+    would run with the value ignored)."""
+    from specdec.job import TREE_KINDS
+    given = [f"--tree-{name} {getattr(args, 'tree_' + name)}" for name in TREE_OPTIONS
+             if getattr(args, "tree_" + name) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} without --tree: it shapes a token tree, and none is drafted "
+                         f"(add --tree {'|'.join(TREE_KINDS)}, or leave it out)")
+
+
+def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
+    """The tree of ``--tree KIND`` and the ``--tree-*`` options (validated), or None without one (when no
+    ``--tree-*`` option was given either: :func:`_no_tree_options`)."""
+    from specdec.job import TreeSpec
     if not kind:
-        given = [f"{flag} {value}" for flag, value in _tree_options(args) if value is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} without --tree: it shapes a token tree, and none is drafted "
-                             f"(add --tree {'|'.join(TREE_KINDS)}, or leave it out)")
+        _no_tree_options(args)
         return None
     acceptance = None
     if args.tree_acceptance:
@@ -413,15 +420,9 @@ def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
         except ValueError:
             raise UsageError(f"--tree-acceptance must be comma-separated numbers, got "
                              f"{args.tree_acceptance!r}") from None
-    given = {k: v for k, v in (("budget", args.tree_budget), ("depth", args.tree_depth), ("topk", args.tree_topk))
-             if v is not None}
+    given = {name: getattr(args, "tree_" + name) for name in TREE_OPTIONS[:3]
+             if getattr(args, "tree_" + name) is not None}
     return TreeSpec(kind, acceptance=acceptance, **given)
-
-
-def _tree_options(args: argparse.Namespace) -> list[tuple[str, object]]:
-    """The ``--tree-*`` options and their values as given (None: not given)."""
-    return [("--tree-budget", args.tree_budget), ("--tree-depth", args.tree_depth), ("--tree-topk", args.tree_topk),
-            ("--tree-acceptance", args.tree_acceptance)]
 
 
 def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: TreeSpec | None = None) -> Job:
@@ -495,9 +496,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(str(err)) from None
     job = _job(args, prompts, 0)
+    if not args.tree:
+        _no_tree_options(args)
     trees = [_tree_spec(args, kind.strip()) for kind in args.tree.split(",")] if args.tree else []
-    if not trees:
-        _tree_spec(args, None)                    # refuses --tree-* options without --tree
     for spec in trees:
         dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
     guard = args.sampling_guard

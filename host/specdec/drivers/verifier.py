@@ -387,7 +387,7 @@ class Verifier(SpecdecIP):
             raise ValueError(f"tree tokens must fit 16 bits, got {tok}")
         p = np.asarray(p_logits)
         if p.ndim != 2 or p.shape[0] != n or p.shape[1] == 0:
-            raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for an {n}-node tree, got {p.shape}")
+            raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for a tree of N = {n} nodes, got {p.shape}")
         vocab = p.shape[1]
         itemp = None if greedy else inv_temp(temperature)
         t_start = time.perf_counter()
