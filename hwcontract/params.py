@@ -26,6 +26,8 @@ class Param:
         a = self.allowed
         if isinstance(a, range) and a.step == 1:
             return f"{a.start}..{a.stop - 1}"
+        if isinstance(a, range) and len(a) > 8:
+            return f"{a.start}..{a[-1]} in steps of {a.step}"
         return "{" + ", ".join(str(v) for v in a) + "}"
 
     def check(self, value, core: str = "") -> int:

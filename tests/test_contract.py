@@ -41,6 +41,7 @@ def header_array(name: str) -> list[int]:
     ("treemask", "NODES_MAX", 65, "1..64"),
     ("kvpage", "PAGES", 100, "{16, 32, 64, 128, 256, 512, 1024}"),
     ("kvpage", "MAX_BLOCKS", 2048, "{4, 8, 16, 32, 64, 128, 256, 512, 1024}"),
+    ("draftengine", "WDEPTH", 100, "256..65536 in steps of 256"),       # a step range: not its 256 values
 ])
 def test_check_names_the_bad_value_and_the_allowed_set(core_name, name, bad, allowed):
     with pytest.raises(ValueError) as exc:
