@@ -128,6 +128,28 @@ def test_pipelined_with_sampling_exits_2_before_any_model_loads(no_model_load, c
     assert "--pipelined drafts ahead on the draft's greedy guess" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("backend", ["ref", "sim"])
+def test_kv_block_the_context_cannot_take_exits_2_before_any_model_loads(backend, gpt2_dirs, no_model_load,
+                                                                        monkeypatch, capsys):
+    """The page size is checked against the target's context from its config, before the models load (and
+    before a simulation builds): the tiny GPT-2's 512 tokens at 1 a page need 2 x 513 pages of the core's 1,024."""
+    from specdec.backends import simulator
+    monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("the simulation started"))
+    argv = ["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--kv-block", "1",
+            "--backend", backend]
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    for part in ("context of 512 tokens", "2 x 513 = 1026 pages", "1024 pages", "--kv-block 16 or larger",
+                 "--dense-kv"):
+        assert part in err, (part, err)
+    assert exit_code(["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--kv-block", "1",
+                      "--gammas", "0,2"]) == 2
+    assert "2 x 513 = 1026 pages" in capsys.readouterr().err
+    # the same page size serves one cache (prompt lookup drafts with no model of its own)
+    from specdec.pairs import check_kv_fits
+    check_kv_fits(gpt2_dirs[0], "prompt-lookup", 1024, 1024, 1)
+
+
 def test_fabric_draft_with_prompt_lookup_exits_2_before_any_model_loads(no_model_load, capsys):
     argv = ["generate", "--prompt", "x", "--draft-engine", "fabric", "--draft", "prompt-lookup"]
     assert exit_code(argv) == 2

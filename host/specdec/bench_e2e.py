@@ -96,6 +96,9 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     """
     from tqdm import tqdm
     job.check_backend(backend)
+    cores = None if backend == "pynq" else runtime.cores(backend)
+    if pair is None and cores is not None and cores.kv is not None and job.kv_block is not None:
+        pairs.check_kv_fits(job.target, job.draft, cores.kv.pages, cores.kv.max_blocks, job.kv_block)
     pair = pair or pairs.open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
     if backend == "pynq":           # one overlay: its cores and, for a fabric draft, its draft engine
         ol = runtime.pynq_overlay()
@@ -103,8 +106,6 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
         if job.draft_engine == "fabric":
             from .int8draft import bind
             bind(pair.draft.lm.model, ol.draft_engine())
-    else:
-        cores = runtime.cores(backend)
     if cores.kv is not None and job.kv_block is not None:        # both caches in pages the kvpage core assigns
         pair = pairs.paged_pair(pair, cores.kv, job.kv_block)
     prompts = [pairs.encode(pair.tokenizer, p) for p in job.prompts]

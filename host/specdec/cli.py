@@ -562,14 +562,16 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status: 2 for a bad argument (a ``UsageError``, or an
-    ``OptionError`` naming a job option), 1 for any failure during the run.
+    """Run the command line; returns the exit status: 2 for a bad argument (a ``UsageError``, an
+    ``OptionError`` naming a job option, or a ``KVCapacityError``: a page size the target's context cannot
+    take), 1 for any failure during the run.
 
     Argparse usage errors raise ``SystemExit(2)`` as usual. A failure of an expected kind (a specdec, runtime,
     OS or value error) prints one line; any other also prints its traceback.
     """
     args = make_parser().parse_args(argv)
     from specdec.errors import OptionError, SpecdecError
+    from specdec.kvlayout import KVCapacityError
     handler = HANDLERS[(args.group, args.action)]
     command = args.group if args.action == "run" else f"{args.group} {args.action}"
     try:
@@ -580,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except OptionError as err:
         print(f"specdec: error: {_flag(err.option)} must be {err.allowed}, got {err.value!r}", file=sys.stderr)
+        return EXIT_USAGE
+    except KVCapacityError as err:      # --kv-block (or its default) against the target's context
+        print(f"specdec: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as err:        # noqa: BLE001 (a failure during the run: exit 1, whatever it was)
         print(f"specdec: {command} failed: {err}", file=sys.stderr)

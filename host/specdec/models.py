@@ -215,9 +215,30 @@ def load(name: str):
 def context_length(model) -> int | None:
     """The tokens ``model`` takes in one sequence (its config's ``max_position_embeddings``, GPT-2's
     ``n_positions``), or None when the config does not say."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return _config_context(model.config)
+
+
+def _config_context(config) -> int | None:
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     n = getattr(cfg, "max_position_embeddings", None)
     return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def config_context_length(name: str) -> int | None:
+    """:func:`context_length` of the model ``name`` read from its config alone, before any weights load: the
+    demo target's converted copy, or a local directory. None where only loading the model tells (the demo
+    target before its first conversion, a hub id): the check then happens once it has loaded."""
+    if name == DEMO_TARGET:
+        where = _converted_dir()
+    else:
+        where = MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
+    if where is None or not (where / "config.json").is_file():
+        return None
+    from transformers import AutoConfig
+    try:
+        return _config_context(AutoConfig.from_pretrained(where))
+    except (OSError, ValueError):       # a config transformers cannot read: loading the model will say so
+        return None
 
 
 def check_pair(target, target_tok, draft, draft_tok, target_name: str = "target",

@@ -87,6 +87,19 @@ def eagle_dir(draft: str):
     return None
 
 
+def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks: int,
+                  block: int | str = KV_AUTO) -> None:
+    """The check of :func:`paged_pair` before the pair loads: KVCapacityError when the target's context (from
+    its config, :func:`specdec.models.config_context_length`) does not fit a kvpage core of ``pages`` pages
+    and ``max_blocks`` rows at ``block``. Nothing is checked when the config cannot be read without loading
+    the model."""
+    target = target or models.DEMO_TARGET
+    draft = models.DEFAULT_DRAFT.get(target) if draft is None else draft
+    sequences = 1 if draft == PROMPT_LOOKUP or (draft is not None and eagle_dir(draft) is not None) else 2
+    pick_block(models.config_context_length(target), sequences, pages, max_blocks,
+               None if block == KV_AUTO else block)
+
+
 def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:
     """``pair`` with both models' caches in page pools whose pages the kvpage core ``kv`` assigns, ``block``
     tokens a page (the same weights; new :class:`~specdec.models.CausalLM` wrappers). ``"auto"``: the

@@ -32,7 +32,7 @@ from .builds import CORE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
 from .decode import Drafter, Generation, generate
 from .job import Job, as_job
 from .metrics import kv_report, record, summarize
-from .pairs import Pair, calibrated, drafter, encode, open_pair, paged_pair
+from .pairs import Pair, calibrated, check_kv_fits, drafter, encode, open_pair, paged_pair
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -183,13 +183,15 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         report) when they apply.
     """
     job = as_job(job)
+    paged = kv is not None and job.kv_block is not None
+    if pair is None and paged:          # a page size the target's context cannot take: refused before it loads
+        check_kv_fits(job.target, job.draft, kv.pages, kv.max_blocks, job.kv_block)
     pair = pair or open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
     engine_report = None
     if job.draft_engine == "fabric":
         from .int8draft import bind
         engine = engine or golden_draftengine()
         engine_report = bind(pair.draft.lm.model, engine)
-    paged = kv is not None and job.kv_block is not None
     if paged:
         pair = paged_pair(pair, kv, job.kv_block)
     tree = calibrated(pair, job.tree)
@@ -227,6 +229,8 @@ def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator") -> dict:
     treemask core idle, a job without a fabric draft the engine)."""
     from .builds import DRAFTENGINE_PARAMS
     job = as_job(job)
+    if job.kv_block is not None:        # refused before the simulation builds and the models load
+        check_kv_fits(job.target, job.draft, KV_PARAMS["PAGES"], KV_PARAMS["MAX_BLOCKS"], job.kv_block)
     params = {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS, **DRAFTENGINE_PARAMS}
     return _simulate(job, "system", "specdec.backends.sim_decode", sim, params)
 
