@@ -6,6 +6,8 @@ parent that comes before it (``0 <= parent[i] < i``), so node order is a topolog
 """
 from __future__ import annotations
 
+import operator
+
 from hwcontract.regmap import TREE_MAX_NODES
 
 
@@ -19,7 +21,11 @@ def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
     max_nodes : int
         The largest N accepted.
     """
-    parents = tuple(int(p) for p in parents)
+    parents = list(parents)
+    try:
+        parents = tuple(operator.index(p) for p in parents)     # an integer of any kind; 0.5 is no node
+    except TypeError:
+        raise ValueError(f"tree parents must be integers, got {parents!r}") from None
     if not 1 <= len(parents) <= max_nodes:
         raise ValueError(f"a tree has 1..{max_nodes} nodes (root included), got {len(parents)}")
     for i, p in enumerate(parents[1:], start=1):

@@ -49,6 +49,9 @@ def test_check_parents_errors():
         check_parents([-1] + [0] * TREE_MAX_NODES)
     with pytest.raises(ValueError, match=r"node 2 has parent 2"):
         check_parents([-1, 0, 2])
+    with pytest.raises(ValueError, match=r"tree parents must be integers, got \[-1, 0.5\]"):
+        check_parents([-1, 0.5])                       # not truncated to node 0
+    assert check_parents(np.array([-1, 0, 1])) == (-1, 0, 1)
 
 
 # --- validation of the builders (no model needed: constructors check before drafting) -----------------------

@@ -134,6 +134,18 @@ def test_sampling_before_seed_is_refused_before_the_core():
     assert len(drv.verify([1, 2], p, p[:2], temperature=1.0).tokens) >= 1
 
 
+def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():
+    """0.5 names no node and 2.0 is no token id: refused, not truncated (as a chain's draft tokens are)."""
+    drv, _ = golden_verifier(4, 64, 16)
+    p = np.random.default_rng(4).normal(0, 1, (3, 40))
+    with pytest.raises(ValueError, match=r"tree parents must be integers, got float64: \[-1.0, 0.5, 0.0\]"):
+        drv.verify_tree([-1, 0.5, 0], [1, 2, 3], p, greedy=True)
+    with pytest.raises(ValueError, match=r"tree tokens must be integers, got float64"):
+        drv.verify_tree([-1, 0, 0], [1, 2.0, 3], p, greedy=True)
+    assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]    # nothing reached the core
+    assert drv.verify_tree(np.array([-1, 0, 0]), np.array([1, 2, 3], np.uint16), p, greedy=True).tokens
+
+
 def test_quantize_out_matches_and_is_left_alone_on_error():
     x = np.random.default_rng(0).normal(0, 50, (3, 7))
     x[1, 2] = -np.inf

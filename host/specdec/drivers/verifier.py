@@ -364,8 +364,8 @@ class Verifier(SpecdecIP):
         Raises
         ------
         ValueError
-            Before anything reaches the core: shapes, parents that do not fit 8 bits, tokens that do not
-            fit 16 bits, a bad temperature, NaN or +inf logits in any node's row (whether the walk would
+            Before anything reaches the core: shapes, parents or tokens that are not integers, parents
+            that do not fit 8 bits, tokens that do not fit 16 bits, a bad temperature, NaN or +inf logits in any node's row (whether the walk would
             reach it or not; naming the node), a sampling round before :meth:`seed`.
         VerifierError
             BAD_TREE (N = 0 or over TREE_MAX, a parent not below its child), BAD_VOCAB, BAD_TOKEN,
@@ -376,8 +376,11 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         self._check_seeded(greedy)
-        par = [int(x) for x in np.asarray(parents).ravel()]
-        tok = [int(x) for x in np.asarray(tokens).ravel()]
+        arrays = {"parents": np.asarray(parents).ravel(), "tokens": np.asarray(tokens).ravel()}
+        for name, a in arrays.items():
+            if a.size and not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"tree {name} must be integers, got {a.dtype}: {a.tolist()}")
+        par, tok = ([int(x) for x in a] for a in arrays.values())
         n = len(par)
         if len(tok) != n:
             raise ValueError(f"a tree needs one token per node: {n} parents, {len(tok)} tokens")
