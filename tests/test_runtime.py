@@ -253,6 +253,8 @@ def test_job_json_round_trip():
     ({"seed": -1}, "seed", -1),
     ({"max_new_tokens": 0}, "max_new_tokens", 0),
     ({"max_new_tokens": 2.5}, "max_new_tokens", 2.5),
+    ({"seed": -1}, "seed", -1),
+    ({"seed": True}, "seed", True),            # a bool is no seed (it was taken as 1)
     ({"gamma": 17}, "gamma", 17),
     ({"gamma": "x"}, "gamma", "x"),
     ({"prompts": [""]}, "prompt", ""),

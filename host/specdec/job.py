@@ -126,6 +126,7 @@ class Job:
         if self.draft_engine == "fabric" and self.draft == PROMPT_LOOKUP:
             raise OptionError("draft_engine", self.draft_engine, "'host' with prompt lookup (there is no draft "
                                                                  "model to run on the engine)")
+        check_int("seed", self.seed, 0)     # here too: config() adds the prompt's index, which makes True an int
         self.config()       # max_new_tokens and seed: GenConfig's checks
 
     def check_backend(self, backend: str) -> None:
