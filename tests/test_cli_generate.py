@@ -142,6 +142,9 @@ def test_kv_block_the_context_cannot_take_exits_2_before_any_model_loads(backend
     for part in ("context of 512 tokens", "2 x 513 = 1026 pages", "1024 pages", "--kv-block 16 or larger",
                  "--dense-kv"):
         assert part in err, (part, err)
+
+
+def test_bench_kv_block_the_context_cannot_take_exits_2_before_any_model_loads(gpt2_dirs, no_model_load, capsys):
     assert exit_code(["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--kv-block", "1",
                       "--gammas", "0,2"]) == 2
     assert "2 x 513 = 1026 pages" in capsys.readouterr().err

@@ -365,8 +365,9 @@ class Verifier(SpecdecIP):
         ------
         ValueError
             Before anything reaches the core: shapes, parents or tokens that are not integers, parents
-            that do not fit 8 bits, tokens that do not fit 16 bits, a bad temperature, NaN or +inf logits in any node's row (whether the walk would
-            reach it or not; naming the node), a sampling round before :meth:`seed`.
+            that do not fit 8 bits, tokens that do not fit 16 bits, a bad temperature, NaN or +inf logits
+            in any node's row (whether the walk would reach it or not; naming the node), a sampling round
+            before :meth:`seed`.
         VerifierError
             BAD_TREE (N = 0 or over TREE_MAX, a parent not below its child), BAD_VOCAB, BAD_TOKEN,
             BAD_TEMP, EMPTY_ROW, stream errors, naming the nodes behind them.
@@ -390,7 +391,8 @@ class Verifier(SpecdecIP):
             raise ValueError(f"tree tokens must fit 16 bits, got {tok}")
         p = np.asarray(p_logits)
         if p.ndim != 2 or p.shape[0] != n or p.shape[1] == 0:
-            raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for a tree of N = {n} nodes, got {p.shape}")
+            raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for a tree of N = {n} nodes, "
+                             f"got {p.shape}")
         vocab = p.shape[1]
         itemp = None if greedy else inv_temp(temperature)
         t_start = time.perf_counter()
