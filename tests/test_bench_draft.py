@@ -83,6 +83,7 @@ def test_projection_pads_partial_tiles():
 @pytest.mark.parametrize("extra,message", [
     (["--gamma", "17"], "--gamma must be"), (["--draft-vocab", "0"], "--draft-vocab must be"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be"), (["--n-prompts", "0"], "--n-prompts"),
+    (["--gamma", "0"], "--gamma must be at least 1 for the draft bench"),    # it crashed after loading
 ])
 def test_bad_options_exit_2_before_any_model_loads(extra, message, monkeypatch, capsys):
     monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))

@@ -110,9 +110,20 @@ def _draft_step_s(res: dict) -> float | None:
     return spent / drafted if drafted else None
 
 
+def check_gamma(gamma: int) -> int:
+    """``gamma`` if the bench can measure acceptance at it (>= 1; the job checks the core's limit), else a
+    ValueError: gamma 0 is target-only decoding, which drafts nothing."""
+    if gamma < 1:
+        raise ValueError(f"--gamma must be at least 1 for the draft bench, which measures the draft's acceptance "
+                         f"(gamma 0 drafts nothing), got {gamma}")
+    return gamma
+
+
 def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_vocab: int = 8192,
         n_agreement: int = 200, n_calibration: int = 400, progress=print) -> dict:
-    """Measure everything in the module docstring; the result is the bench's JSON."""
+    """Measure everything in the module docstring; the result is the bench's JSON (a ValueError for a
+    ``gamma`` of :func:`check_gamma`, before anything loads)."""
+    check_gamma(gamma)
     t0 = time.perf_counter()
     flt = pairs.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT, draft_vocab)
     fmodel = flt.draft.lm.model.float()

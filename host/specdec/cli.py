@@ -234,6 +234,10 @@ def _bench_draft(args: argparse.Namespace) -> int:
     # the job checks the loop's options (gamma, tokens, hot vocabulary) before anything loads
     Job(prompts=("x",), max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft_vocab=args.draft_vocab,
         draft_engine="fabric")
+    try:
+        bench_draft.check_gamma(args.gamma)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     res = bench_draft.run(args.n_prompts, args.max_new_tokens, args.gamma, args.draft_vocab, args.n_agreement)
     print(bench_draft.format_draft(res))
     _write_json(args.json, res)
