@@ -110,13 +110,12 @@ def _draft_step_s(res: dict) -> float | None:
     return spent / drafted if drafted else None
 
 
-def check_gamma(gamma: int) -> int:
-    """``gamma`` if the bench can measure acceptance at it (>= 1; the job checks the core's limit), else a
-    ValueError: gamma 0 is target-only decoding, which drafts nothing."""
+def check_gamma(gamma: int) -> None:
+    """A ValueError unless the bench can measure acceptance at ``gamma`` (>= 1; the job checks the core's
+    limit): gamma 0 is target-only decoding, which drafts nothing."""
     if gamma < 1:
         raise ValueError(f"--gamma must be at least 1 for the draft bench, which measures the draft's acceptance "
                          f"(gamma 0 drafts nothing), got {gamma}")
-    return gamma
 
 
 def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_vocab: int = 8192,

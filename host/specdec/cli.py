@@ -395,8 +395,10 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
                         "continuations of corpus passages)")
 
 
-#: The ``--tree-*`` options (``args.tree_<name>``); the first three set the TreeSpec field of their name.
-TREE_OPTIONS = ("budget", "depth", "topk", "acceptance")
+#: The ``--tree-<name>`` options that set the TreeSpec field of their name (``args.tree_<name>``), and all of
+#: them (``--tree-acceptance`` is parsed into the spec's acceptance vector).
+TREE_FIELDS = ("budget", "depth", "topk")
+TREE_OPTIONS = (*TREE_FIELDS, "acceptance")
 
 
 def _no_tree_options(args: argparse.Namespace) -> None:
@@ -424,8 +426,7 @@ def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
         except ValueError:
             raise UsageError(f"--tree-acceptance must be comma-separated numbers, got "
                              f"{args.tree_acceptance!r}") from None
-    given = {name: getattr(args, "tree_" + name) for name in TREE_OPTIONS[:3]
-             if getattr(args, "tree_" + name) is not None}
+    given = {name: getattr(args, "tree_" + name) for name in TREE_FIELDS if getattr(args, "tree_" + name) is not None}
     return TreeSpec(kind, acceptance=acceptance, **given)
 
 

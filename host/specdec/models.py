@@ -156,6 +156,12 @@ HUB_FAMILIES = {
 DEFAULT_DRAFT = {DEMO_TARGET: DEMO_DRAFT, **{m: fam[0] for fam in HUB_FAMILIES.values() for m in fam[1:]}}
 
 
+def _model_dir(name: str) -> Path:
+    """The directory a model name other than the demo target stands for: the demo draft under models/, else
+    the name as a path (a hub id names no directory here)."""
+    return MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no")
 
@@ -181,7 +187,7 @@ def load(name: str):
         return model, tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
     _quiet_transformers()
-    path = MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
+    path = _model_dir(name)
     if path.is_dir():
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
@@ -228,10 +234,7 @@ def config_context_length(name: str) -> int | None:
     """:func:`context_length` of the model ``name`` read from its config alone, before any weights load: the
     demo target's converted copy, or a local directory. None where only loading the model tells (the demo
     target before its first conversion, a hub id): the check then happens once it has loaded."""
-    if name == DEMO_TARGET:
-        where = _converted_dir()
-    else:
-        where = MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
+    where = _converted_dir() if name == DEMO_TARGET else _model_dir(name)
     if where is None or not (where / "config.json").is_file():
         return None
     from transformers import AutoConfig

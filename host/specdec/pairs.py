@@ -44,12 +44,7 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     ModelError
         A model that cannot be loaded, no default draft for the target, or two vocabularies.
     """
-    target = target or models.DEMO_TARGET
-    if draft is None:
-        draft = models.DEFAULT_DRAFT.get(target)
-        if draft is None:
-            raise models.ModelError(f"no default draft for target {target!r}: pass --draft ID or "
-                                    f"--draft {PROMPT_LOOKUP}")
+    target, draft = resolve_names(target, draft)
     head_dir = eagle_dir(draft) if draft != PROMPT_LOOKUP else None
     if head_dir is not None:        # options an EAGLE head cannot take: refused before anything loads
         if draft_vocab is not None:
@@ -87,15 +82,27 @@ def eagle_dir(draft: str):
     return None
 
 
+def resolve_names(target: str | None, draft: str | None) -> tuple[str, str]:
+    """(target, draft) with the defaults filled in: the demo target, the target's usual draft (ModelError when
+    it has none)."""
+    target = target or models.DEMO_TARGET
+    if draft is None:
+        draft = models.DEFAULT_DRAFT.get(target)
+        if draft is None:
+            raise models.ModelError(f"no default draft for target {target!r}: pass --draft ID or "
+                                    f"--draft {PROMPT_LOOKUP}")
+    return target, draft
+
+
 def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks: int,
                   block: int | str = KV_AUTO) -> None:
     """The check of :func:`paged_pair` before the pair loads: KVCapacityError when the target's context (from
     its config, :func:`specdec.models.config_context_length`) does not fit a kvpage core of ``pages`` pages
     and ``max_blocks`` rows at ``block``. Nothing is checked when the config cannot be read without loading
     the model."""
-    target = target or models.DEMO_TARGET
-    draft = models.DEFAULT_DRAFT.get(target) if draft is None else draft
-    sequences = 1 if draft == PROMPT_LOOKUP or (draft is not None and eagle_dir(draft) is not None) else 2
+    target, draft = resolve_names(target, draft)
+    # as paged_pair counts them: a draft model's cache shares the pool; prompt lookup and an EAGLE head have none
+    sequences = 1 if draft == PROMPT_LOOKUP or eagle_dir(draft) is not None else 2
     pick_block(models.config_context_length(target), sequences, pages, max_blocks,
                None if block == KV_AUTO else block)
 
