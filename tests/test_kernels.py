@@ -78,9 +78,10 @@ def test_rowgemm_takes_strided_inputs_and_leaves_other_dtypes_to_torch():
 @needs_rowgemm
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_rows_product_does_not_depend_on_the_rows_beside_it(threads):
-    """rowgemm multiplies up to four rows two W rows at a time and more rows three at a time; every output sums
-    in the same order either way, so a position's logits are the same bits whether the target scores it alone,
-    in a chain or in a tree (float32 and float16 weights; odd N leaves a remainder of W rows)."""
+    """rowgemm multiplies up to seven rows one W row at a time and more rows three W rows at a time in groups of up
+    to four rows (8, 9 = 3 + 3 + 3, 10 = 4 + 3 + 3, 13, 32); every output sums in the same order either way, so a
+    position's logits are the same bits whether the target scores it alone, in a chain or in a tree (float32 and
+    float16 weights; N not a multiple of three or of the threads leaves a remainder of W rows)."""
     g = torch.Generator().manual_seed(5)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -91,7 +92,7 @@ def test_a_rows_product_does_not_depend_on_the_rows_beside_it(threads):
             for weight in (w, w.half()):
                 with torch.inference_mode():
                     alone = torch.cat([kernels.linear(x[i:i + 1], weight) for i in range(len(x))])
-                    for rows in (2, 4, 5, 6, 8, 9, 13, kernels.ROWGEMM_ROWS_MAX):
+                    for rows in (2, 4, 5, 6, 7, 8, 9, 10, 13, kernels.ROWGEMM_ROWS_MAX):
                         assert torch.equal(kernels.linear(x[:rows], weight), alone[:rows]), (k, n, rows)
     finally:
         torch.set_num_threads(saved)

@@ -31,11 +31,25 @@ same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms with rowg
 ``SPECDEC_KERNEL=torch`` in the environment, every product takes the torch path (:func:`kernel` says which).
 All give the float32 product up to rounding (a few 1e-5 on the logits; ``tests/test_kernels.py``).
 
-Two later steps (2026-11-27). From 5 rows on, rowgemm is bound by its FMAs rather than by reading W on a fast
-day (the products of 1,536 x 576 weights held in cache: 46 us at 4 rows, 83 at 5-8); it now takes three W rows
-at a time there (twelve accumulators, 63 us), and a whole forward over 8 positions went from 27.9 to 26.8 ms
-(4 positions: 22.0 / 21.7). Every output still sums in the same order, so a row's product is the same bits
-whatever rows are multiplied beside it. And a layer whose weights are float16 values (the EAGLE head's, saved
+Two later steps (2026-11-27). From 5 rows on, rowgemm was bound by its FMAs rather than by reading W: it took
+three W rows at a time there (twelve accumulators), and a whole forward over 8 positions went from 27.9 to 26.8
+ms. Then (later that day) it stopped padding the rows of x to a multiple of four: up to seven rows each W row
+meets all of them in one pass (bound by reading W up to about six rows), more go in groups as equal as can be (9
+rows: 3 + 3 + 3, not 4 + 4 + 1 multiplied as 12). Over the 210 projections (425 MB), 2 threads, the two kernels
+alternated in one process, medians of 7, ms:
+
+=====  ======  ====  ====  ====  ====  ====  ====  ====  ====  ====
+rows   1       2     3     4     5     6     7     8     9     10
+=====  ======  ====  ====  ====  ====  ====  ====  ====  ====  ====
+before 7.3     7.3   7.3   7.4   10.3  10.3  10.4  10.5  13.1  13.3
+now    6.4     6.5   7.0   7.4   7.9   8.4   9.7   10.7  12.0  12.3
+=====  ======  ====  ====  ====  ====  ====  ====  ====  ====  ====
+
+and the whole SmolLM2-135M forward (120-token context, the two kernels alternated in one process, medians of
+11): 1 / 4 / 5 / 6 / 7 / 8 / 9 positions 20.2 / 21.8 / 23.8 / 24.3 / 24.5 / 24.4 / 26.9 ms before, 18.4 / 20.6 /
+20.6 / 21.0 / 21.9 / 24.4 / 26.2 ms now, the logits the same bits. Every output sums in the same order (eight
+lanes over k, their sum, the tail, the bias), so a row's product is the same bits whatever rows are multiplied
+beside it. And a layer whose weights are float16 values (the EAGLE head's, saved
 in float16) can hold them in float16 (:func:`half_weights`): ``rowgemm_h`` widens them in registers (F16C),
 reading half the bytes for the same products bit for bit (a gamma-3 proposal of the head after a target
 forward: 4.28 -> 3.80 ms). The target's weights are not float16 values (dequantized Q4_1), so they stay float32.

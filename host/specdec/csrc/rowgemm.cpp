@@ -1,10 +1,10 @@
 // rowgemm: y = x W^T (+ b) for the few rows a speculative-decoding forward multiplies (specdec.kernels).
 //
 // x is M x K, W is N x K (torch.nn.Linear's layout), y is M x N, all float32 and row-major. Each thread takes a
-// contiguous share of W's rows and streams them from memory once, two at a time with a software prefetch ahead,
-// against up to four rows of x that stay in L1; more rows of x re-read the W rows from L1, three W rows at a time
-// (rows3). At M <= 4 the product is bound by reading W, so its time hardly grows with M; from 5 rows on the
-// FMAs take about as long as the reads on a fast day (measured in specdec/kernels.py).
+// contiguous share of W's rows and streams them from memory once with a software prefetch ahead, against the few
+// rows of x that stay in L1 (span: one W row against up to seven rows of x, or three W rows against groups of up
+// to four). Up to about six rows the product is bound by reading W, so its time hardly grows with M; from eight
+// rows on, by the FMAs (measured in specdec/kernels.py and at span).
 //
 // rowgemm_h takes W in IEEE half precision (uint16 bits) and widens each 8-float slice in registers (F16C), and
 // rowgemm_q8 takes W as int8 codes times a float32 scale per block of 32 (GGUF's Q8_0) and multiplies them out in
@@ -71,82 +71,83 @@ struct Q8 {                 // int8 codes times one float32 scale per block of 3
     Row row(int n) const { return {q + (size_t)n * K, s + (size_t)n * (K >> 5)}; }
 };
 
-// rows [n0, n1) of y for every row of x; W in one of the layouts above
-template <typename W>
-TARGET void rows(const float *x, int M, int K, const W &w, const float *b, float *y, int N, int n0, int n1) {
+// One tile: NW rows of W (from n; the last `cnt` of a share may be fewer, the missing ones read row n again and
+// are not stored) against MM rows of x (from m0), NW x MM accumulators over k. Every output sums over k in the
+// same order (eight lanes in steps of 8, their sum, the tail with one rounding each, then the bias), so its bits
+// do not depend on the tile that computed it. PF: this tile is the first to read these W rows, so it prefetches.
+template <int NW, int MM, bool PF, typename W>
+TARGET inline void tile(const float *x, int K, const W &w, const float *b, float *y, int N, int n, int cnt, int m0) {
     const int K8 = K & ~7;
-    for (int n = n0; n < n1; n += 2) {
-        const bool two = n + 1 < n1;
-        const typename W::Row w0 = w.row(n), w1 = w.row(two ? n + 1 : n);
-        for (int m0 = 0; m0 < M; m0 += 4) {
-            const int mm = M - m0 < 4 ? M - m0 : 4;
-            const float *xr[4];
-            for (int i = 0; i < 4; i++) xr[i] = x + (size_t)(m0 + (i < mm ? i : 0)) * K;
-            __m256 a0[4], a1[4];
-            for (int i = 0; i < 4; i++) a0[i] = a1[i] = _mm256_setzero_ps();
-            for (int k = 0; k < K8; k += 8) {
-                _mm_prefetch((const char *)w0.ptr(k + PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)w1.ptr(k + PREFETCH), _MM_HINT_T0);
-                const __m256 v0 = w0.load8(k), v1 = w1.load8(k);
-                for (int i = 0; i < 4; i++) {
-                    const __m256 u = _mm256_loadu_ps(xr[i] + k);
-                    a0[i] = _mm256_fmadd_ps(v0, u, a0[i]);
-                    a1[i] = _mm256_fmadd_ps(v1, u, a1[i]);
-                }
-            }
-            for (int i = 0; i < mm; i++) {
-                float s0 = hsum(a0[i]), s1 = hsum(a1[i]);
-                for (int k = K8; k < K; k++) {
-                    s0 = __builtin_fmaf(w0.at(k), xr[i][k], s0);     // one rounding, on either W type
-                    s1 = __builtin_fmaf(w1.at(k), xr[i][k], s1);
-                }
-                float *yr = y + (size_t)(m0 + i) * N;
-                yr[n] = s0 + (b ? b[n] : 0.0f);
-                if (two) yr[n + 1] = s1 + (b ? b[n + 1] : 0.0f);
-            }
+    typename W::Row wr[NW];
+    for (int j = 0; j < NW; j++) wr[j] = w.row(j < cnt ? n + j : n);
+    const float *xr[MM];
+    for (int i = 0; i < MM; i++) xr[i] = x + (size_t)(m0 + i) * K;
+    __m256 a[NW][MM];
+    for (int j = 0; j < NW; j++)
+        for (int i = 0; i < MM; i++) a[j][i] = _mm256_setzero_ps();
+    for (int k = 0; k < K8; k += 8) {
+        __m256 v[NW];
+        for (int j = 0; j < NW; j++) {
+            if (PF) _mm_prefetch((const char *)wr[j].ptr(k + PREFETCH), _MM_HINT_T0);
+            v[j] = wr[j].load8(k);
+        }
+        for (int i = 0; i < MM; i++) {
+            const __m256 u = _mm256_loadu_ps(xr[i] + k);
+            for (int j = 0; j < NW; j++) a[j][i] = _mm256_fmadd_ps(v[j], u, a[j][i]);
+        }
+    }
+    for (int i = 0; i < MM; i++) {
+        float *yr = y + (size_t)(m0 + i) * N;
+        for (int j = 0; j < NW && j < cnt; j++) {
+            float s = hsum(a[j][i]);
+            for (int k = K8; k < K; k++) s = __builtin_fmaf(wr[j].at(k), xr[i][k], s);     // one rounding, any W
+            yr[n + j] = s + (b ? b[n + j] : 0.0f);
         }
     }
 }
 
-// the same for more than four rows of x, three W rows at a time: twelve accumulators keep both FMA pipes busy
-// (eight, with two W rows, wait on the FMA latency), where the product is bound by arithmetic, not by reading W.
-// Each output sums over k in the same order as in rows(), so the result does not depend on which one ran.
+// The most rows of x one tile takes: NW = 1 keeps MM accumulators, the W slice and an x slice in 16 registers.
+constexpr int ONE_PASS_MAX = 7;
+
+template <int NW, bool PF, typename W>
+TARGET inline void tile_of(int mm, const float *x, int K, const W &w, const float *b, float *y, int N, int n,
+                           int cnt, int m0) {
+    switch (mm) {
+        case 1: tile<NW, 1, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        case 2: tile<NW, 2, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        case 3: tile<NW, 3, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        case 4: tile<NW, 4, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        case 5: tile<NW, 5, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        case 6: tile<NW, 6, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        default: tile<NW, 7, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+    }
+}
+
+// rows [n0, n1) of y for every row of x; W in one of the layouts above.
+//
+// Up to ONE_PASS_MAX rows of x, one W row at a time against all of them: W streams from memory once and each
+// slice of it meets every row of x while it is in a register, and M accumulators hide the FMA latency from 5 rows
+// on. The product is bound by reading W, so 1 to 6 rows cost about the same (the 210 projections of SmolLM2-135M,
+// 2 threads, 2026-11-27: 6.3 / 7.6 / 7.9 / 8.5 / 9.7 ms at 1 / 4 / 5 / 6 / 7 rows, where the earlier kernel took
+// 7.9 / 7.7 / 9.5 / 10.6 / 11.5 ms with two W rows against groups of four rows of x padded to four).
+//
+// More rows are bound by the FMAs: three W rows at a time against groups of up to four rows of x (twelve
+// accumulators keep both FMA pipes busy), the groups as equal as can be (9 rows: 3 + 3 + 3, not 4 + 4 + 1 padded
+// to 12: 11.9 ms against 14.9). The first group streams the W rows from memory, the others re-read them from L1.
 template <typename W>
-TARGET void rows3(const float *x, int M, int K, const W &w, const float *b, float *y, int N, int n0, int n1) {
-    const int K8 = K & ~7;
+TARGET void span(const float *x, int M, int K, const W &w, const float *b, float *y, int N, int n0, int n1) {
+    if (M <= ONE_PASS_MAX) {
+        for (int n = n0; n < n1; n++) tile_of<1, true>(M, x, K, w, b, y, N, n, 1, 0);
+        return;
+    }
+    const int groups = (M + 3) / 4, base = M / groups, extra = M % groups;
     for (int n = n0; n < n1; n += 3) {
         const int cnt = n1 - n < 3 ? n1 - n : 3;
-        const typename W::Row w0 = w.row(n), w1 = w.row(cnt > 1 ? n + 1 : n), w2 = w.row(cnt > 2 ? n + 2 : n);
-        for (int m0 = 0; m0 < M; m0 += 4) {
-            const int mm = M - m0 < 4 ? M - m0 : 4;
-            const float *xr[4];
-            for (int i = 0; i < 4; i++) xr[i] = x + (size_t)(m0 + (i < mm ? i : 0)) * K;
-            __m256 a0[4], a1[4], a2[4];
-            for (int i = 0; i < 4; i++) a0[i] = a1[i] = a2[i] = _mm256_setzero_ps();
-            for (int k = 0; k < K8; k += 8) {
-                _mm_prefetch((const char *)w0.ptr(k + PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)w1.ptr(k + PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)w2.ptr(k + PREFETCH), _MM_HINT_T0);
-                const __m256 v0 = w0.load8(k), v1 = w1.load8(k), v2 = w2.load8(k);
-                for (int i = 0; i < 4; i++) {
-                    const __m256 u = _mm256_loadu_ps(xr[i] + k);
-                    a0[i] = _mm256_fmadd_ps(v0, u, a0[i]);
-                    a1[i] = _mm256_fmadd_ps(v1, u, a1[i]);
-                    a2[i] = _mm256_fmadd_ps(v2, u, a2[i]);
-                }
-            }
-            for (int i = 0; i < mm; i++) {
-                float s0 = hsum(a0[i]), s1 = hsum(a1[i]), s2 = hsum(a2[i]);
-                for (int k = K8; k < K; k++) {
-                    s0 = __builtin_fmaf(w0.at(k), xr[i][k], s0);
-                    s1 = __builtin_fmaf(w1.at(k), xr[i][k], s1);
-                    s2 = __builtin_fmaf(w2.at(k), xr[i][k], s2);
-                }
-                float *yr = y + (size_t)(m0 + i) * N;
-                yr[n] = s0 + (b ? b[n] : 0.0f);
-                if (cnt > 1) yr[n + 1] = s1 + (b ? b[n + 1] : 0.0f);
-                if (cnt > 2) yr[n + 2] = s2 + (b ? b[n + 2] : 0.0f);
-            }
+        for (int g = 0, m0 = 0; g < groups; g++) {
+            const int mm = base + (g < extra);
+            if (g == 0) tile_of<3, true>(mm, x, K, w, b, y, N, n, cnt, m0);
+            else tile_of<3, false>(mm, x, K, w, b, y, N, n, cnt, m0);
+            m0 += mm;
         }
     }
 }
@@ -168,17 +169,15 @@ namespace {
 template <typename W>
 void product(const float *x, int M, int K, const W &w, int N, const float *b, float *y, int threads) {
     if (threads <= 1 || N < 64) {
-        if (M > 4) rows3(x, M, K, w, b, y, N, 0, N);
-        else rows(x, M, K, w, b, y, N, 0, N);
+        span(x, M, K, w, b, y, N, 0, N);
         return;
     }
 #pragma omp parallel num_threads(threads)
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const int share = (((N + nt - 1) / nt) + 1) & ~1;       // even, so pairs of W rows stay together
+        const int share = (N + nt - 1) / nt;
         const int n0 = t * share, n1 = n0 + share < N ? n0 + share : N;
-        if (n0 < n1 && M > 4) rows3(x, M, K, w, b, y, N, n0, n1);
-        else if (n0 < n1) rows(x, M, K, w, b, y, N, n0, n1);
+        if (n0 < n1) span(x, M, K, w, b, y, N, n0, n1);
     }
 }
 
