@@ -128,12 +128,12 @@ TARGET inline void tile_of(int mm, const float *x, int K, const W &w, const floa
 // Up to ONE_PASS_MAX rows of x, one W row at a time against all of them: W streams from memory once and each
 // slice of it meets every row of x while it is in a register, and M accumulators hide the FMA latency from 5 rows
 // on. The product is bound by reading W, so 1 to 6 rows cost about the same (the 210 projections of SmolLM2-135M,
-// 2 threads, 2026-11-27: 6.3 / 7.6 / 7.9 / 8.5 / 9.7 ms at 1 / 4 / 5 / 6 / 7 rows, where the earlier kernel took
-// 7.9 / 7.7 / 9.5 / 10.6 / 11.5 ms with two W rows against groups of four rows of x padded to four).
+// 2 threads, 2026-11-27: 6.4 / 7.4 / 7.9 / 8.4 / 9.7 ms at 1 / 4 / 5 / 6 / 7 rows, where the earlier kernel, two
+// or three W rows against groups of four rows of x padded to four, took 7.3 / 7.4 / 10.3 / 10.3 / 10.4 ms).
 //
 // More rows are bound by the FMAs: three W rows at a time against groups of up to four rows of x (twelve
 // accumulators keep both FMA pipes busy), the groups as equal as can be (9 rows: 3 + 3 + 3, not 4 + 4 + 1 padded
-// to 12: 11.9 ms against 14.9). The first group streams the W rows from memory, the others re-read them from L1.
+// to 12: 12.0 ms against 13.1). The first group streams the W rows from memory, the others re-read them from L1.
 template <typename W>
 TARGET void span(const float *x, int M, int K, const W &w, const float *b, float *y, int N, int n0, int n1) {
     if (M <= ONE_PASS_MAX) {
