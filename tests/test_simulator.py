@@ -78,6 +78,61 @@ def test_failed_cocotb_test_shows_its_assertion(quiet, tmp_path, monkeypatch, ca
         assert "Captured stdout" in msg
 
 
+#: A cocotb module that writes the results file its run was given (COCOTB_RESULTS_FILE) to $SPECDEC_TEST_OUT.
+RESULTS_PATH_MODULE = '''
+import os
+
+import cocotb
+from cocotb.triggers import Timer
+
+
+@cocotb.test()
+async def says_where_its_results_go(dut):
+    await Timer(10, "ns")
+    with open(os.environ["SPECDEC_TEST_OUT"], "w") as f:
+        f.write(os.environ["COCOTB_RESULTS_FILE"])
+'''
+
+
+def test_a_run_keeps_its_own_results_file(tmp_path, monkeypatch):
+    """Pytest workers simulate the same toplevel at once; a results file in the shared build directory was
+    deleted by the other run's start before this one read it ("ended with no result"). Each run now has its own,
+    outside the build directory."""
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    (tmp_path / "sim_results_path.py").write_text(RESULTS_PATH_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        harness.run("rng", "sim_results_path", "verilator", extra_env={"SPECDEC_TEST_OUT": str(out)})
+        paths.append(out.read_text())
+    assert paths[0] != paths[1]
+    assert not any(p.startswith(str(harness.BUILD)) for p in paths), paths
+
+
+def test_a_log_in_use_is_left_to_its_run(tmp_path, monkeypatch):
+    """While another process writes a toplevel's log, a second quiet run writes its own beside it and its
+    failure names that one: neither quotes the other's output."""
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    (tmp_path / "sim_fails_on_purpose.py").write_text(FAILING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    harness.LOGS.mkdir(parents=True, exist_ok=True)
+    default = harness.LOGS / "rng-verilator.log"
+    with open(harness.LOGS / f".{default.name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)                # the other run, writing the default log
+        with pytest.raises(harness.SimulationError) as info:
+            harness.run("rng", "sim_fails_on_purpose", "verilator", quiet=True)
+    own = harness.LOGS / f"rng-verilator.{os.getpid()}.log"
+    try:
+        msg = str(info.value)
+        assert str(own) in msg and str(default) not in msg
+        assert "AssertionError: deliberate failure, got 1" in msg and "deliberate failure" in own.read_text()
+    finally:
+        own.unlink(missing_ok=True)
+
+
 def run_on_terminal(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, list[str], str]:
     """Run ``argv`` with stdout and stderr on a 120-column pseudo-terminal: its exit status, the lines a
     terminal shows (each line's last state after carriage returns) and everything it wrote."""

@@ -342,8 +342,23 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     env = {"COCOTB_REWRITE_ASSERTION_FILES": "*/tb/*/*.py", "SPECDEC_CORE": core}
     env.update({f"PARAM_{k}": str(v) for k, v in params.items()})
     env.update(extra_env or {})
-    _test(get_runner(sim), top, test_module, build_dir, testcase, waves, env, sim,
-          LOGS / f"{top}-{sim}.log" if quiet else None, progress if quiet else None)
+    with _own_log(LOGS / f"{top}-{sim}.log") if quiet else contextlib.nullcontext() as log:
+        _test(get_runner(sim), top, test_module, build_dir, testcase, waves, env, sim, log,
+              progress if quiet else None)
+
+
+@contextlib.contextmanager
+def _own_log(log: Path):
+    """The log file a simulation writes, held for the run: ``log`` unless another process is writing it now
+    (pytest workers, two jobs on one toplevel), then ``<stem>.<pid>.log`` beside it, so neither run's failure
+    quotes the other's output."""
+    with open(log.parent / f".{log.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield log.with_name(f"{log.stem}.{os.getpid()}{log.suffix}")
+            return
+        yield log
 
 
 def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool, notes: list[str], bar) -> None:
@@ -372,9 +387,11 @@ def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | N
           sim: str, log: Path | None, progress: str | None) -> None:
     """``runner.test`` (its output to ``log`` when given); a failed simulation raises SimulationError."""
     __tracebackhide__ = True        # pytest: the failure is the message, not this frame
-    results = build_dir / f"{test_module.rsplit('.', 1)[-1]}.results.xml"
     status = 0
     with tempfile.TemporaryDirectory() as tmp:
+        # the results file is this run's own: in the build directory another process simulating the same
+        # toplevel (a pytest worker) would delete it at its start, or overwrite it, before this one reads it
+        results = Path(tmp) / "results.xml"
         bar = _ProgressBar(Path(tmp) / "progress.json", progress or "")
         if progress:
             env = {**env, PROGRESS_ENV: str(bar.path)}
@@ -389,10 +406,10 @@ def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | N
             status = stop.code or 1
         finally:
             bar.close()
-    try:
-        tests, failed = get_results(results)
-    except RuntimeError:                # no results: the simulator died before cocotb wrote them
-        tests, failed = 0, 0
+        try:
+            tests, failed = get_results(results)
+        except RuntimeError:            # no results: the simulator died before cocotb wrote them
+            tests, failed = 0, 0
     if status or failed or not tests:
         what = f"simulation of {test_module} on {top} ({sim})"
         what += f": {failed} of {tests} cocotb tests failed" if tests else f" ended with no result (exit status {status})"
