@@ -31,7 +31,7 @@ same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms with rowg
 ``SPECDEC_KERNEL=torch`` in the environment, every product takes the torch path (:func:`kernel` says which).
 All give the float32 product up to rounding (a few 1e-5 on the logits; ``tests/test_kernels.py``).
 
-Two later steps (2026-11-27). From 5 rows on, rowgemm was bound by its FMAs rather than by reading W: it took
+Three later steps (2026-11-27). From 5 rows on, rowgemm was bound by its FMAs rather than by reading W: it took
 three W rows at a time there (twelve accumulators), and a whole forward over 8 positions went from 27.9 to 26.8
 ms. Then (later that day) it stopped padding the rows of x to a multiple of four: up to seven rows each W row
 meets all of them in one pass (bound by reading W up to about six rows), more go in groups as equal as can be (9
