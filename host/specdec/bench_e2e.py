@@ -97,9 +97,7 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     from tqdm import tqdm
     job.check_backend(backend)
     cores = None if backend == "pynq" else runtime.cores(backend)
-    if pair is None and cores is not None and cores.kv is not None and job.kv_block is not None:
-        pairs.check_kv_fits(job.target, job.draft, cores.kv.pages, cores.kv.max_blocks, job.kv_block)
-    pair = pair or pairs.open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
+    pair = pair or pairs.open_job_pair(job, cores.kv if cores is not None else None)
     if backend == "pynq":           # one overlay: its cores and, for a fabric draft, its draft engine
         ol = runtime.pynq_overlay()
         cores = ol.cores()

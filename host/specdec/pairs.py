@@ -9,7 +9,7 @@ from . import models
 from .decode import Drafter, ModelDraft, PromptLookup
 from .eagle import EagleDraft
 from .errors import OptionError
-from .job import KV_AUTO, PROMPT_LOOKUP, TreeSpec
+from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
 from .kvlayout import pick_block
 
 #: Seed of the corpus passages Sequoia's acceptance vector is measured on (not the benchmarks' held-out ones).
@@ -105,6 +105,15 @@ def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks:
     sequences = 1 if draft == PROMPT_LOOKUP or eagle_dir(draft) is not None else 2
     pick_block(models.config_context_length(target), sequences, pages, max_blocks,
                None if block == KV_AUTO else block)
+
+
+def open_job_pair(job: Job, kv=None) -> Pair:
+    """The pair of ``job`` (:func:`open_pair` with its models and draft options). With ``kv``, the kvpage core
+    whose pages the caches will take (:func:`paged_pair`), a ``kv_block`` the target's context cannot take is
+    refused first, from its config, before anything loads (:func:`check_kv_fits`)."""
+    if kv is not None and job.kv_block is not None:
+        check_kv_fits(job.target, job.draft, kv.pages, kv.max_blocks, job.kv_block)
+    return open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
 
 
 def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:

@@ -32,7 +32,7 @@ from .builds import CORE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
 from .decode import Drafter, Generation, generate
 from .job import Job, as_job
 from .metrics import kv_report, record, summarize
-from .pairs import Pair, calibrated, check_kv_fits, drafter, encode, open_pair, paged_pair
+from .pairs import Pair, calibrated, check_kv_fits, drafter, encode, open_job_pair, paged_pair
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -183,15 +183,13 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         report) when they apply.
     """
     job = as_job(job)
-    paged = kv is not None and job.kv_block is not None
-    if pair is None and paged:          # a page size the target's context cannot take: refused before it loads
-        check_kv_fits(job.target, job.draft, kv.pages, kv.max_blocks, job.kv_block)
-    pair = pair or open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
+    pair = pair or open_job_pair(job, kv)       # a page size the target cannot take: refused before it loads
     engine_report = None
     if job.draft_engine == "fabric":
         from .int8draft import bind
         engine = engine or golden_draftengine()
         engine_report = bind(pair.draft.lm.model, engine)
+    paged = kv is not None and job.kv_block is not None
     if paged:
         pair = paged_pair(pair, kv, job.kv_block)
     tree = calibrated(pair, job.tree)

@@ -109,17 +109,23 @@ TARGET inline void tile(const float *x, int K, const W &w, const float *b, float
 // The most rows of x one tile takes: NW = 1 keeps MM accumulators, the W slice and an x slice in 16 registers.
 constexpr int ONE_PASS_MAX = 7;
 
+// tile<NW, mm> for a run-time mm: 1..ONE_PASS_MAX with one W row, 1..4 with three (twelve accumulators at most)
 template <int NW, bool PF, typename W>
 TARGET inline void tile_of(int mm, const float *x, int K, const W &w, const float *b, float *y, int N, int n,
                            int cnt, int m0) {
+    static_assert(NW == 1 || NW == 3, "span takes one or three W rows at a time");
     switch (mm) {
-        case 1: tile<NW, 1, PF>(x, K, w, b, y, N, n, cnt, m0); break;
-        case 2: tile<NW, 2, PF>(x, K, w, b, y, N, n, cnt, m0); break;
-        case 3: tile<NW, 3, PF>(x, K, w, b, y, N, n, cnt, m0); break;
-        case 4: tile<NW, 4, PF>(x, K, w, b, y, N, n, cnt, m0); break;
-        case 5: tile<NW, 5, PF>(x, K, w, b, y, N, n, cnt, m0); break;
-        case 6: tile<NW, 6, PF>(x, K, w, b, y, N, n, cnt, m0); break;
-        default: tile<NW, 7, PF>(x, K, w, b, y, N, n, cnt, m0); break;
+        case 1: tile<NW, 1, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+        case 2: tile<NW, 2, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+        case 3: tile<NW, 3, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+        case 4: tile<NW, 4, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+    }
+    if constexpr (NW == 1) {
+        switch (mm) {
+            case 5: tile<1, 5, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+            case 6: tile<1, 6, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+            default: tile<1, 7, PF>(x, K, w, b, y, N, n, cnt, m0); return;
+        }
     }
 }
 
