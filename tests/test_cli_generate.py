@@ -85,7 +85,7 @@ def no_model_load(monkeypatch):
 @pytest.mark.parametrize("option,value", [
     ("--seed", "-1"), ("--max-new-tokens", "0"), ("--gamma", "17"), ("--gamma", "-1"), ("--temperature", "-1"),
     ("--temperature", "0.0001"), ("--top-k", "-1"), ("--top-p", "0"), ("--top-p", "1.5"), ("--kv-block", "0"),
-    ("--tree-budget", "65"), ("--tree-depth", "0"), ("--tree-topk", "0"),
+    ("--tree-budget", "65"), ("--tree-depth", "0"), ("--tree-topk", "0"), ("--tree-expand", "0"),
 ])
 def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load, capsys):
     """Each bad value is refused before anything loads, by a message naming the option and the value."""
@@ -97,7 +97,8 @@ def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load,
 
 @pytest.mark.parametrize("command", [["generate", "--prompt", "x"], ["bench", "e2e"]])
 @pytest.mark.parametrize("option,value", [("--tree-budget", "65"), ("--tree-budget", "8"), ("--tree-depth", "3"),
-                                          ("--tree-topk", "2"), ("--tree-acceptance", "0.5,x")])
+                                          ("--tree-topk", "2"), ("--tree-acceptance", "0.5,x"),
+                                          ("--tree-expand", "1"), ("--tree-scores", "calibrated")])
 def test_tree_option_without_a_tree_exits_2_before_any_model_loads(command, option, value, no_model_load, capsys):
     """A --tree-* option shapes a tree: without --tree it would be ignored (a chain runs), so it is refused."""
     assert exit_code([*command, option, value]) == 2
@@ -295,10 +296,13 @@ def test_bench_e2e_trees(gpt2_dirs, tmp_path):
     """Trees run beside the chains; each tree row is compared with the best chain at equal target cost."""
     out = tmp_path / "e2e.json"
     argv = ["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gammas", "0,3,7",
-            "--tree", "eagle,static", "--tree-budget", "8", "--n-prompts", "2", "--max-new-tokens", "8",
-            "--json", str(out)]
+            "--tree", "eagle,static", "--tree-budget", "8", "--tree-scores", "calibrated", "--tree-expand", "1",
+            "--n-prompts", "2", "--max-new-tokens", "8", "--json", str(out)]
     assert cli.main(argv) == 0
     res = json.loads(out.read_text())
+    eagle_spec = res["trees"]["eagle-8"]             # calibrated on corpus passages before the rows ran
+    assert (eagle_spec["scores"], eagle_spec["expand"]) == ("calibrated", 1)
+    assert [len(c) for c in eagle_spec["calibration"]] == [3, 3] and res["trees"]["static-8"]["calibration"] is None
     assert [r["gamma"] for r in res["rows"]] == [0, 3, 7, "eagle-8", "static-8"]
     assert [r["mode"] for r in res["rows"]] == ["chain", "chain", "chain", "eagle", "static"]
     assert res["greedy_outputs_identical_across_gammas"] is True

@@ -236,6 +236,19 @@ def test_greedy_identical_to_target_alone(eagle_pair, kv):
     assert 0 < res["summary"]["acceptance"] < 1
 
 
+def test_calibrated_tree_over_the_head_is_greedy_identical(eagle_pair):
+    """The head's calibrated EAGLE tree (measured on two corpus passages) through the paged loop: the target's
+    own greedy tokens, with calibrated coefficients unlike the draft's own (its rank-0 tokens favoured)."""
+    prompts = corpus.sample_passages(2, held_out=True, seed=7)
+    res = run_greedy_identical(eagle_pair, {
+        "prompts": prompts, "max_new_tokens": 24, "seed": 0, "draft": HEAD,
+        "tree": {"kind": "eagle", "budget": 7, "depth": 5, "topk": 3, "expand": 1, "scores": "calibrated",
+                 "calibration_passages": 2}})
+    (a0, b0, _), _ = res["tree"]["calibration"]
+    assert a0 > 0.5 and b0 > 0                  # the head's rank-0 token: taken more often than its probability
+    assert res["summary"]["tokens_per_call"] > 1.5
+
+
 def test_hf_assisted_peers_get_the_default_draft_with_the_heads_hot_vocabulary(eagle_pair):
     from specdec import bench_e2e, peers
     model, name = bench_e2e.assistant(eagle_pair, peers.default_peers(4))

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from hwcontract.regmap import TREE_MAX_NODES
-from specdec.tree import (EagleTree, SequoiaTree, StaticTree, Tree, check_parents, child_probabilities,
-                          parents_from_paths, sequoia_topology, tree_value)
+from specdec.tree import (Calibration, EagleTree, SequoiaTree, StaticTree, Tree, check_parents,
+                          child_probabilities, parents_from_paths, sequoia_topology, tree_value)
 
 MEDUSA = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
 #: A Medusa-style tree of 16 nodes with a skipped rank ((2,) without... (2, 0) under it) and depth 4.
@@ -139,7 +139,7 @@ pytest.importorskip("transformers")
 
 import model_pairs  # noqa: E402
 from specdec.models import CausalLM  # noqa: E402
-from specdec.tree import measure_acceptance, ranked  # noqa: E402
+from specdec.tree import measure_acceptance, measure_calibration, ranked  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -185,24 +185,37 @@ def reference_topology(model, context, parents, ranks) -> Tree:
     return Tree(parents, tokens)
 
 
-def reference_eagle(model, context, budget, depth, topk) -> Tree:
-    """EAGLE-2 drafted by sequential forwards: candidates by depth, top-k expansion, global rerank."""
+def reference_eagle(model, context, budget, depth, topk, expand=None, calibration=None) -> Tree:
+    """EAGLE-2 drafted by sequential forwards: candidates by depth, top-k expansion of the ``expand`` best, global
+    rerank (scores: the draft's log-probabilities, or ``calibration``'s log-rates), numbered depth-first with
+    the best child first."""
     seq = SequentialDraft(model, context)
-    cand = [((), 0.0, -1)]              # (path tokens, cumulative log-prob, parent candidate)
+    cand = [((), 0.0, -1)]              # (path tokens, cumulative score, parent candidate)
     frontier = [0]
     for d in range(1, depth + 1):
         level = []
         for c in frontier:
             row = seq.row(cand[c][0]).double()
             lp = torch.log_softmax(row, -1)
-            for t in ranked(row, topk):
-                cand.append((cand[c][0] + (int(t),), cand[c][1] + float(lp[t]), c))
+            top = ranked(row, max(topk, 2))
+            edge = [float(lp[t]) for t in top]
+            if calibration is not None:
+                edge = list(calibration.log_rates(edge))
+            for t, e in list(zip(top, edge))[:topk]:
+                cand.append((cand[c][0] + (int(t),), cand[c][1] + e, c))
                 level.append(len(cand) - 1)
-        frontier = sorted(sorted(level, key=lambda c: (-cand[c][1], c))[:topk])
-    kept = sorted([0] + sorted(range(1, len(cand)), key=lambda c: (-cand[c][1], c))[:budget - 1])
-    new = {c: i for i, c in enumerate(kept)}
-    return Tree([-1] + [new[cand[c][2]] for c in kept[1:]],
-                [context[-1]] + [cand[c][0][-1] for c in kept[1:]])
+        frontier = sorted(sorted(level, key=lambda c: (-cand[c][1], c))[:expand or topk])
+    kept = [0] + sorted(range(1, len(cand)), key=lambda c: (-cand[c][1], c))[:budget - 1]
+    order = []
+
+    def visit(c):
+        order.append(c)
+        for k in sorted((k for k in kept if cand[k][2] == c), key=lambda k: (-cand[k][1], k)):
+            visit(k)
+    visit(0)
+    new = {c: i for i, c in enumerate(order)}
+    return Tree([-1] + [new[cand[c][2]] for c in order[1:]],
+                [context[-1]] + [cand[c][0][-1] for c in order[1:]])
 
 
 def sibling_ranks(parents) -> list[int]:
@@ -216,18 +229,23 @@ def sibling_ranks(parents) -> list[int]:
 SEQUOIA_ACC = [0.7, 0.5, 0.3, 0.2]
 
 
+#: A calibration far from trusting the draft (rank-0 tokens favoured, lower ranks damped by their rival).
+CALIBRATION = Calibration(((1.5, 0.8, -0.6), (-0.5, 1.2, -0.9)))
+
+
 def builders(lm):
     return {"static": StaticTree(lm, PATHS16), "eagle": EagleTree(lm, 24, 4, 3),
+            "eagle-calibrated": EagleTree(lm, 12, 5, 3, expand=1, calibration=CALIBRATION),
             "sequoia": SequoiaTree(lm, SEQUOIA_ACC, 20, 5)}
 
 
 def reference(name, b, model, context) -> Tree:
-    if name == "eagle":
-        return reference_eagle(model, context, b.size, b.depth, b.topk)
+    if name.startswith("eagle"):
+        return reference_eagle(model, context, b.size, b.depth, b.topk, b.expand, b.calibration)
     return reference_topology(model, context, b.parents, b.ranks)
 
 
-@pytest.mark.parametrize("name", ["static", "eagle", "sequoia"])
+@pytest.mark.parametrize("name", ["static", "eagle", "eagle-calibrated", "sequoia"])
 def test_drafter_equals_sequential_reference(draft, name):
     b = builders(draft)[name]
     ctx = ctx_of(1)
@@ -275,7 +293,7 @@ def test_sequoia_tree_uses_the_dp_topology(draft):
     assert list(b.ranks) == sibling_ranks(b.parents)
 
 
-@pytest.mark.parametrize("name", ["static", "eagle", "sequoia"])
+@pytest.mark.parametrize("name", ["static", "eagle", "eagle-calibrated", "sequoia"])
 def test_commit_keeps_the_draft_cache_consistent(draft, name):
     """After a round accepting the deepest drafted path plus a bonus token, the next tree equals a fresh
     start's, and only the undrafted tail is forwarded (the path's entries are kept by commit_path); a
@@ -331,6 +349,62 @@ def test_measure_acceptance(pair):
     assert (target.length, draft.length) == (0, 0)
     same = measure_acceptance(draft, draft, ctxs, 3)        # a draft always agrees with itself
     assert same.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_measure_calibration(pair):
+    """The fit of every position's top-3 draft tokens against the target's choice, computed directly."""
+    target, draft = pair
+    ctxs = [ctx_of(s, 16) for s in (5, 6)]
+    cal = measure_calibration(target, draft, ctxs, 3, skip=2)
+    groups, feats, hits = [], [], []
+    for ctx in ctxs:
+        t = CausalLM(target.model).forward(ctx).argmax(-1)
+        d = CausalLM(draft.model).forward(ctx).double()
+        for i in range(2, len(ctx)):
+            top = ranked(d[i], 3)
+            lp = torch.log_softmax(d[i], -1)[top].numpy()
+            g, f = Calibration.features(lp)
+            groups += g.tolist()
+            feats += f.tolist()
+            hits += (top == int(t[i])).tolist()
+    assert np.allclose(cal.coef, Calibration.fit(groups, feats, hits).coef, atol=1e-6)
+    assert (target.length, draft.length) == (0, 0)
+
+
+def test_calibration_fit_recovers_its_coefficients():
+    """Trials drawn from known coefficients give them back; a group without trials trusts the draft."""
+    rng = np.random.default_rng(3)
+    want = np.array([[1.2, 0.9, -0.5], [-0.4, 1.3, -0.8]])
+    lp = np.log(np.sort(rng.dirichlet(np.ones(3) * 0.6, 20000), axis=1)[:, ::-1])
+    groups, feats, hits = [], [], []
+    for row in lp:
+        g, f = Calibration.features(row)
+        z = (f * want[g]).sum(1)
+        groups.append(g)
+        feats.append(f)
+        hits.append(rng.random(3) < 1 / (1 + np.exp(-z)))
+    groups, feats, hits = np.concatenate(groups), np.concatenate(feats), np.concatenate(hits)
+    assert np.allclose(Calibration.fit(groups, feats, hits).coef, want, atol=0.12)
+    only0 = Calibration.fit(groups[groups == 0], feats[groups == 0], hits[groups == 0])
+    assert only0.coef[1] == (0.0, 1.0, 0.0)
+    # the scalar log-rates are the logistic model's
+    cal = Calibration(tuple(map(tuple, want)))
+    g, f = Calibration.features(lp[0])
+    assert np.allclose(cal.log_rates(lp[0]), -np.log1p(np.exp(-(f * want[g]).sum(1))))
+    assert all(r < 0 for r in cal.log_rates(lp[0]))
+
+
+@pytest.mark.parametrize("coef", [((0, 1), (0, 1)), ((0, 1, 0), (0, 1, float("nan"))), "x"])
+def test_calibration_rejects_bad_coefficients(coef):
+    with pytest.raises(ValueError, match="calibration coefficients"):
+        Calibration(coef)
+
+
+def test_calibration_needs_two_ranks():
+    with pytest.raises(ValueError, match="two top ranks"):
+        CALIBRATION.log_rates([-0.1])
+    with pytest.raises(ValueError, match="expand must be an integer >= 1, got 0"):
+        EagleTree(None, 8, 3, 2, expand=0)
 
 
 @pytest.mark.ml

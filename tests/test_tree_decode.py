@@ -129,6 +129,19 @@ def test_sequoia_calibrates_when_no_vector_given(gpt2_dirs, gpt2_pair):
     assert len(acc) == 4 and all(0 <= a <= 1 for a in acc)
 
 
+def test_calibrated_eagle_measures_its_calibration(gpt2_dirs, gpt2_pair, refs):
+    """A calibrated EAGLE tree without coefficients has them measured before the run, and stays identical."""
+    job = tree_job(gpt2_dirs, model_pairs.prompts(2), "eagle", budget=8, depth=5, topk=3, expand=1,
+                   scores="calibrated", calibration_passages=1)
+    res = runtime.run(job, "ref", gpt2_pair)
+    assert_identical(res, refs["gpt2"])
+    coef = np.asarray(res["tree"]["calibration"])
+    assert coef.shape == (2, 3) and np.isfinite(coef).all() and not np.allclose(coef, [[0, 1, 0], [0, 1, 0]])
+    again = runtime.run({**job, "tree": res["tree"]}, "ref", gpt2_pair)        # given: not measured again
+    assert again["tree"] == res["tree"]
+    assert [g["tokens"] for g in again["generations"]] == [g["tokens"] for g in res["generations"]]
+
+
 # ------------------------------------------------------------------------------------------------
 # Bad input: clear errors
 # ------------------------------------------------------------------------------------------------
@@ -138,6 +151,11 @@ def test_sequoia_calibrates_when_no_vector_given(gpt2_dirs, gpt2_pair):
     ({"kind": "eagle", "budget": 1}, "tree budget"),
     ({"kind": "eagle", "depth": 0}, "tree depth"),
     ({"kind": "eagle", "topk": 64}, "tree topk"),
+    ({"kind": "eagle", "expand": 0}, "tree expand must be an integer in 1..63, got 0"),
+    ({"kind": "eagle", "scores": "oracle"}, "tree scores must be one of draft, calibrated, got 'oracle'"),
+    ({"kind": "eagle", "calibration": [[0, 1, 0], [0, 1, 0]]}, "tree calibration"),
+    ({"kind": "static", "scores": "calibrated", "calibration": [[0, 1, 0], [0, 1, 0]]}, "tree calibration"),
+    ({"kind": "eagle", "scores": "calibrated", "calibration": [[0, 1], [0, 1]]}, "calibration coefficients"),
 ])
 def test_bad_tree_specs_raise(spec, message):
     with pytest.raises(OptionError, match=message):

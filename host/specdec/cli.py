@@ -377,7 +377,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     from specdec.builds import TREE_LIMIT
-    from specdec.job import TREE_KINDS, TreeSpec as d       # the class attributes hold the fields' defaults
+    from specdec.job import TREE_KINDS, TREE_SCORES, TreeSpec as d   # the class attributes: the fields' defaults
     if multi:
         p.add_argument("--tree", default=None, metavar="KINDS",
                        help=f"also run token trees: comma-separated of {', '.join(TREE_KINDS)}")
@@ -390,6 +390,12 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
     p.add_argument("--tree-depth", type=int, default=None, help=f"largest tree depth (default {d.depth})")
     p.add_argument("--tree-topk", type=int, default=None,
                    help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d.topk})")
+    p.add_argument("--tree-expand", type=int, default=None,
+                   help="eagle: nodes expanded per depth, one draft forward over them (default: --tree-topk)")
+    p.add_argument("--tree-scores", default=None, choices=TREE_SCORES,
+                   help=f"eagle: rank nodes by the draft's log-probabilities (draft, EAGLE-2) or by how often the "
+                        f"target takes a token of that draft probability and rank, measured on corpus passages "
+                        f"(calibrated) (default {d.scores})")
     p.add_argument("--tree-acceptance", default=None, metavar="A0,A1,...",
                    help="sequoia: the acceptance vector by draft rank (default: measured on the target's greedy "
                         "continuations of corpus passages)")
@@ -397,7 +403,7 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
 
 #: The ``--tree-<name>`` options that set the TreeSpec field of their name (``args.tree_<name>``), and all of
 #: them (``--tree-acceptance`` is parsed into the spec's acceptance vector).
-TREE_FIELDS = ("budget", "depth", "topk")
+TREE_FIELDS = ("budget", "depth", "topk", "expand", "scores")
 TREE_OPTIONS = (*TREE_FIELDS, "acceptance")
 
 

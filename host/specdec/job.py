@@ -24,12 +24,15 @@ from .builds import CORE_PARAMS, TREE_LIMIT
 from .decode import ADAPTIVE_GAMMAS, GenConfig, PromptLookup, Sampling, check_confidence
 from .errors import OptionError, check_int
 from .kvlayout import BLOCK_MAX as KV_BLOCK_MAX
-from .tree import parents_from_paths
+from .tree import Calibration, parents_from_paths
 
 #: The ``draft`` that drafts by prompt lookup instead of with a model.
 PROMPT_LOOKUP = PromptLookup.name
 #: Tree builders (``specdec.tree``): Medusa-style static paths, EAGLE-2's dynamic tree, Sequoia's DP topology.
 TREE_KINDS = ("static", "eagle", "sequoia")
+#: How an EAGLE tree ranks its nodes: by the draft's log-probabilities along the path (EAGLE-2), or by the
+#: probabilities that the target takes each token, measured on corpus passages (``specdec.tree.Calibration``).
+TREE_SCORES = ("draft", "calibrated")
 #: Where the draft model runs: ``host`` (transformers, float) or ``fabric`` (the int8 draft engine: its golden
 #: model on backend ``ref``, its RTL on ``sim``, the board's overlay on ``pynq``; docs/draftengine.md).
 DRAFT_ENGINES = ("host", "fabric")
@@ -49,7 +52,10 @@ class TreeSpec:
     budget: int = 16                                # nodes, root included
     depth: int = 6                                  # largest node depth
     topk: int = 4                                   # eagle: children per expanded node; sequoia: ranks measured
-    calibration_passages: int = 8                   # sequoia: corpus passages the acceptance is measured on
+    expand: int | None = None                       # eagle: nodes expanded per depth (None: topk, as EAGLE-2)
+    scores: str = "draft"                           # eagle: rank by the draft's log-probabilities or "calibrated"
+    calibration: tuple[tuple[float, float], ...] | None = None  # eagle, calibrated: tree.Calibration's coef
+    calibration_passages: int = 8                   # sequoia, calibrated eagle: corpus passages measured on
     acceptance: tuple[float, ...] | None = None     # sequoia: acceptance by draft rank (None: measure it)
     paths: tuple[tuple[int, ...], ...] | None = None    # static: Medusa paths (None: tree.default_paths)
 
@@ -61,6 +67,19 @@ class TreeSpec:
         check_int("tree depth", self.depth, 1, TREE_LIMIT - 1)
         check_int("tree topk", self.topk, 1, TREE_LIMIT - 1)
         check_int("tree calibration_passages", self.calibration_passages, 1)
+        if self.expand is not None:
+            check_int("tree expand", self.expand, 1, TREE_LIMIT - 1)
+        if self.scores not in TREE_SCORES:
+            raise OptionError("tree scores", self.scores, f"one of {', '.join(TREE_SCORES)}")
+        if self.calibration is not None:
+            if self.kind != "eagle" or self.scores != "calibrated":
+                raise OptionError("tree calibration", "given", "none unless kind is 'eagle' with scores "
+                                                               "'calibrated' (nothing else reads it)")
+            try:
+                coef = Calibration(self.calibration).coef
+            except ValueError as err:
+                raise OptionError("tree calibration", self.calibration, str(err)) from None
+            object.__setattr__(self, "calibration", coef)
         if self.acceptance is not None:
             object.__setattr__(self, "acceptance", _acceptance(self.acceptance))
         if self.paths is not None:

@@ -169,7 +169,11 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     if tree.kind == "static":
         return trees.StaticTree(lm, tree.paths or trees.default_paths(tree.budget, tree.depth))
     if tree.kind == "eagle":
-        return trees.EagleTree(lm, tree.budget, tree.depth, tree.topk)
+        if tree.scores == "calibrated" and tree.calibration is None:
+            raise ValueError("a calibrated EAGLE tree needs its calibration: pass the spec through calibrated() "
+                             "first")
+        return trees.EagleTree(lm, tree.budget, tree.depth, tree.topk, tree.expand,
+                               trees.Calibration(tree.calibration) if tree.calibration else None)
     if tree.acceptance is None:
         raise ValueError("a Sequoia tree needs its acceptance vector: pass the spec through calibrated() first")
     return trees.SequoiaTree(lm, tree.acceptance, tree.budget, tree.depth)
@@ -188,19 +192,24 @@ def draft_lm(pair: Pair):
 
 
 def calibrated(pair: Pair, tree: TreeSpec | None) -> TreeSpec | None:
-    """``tree`` with Sequoia's acceptance vector measured for ``pair`` when it gives none (other kinds and
-    given vectors unchanged)."""
-    if tree is None or tree.kind != "sequoia" or tree.acceptance is not None:
+    """``tree`` with what its builder measures on ``pair`` filled in: Sequoia's acceptance vector, or a
+    calibrated EAGLE tree's calibration, where the spec gives none (other trees unchanged)."""
+    if tree is None:
         return tree
-    return dataclasses.replace(tree, acceptance=tuple(calibrate(pair, tree.topk, tree.calibration_passages)))
+    if tree.kind == "sequoia" and tree.acceptance is None:
+        return dataclasses.replace(tree, acceptance=tuple(calibrate(pair, tree.topk, tree.calibration_passages)))
+    if tree.kind == "eagle" and tree.scores == "calibrated" and tree.calibration is None:
+        return dataclasses.replace(tree, calibration=calibrate_scores(pair, tree.topk, tree.calibration_passages).coef)
+    return tree
 
 
-def calibrate(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48, new_tokens: int = 48) -> list[float]:
-    """Sequoia's acceptance vector for the pair, measured where it is used: on the target's own greedy
-    continuations (``new_tokens`` after the first ``prompt_tokens`` of ``n_passages`` corpus passages, not
-    the benchmark's held-out prompts); only the continuation's positions are scored."""
+def calibration_contexts(pair: Pair, n_passages: int, prompt_tokens: int = 48,
+                         new_tokens: int = 48) -> list[list[int]]:
+    """Where a tree builder's statistics are measured: the target's own greedy continuations, ``new_tokens``
+    after the first ``prompt_tokens`` of ``n_passages`` corpus passages (training passages, not the benchmark's
+    held-out prompts). Score from position ``prompt_tokens - 1`` on (the continuation's)."""
     import torch
-    from . import corpus, tree
+    from . import corpus
     texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)
     contexts = []
     for t in texts:
@@ -209,5 +218,20 @@ def calibrate(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48, new_
             out = pair.target.model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
                                              pad_token_id=pair.tokenizer.pad_token_id)
         contexts.append(out[0].tolist())
+    return contexts
+
+
+def calibrate(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48) -> list[float]:
+    """Sequoia's acceptance vector (ranks 0..k-1) for the pair, on :func:`calibration_contexts`."""
+    from . import tree
+    contexts = calibration_contexts(pair, n_passages, prompt_tokens)
     return [float(a) for a in tree.measure_acceptance(pair.target, draft_lm(pair), contexts, k,
                                                       skip=prompt_tokens - 1)]
+
+
+def calibrate_scores(pair: Pair, k: int, n_passages: int, prompt_tokens: int = 48):
+    """A calibrated EAGLE tree's :class:`~specdec.tree.Calibration` (the draft's ranks 0..k-1) for the pair, on
+    :func:`calibration_contexts`."""
+    from . import tree
+    contexts = calibration_contexts(pair, n_passages, prompt_tokens)
+    return tree.measure_calibration(pair.target, draft_lm(pair), contexts, k, skip=prompt_tokens - 1)

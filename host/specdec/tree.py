@@ -5,6 +5,7 @@ not yet in the target's cache) and node i >= 1 has ``parents[i] < i``. ``parents
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -125,6 +126,14 @@ def ranked(logits, k: int) -> np.ndarray:
     Found among the tokens within ``d`` of the row's maximum (``d`` grown until there are ``k`` of them): those
     are a prefix of the row's order, ties included, so the result is the whole sort's. A partition of the whole
     row cost 0.64 ms at V = 49,152 (an EAGLE-2 tree of 6 nodes ranks 5 rows a round); the search, two passes."""
+    if hasattr(logits, "detach") and logits.dim() == 1 and k < logits.numel():
+        # a tensor row: torch's top k + 1, exact when their values are finite and strictly decreasing (no tie to
+        # break); 40-80 us less a row than the search below in the decode loop
+        import torch
+        vals, idx = torch.topk(logits.detach(), k + 1)
+        v = vals.tolist()
+        if math.isfinite(v[0]) and all(a > b for a, b in zip(v, v[1:])):
+            return idx[:k].numpy()
     row = _row(logits)
     if k >= row.size:
         return np.argsort(-row.astype(np.float64), kind="stable")
@@ -359,12 +368,15 @@ class StaticTree(TopologyTree):
 class EagleTree(TreeDrafter):
     """EAGLE-2's dynamic draft tree (context-aware expansion and reranking).
 
-    Expansion: the root's ``topk`` draft tokens form depth 1. At each next depth the ``topk`` nodes of the
-    latest depth with the highest cumulative draft log-probability (sum of the draft's log-softmax along
-    the path) are forwarded together (one draft forward) and each gives its ``topk`` children. After
-    ``depth`` depths, reranking keeps the ``budget - 1`` non-root nodes of highest cumulative log-probability
-    (ties: earlier created first). A child never scores above its parent, so the kept set is closed under
-    ancestors; the kept nodes are numbered in creation order, so parents precede children.
+    Expansion: the root's ``topk`` draft tokens form depth 1. At each next depth the ``expand`` nodes of the
+    latest depth with the highest score are forwarded together (one draft forward) and each gives its ``topk``
+    children. After ``depth`` depths, reranking keeps the ``budget - 1`` non-root nodes of highest score (ties:
+    earlier created first). A node's score is the sum along its path of each edge's log-value: the draft's
+    log-softmax of the token (EAGLE-2), or with ``calibration`` the log of the probability that the target
+    takes it (:class:`Calibration`, from the draft's probability and rank). Each edge's log-value is below 0, so
+    a child scores below its parent and the kept set is closed under ancestors. The kept nodes are numbered
+    depth-first with the best-scored child first (parents precede children, and the path of best-scored children
+    is nodes 0, 1, 2, ...: accepted, it leaves the target's cache nothing to move).
 
     Parameters
     ----------
@@ -375,47 +387,158 @@ class EagleTree(TreeDrafter):
     depth : int
         Expansion steps (>= 1): the tree's maximum depth.
     topk : int
-        Nodes expanded per depth, and children per expanded node (>= 1).
+        Children per expanded node (>= 1).
+    expand : int or None
+        Nodes expanded per depth (>= 1; None: ``topk``, as EAGLE-2). Each depth costs one draft forward over
+        that many rows.
+    calibration : Calibration or None
+        Score edges by calibrated acceptance instead of the draft's log-probabilities.
     """
 
     name = "eagle"
 
-    def __init__(self, lm, budget: int, depth: int, topk: int) -> None:
+    def __init__(self, lm, budget: int, depth: int, topk: int, expand: int | None = None,
+                 calibration: Calibration | None = None) -> None:
         super().__init__(lm)
         self.size = _check_budget(budget)
         self.depth = _check_positive(depth, "depth")
         self.topk = _check_positive(topk, "topk")
+        self.expand = self.topk if expand is None else _check_positive(expand, "expand")
+        if calibration is not None and not isinstance(calibration, Calibration):
+            raise ValueError(f"calibration must be a Calibration or None, got {calibration!r}")
+        self.calibration = calibration
 
     def _draft(self, root, root_logits, budget):
-        k = self.topk
+        k, cal = self.topk, self.calibration
+        kr = max(k, 2) if cal is not None else k
         par, tok, score = [-1], [root], [0.0]        # candidates in creation order; 0 is the root
         pidx, logits = {}, {0: root_logits}
         frontier = [0]
         for d in range(1, self.depth + 1):
             level = []
             for v in frontier:
-                ids, top = self._ranked(logits[v], k)
-                for t, lp in zip(ids, _log_probs(logits[v], top)):
+                ids, top = self._ranked(logits[v], kr)
+                lps = _log_probs(logits[v], top)
+                if cal is not None:             # the rank-0 child's calibrated score reads rank 1 too
+                    lps = cal.log_rates(lps)
+                for t, lp in zip(ids[:k], lps[:k]):
                     par.append(v)
                     tok.append(int(t))
                     score.append(score[v] + float(lp))
                     level.append(len(par) - 1)
             if d == self.depth or budget <= 1:
                 break
-            frontier = sorted(level, key=lambda c: (-score[c], c))[:k]
+            frontier = sorted(level, key=lambda c: (-score[c], c))[:self.expand]
             frontier.sort()
             for v, row in zip(frontier, self._forward_nodes(frontier, par, tok, pidx)):
                 logits[v] = row
         chosen = sorted(range(1, len(par)), key=lambda c: (-score[c], c))[:budget - 1]
         kept = {0}
         for c in sorted(chosen, key=lambda c: (-score[c], c)):
-            if par[c] not in kept:      # cannot happen (a child scores <= its parent); guard the invariant
+            if par[c] not in kept:      # cannot happen (a child scores below its parent); guard the invariant
                 raise AssertionError(f"EAGLE rerank kept node {c} without its parent {par[c]}")
             kept.add(c)
-        order = sorted(kept)            # creation order: parents first
+        # depth-first, the best-scored child first: the path of best children is nodes 0, 1, 2, ..., so when the
+        # target accepts it the kept entries are a prefix of its pending ones and its cache moves nothing
+        kids: dict[int, list[int]] = {}
+        for c in sorted(kept - {0}, key=lambda c: (-score[c], c)):
+            kids.setdefault(par[c], []).append(c)
+        order, todo = [], [0]
+        while todo:
+            v = todo.pop()
+            order.append(v)
+            todo.extend(reversed(kids.get(v, [])))
         new = {c: i for i, c in enumerate(order)}
         tree = Tree([-1] + [new[par[c]] for c in order[1:]], [tok[c] for c in order])
         return tree, {new[c]: p for c, p in pidx.items() if c in new}
+
+
+# --- calibrated scores ------------------------------------------------------------------------------------
+
+
+def _logit(log_probs) -> np.ndarray:
+    p = np.clip(np.exp(np.asarray(log_probs, dtype=np.float64)), 1e-12, 1 - 1e-12)
+    return np.log(p) - np.log1p(-p)
+
+
+def _logit1(log_prob: float) -> float:
+    """:func:`_logit` of one value."""
+    p = min(max(math.exp(log_prob), 1e-12), 1 - 1e-12)
+    return math.log(p) - math.log1p(-p)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How often the target takes a draft token, from the draft's probabilities at its parent.
+
+    For a node's children, ranked by the draft with probabilities p_0 >= p_1 >= ..., the rank-r child is the
+    target's greedy choice with probability sigmoid(a + b * logit(p_r) + c * logit(p_o)), where o is the
+    child's strongest rival (rank 1 for the rank-0 child, rank 0 for the others) and ``coef[0] = (a, b, c)``
+    for rank 0, ``coef[1]`` for the lower ranks (Platt scaling with the rival's probability as a second
+    feature). ``((0, 1, 0), (0, 1, 0))`` trusts the draft. A draft head is not calibrated that way: the EAGLE
+    head's rank-0 tokens are the target's far more often than their probability says, and a rank-1 token
+    less often the more likely its rank-0 sibling (docs/tree.md).
+    """
+
+    coef: tuple[tuple[float, float, float], tuple[float, float, float]]
+
+    def __post_init__(self) -> None:
+        try:
+            c = np.asarray(self.coef, dtype=np.float64)
+        except (TypeError, ValueError):
+            c = np.zeros(0)
+        if c.shape != (2, 3) or not np.isfinite(c).all():
+            raise ValueError(f"calibration coefficients must be ((a, b, c) for rank 0, (a, b, c) for lower ranks), "
+                             f"finite numbers, got {self.coef!r}")
+        object.__setattr__(self, "coef", tuple(tuple(float(x) for x in row) for row in c))
+        object.__setattr__(self, "_c", c)
+
+    @staticmethod
+    def features(log_probs) -> tuple[np.ndarray, np.ndarray]:
+        """Each child's group (0 for rank 0, 1 below) and features (1, logit(p_r), logit(p_o)), from the
+        draft's log-probabilities of ranks 0, 1, ... (at least two; the rank-0 child's rival is rank 1)."""
+        x = _logit(log_probs).reshape(-1)
+        if x.size < 2:
+            raise ValueError(f"calibrated scores need the draft's two top ranks at a node, got {x.size}")
+        group = (np.arange(x.size) > 0).astype(np.int64)
+        rival = np.where(group == 0, x[1], x[0])
+        return group, np.stack([np.ones_like(x), x, rival], 1)
+
+    @classmethod
+    def fit(cls, groups, features, hits, prior: float = 1.0) -> Calibration:
+        """The coefficients that fit trials (:meth:`features`' groups and rows; ``hits``: whether the target
+        took the token): logistic regression by Newton steps, with a ridge of weight ``prior`` towards
+        (0, 1, 0), so that a group without trials trusts the draft."""
+        groups = np.asarray(groups, dtype=np.int64).reshape(-1)
+        feats = np.asarray(features, dtype=np.float64).reshape(-1, 3)
+        y = np.asarray(hits, dtype=np.float64).reshape(-1)
+        if not (groups.size == len(feats) == y.size) or not np.isin(groups, (0, 1)).all():
+            raise ValueError(f"calibration trials need one group (0 or 1), feature row and hit each; got "
+                             f"{groups.size}, {len(feats)}, {y.size}")
+        ref, coef = np.array([0.0, 1.0, 0.0]), []
+        for g in (0, 1):
+            a, yy, w = feats[groups == g], y[groups == g], ref.copy()
+            for _ in range(100):
+                pr = 1 / (1 + np.exp(-np.clip(a @ w, -30, 30)))
+                grad = a.T @ (yy - pr) - prior * (w - ref)
+                hess = a.T @ (a * (pr * (1 - pr))[:, None]) + prior * np.eye(3)
+                step = np.linalg.solve(hess, grad)
+                w += step
+                if np.abs(step).max() < 1e-10:
+                    break
+            coef.append(tuple(w))
+        return cls(tuple(coef))
+
+    def log_rates(self, log_probs) -> list[float]:
+        """Log-probabilities that the target takes a node's children: ``log_probs`` are the draft's of its ranks
+        0, 1, ... in rank order (at least two). Each is below 0. (Scalar arithmetic: a node has a few children,
+        and numpy's calls on arrays of three cost more than the sums.)"""
+        x = [_logit1(float(lp)) for lp in log_probs]
+        if len(x) < 2:
+            raise ValueError(f"calibrated scores need the draft's two top ranks at a node, got {len(x)}")
+        (a0, b0, c0), (a1, b1, c1) = self.coef
+        z = [a0 + b0 * x[0] + c0 * x[1]] + [a1 + b1 * xi + c1 * x[0] for xi in x[1:]]
+        return [-math.log1p(math.exp(-min(30.0, max(-30.0, zi)))) for zi in z]
 
 
 # --- Sequoia ----------------------------------------------------------------------------------------------
@@ -530,6 +653,27 @@ class SequoiaTree(TopologyTree):
         self.acceptance = _check_acceptance(acceptance)
 
 
+def _teacher_forced(target, draft, contexts, skip: int):
+    """Per scored position of every context: the draft's logits row there (float64) and the target's greedy
+    next token. Both caches are reset before each context and left reset."""
+    for ctx in contexts:
+        ctx = list(ctx)
+        if not ctx:
+            continue
+        target.reset()                  # one at a time: target and draft may be the same CausalLM
+        want = target.forward(ctx).argmax(-1).numpy()
+        draft.reset()
+        dl = draft.forward(ctx).double().numpy()
+        yield from zip(dl[skip:], want[skip:])
+    target.reset()
+    draft.reset()
+
+
+def _rank(row: np.ndarray, token: int) -> int:
+    """The rank of ``token`` in the stable descending sort of ``row``."""
+    return int((row > row[token]).sum() + (row[:token] == row[token]).sum())
+
+
 def measure_acceptance(target, draft, contexts, k: int, skip: int = 0) -> np.ndarray:
     """Sequoia's acceptance vector, measured with greedy target decisions.
 
@@ -557,18 +701,26 @@ def measure_acceptance(target, draft, contexts, k: int, skip: int = 0) -> np.nda
     """
     k = _check_positive(k, "k")
     counts = np.zeros(k + 1, dtype=np.int64)       # counts[k]: rank >= k
-    for ctx in contexts:
-        ctx = list(ctx)
-        if not ctx:
-            continue
-        target.reset()                  # one at a time: target and draft may be the same CausalLM
-        want = target.forward(ctx).argmax(-1).numpy()
-        draft.reset()
-        dl = draft.forward(ctx).double().numpy()
-        for row, a in zip(dl[skip:], want[skip:]):
-            r = int((row > row[a]).sum() + (row[:a] == row[a]).sum())
-            counts[min(r, k)] += 1
-    target.reset()
-    draft.reset()
+    for row, a in _teacher_forced(target, draft, contexts, skip):
+        counts[min(_rank(row, a), k)] += 1
     reached = counts[::-1].cumsum()[::-1][:k]      # positions with rank >= j
     return np.where(reached > 0, counts[:k] / np.maximum(reached, 1), 0.0)
+
+
+def measure_calibration(target, draft, contexts, k: int, skip: int = 0) -> Calibration:
+    """A :class:`Calibration` measured with greedy target decisions (arguments as :func:`measure_acceptance`).
+
+    At every scored position, each of the draft's ``k`` top-ranked tokens (at least two) is a trial of its
+    rank's group, a hit when it is the target's greedy next token.
+    """
+    k = max(2, _check_positive(k, "k"))
+    groups, feats, hits = [], [], []
+    for row, a in _teacher_forced(target, draft, contexts, skip):
+        top = ranked(row, k)
+        g, f = Calibration.features(_log_probs(row, top))
+        groups.append(g)
+        feats.append(f)
+        hits.append(top == a)
+    if not groups:
+        return Calibration.fit(np.zeros(0), np.zeros((0, 3)), np.zeros(0))
+    return Calibration.fit(np.concatenate(groups), np.concatenate(feats), np.concatenate(hits))
