@@ -14,6 +14,7 @@ without touching the others::
                      [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
                      [--record FILE]
                      [--tree static|eagle|sequoia] [--tree-budget N] [--tree-depth D] [--tree-topk K]
+                     [--tree-expand E] [--tree-scores draft|calibrated]
     specdec bench e2e [--gammas 0,2,4,8,16] [--tree static,eagle,sequoia] [--tree-budget N] [--prompts FILE]
                       [--json FILE] [--plot DIR]
     specdec notebooks DIR [--force]
