@@ -54,7 +54,7 @@ class TreeSpec:
     topk: int = 4                                   # eagle: children per expanded node; sequoia: ranks measured
     expand: int | None = None                       # eagle: nodes expanded per depth (None: topk, as EAGLE-2)
     scores: str = "draft"                           # eagle: rank by the draft's log-probabilities or "calibrated"
-    calibration: tuple[tuple[float, float], ...] | None = None  # eagle, calibrated: tree.Calibration's coef
+    calibration: tuple[tuple[float, ...], ...] | None = None    # eagle, calibrated: tree.Calibration's coef
     calibration_passages: int = 8                   # sequoia, calibrated eagle: corpus passages measured on
     acceptance: tuple[float, ...] | None = None     # sequoia: acceptance by draft rank (None: measure it)
     paths: tuple[tuple[int, ...], ...] | None = None    # static: Medusa paths (None: tree.default_paths)
@@ -73,8 +73,8 @@ class TreeSpec:
             raise OptionError("tree scores", self.scores, f"one of {', '.join(TREE_SCORES)}")
         if self.calibration is not None:
             if self.kind != "eagle" or self.scores != "calibrated":
-                raise OptionError("tree calibration", "given", "none unless kind is 'eagle' with scores "
-                                                               "'calibrated' (nothing else reads it)")
+                raise OptionError("tree calibration", self.calibration, "None unless kind is 'eagle' with scores "
+                                                                        "'calibrated' (nothing else reads it)")
             try:
                 coef = Calibration(self.calibration).coef
             except ValueError as err:

@@ -373,8 +373,9 @@ class EagleTree(TreeDrafter):
     children. After ``depth`` depths, reranking keeps the ``budget - 1`` non-root nodes of highest score (ties:
     earlier created first). A node's score is the sum along its path of each edge's log-value: the draft's
     log-softmax of the token (EAGLE-2), or with ``calibration`` the log of the probability that the target
-    takes it (:class:`Calibration`, from the draft's probability and rank). Each edge's log-value is below 0, so
-    a child scores below its parent and the kept set is closed under ancestors. The kept nodes are numbered
+    takes it (:class:`Calibration`, from the draft's probabilities and rank). No edge's log-value is above 0, so
+    a child never scores above its parent (on a tie the parent, created first, ranks first) and the kept set is
+    closed under ancestors. The kept nodes are numbered
     depth-first with the best-scored child first (parents precede children, and the path of best-scored children
     is nodes 0, 1, 2, ...: accepted, it leaves the target's cache nothing to move).
 
@@ -435,7 +436,7 @@ class EagleTree(TreeDrafter):
         chosen = sorted(range(1, len(par)), key=lambda c: (-score[c], c))[:budget - 1]
         kept = {0}
         for c in sorted(chosen, key=lambda c: (-score[c], c)):
-            if par[c] not in kept:      # cannot happen (a child scores below its parent); guard the invariant
+            if par[c] not in kept:      # cannot happen (a child never scores above its parent); guard it
                 raise AssertionError(f"EAGLE rerank kept node {c} without its parent {par[c]}")
             kept.add(c)
         # depth-first, the best-scored child first: the path of best children is nodes 0, 1, 2, ..., so when the
