@@ -142,6 +142,20 @@ def test_calibrated_eagle_measures_its_calibration(gpt2_dirs, gpt2_pair, refs):
     assert [g["tokens"] for g in again["generations"]] == [g["tokens"] for g in res["generations"]]
 
 
+def test_calibration_contexts_are_generated_once_per_target(gpt2_pair, monkeypatch):
+    """A Sequoia vector and an EAGLE calibration on one pair share the target's continuations."""
+    from specdec import pairs
+    calls = []
+    generate = pairs._generate_contexts
+    monkeypatch.setattr(pairs, "_generate_contexts", lambda *a: calls.append(a[1:]) or generate(*a))
+    first = pairs.calibration_contexts(gpt2_pair, 1, 8, 4)
+    first[0].append(-1)                                     # the caller's copy, not the cache
+    again = pairs.calibration_contexts(gpt2_pair, 1, 8, 4)
+    assert calls == [(1, 8, 4)] and again[0] == first[0][:-1]
+    pairs.calibration_contexts(gpt2_pair, 1, 8, 5)
+    assert calls == [(1, 8, 4), (1, 8, 5)]
+
+
 # ------------------------------------------------------------------------------------------------
 # Bad input: clear errors
 # ------------------------------------------------------------------------------------------------

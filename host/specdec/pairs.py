@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,11 +204,25 @@ def calibrated(pair: Pair, tree: TreeSpec | None) -> TreeSpec | None:
     return tree
 
 
+#: Calibration contexts already generated, per target model: a bench measuring both a Sequoia vector and an EAGLE
+#: calibration generates the target's continuations once.
+_CONTEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def calibration_contexts(pair: Pair, n_passages: int, prompt_tokens: int = 48,
                          new_tokens: int = 48) -> list[list[int]]:
     """Where a tree builder's statistics are measured: the target's own greedy continuations, ``new_tokens``
     after the first ``prompt_tokens`` of ``n_passages`` corpus passages (training passages, not the benchmark's
-    held-out prompts). Score from position ``prompt_tokens - 1`` on (the continuation's)."""
+    held-out prompts). Score from position ``prompt_tokens - 1`` on (the continuation's). Generated once per
+    target model and arguments."""
+    key = (n_passages, prompt_tokens, new_tokens)
+    done = _CONTEXTS.setdefault(pair.target.model, {})
+    if key not in done:
+        done[key] = _generate_contexts(pair, n_passages, prompt_tokens, new_tokens)
+    return [list(c) for c in done[key]]
+
+
+def _generate_contexts(pair: Pair, n_passages: int, prompt_tokens: int, new_tokens: int) -> list[list[int]]:
     import torch
     from . import corpus
     texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)

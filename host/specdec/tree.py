@@ -457,13 +457,8 @@ class EagleTree(TreeDrafter):
 # --- calibrated scores ------------------------------------------------------------------------------------
 
 
-def _logit(log_probs) -> np.ndarray:
-    p = np.clip(np.exp(np.asarray(log_probs, dtype=np.float64)), 1e-12, 1 - 1e-12)
-    return np.log(p) - np.log1p(-p)
-
-
-def _logit1(log_prob: float) -> float:
-    """:func:`_logit` of one value."""
+def _logit(log_prob: float) -> float:
+    """logit(p) of a probability given by its log (p clipped to [1e-12, 1 - 1e-12])."""
     p = min(max(math.exp(log_prob), 1e-12), 1 - 1e-12)
     return math.log(p) - math.log1p(-p)
 
@@ -492,13 +487,12 @@ class Calibration:
             raise ValueError(f"calibration coefficients must be ((a, b, c) for rank 0, (a, b, c) for lower ranks), "
                              f"finite numbers, got {self.coef!r}")
         object.__setattr__(self, "coef", tuple(tuple(float(x) for x in row) for row in c))
-        object.__setattr__(self, "_c", c)
 
     @staticmethod
     def features(log_probs) -> tuple[np.ndarray, np.ndarray]:
         """Each child's group (0 for rank 0, 1 below) and features (1, logit(p_r), logit(p_o)), from the
         draft's log-probabilities of ranks 0, 1, ... (at least two; the rank-0 child's rival is rank 1)."""
-        x = _logit(log_probs).reshape(-1)
+        x = np.array([_logit(float(lp)) for lp in np.asarray(log_probs).reshape(-1)])
         if x.size < 2:
             raise ValueError(f"calibrated scores need the draft's two top ranks at a node, got {x.size}")
         group = (np.arange(x.size) > 0).astype(np.int64)
@@ -534,7 +528,7 @@ class Calibration:
         """Log-probabilities that the target takes a node's children: ``log_probs`` are the draft's of its ranks
         0, 1, ... in rank order (at least two). Each is below 0. (Scalar arithmetic: a node has a few children,
         and numpy's calls on arrays of three cost more than the sums.)"""
-        x = [_logit1(float(lp)) for lp in log_probs]
+        x = [_logit(float(lp)) for lp in log_probs]
         if len(x) < 2:
             raise ValueError(f"calibrated scores need the draft's two top ranks at a node, got {len(x)}")
         (a0, b0, c0), (a1, b1, c1) = self.coef
