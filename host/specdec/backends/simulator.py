@@ -339,7 +339,10 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
         _advance(bar, bar.total, bar.total)
     finally:
         bar.close()
-    env = {"COCOTB_REWRITE_ASSERTION_FILES": "*/tb/*/*.py", "SPECDEC_CORE": core}
+    # cocotb rewrites the testbenches' assertions with a pytest Config, which would load every installed pytest
+    # plugin (anyio, typeguard, xdist, hypothesis: about 0.2 s a simulation) that a simulation never uses
+    env = {"COCOTB_REWRITE_ASSERTION_FILES": "*/tb/*/*.py", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "SPECDEC_CORE": core}
     env.update({f"PARAM_{k}": str(v) for k, v in params.items()})
     env.update(extra_env or {})
     with _own_log(LOGS / f"{top}-{sim}.log") if quiet else contextlib.nullcontext() as log:
