@@ -95,8 +95,7 @@ fi
 # simulation, notebook kernel and CLI run
 layers=$(ls "$VENV"/.stamp-base-* "$VENV"/.stamp-notebooks-* "$VENV"/.stamp-ml-* 2>/dev/null | sha1sum | cut -c1-12)
 bc_stamp="$VENV/.stamp-bytecode-$layers"
-if [ ! -f "$bc_stamp" ]; then
-  echo "[setup] compiling the installed packages' bytecode"
+if [ ! -f "$bc_stamp" ]; then     # quiet: part of the install steps above (`make demo` prints at most 10 lines)
   # a few packages ship files that are not Python 3 (templates, test data): their errors are not ours
   "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
     >/dev/null 2>&1 || true
