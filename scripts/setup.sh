@@ -90,9 +90,9 @@ if [ "$WITH_ML" = 1 ]; then
   fi
 fi
 # Bytecode for every installed module, once per set of layers. pip compiles it at install; uv leaves it to the first
-# import, and a shell with PYTHONDONTWRITEBYTECODE set (the Makefile, CI images) never writes it, so every process
-# would compile torch and transformers from source again: 8.6 s an import against 3.6 s, in each test worker,
-# simulation, notebook kernel and CLI run
+# import, and in a shell with PYTHONDONTWRITEBYTECODE set (this machine's, CI's) no process writes it, so each test
+# worker, simulation, notebook kernel and CLI run would compile torch and transformers from source again: 8.6 s
+# an import against 3.6 s (tests/test_setup.py)
 layers=$(ls "$VENV"/.stamp-base-* "$VENV"/.stamp-notebooks-* "$VENV"/.stamp-ml-* 2>/dev/null | sha1sum | cut -c1-12)
 bc_stamp="$VENV/.stamp-bytecode-$layers"
 if [ ! -f "$bc_stamp" ]; then     # quiet: part of the install steps above (`make demo` prints at most 10 lines)
