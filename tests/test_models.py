@@ -138,3 +138,18 @@ def test_forward_last_only_gives_the_last_row_and_fills_the_cache(gpt2_pair):
     torch.testing.assert_close(last[0], full[-1], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(lm.forward([13]), step_full, rtol=1e-4, atol=1e-4)
     lm.reset()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_forward_uses_the_current_cache_argument(family, request):
+    """The cache goes to the model as ``cache`` (transformers 5 deprecates ``past_key_values``, to be removed in
+    5.40): a forward and a rollback warn of nothing."""
+    import warnings
+    lm = request.getfixturevalue(f"{family}_pair").target
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm.reset()
+        lm.forward([464, 3290, 318])
+        lm.rollback(1)
+        lm.forward([257])
+    assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]

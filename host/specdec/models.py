@@ -373,12 +373,12 @@ class CausalLM:
         import torch
         try:
             with torch.inference_mode():
-                out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
+                out = self.model(cache=self.cache, use_cache=True, **kwargs)
         except BaseException:
             if self.paged:
                 self.cache.resync(self.length + self.pending)
             raise
-        self.cache = out.past_key_values
+        self.cache = out.cache
         return out
 
     def forward(self, tokens, last_only: bool = False):
