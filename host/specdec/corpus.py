@@ -7,6 +7,7 @@ draw their prompts from them.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import random
@@ -14,6 +15,9 @@ import re
 from pathlib import Path
 
 HELD_OUT_GENRE = "tragedies"   # hamlet, king-lear, macbeth, othello
+#: A passage takes its speech's first 1..MAX_LINES lines.
+MAX_LINES = 4
+_SPEAKER = re.compile(r"\*\*(.+?)\*\*")
 
 
 def plays_dir() -> Path:
@@ -29,7 +33,7 @@ def speeches(path: Path) -> list[tuple[str, list[str]]]:
     speaker, lines = None, []
     for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.rstrip()
-        m = re.fullmatch(r"\*\*(.+?)\*\*", line)
+        m = _SPEAKER.fullmatch(line)
         if m:
             if speaker and lines:
                 out.append((speaker, lines))
@@ -45,24 +49,30 @@ def speeches(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-def passages(held_out: bool, *, max_lines: int = 4) -> list[str]:
+def passages(held_out: bool, *, max_lines: int = MAX_LINES) -> list[str]:
     """Every speech of the training plays (held_out=False) or the held-out tragedies, as prompt text.
 
     A passage is "NAME:\\n" plus its first 1..max_lines lines, ending in a newline, so the target continues
     the play.
     """
+    return list(_passages(held_out, max_lines))
+
+
+@functools.lru_cache(maxsize=4)
+def _passages(held_out: bool, max_lines: int) -> tuple[str, ...]:
+    """:func:`passages`, parsed once a process (the installed corpus does not change under it)."""
     files = sorted(p for p in plays_dir().rglob("*.md") if (p.parent.name == HELD_OUT_GENRE) == held_out)
     out = []
     for f in files:
         for i, (speaker, lines) in enumerate(speeches(f)):
             n = 1 + (i % max_lines)
             out.append(f"{speaker}:\n" + "\n".join(lines[:n]) + "\n")
-    return out
+    return tuple(out)
 
 
 def sample_passages(n: int, held_out: bool, seed: int) -> list[str]:
     """n distinct passages, drawn reproducibly."""
-    pool = passages(held_out)
+    pool = _passages(held_out, MAX_LINES)
     if n > len(pool):
         raise ValueError(f"asked for {n} passages; the corpus has {len(pool)}")
     return random.Random(seed).sample(pool, n)

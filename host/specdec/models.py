@@ -195,7 +195,7 @@ def load(name: str):
         except (OSError, ValueError) as e:
             raise ModelError(f"model directory {str(path)!r} does not hold a causal LM with its tokenizer "
                              f"(config.json, weights, tokenizer files): {e}") from e
-        if len(tok.get_vocab()) <= len(tok.all_special_tokens):   # no tokenizer files: an empty tokenizer
+        if len(tok) <= len(tok.all_special_tokens):   # no tokenizer files: an empty tokenizer
             raise ModelError(f"model directory {str(path)!r} holds no tokenizer files (tokenizer.json, or "
                              f"vocab.json + merges.txt): save the tokenizer next to the model")
     else:
