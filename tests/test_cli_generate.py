@@ -123,6 +123,15 @@ def test_output_file_that_cannot_be_written_exits_2_before_any_model_loads(optio
     assert f"--plot {afile / 'plots'}: {afile} is a file, expected a directory" in capsys.readouterr().err
 
 
+def test_bad_prompt_file_exits_2_before_any_model_loads(no_model_load, tmp_path, capsys):
+    """A JSON-lines prompt file whose object has no "prompt" key is a bad argument, named with its line (it
+    was a KeyError traceback)."""
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "ROMEO:"}\n{"text": "JULIET:"}\n', encoding="utf-8")
+    assert exit_code(["bench", "e2e", "--prompts", str(bad)]) == 2
+    assert f'{bad}:2: a JSON object needs a "prompt" key' in capsys.readouterr().err
+
+
 def test_pipelined_with_sampling_exits_2_before_any_model_loads(no_model_load, capsys):
     """Pipelined drafting drafts ahead on a greedy guess: with sampling its rows would be serial ones."""
     assert exit_code(["bench", "e2e", "--gammas", "0,4", "--pipelined", "4", "--temperature", "0.8"]) == 2

@@ -84,17 +84,28 @@ def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {str(path)!r} does not exist")
+    try:
+        text_lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"prompt file {str(path)!r} is not UTF-8 text (byte {e.start})") from None
     prompts = []
-    for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for k, line in enumerate(text_lines, 1):
         if not line.strip():
             continue
         if path.suffix == ".jsonl":
-            item = json.loads(line)
-            text = item["prompt"] if isinstance(item, dict) else item
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{k}: not JSON ({e.msg} at column {e.colno}): {line[:60]!r}") from None
+            if isinstance(item, dict):
+                if "prompt" not in item:
+                    raise ValueError(f'{path}:{k}: a JSON object needs a "prompt" key, got keys {sorted(item)}')
+                item = item["prompt"]
+            text = item
         else:
             text = line.replace("\\n", "\n")
         if not isinstance(text, str) or not text:
-            raise ValueError(f"{path}:{k}: empty or non-text prompt")
+            raise ValueError(f"{path}:{k}: a prompt must be non-empty text, got {text!r:.60}")
         prompts.append(text)
     if not prompts:
         raise ValueError(f"prompt file {str(path)!r} holds no prompts")
