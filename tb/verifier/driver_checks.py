@@ -293,6 +293,8 @@ def check_verifier_driver(drv: Verifier, rounds: int = 30, seed: int = 5, exact_
 
     # an all-zero seed: SEED_ZERO, the state is not loaded
     c.error(["SEED_ZERO"], drv.seed, [0, 0, 0, 0], in_round=False)
+    e = c.error(["SEED_ZERO"], drv.verify, [1, 0], pv, pv[:2], in_round=False)     # refused, nothing written
+    assert "an all-zero seed()" in str(e) and "call soft_reset() to recover" in str(e), e
     c.recover()
     c.round([1, 0], pv, pv[:2])
 

@@ -468,8 +468,8 @@ class Verifier(SpecdecIP):
         if status["ERROR"]:
             err = self.read_reg("ERR")
             raise VerifierError(err, self.cmap.decode_err(err), "the core is still in error from an earlier "
-                                "round or operation that this driver did not run; nothing was written", {},
-                                reset=False)
+                                "operation outside a round (an all-zero seed(), raw register or stream traffic, or "
+                                "another program); nothing was written", {}, reset=False)
         if status["BUSY"]:
             raise SpecdecError("verifier: the core is BUSY with a round this driver did not start (raw register "
                                "writes, or another program); nothing was written: call soft_reset() to abandon "
