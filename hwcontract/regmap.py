@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -89,7 +90,11 @@ class Register:
     def encode(self, **values: int) -> int:
         word = 0
         for name, v in values.items():
-            word = self.field(name).insert(word, int(v))
+            try:
+                v = operator.index(v)           # int() would truncate 1.5 into a valid field value
+            except TypeError:
+                raise ValueError(f"{self.name}.{name} must be an integer, got {v!r}") from None
+            word = self.field(name).insert(word, v)
         return word
 
 

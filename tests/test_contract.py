@@ -61,6 +61,16 @@ def test_check_refuses_non_integers_and_unknown_names():
         params.check("verifyer")
 
 
+def test_register_fields_take_integers_only():
+    """A field value is an integer of any kind (bool, numpy); ``int()`` had truncated 1.5 into a valid value."""
+    config = core("verifier").reg("CONFIG")
+    assert config.encode(GREEDY=True, TREE=np.uint8(1)) == config.encode(GREEDY=1, TREE=1)
+    with pytest.raises(ValueError, match=re.escape("CONFIG.GREEDY must be an integer, got 0.5")):
+        config.encode(GREEDY=0.5)
+    with pytest.raises(ValueError, match="field P0: value 256 outside 0..255"):
+        core("verifier").reg("TREE_PARENT0").encode(P0=256)
+
+
 def test_check_fills_defaults_and_parses_cli_strings():
     got = params.check("kvpage", {"PAGES": "0x400"})
     spec = params.spec("kvpage")

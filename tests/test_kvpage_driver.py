@@ -1,6 +1,8 @@
 """The kvpage driver on the golden backend (the same checks run against the RTL in tb/kvpage)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specdec.drivers import KVPageError
@@ -44,3 +46,19 @@ def test_errors_name_the_operation():
     with pytest.raises(KVPageError, match="POOL_EMPTY"):
         kv.write_row(kv.fork(other), 3)
     assert [kv.translate(other, r) for r in range(4)] == [4, 5, 6, 7]
+
+
+def test_a_non_integer_operand_is_refused_before_the_core():
+    """A float slot or row names itself; ``int()`` had truncated fork(1.5) to a fork of slot 1."""
+    kv = golden_driver(16, 4)
+    seqs = [kv.new(), kv.new()]
+    kv.write_row(seqs[1], 0)
+    ops = kv.total_ops
+    for call, what in ((lambda: kv.fork(1.5), "kvpage FORK: slot must be an integer, got 1.5"),
+                       (lambda: kv.write_row(seqs[1], 1.0), "kvpage WRITE: row must be an integer, got 1.0"),
+                       (lambda: kv.rollback([1.5]), "kvpage rollback: a slot must be an integer, got 1.5")):
+        with pytest.raises(ValueError, match=re.escape(what)):
+            call()
+    assert kv.total_ops == ops and kv.live() == (seqs, [])       # nothing reached the core
+    assert kv.fork(seqs[1]) == 2
+

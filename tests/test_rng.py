@@ -1,6 +1,8 @@
 """rng on the golden backend: the driver checks shared with the simulation, and the generator's statistics."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -72,3 +74,14 @@ def test_serial_correlation(words):
     # pairs (u_i, u_{i+1}) spread evenly over a 16x16 grid
     pairs = (np.floor(u[:-1:2] * 16) * 16 + np.floor(u[1::2] * 16)).astype(int)
     assert stats.chisquare(np.bincount(pairs, minlength=256)).pvalue > ALPHA
+
+
+def test_register_writes_and_seeds_take_integers_only():
+    """``int()`` had truncated a float register value or seed word silently (the base driver's writes)."""
+    rng = Rng(description("rng", GoldenDevice({0: "rng"})))
+    with pytest.raises(ValueError, match=re.escape("rng.COUNT must be an integer, got 2.5")):
+        rng.burst(2.5)
+    with pytest.raises(ValueError, match=re.escape("rng seed word must be an integer, got 7.9")):
+        rng.seed([1, 2, 3, 7.9])
+    rng.seed([1, 2, 3, 7])
+    assert rng.burst(3)["steps"] == 3

@@ -1,6 +1,8 @@
 """The driver base class: register access by name, ID check, status decode, soft reset, bounded polling."""
 from __future__ import annotations
 
+import operator
+
 from pynq import DefaultIP
 from pynq.registers import RegisterMap
 
@@ -32,6 +34,15 @@ def description(core_name: str, device, phys_addr: int = 0) -> dict:
     return {"phys_addr": phys_addr, "addr_range": 1 << cmap.addr_width, "device": device,
             "type": vlnv(core_name), "fullpath": core_name, "registers": pynq_registers(cmap)}
 
+
+
+def integer(value, what: str) -> int:
+    """``value`` as an int: a Python or numpy integer (or bool); anything else, a float even when whole, raises
+    ValueError naming ``what`` and the value (``int()`` would truncate 1.5 to a real slot, row or token)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
 
 class SpecdecIP(DefaultIP):
     """Base of every specdec driver.
@@ -73,9 +84,10 @@ class SpecdecIP(DefaultIP):
         return int(self.read(self.cmap.offset(name)))
 
     def write_reg(self, name: str, value: int) -> None:
-        if not 0 <= int(value) < 1 << 32:
+        value = integer(value, f"{self.core_name}.{name}")
+        if not 0 <= value < 1 << 32:
             raise ValueError(f"{self.core_name}.{name}: value {value} does not fit 32 bits")
-        self.write(self.cmap.offset(name), int(value))
+        self.write(self.cmap.offset(name), value)
 
     def write_fields(self, name: str, **fields: int) -> None:
         self.write_reg(name, self.cmap.reg(name).encode(**fields))
@@ -96,7 +108,7 @@ class SpecdecIP(DefaultIP):
         CoreError (SEED_ZERO). The state persists across operations and soft resets."""
         if "SEED0" not in {r.name for r in self.cmap.registers}:
             raise AttributeError(f"core {self.core_name!r} has no RNG seed registers")
-        words = [int(w) for w in words]
+        words = [integer(w, f"{self.core_name} seed word") for w in words]
         if len(words) != 4:
             raise ValueError(f"seed needs 4 words, got {len(words)}")
         for i, w in enumerate(words):

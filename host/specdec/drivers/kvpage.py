@@ -24,7 +24,7 @@ from typing import Callable, Iterable, TypeVar
 
 from ..errors import CoreError
 from hwcontract.regmap import KV_SLOTS, core
-from .base import SpecdecIP, vlnv
+from .base import SpecdecIP, integer, vlnv
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -98,12 +98,12 @@ class KVPage(SpecdecIP):
     def _run(self, op: str, **operands: int) -> None:
         for name in ("slot", "row", "page"):
             if name in operands:
-                v = int(operands[name])
+                v = integer(operands[name], f"kvpage {op}: {name}")
                 if not 0 <= v < 1 << 32:
                     raise ValueError(f"kvpage {op}: {name}={v} is not a 32-bit register value")
                 self.write_reg(name.upper(), v)
         if "mask" in operands:
-            m = int(operands["mask"])
+            m = integer(operands["mask"], f"kvpage {op}: mask")
             if not 0 <= m < 1 << KV_SLOTS:
                 raise ValueError(f"kvpage {op}: mask {m:#x} has bits outside the {KV_SLOTS} slots")
             self.write_reg("MASK_LO", m & 0xFFFFFFFF)
@@ -162,10 +162,11 @@ class KVPage(SpecdecIP):
         """Free every branch in ``branches`` (slot numbers) in one operation."""
         mask = 0
         for b in branches:
-            if not 0 <= int(b) < self.slots:
+            b = integer(b, "kvpage rollback: a slot")
+            if not 0 <= b < self.slots:
                 raise ValueError(f"kvpage rollback: slot {b} outside 0..{self.slots - 1} (the core has {self.slots} "
                                  f"slots)")
-            mask |= 1 << int(b)
+            mask |= 1 << b
         self._run("ROLLBACK", mask=mask)
 
     @_atomic
