@@ -36,6 +36,15 @@ RESP_SLVERR = 2
 RESP_DECERR = 3
 
 
+def integer(value, what: str) -> int:
+    """``value`` as an int: a Python or numpy integer (or bool); anything else, a float even when whole, raises
+    ValueError naming ``what`` and the value (``int()`` would truncate 1.5 into a real field value, slot or row)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class Field:
     """A named bit field inside a register."""
@@ -90,11 +99,7 @@ class Register:
     def encode(self, **values: int) -> int:
         word = 0
         for name, v in values.items():
-            try:
-                v = operator.index(v)           # int() would truncate 1.5 into a valid field value
-            except TypeError:
-                raise ValueError(f"{self.name}.{name} must be an integer, got {v!r}") from None
-            word = self.field(name).insert(word, v)
+            word = self.field(name).insert(word, integer(v, f"{self.name}.{name}"))
         return word
 
 

@@ -1,13 +1,11 @@
 """The driver base class: register access by name, ID check, status decode, soft reset, bounded polling."""
 from __future__ import annotations
 
-import operator
-
 from pynq import DefaultIP
 from pynq.registers import RegisterMap
 
 from ..errors import CoreError, CoreTimeout, HardwareMismatch
-from hwcontract.regmap import CoreMap, core
+from hwcontract.regmap import CoreMap, core, integer
 
 from hwcontract.board import core_vlnv as vlnv   # the VLNV build.tcl packages a core under (pynq's ``bindto``)
 
@@ -34,15 +32,6 @@ def description(core_name: str, device, phys_addr: int = 0) -> dict:
     return {"phys_addr": phys_addr, "addr_range": 1 << cmap.addr_width, "device": device,
             "type": vlnv(core_name), "fullpath": core_name, "registers": pynq_registers(cmap)}
 
-
-
-def integer(value, what: str) -> int:
-    """``value`` as an int: a Python or numpy integer (or bool); anything else, a float even when whole, raises
-    ValueError naming ``what`` and the value (``int()`` would truncate 1.5 to a real slot, row or token)."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{what} must be an integer, got {value!r}") from None
 
 class SpecdecIP(DefaultIP):
     """Base of every specdec driver.

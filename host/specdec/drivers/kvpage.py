@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from ..errors import CoreError
-from hwcontract.regmap import KV_SLOTS, core
-from .base import SpecdecIP, integer, vlnv
+from hwcontract.regmap import KV_SLOTS, core, integer
+from .base import SpecdecIP, vlnv
 
 _F = TypeVar("_F", bound=Callable)
 
