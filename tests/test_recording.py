@@ -2,6 +2,8 @@
 models (the PYNQ-Z2) replays them through its own verifier and must take the same decisions."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,24 @@ def test_load_refuses_what_is_not_a_recording(tmp_path):
     np.savez(tmp_path / "x.npz", a=np.zeros(3))
     with pytest.raises(ValueError, match="not a specdec recording"):
         recording.load(tmp_path / "x.npz")
+
+
+def test_load_names_the_file_whatever_is_wrong_with_it(tmp_path):
+    """numpy's own word for a file that is no archive is "pickled data"; each case names the file and what
+    it is instead."""
+    text, npy, meta, old = (tmp_path / n for n in ("notes.npz", "one.npy", "meta.npz", "old.npz"))
+    text.write_text("not an archive")
+    np.save(npy, np.zeros(3))
+    np.savez(meta, meta=np.frombuffer(b"{not json", np.uint8))
+    np.savez(old, meta=np.frombuffer(b'{"version": 0}', np.uint8))
+    for path, what in ((text, "not an .npz archive"), (npy, "one .npy array"), (meta, "'meta' entry is not JSON"),
+                       (old, f"recording version 0, this specdec reads {recording.VERSION}")):
+        with pytest.raises(ValueError, match=re.escape(f"{path}: ") + ".*" + re.escape(what)):
+            recording.load(path)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"recording {str(tmp_path / 'none.npz')!r} does not")):
+        recording.load(tmp_path / "none.npz")
+    with pytest.raises(FileNotFoundError, match="not a file"):
+        recording.load(tmp_path)
 
 
 def test_cli_record_writes_a_file_and_refuses_sim(opt_dirs, tmp_path, capsys):

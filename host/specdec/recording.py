@@ -63,15 +63,29 @@ def load(path: str | os.PathLike) -> Recording:
 
     Raises
     ------
+    FileNotFoundError
+        No file at ``path``.
     ValueError
         The file is not a recording of this version (naming what it found).
     """
-    with np.load(path) as z:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"recording {str(path)!r} does not exist or is not a file")
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:     # numpy's word for a file that is no array: "pickled data"
+        raise ValueError(f"{path}: not a specdec recording (not an .npz archive: {e})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not a specdec recording (one .npy array, not an .npz archive)")
+    with z:
         if "meta" not in z.files:
             raise ValueError(f"{path}: not a specdec recording (no 'meta' entry; entries {z.files[:5]})")
-        meta = json.loads(z["meta"].tobytes().decode())
-        if meta.get("version") != VERSION:
-            raise ValueError(f"{path}: recording version {meta.get('version')!r}, this specdec reads {VERSION}")
+        try:
+            meta = json.loads(z["meta"].tobytes().decode())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a specdec recording (its 'meta' entry is not JSON: {e})") from None
+        version = meta.get("version") if isinstance(meta, dict) else None
+        if version != VERSION:
+            raise ValueError(f"{path}: recording version {version!r}, this specdec reads {VERSION}")
         return Recording(meta["events"], {k: z[k] for k in z.files if k != "meta"}, meta.get("info", {}))
 
 
