@@ -255,6 +255,14 @@ def test_pynq_backend_without_a_board_fails_clearly(gpt2_dirs, tmp_path, monkeyp
     assert exit_code(argv) == 1
     err = capsys.readouterr().err
     assert "missing.bit" in err and "--backend ref" in err
+    # a bitstream that is there, on a machine where pynq finds no board: said so, not pynq's bare "No Devices
+    # Found"
+    bit = tmp_path / "there.bit"
+    bit.write_bytes(b"\0")
+    monkeypatch.setenv("SPECDEC_BITSTREAM", str(bit))
+    assert exit_code(argv) == 1
+    err = capsys.readouterr().err
+    assert f"pynq finds no board on this machine to load {bit} on" in err and "SPECDEC_EMULATE=kv260" in err, err
 
 
 def test_escaped_newline_in_prompt(gpt2_dirs, capsys):

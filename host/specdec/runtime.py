@@ -108,6 +108,21 @@ def golden_kvpage(params: dict | None = None) -> KVPage:
     return KVPage(description("kvpage", dev))
 
 
+def pynq_board_here() -> bool:
+    """Whether pynq finds a device on this machine (a PYNQ board's PL); off a board pynq's warning is muted."""
+    import warnings
+    try:
+        from pynq import Device
+    except ImportError:
+        return False
+    with warnings.catch_warnings():          # off a board pynq warns that it found no device
+        warnings.simplefilter("ignore")
+        try:
+            return bool(Device.devices)
+        except Exception:                    # noqa: BLE001  (a broken XRT install is no board either)
+            return False
+
+
 def pynq_overlay(bitstream: str | os.PathLike | None = None, device=None) -> SpecdecOverlay:
     """The specdec overlay on a board (backend ``pynq``), loaded.
 
@@ -129,6 +144,10 @@ def pynq_overlay(bitstream: str | os.PathLike | None = None, device=None) -> Spe
         raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with `make bitstream`, or set "
                                 f"SPECDEC_BITSTREAM); off a board use --backend ref or --backend sim, or the "
                                 f"emulated board: {EMULATE_ENV}=kv260")
+    if device is None and not pynq_board_here():
+        raise RuntimeError(f"backend pynq: pynq finds no board on this machine to load {path} on (pynq: \"No "
+                           f"Devices Found\"); off a board use --backend ref or --backend sim, or the emulated "
+                           f"board: {EMULATE_ENV}=kv260")
     return SpecdecOverlay(path, device=device)
 
 
