@@ -17,17 +17,18 @@ setup:
 	@bash scripts/setup.sh --ml
 
 DEMO_PROMPT ?= HAMLET:\nTo be, or not to be, that is the question:\n
+export DEMO_PROMPT          # the recipes read it from the environment: a prompt may hold quotes ("It's")
 DEMO_ARGS   ?= --gamma 4 --max-new-tokens 48      # greedy; add --temperature 0.8 --top-p 0.95 to sample
 
 # quiet: a progress bar for the one-time RTL build and one for generation, then the text and the stats line;
 # the tools' output goes to build/logs/ (a failure prints its log's path and error lines)
 demo: setup
-	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' $(DEMO_ARGS)
+	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" $(DEMO_ARGS)
 
 # the same prompt with an EAGLE-2 token tree of 16 nodes: the verifier (tree mode) and the treemask core
 # both run as RTL in one Verilator toplevel
 demo-tree: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt '$(DEMO_PROMPT)' --tree eagle \
+	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --tree eagle \
 	    --tree-budget 16 --max-new-tokens 48
 
 # two pytest workers (CI has 2 cores); a test file stays on one worker, builds are locked per toplevel
