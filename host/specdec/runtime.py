@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -110,7 +111,6 @@ def golden_kvpage(params: dict | None = None) -> KVPage:
 
 def pynq_board_here() -> bool:
     """Whether pynq finds a device on this machine (a PYNQ board's PL); off a board pynq's warning is muted."""
-    import warnings
     try:
         from pynq import Device
     except ImportError:
