@@ -77,8 +77,8 @@ def test_generate_usage_errors_exit_2(extra, message, capsys):
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Fail the test if anything tries to load a model."""
-    def refuse(name):
-        raise AssertionError(f"model {name!r} loaded before the options were checked")
+    def refuse(name, role="model"):
+        raise AssertionError(f"{role} {name!r} loaded before the options were checked")
     monkeypatch.setattr(models, "load", refuse)
 
 
@@ -181,12 +181,39 @@ def test_fabric_draft_on_pynq_without_a_board_fails_before_any_model_loads(no_mo
     assert f"no bitstream at {tmp_path / 'none.bit'}" in err and f"{runtime.EMULATE_ENV}=kv260" in err, err
 
 
-def test_generate_unknown_model_exits_1(monkeypatch, capsys):
+def test_generate_unknown_model_exits_1_before_any_model_loads(no_model_load, monkeypatch, capsys):
+    """A hub id that is not in the local cache, offline: refused before the demo target loads."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     name = "no-such-org/no-such-model-specdec"
     assert exit_code(["generate", "--prompt", "x", "--target", name, "--draft", "prompt-lookup"]) == 1
     err = capsys.readouterr().err
-    assert name in err and "HF_HUB_OFFLINE" in err
+    assert name in err and "HF_HUB_OFFLINE" in err and "--target /path/to/no-such-model-specdec" in err
+    assert exit_code(["generate", "--prompt", "x", "--draft", name]) == 1
+    assert "--draft /path/to/no-such-model-specdec" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["ref", "sim", "pynq"])
+def test_a_model_path_that_names_no_directory_exits_2_before_anything_loads(backend, no_model_load, monkeypatch,
+                                                                            tmp_path, capsys):
+    """A --draft or --target path that names no directory is a bad argument: refused before a model loads,
+    the RTL builds (sim) or the overlay loads (pynq), naming the option and the path."""
+    from specdec import runtime
+    from specdec.backends import simulator
+    monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("the simulation started"))
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
+    missing = tmp_path / "no-such-model"
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "--draft must be a hub id or a model directory" in err and f"no such directory: {missing}" in err, err
+    afile = tmp_path / "model.safetensors"
+    afile.write_bytes(b"")
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--target", str(afile),
+                      "--draft", "prompt-lookup"]) == 2
+    assert f"--target must be a hub id or a model directory" in capsys.readouterr().err
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", "~/no-such-model"]) == 2
+    assert f"no such directory: {missing}" in capsys.readouterr().err      # ~ is the user's home
 
 
 def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):

@@ -25,9 +25,20 @@ def test_unknown_hub_model_offline_names_it(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     name = "no-such-org/no-such-model-specdec"
     with pytest.raises(ModelError) as exc:
-        models.load(name)
+        models.load(name, "target")
     msg = str(exc.value)
-    assert name in msg and "HF_HUB_OFFLINE" in msg and "--target" in msg
+    assert name in msg and "HF_HUB_OFFLINE" in msg and "--target /path/to/no-such-model-specdec" in msg
+    with pytest.raises(ModelError, match="--draft /path/to/no-such-model-specdec"):
+        models.check_source(name, "draft")              # before anything loads
+    models.check_source("smollm2-135m-instruct", "target")    # the demo target: the GGUF, converted on first use
+
+
+def test_a_model_directory_may_start_from_home(gpt2_dirs, monkeypatch):
+    home = Path(gpt2_dirs[0]).parent
+    monkeypatch.setenv("HOME", str(home))
+    models.check_source(f"~/{Path(gpt2_dirs[0]).name}", "target")
+    model, _ = models.load(f"~/{Path(gpt2_dirs[0]).name}", "target")
+    assert model.config.n_layer == 2
 
 
 def test_empty_model_name_raises():

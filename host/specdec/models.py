@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import SpecdecError
+from .errors import OptionError, SpecdecError
 from .kvlayout import DEFAULT_BLOCK
 
 if TYPE_CHECKING:
@@ -158,18 +158,70 @@ DEFAULT_DRAFT = {DEMO_TARGET: DEMO_DRAFT, **{m: fam[0] for fam in HUB_FAMILIES.v
 
 def _model_dir(name: str) -> Path:
     """The directory a model name other than the demo target stands for: the demo draft under models/, else
-    the name as a path (a hub id names no directory here)."""
-    return MODELS_DIR / name if name == DEMO_DRAFT else Path(name)
+    the name as a path, ``~`` expanded (a hub id names no directory here)."""
+    return MODELS_DIR / name if name == DEMO_DRAFT else Path(name).expanduser()
+
+
+def _path_like(name: str) -> bool:
+    """Whether ``name`` can only be a path: a hub id is ``name`` or ``owner/name``, never absolute, never from
+    ``.`` or ``~``."""
+    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
+            or (os.sep != "/" and os.sep in name))
+
+
+def _hub_cached(name: str) -> bool:
+    """Whether the local Hugging Face cache holds the config of hub model ``name``."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except HFValidationError:           # not a hub id at all
+        return False
+
+
+def _not_here(name: str, role: str) -> ModelError:
+    """The error for hub model ``name`` that this machine cannot fetch: offline and not in the local cache."""
+    flag = f"--{role} " if role in ("target", "draft") else ""
+    return ModelError(
+        f"model {name!r} could not be loaded: it is not in the local Hugging Face cache and the hub is "
+        f"unreachable (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Download it on a machine "
+        f"with network (huggingface-cli download {name}) and copy the cache, or pass a local directory holding "
+        f"config.json, the weights and the tokenizer: {flag}/path/to/{name.split('/')[-1]}")
+
+
+def check_source(name: str, role: str = "model") -> None:
+    """Refuse, before anything loads, a model ``name`` that this machine cannot load (``role``: ``target`` or
+    ``draft``, the option that named it). What a directory holds is checked when it loads.
+
+    Raises
+    ------
+    OptionError
+        ``name`` is a path (absolute, or from ``.`` or ``~``) that names no directory: a bad argument.
+    ModelError
+        The demo draft is missing, or (``HF_HUB_OFFLINE``) a hub id is not in the local Hugging Face cache.
+    """
+    if not name or name == DEMO_TARGET or _model_dir(name).is_dir():
+        return
+    if name == DEMO_DRAFT:
+        raise ModelError(f"the demo draft {name!r} is missing from {MODELS_DIR}: train it with "
+                         "`python scripts/train_draft.py`")
+    path = _model_dir(name)
+    if path.exists() or _path_like(name):
+        what = "a file, not a directory" if path.exists() else "no such directory"
+        raise OptionError(role, name, f"a hub id or a model directory holding config.json, the weights and the "
+                                      f"tokenizer ({what}: {path})")
+    if _offline() and not _hub_cached(name):
+        raise _not_here(name, role)
 
 
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no")
 
 
-def load(name: str):
+def load(name: str, role: str = "model"):
     """(model, tokenizer) for a demo name, a local directory, or a hub id; the model's linear layers pick
     their kernel by rows (:func:`specdec.kernels.use_row_kernels`: a forward over a few positions costs little
-    more than over one).
+    more than over one). ``role`` (``target``, ``draft``) names the option in an error.
 
     Raises
     ------
@@ -206,12 +258,7 @@ def load(name: str):
             model = AutoModelForCausalLM.from_pretrained(name, dtype="float32", local_files_only=_offline()).eval()
             tok = AutoTokenizer.from_pretrained(name, local_files_only=_offline())
         except OSError as e:
-            raise ModelError(
-                f"model {name!r} could not be loaded: it is not in the local Hugging Face cache and the hub "
-                f"is unreachable (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Download it on "
-                f"a machine with network (huggingface-cli download {name}) and copy the cache, or pass a "
-                f"local directory holding config.json, the weights and the tokenizer: "
-                f"--target /path/to/{name.split('/')[-1]}") from e
+            raise _not_here(name, role) from e
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     use_row_kernels(model)

@@ -45,7 +45,7 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     ModelError
         A model that cannot be loaded, no default draft for the target, or two vocabularies.
     """
-    target, draft = resolve_names(target, draft)
+    target, draft = check_sources(target, draft)
     head_dir = eagle_dir(draft) if draft != PROMPT_LOOKUP else None
     if head_dir is not None:        # options an EAGLE head cannot take: refused before anything loads
         if draft_vocab is not None:
@@ -53,14 +53,14 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
                                                           "is fixed by its training)")
         if draft_engine != "host":
             raise OptionError("draft_engine", draft_engine, f"'host' with the EAGLE head {draft!r}")
-    t_model, t_tok = models.load(target)
+    t_model, t_tok = models.load(target, "target")
     t_lm = models.CausalLM(t_model, "target")
     if draft == PROMPT_LOOKUP:
         return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
     if head_dir is not None:
         from .eagle import load_head
         return Pair(t_lm, EagleDraft(load_head(head_dir, t_model), t_lm), t_tok, target, draft)
-    d_model, d_tok = models.load(draft)
+    d_model, d_tok = models.load(draft, "draft")
     vocab = models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
     name = draft
     if draft_vocab is not None:
@@ -81,6 +81,16 @@ def eagle_dir(draft: str):
         if is_head_dir(path):
             return path
     return None
+
+
+def check_sources(target: str | None, draft: str | None) -> tuple[str, str]:
+    """:func:`resolve_names`, then :func:`specdec.models.check_source` on the target and on a draft model (not
+    prompt lookup, not an EAGLE head): a model this machine cannot load is refused before anything loads."""
+    target, draft = resolve_names(target, draft)
+    models.check_source(target, "target")
+    if draft != PROMPT_LOOKUP and eagle_dir(draft) is None:
+        models.check_source(draft, "draft")
+    return target, draft
 
 
 def resolve_names(target: str | None, draft: str | None) -> tuple[str, str]:

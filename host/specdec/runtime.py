@@ -33,7 +33,7 @@ from .builds import CORE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
 from .decode import Drafter, Generation, generate
 from .job import Job, as_job
 from .metrics import kv_report, record, summarize
-from .pairs import Pair, calibrated, check_kv_fits, drafter, encode, open_job_pair, paged_pair
+from .pairs import Pair, calibrated, check_kv_fits, check_sources, drafter, encode, open_job_pair, paged_pair
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -277,6 +277,7 @@ def replay_board_sim(path: str | os.PathLike, board: str = "pynq-z2", sim: str =
 def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None) -> dict:
     """Run cocotb test module ``module`` on toplevel ``top`` built at ``params`` with ``job``; its result."""
     from specdec.backends import simulator as harness
+    check_sources(job.target, job.draft)        # before the build: the models load inside the simulation
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(job.to_json())
@@ -300,6 +301,8 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
         raise ValueError(f"backend {backend!r} not in {BACKENDS}")
     job = as_job(job)
     job.check_backend(backend)
+    if pair is None:                    # a model this machine cannot load: refused before a build or a download
+        check_sources(job.target, job.draft)
     if backend == "sim":
         return run_sim(job)
     if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
