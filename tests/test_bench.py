@@ -46,8 +46,13 @@ def test_bench_verifier_small(tmp_path):
     assert res["cpu_numpy_s"] > 0
 
 
-@pytest.mark.parametrize("argv", [["--lanes", "3"], ["--gamma", "0"], ["--gamma", "17"],
-                                  ["--vocab", "70000"], ["--vocab", "100", "--vocab-max", "64"]])
-def test_bench_verifier_bad_input(argv, capsys):
+@pytest.mark.parametrize("argv,named", [(["--lanes", "3"], "--lanes 3"), (["--gamma", "0"], "--gamma 0"),
+                                        (["--gamma", "17"], "--gamma 17"), (["--vocab", "70000"], "--vocab 70000"),
+                                        (["--vocab", "0"], "--vocab 0"),
+                                        (["--vocab", "100", "--vocab-max", "64"], "--vocab 100"),
+                                        (["--vocab", "64", "--vocab-max", "0"], "--vocab-max 0")])
+def test_bench_verifier_bad_input(argv, named, capsys):
+    """Each bad value exits 2 with an error naming the flag as typed."""
     assert main(["bench", "verifier", "--no-synth", *argv]) == 2
-    assert "error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"specdec: error: {named}" in err, err

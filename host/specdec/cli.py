@@ -199,8 +199,8 @@ def _int_list(text: str, flag: str, example: str) -> list[int]:
 
 def _bench_verifier(args: argparse.Namespace) -> int:
     from specdec import bench
-    vocab_max = _param("--vocab-max", "verifier", "VOCAB_MAX", args.vocab if args.vocab_max is None
-                       else args.vocab_max)
+    vocab_max = (_param("--vocab", "verifier", "VOCAB_MAX", args.vocab) if args.vocab_max is None   # the build: V
+                 else _param("--vocab-max", "verifier", "VOCAB_MAX", args.vocab_max))
     if not 1 <= args.vocab <= vocab_max:
         raise UsageError(f"--vocab {args.vocab}: must be in 1..{vocab_max} (the build's VOCAB_MAX, --vocab-max)")
     _param("--lanes", "verifier", "LANES", args.lanes)
