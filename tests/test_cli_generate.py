@@ -95,6 +95,37 @@ def test_bad_option_exits_2_before_any_model_loads(option, value, no_model_load,
     assert f"{option} must be " in err and f"got {value}" in err, err
 
 
+@pytest.mark.parametrize("kinds,option,value,readers", [
+    ("static", "--tree-acceptance", "0.5", "sequoia"), ("static", "--tree-scores", "calibrated", "eagle"),
+    ("static", "--tree-topk", "3", "eagle and sequoia"), ("sequoia", "--tree-expand", "2", "eagle"),
+    ("static,sequoia", "--tree-scores", "calibrated", "eagle")])
+def test_tree_option_no_chosen_kind_reads_exits_2_before_any_model_loads(kinds, option, value, readers,
+                                                                          no_model_load, capsys):
+    """An option of another tree kind would shape nothing (the tree is built as if it were not given)."""
+    commands = [["bench", "e2e", "--tree", kinds]] + ([["generate", "--prompt", "x", "--tree", kinds]]
+                                                      if "," not in kinds else [])
+    for command in commands:
+        assert exit_code([*command, option, value]) == 2
+        err = capsys.readouterr().err
+        assert f"{option} {value}: only {readers} trees read it, and --tree is {kinds}" in err, err
+
+
+def test_bench_trees_take_the_options_each_kind_reads(monkeypatch, no_model_load):
+    """bench e2e runs several kinds with one set of options: each kind's spec gets the options it reads."""
+    from specdec import bench_e2e
+    seen = {}
+    def fake_run(job, gammas, *args, trees=(), **kwargs):
+        seen["trees"] = trees
+        raise SystemExit(0)
+    monkeypatch.setattr(bench_e2e, "run", fake_run)
+    assert exit_code(["bench", "e2e", "--tree", "static,eagle,sequoia", "--tree-expand", "2", "--tree-acceptance",
+                      "0.9,0.3", "--tree-budget", "8", "--no-peers"]) == 0
+    static, eagle, sequoia = seen["trees"]
+    assert (static.expand, static.acceptance, static.budget) == (None, None, 8)
+    assert (eagle.expand, eagle.acceptance, eagle.budget) == (2, None, 8)
+    assert (sequoia.expand, sequoia.acceptance, sequoia.budget) == (None, (0.9, 0.3), 8)
+
+
 @pytest.mark.parametrize("command", [["generate", "--prompt", "x"], ["bench", "e2e"]])
 @pytest.mark.parametrize("option,value", [("--tree-budget", "65"), ("--tree-budget", "8"), ("--tree-depth", "3"),
                                           ("--tree-topk", "2"), ("--tree-acceptance", "0.5,x"),

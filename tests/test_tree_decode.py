@@ -170,6 +170,11 @@ def test_calibration_contexts_are_generated_once_per_target(gpt2_pair, monkeypat
     ({"kind": "eagle", "calibration": [[0, 1, 0], [0, 1, 0]]}, "tree calibration"),
     ({"kind": "static", "scores": "calibrated", "calibration": [[0, 1, 0], [0, 1, 0]]}, "tree calibration"),
     ({"kind": "eagle", "scores": "calibrated", "calibration": [[0, 1], [0, 1]]}, "calibration coefficients"),
+    ({"kind": "static", "acceptance": [0.5]},
+     r"tree acceptance must be None for a static tree \(only sequoia trees read it\), got \(0\.5,\)"),
+    ({"kind": "sequoia", "expand": 2}, r"tree expand must be None for a sequoia tree \(only eagle trees read it\)"),
+    ({"kind": "sequoia", "scores": "calibrated"}, "tree scores must be 'draft' for a sequoia tree"),
+    ({"kind": "eagle", "paths": [[0]]}, r"tree paths must be None for an eagle tree \(only static trees read it\)"),
 ])
 def test_bad_tree_specs_raise(spec, message):
     with pytest.raises(OptionError, match=message):

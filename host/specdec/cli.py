@@ -402,10 +402,9 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
                         "continuations of corpus passages)")
 
 
-#: The ``--tree-<name>`` options that set the TreeSpec field of their name (``args.tree_<name>``), and all of
-#: them (``--tree-acceptance`` is parsed into the spec's acceptance vector).
-TREE_FIELDS = ("budget", "depth", "topk", "expand", "scores")
-TREE_OPTIONS = (*TREE_FIELDS, "acceptance")
+#: The ``--tree-<name>`` options: each sets the TreeSpec field of its name (``args.tree_<name>``;
+#: ``--tree-acceptance`` is parsed into the spec's acceptance vector).
+TREE_OPTIONS = ("budget", "depth", "topk", "expand", "scores", "acceptance")
 
 
 def _no_tree_options(args: argparse.Namespace) -> None:
@@ -419,22 +418,30 @@ def _no_tree_options(args: argparse.Namespace) -> None:
                          f"(add --tree {'|'.join(TREE_KINDS)}, or leave it out)")
 
 
-def _tree_spec(args: argparse.Namespace, kind: str | None) -> TreeSpec | None:
-    """The tree of ``--tree KIND`` and the ``--tree-*`` options (validated), or None without one (when no
-    ``--tree-*`` option was given either: :func:`_no_tree_options`)."""
-    from specdec.job import TreeSpec
+def _tree_spec(args: argparse.Namespace, kind: str | None, kinds: Sequence[str] = ()) -> TreeSpec | None:
+    """The tree of ``--tree KIND`` and the ``--tree-*`` options it reads (validated), or None without one (when
+    no ``--tree-*`` option was given either: :func:`_no_tree_options`). ``kinds``: every kind the command runs
+    (default: ``kind``); a given option that none of them reads is a UsageError (it would shape nothing)."""
+    from specdec.job import TREE_KINDS, TREE_READS, TreeSpec, tree_readers
     if not kind:
         _no_tree_options(args)
         return None
-    acceptance = None
-    if args.tree_acceptance:
+    kinds = list(kinds) or [kind]
+    given = {name: getattr(args, "tree_" + name) for name in TREE_OPTIONS}
+    given = {name: value for name, value in given.items() if value is not None}
+    if all(k in TREE_KINDS for k in kinds):         # else TreeSpec names the unknown kind
+        for name, value in given.items():
+            if not any(name in TREE_READS[k] for k in kinds):
+                raise UsageError(f"--tree-{name} {value}: only {tree_readers(name)} trees read it, and --tree is "
+                                 f"{','.join(kinds)}")
+        given = {name: value for name, value in given.items() if name in TREE_READS[kind]}
+    if "acceptance" in given:
         try:
-            acceptance = tuple(float(a) for a in args.tree_acceptance.split(","))
+            given["acceptance"] = tuple(float(a) for a in given["acceptance"].split(","))
         except ValueError:
             raise UsageError(f"--tree-acceptance must be comma-separated numbers, got "
                              f"{args.tree_acceptance!r}") from None
-    given = {name: getattr(args, "tree_" + name) for name in TREE_FIELDS if getattr(args, "tree_" + name) is not None}
-    return TreeSpec(kind, acceptance=acceptance, **given)
+    return TreeSpec(kind, **given)
 
 
 def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: TreeSpec | None = None) -> Job:
@@ -510,7 +517,8 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     job = _job(args, prompts, 0)
     if not args.tree:
         _no_tree_options(args)
-    trees = [_tree_spec(args, kind.strip()) for kind in args.tree.split(",")] if args.tree else []
+    kinds = [kind.strip() for kind in args.tree.split(",")] if args.tree else []
+    trees = [_tree_spec(args, kind, kinds) for kind in kinds]
     for spec in trees:
         dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
     guard = args.sampling_guard

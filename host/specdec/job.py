@@ -33,6 +33,13 @@ TREE_KINDS = ("static", "eagle", "sequoia")
 #: How an EAGLE tree ranks its nodes: by the draft's log-probabilities along the path (EAGLE-2), or by the
 #: probabilities that the target takes each token, measured on corpus passages (``specdec.tree.Calibration``).
 TREE_SCORES = ("draft", "calibrated")
+#: The TreeSpec fields each tree kind reads (``calibration_passages``: when it measures its acceptance vector or
+#: its scores on the corpus); a value given for a field its kind does not read would shape nothing.
+TREE_READS: Mapping[str, tuple[str, ...]] = {
+    "static": ("budget", "depth", "paths"),
+    "eagle": ("budget", "depth", "topk", "expand", "scores", "calibration", "calibration_passages"),
+    "sequoia": ("budget", "depth", "topk", "acceptance", "calibration_passages"),
+}
 #: Where the draft model runs: ``host`` (transformers, float) or ``fabric`` (the int8 draft engine: its golden
 #: model on backend ``ref``, its RTL on ``sim``, the board's overlay on ``pynq``; docs/draftengine.md).
 DRAFT_ENGINES = ("host", "fabric")
@@ -42,6 +49,11 @@ FABRIC_BACKENDS = ("ref", "sim", "pynq")
 #: ``specdec.kvlayout.DEFAULT_BLOCK`` (16) on at which the target's whole context fits the kvpage core
 #: (``specdec.kvlayout.pick_block``). A job may ask for any page size up to KV_BLOCK_MAX instead.
 KV_AUTO = "auto"
+
+
+def tree_readers(field: str) -> str:
+    """The tree kinds that read TreeSpec ``field``, in words."""
+    return " and ".join(k for k in TREE_KINDS if field in TREE_READS[k])
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,13 @@ class TreeSpec:
             object.__setattr__(self, "acceptance", _acceptance(self.acceptance))
         if self.paths is not None:
             object.__setattr__(self, "paths", _paths(self.paths))
+        # a field another kind reads, given a value: it would shape nothing (a field left at its default is not
+        # checked: a spec cannot tell it from one given)
+        for name, default in (("expand", None), ("acceptance", None), ("paths", None), ("scores", "draft")):
+            if getattr(self, name) != default and name not in TREE_READS[self.kind]:
+                a = "an" if self.kind[0] in "aeiou" else "a"
+                raise OptionError(f"tree {name}", getattr(self, name),
+                                  f"{default!r} for {a} {self.kind} tree (only {tree_readers(name)} trees read it)")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TreeSpec:
