@@ -80,6 +80,8 @@ def test_register_writes_and_seeds_take_integers_only():
     """``int()`` had truncated a float register value or seed word silently (the base driver's writes)."""
     rng = Rng(description("rng", GoldenDevice({0: "rng"})))
     with pytest.raises(ValueError, match=re.escape("rng.COUNT must be an integer, got 2.5")):
+        rng.write_reg("COUNT", 2.5)
+    with pytest.raises(ValueError, match=re.escape("rng burst: n must be an integer, got 2.5")):
         rng.burst(2.5)
     with pytest.raises(ValueError, match=re.escape("rng seed word must be an integer, got 7.9")):
         rng.seed([1, 2, 3, 7.9])

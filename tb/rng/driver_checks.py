@@ -53,6 +53,17 @@ def check_rng_driver(device, burst: int = 2000) -> None:
     assert drv.read_reg("COUNT") == burst
     drv.seed(SEED)
     assert np.array_equal(drv.draw(4), want[:4])
+    # a count that is not a non-negative integer: refused by name, before the core steps (int() would truncate)
+    steps = drv.read_reg("STEPS")
+    for bad in (1.5, "3", -1):
+        for call in (drv.draw, drv.burst):
+            try:
+                call(bad)
+            except ValueError as e:
+                assert repr(bad) in str(e), e
+            else:
+                raise AssertionError(f"{call.__name__}({bad!r}) raised no ValueError")
+    assert drv.read_reg("STEPS") == steps, "a refused draw or burst stepped the core"
 
     # bus errors: write to a read-only register, access outside the map
     for op, fn, off, resp in (("write", lambda o: drv.write(o, 1), cmap.offset("OUT"), RESP_SLVERR),

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hwcontract.regmap import integer
+
 from .base import SpecdecIP, vlnv
 
 
@@ -20,12 +22,14 @@ class Rng(SpecdecIP):
 
     def draw(self, n: int) -> np.ndarray:
         """``n`` outputs, one STEP and one OUT read each."""
+        n = integer(n, "rng draw: n")
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         return np.array([self.step() for _ in range(n)], dtype=np.uint32)
 
     def burst(self, n: int) -> dict[str, int]:
         """Run ``n`` steps in hardware (one per clock); returns the last output, XOR of all and STEPS."""
+        n = integer(n, "rng burst: n")
         if not 0 <= n < 1 << 32:
             raise ValueError(f"burst length {n} outside 0..2**32-1")
         self.write_reg("COUNT", n)
