@@ -102,6 +102,15 @@ def check_draftengine_driver(drv: DraftEngine, seed: int = 3, count: int = 8, ex
         else:
             raise AssertionError(f"no ValueError for {match}")
         assert drv.read_fields("STATUS")["ERROR"] == 0
+    at = drv.place(good.w, good.bias, good.mult, good.shift)
+    for x, match in ((good.x[:0], "with M >= 1, got shape (0, 20)"), (good.x[0], "got shape (20,)")):
+        try:
+            drv.matmul(x, at)
+        except ValueError as e:
+            assert match in str(e), f"{match!r} not in {e}"
+        else:
+            raise AssertionError(f"no ValueError for activations of shape {x.shape}")
+    drv.reset_memory()
     wide = drv.rows * drv.pdepth + 1
     try:
         drv.place(np.zeros((wide, 8), np.int64), np.zeros(wide, np.int64), np.zeros(wide, np.int64),

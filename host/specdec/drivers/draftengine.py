@@ -230,9 +230,9 @@ class DraftEngine(SpecdecIP):
             The core refused the job (its ERR bits).
         """
         x = np.asarray(x)
-        if x.ndim != 2 or x.shape[1] != at.k:
-            raise ValueError(f"activations: expected (M, {at.k}), got shape {x.shape}")
-        golden.check(golden.Job(x, np.zeros((1, at.k), np.int64), [0], [0], [0], out_bits))
+        if x.ndim != 2 or x.shape[1] != at.k or x.shape[0] < 1:
+            raise ValueError(f"activations: expected (M, {at.k}) with M >= 1, got shape {x.shape}")
+        golden.check(golden.Job(x, np.zeros((1, at.k), np.int64), [0], [0], [0], out_bits))   # values, out_bits
         m = x.shape[0]
         if m > self.m_max:
             raise ValueError(f"M={m} above this core's M_MAX {self.m_max}")
