@@ -28,7 +28,7 @@ demo: setup
 # the same prompt with an EAGLE-2 token tree of 16 nodes: the verifier (tree mode) and the treemask core
 # both run as RTL in one Verilator toplevel
 demo-tree: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --tree eagle \
+	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --tree eagle \
 	    --tree-budget 16 --max-new-tokens 48
 
 # two pytest workers (CI has 2 cores); a test file stays on one worker, builds are locked per toplevel

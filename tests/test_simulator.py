@@ -208,14 +208,16 @@ def test_generate_on_sim_is_quiet(gpt2_dirs, gpt2_pair):
 @pytest.mark.parametrize("target", ["demo", "demo-tree"])
 def test_make_demo_takes_any_prompt(target, tmp_path):
     """``make demo DEMO_PROMPT=...`` hands the prompt to specdec as typed: a quote in it ("It's") ended the
-    recipe's shell quoting (bash: unexpected EOF). A stand-in ``specdec`` prints the arguments it gets."""
+    recipe's shell quoting (bash: unexpected EOF). A stand-in ``specdec`` prints the arguments it gets; make
+    echoes no recipe line (``demo-tree`` echoed its command before the text)."""
     fake = tmp_path / "venv" / "bin" / "specdec"
     fake.parent.mkdir(parents=True)
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     fake.chmod(0o755)
     prompt = """It's "quoted" `x` \\n"""
-    run = subprocess.run(["make", "-s", "-o", "setup", target, f"VENV={fake.parent.parent}",
+    run = subprocess.run(["make", "-o", "setup", target, f"VENV={fake.parent.parent}",
                           f"DEMO_PROMPT={prompt}"], cwd=harness.ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     args = run.stdout.splitlines()
+    assert args[0] == "generate", args                     # the first line is specdec's own output
     assert args[args.index("--prompt") + 1] == prompt, args
