@@ -215,7 +215,7 @@ def test_make_demo_takes_any_prompt(target, tmp_path):
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     fake.chmod(0o755)
     prompt = """It's "quoted" `x` \\n"""
-    run = subprocess.run(["make", "-o", "setup", target, f"VENV={fake.parent.parent}",
+    run = subprocess.run(["make", "--no-print-directory", "-o", "setup", target, f"VENV={fake.parent.parent}",
                           f"DEMO_PROMPT={prompt}"], cwd=harness.ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     args = run.stdout.splitlines()
