@@ -141,10 +141,14 @@ def test_bind_places_what_fits_and_streams_what_does_not():
                                          "256 and 16 are free"):
         int8draft.bind(model, small, streaming=False)
     fits = runtime.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
-    assert int8draft.bind(model, fits) == {"layers": 1, "weight_beats": 600, "param_tiles": 75, "streamed": False}
+    report = int8draft.bind(model, fits)
+    assert (report["layers"], report["weight_beats"], report["param_tiles"], report["streamed"]) == (1, 600, 75, False)
+    assert (report["streamed_weight_beats"], report["loads"]) == (0, 0)
     want = model(x)
     assert want.shape == (20, n) and fits.jobs == 2 and fits.streamed_beats == 0
-    assert int8draft.bind(model, small) == {"layers": 1, "weight_beats": 600, "param_tiles": 75, "streamed": True}
+    report = int8draft.bind(model, small)
+    assert (report["streamed"], report["streamed_weight_beats"], report["streamed_param_tiles"]) == (True, 600, 75)
+    assert report["loads"] == 5
     assert torch.equal(model(x), want)
     # 16 tiles a load (PDEPTH 16; WDEPTH 256 would hold 32): 5 slices of 128 channels, the last of 88
     assert small.jobs == 5 * 2 and small.streamed_beats == 600
@@ -155,6 +159,38 @@ def test_bind_places_what_fits_and_streams_what_does_not():
         fits.matmul_streamed(np.zeros((1, k)), small.stream_layer(q.w, q.bias, q.mult, q.shift))
     with pytest.raises(ValueError, match="streaming must be"):
         int8draft.bind(model, small, streaming="yes")
+
+
+def test_bind_places_the_largest_matrices_and_streams_the_rest_through_the_window():
+    """A draft a little larger than the memories: the largest matrices are placed, each only while what is left
+    still holds every other matrix whole; the rest stream into that window, one load a job, with the outputs of
+    the draft placed whole on a larger engine. On the KV260's build this keeps the N = 8,192 draft's head and
+    seven layers' matrices on chip (tests/test_bench_draft.py)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    def layer(name, n, k):
+        return int8draft.EngineModule(int8draft.QLinear(name, rng.integers(-127, 128, (n, k)),
+                                                        rng.integers(-500, 500, n), np.full(n, 1 << 14),
+                                                        np.full(n, 20), 1.0, np.ones(n), 16, np.ones(k)))
+    # 64 columns: 8 beats a tile of 8 channels; footprints 128 x 8 = 1,024, 4 x (32 x 8 = 256) beats
+    model = torch.nn.Sequential(layer("head", 1024, 64), *(layer(f"l{i}", 256, 64) for i in range(4)))
+    x = torch.from_numpy(rng.normal(size=(3, 64)))
+    outs = [mod(x) for mod in model]                        # each matrix on the golden model, nothing bound
+    big = runtime.golden_draftengine({"WDEPTH": 4096, "PDEPTH": 256})
+    assert not int8draft.bind(model, big)["streamed"]
+    assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs))
+    eng = runtime.golden_draftengine({"WDEPTH": 1536, "PDEPTH": 256})     # 2,048 beats do not fit
+    report = int8draft.bind(model, eng)
+    # the head (1,024) leaves 512 >= 256 for the rest: placed; one 256-beat layer more leaves 256: placed;
+    # another would leave 0: the other three stream through the 256-beat window, one load each
+    assert (report["streamed"], report["streamed_weight_beats"], report["loads"]) == (True, 3 * 256, 3)
+    assert eng.free() == (1536 - 1024 - 256, 256 - 128 - 32)
+    eng.streamed_beats = 0
+    assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs))
+    assert eng.streamed_beats == 3 * 256                                # each streamed matrix loaded once a step
+    with pytest.raises(SpecdecError, match="into its window"):      # a placement after the streamed layers
+        eng.place(np.zeros((8, 64), np.int64), np.zeros(8, np.int64), np.ones(8, np.int64), np.zeros(8, np.int64))
+        model[4](x)
 
 
 def test_bind_puts_a_second_weight_plane_on_the_engine_as_one_more_matrix():

@@ -19,9 +19,10 @@ The engine's own figures come from the RTL in the same run:
 * ``lut``, ``dsp``, ``bram36``, ``clock_hz``: yosys synthesis of the ``ARRAY`` build (``fpga.hw.REPORT_ROWS``),
   the clock the 150 MHz target or the logic-only arrival allows (no Xilinx place and route here);
 * ``projected_step_s``: the KV260 with its overlay's engine build (``hwcontract.board``): the weights on chip
-  when the draft fits its memories (cycles / clock), else, as ``int8draft.bind`` does, every layer's weights
-  streamed in before its job through the 128-bit HP port (``kv260_fit``); the PYNQ-Z2 with each layer's
-  weights streamed in before its job (LOAD_W) at one 64-bit HP port's 8 bytes a clock.
+  when the draft fits its memories (cycles / clock), else, as ``int8draft.bind`` does, the largest matrices
+  on chip and the rest's weights and parameters streamed in before their jobs through the 128-bit HP port
+  (``kv260_fit``); the PYNQ-Z2 with each layer's weights and parameters streamed in before its job (LOAD_W,
+  LOAD_P) at one 64-bit HP port's 8 bytes a clock.
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_
     mac_cycles = sum(m * math.prod(de.tiles(m, k, n, r, c)[:2]) for _, n, k, m in shapes)
     wbeats = sum(math.prod(de.tiles(1, k, n, r, c)[:2]) for _, n, k, _ in shapes)   # one beat per tile chunk
     beat_bytes = r * c
-    load = stream_load_cycles(len(shapes), wbeats, HP_PORT_BYTES)
+    pbeats = sum(de.tiles(1, k, n, r, c)[0] for _, n, k, _ in shapes)                # one beat per tile
+    load = stream_load_cycles(len(shapes), wbeats, HP_PORT_BYTES, pbeats)
     return {"source": f"the RTL's cycle model, {r}x{c} array, the jobs of one drafted token",
             "macs_per_token": macs, "weight_bytes": sum(n * k for _, n, k, _ in shapes),
             "mac_cycles_per_token": mac_cycles,
@@ -69,25 +71,30 @@ def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_
             "on_chip": run / clock_hz, "pynq-z2": (load + run) / clock_hz}
 
 
-def stream_load_cycles(jobs: int, weight_beats: int, port_bytes: int) -> int:
-    """Cycles a draft step spends loading its weights when every one of its ``jobs`` streams them (LOAD_W):
-    each job's fixed cost, and each weight beat of ``ARRAY`` bytes through a port of ``port_bytes`` a clock."""
+def stream_load_cycles(loads: int, weight_beats: int, port_bytes: int, param_beats: int = 0) -> int:
+    """Cycles a draft step spends loading what streams: ``loads`` slices, each one LOAD_W and one LOAD_P with
+    their fixed costs, and every weight and parameter beat (``ARRAY`` bytes) through a port of ``port_bytes``
+    a clock."""
     from hls_ref import draftengine as de
-    return jobs * de.cycles("LOAD_W", 0) + weight_beats * math.ceil(ARRAY[0] * ARRAY[1] / port_bytes)
+    return (loads * (de.cycles("LOAD_W", 0) + de.cycles("LOAD_P", 0))
+            + (weight_beats + param_beats) * math.ceil(ARRAY[0] * ARRAY[1] / port_bytes))
 
 
 def kv260_fit(shapes: list[tuple[str, int, int, int]], run_cycles: int, clock_hz: float = CLOCK_HZ) -> dict:
-    """The KV260's draft step with its overlay's engine build: placed when the draft's weights and parameters fit
-    (``int8draft.footprint``), the step then ``run_cycles``; else every layer streams, its weights loaded before
-    its job at the HP port's width, the step ``run_cycles`` plus those loads."""
+    """The KV260's draft step with its overlay's engine build, laid out as ``int8draft.bind`` lays it out
+    (``int8draft.layout``): placed when the draft's weights and parameters fit, the step then ``run_cycles``;
+    else the largest matrices placed and the rest streamed, their weights and parameters loaded before their
+    jobs at the HP port's width, the step ``run_cycles`` plus those loads."""
     design = board.design("kv260")
     params = dict(design.cell("draftengine").params)
     if (params["ROWS"], params["COLS"]) != ARRAY:
         raise ValueError(f"the KV260's engine is {params['ROWS']} x {params['COLS']}, the projection's {ARRAY}")
-    size = int8draft.footprint([(n, k) for _, n, k, _ in shapes], runtime.golden_draftengine(params))
+    size = int8draft.layout([(n, k) for _, n, k, _ in shapes], runtime.golden_draftengine(params))
     port_bytes = design.hp_width // 8
-    load = 0 if size["fits"] else stream_load_cycles(len(shapes), size["weight_beats"], port_bytes)
-    return {"build": params, "hp_port_bytes": port_bytes, **size, "weight_capacity_beats": params["WDEPTH"],
+    load = stream_load_cycles(size["loads"], size["streamed_weight_beats"], port_bytes, size["streamed_param_tiles"])
+    size["placed"] = sum(size["placed"])                # matrices kept on chip (of len(shapes))
+    return {"build": params, "hp_port_bytes": port_bytes, **size, "matrices": len(shapes),
+            "weight_capacity_beats": params["WDEPTH"],
             "param_capacity_tiles": params["PDEPTH"], "load_cycles_per_token": load,
             "step_s": (run_cycles + load) / clock_hz}
 
@@ -199,6 +206,10 @@ def format_draft(res: dict) -> str:
 
 def _fit_words(fit: dict) -> str:
     """Where the KV260's draft weights live, in words."""
-    where = "on chip" if fit["fits"] else "streamed, over the build's memories"
+    if fit["fits"]:
+        where = "on chip"
+    else:
+        where = (f"{fit['placed']} of {fit['matrices']} matrices on chip, {fit['streamed_weight_beats']:,} beats "
+                 f"streamed a step in {fit['loads']} loads, over the build's memories")
     return (f"weights {where}: {fit['weight_beats']:,} of {fit['weight_capacity_beats']:,} beats, "
             f"{fit['param_tiles']:,} of {fit['param_capacity_tiles']:,} parameter tiles")

@@ -293,15 +293,15 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
     the golden register model, the simulation, a board) and run its jobs there from now on, in pieces of at
     most M_MAX rows. A layer's second weight plane is one more matrix on the engine.
 
-    When the whole draft fits the engine's memories its layers are **placed**: their weights loaded once, here.
-    When it does not (the PYNQ-Z2's 4,096 weight beats) and ``streaming`` allows it (``"auto"``, the default, or
-    True), every layer **streams**: each job loads its layer's weights and parameters again, slice by slice
-    (:meth:`~specdec.drivers.DraftEngine.matmul_streamed`), so the draft runs at the rate the weights come in.
-    ``streaming=True`` streams even a draft that fits.
+    When the whole draft fits the engine's memories its matrices are **placed**: their weights loaded once,
+    here. When it does not and ``streaming`` allows it (``"auto"``, the default), :func:`layout` places what it
+    can and the rest **streams**: each job loads its matrix's weights and parameters again into the memories
+    left free (the window), slice by slice (:meth:`~specdec.drivers.DraftEngine.matmul_streamed`).
+    ``streaming=True`` streams every matrix, even of a draft that fits.
 
-    Returns ``{"layers", "weight_beats", "param_tiles", "streamed"}``: the draft's beats and tiles (placed, or
-    loaded per draft step when streamed). Raises ValueError when ``streaming=False`` and the draft does not fit
-    (the message names the layer and what is left), or a layer cannot stream at all.
+    Returns :func:`layout`'s figures and ``"layers"``, ``"streamed"`` (any matrix streams). Raises ValueError
+    when ``streaming=False`` and the draft does not fit (the message names the layer and what is left), or a
+    matrix cannot stream at all.
     """
     import functools
     if streaming not in ("auto", True, False):
@@ -310,26 +310,60 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
     mods = engine_modules(model)
     # the matrices the engine holds: every layer's weights, and a second weight plane where a layer has one
     mats = [(m, attr, w, bias) for m in mods for attr, (w, bias, _) in zip(("runner", "runner2"), m.q.matrices())]
-    size = footprint([w.shape for _, _, w, _ in mats], engine)
-    stream = streaming is True or (streaming == "auto" and not size["fits"])
-    for m, attr, w, bias in mats:
-        if stream:
-            layer = engine.stream_layer(w, bias, m.q.mult, m.q.shift)
-            setattr(m, attr, functools.partial(_stream_on, engine, layer, m.q.out_bits))
-        else:
+    plan = layout([w.shape for _, _, w, _ in mats], engine, stream_all=streaming is True)
+    if streaming is False:
+        plan["placed"] = [True] * len(mats)         # place() names the first matrix that does not fit
+    for placed, (m, attr, w, bias) in zip(plan["placed"], mats):    # placed first: the window is what is left
+        if placed:
             at = engine.place(w, bias, m.q.mult, m.q.shift)
             setattr(m, attr, functools.partial(_run_on, engine, at, m.q.out_bits))
-    return {"layers": len(mods), "weight_beats": size["weight_beats"], "param_tiles": size["param_tiles"],
-            "streamed": stream}
+    for placed, (m, attr, w, bias) in zip(plan["placed"], mats):
+        if not placed:
+            layer = engine.stream_layer(w, bias, m.q.mult, m.q.shift)
+            setattr(m, attr, functools.partial(_stream_on, engine, layer, m.q.out_bits))
+    return {"layers": len(mods), **{k: v for k, v in plan.items() if k != "placed"},
+            "streamed": not all(plan["placed"])}
 
 
 def footprint(shapes, engine) -> dict:
     """What matrices of ``shapes`` ((N, K) each) take in ``engine``'s memories (any driver with ``footprint``,
     ``wdepth`` and ``pdepth``: a build's golden model will do): ``{"weight_beats", "param_tiles", "fits"}``,
-    ``fits`` when all can be placed at once (:func:`bind` then places the draft, else streams every layer)."""
+    ``fits`` when all can be placed at once (:func:`bind` then places the draft)."""
     need = [engine.footprint(n, k) for n, k in shapes]
     beats, tiles = sum(w for w, _ in need), sum(p for _, p in need)
     return {"weight_beats": beats, "param_tiles": tiles, "fits": beats <= engine.wdepth and tiles <= engine.pdepth}
+
+
+def layout(shapes, engine, stream_all: bool = False) -> dict:
+    """Which matrices of ``shapes`` ((N, K) each) :func:`bind` places in ``engine``'s memories and which stream,
+    and what a draft step then loads.
+
+    All are placed when they fit (:func:`footprint`). Else the largest are placed first, each only while the
+    memories left over still hold every matrix not yet placed whole, so that a streamed matrix loads in one
+    slice: on the KV260's build the N = 8,192 draft keeps its head and most of its layers on chip and streams
+    the rest, where streaming every matrix loaded all 55,296 beats each step. A matrix too large for any window
+    (the PYNQ-Z2's head) leaves nothing placed: every matrix streams, in slices of the whole memories.
+
+    Returns :func:`footprint`'s figures and ``placed`` (one flag per matrix), ``streamed_weight_beats``,
+    ``streamed_param_tiles`` and ``loads`` (slices loaded per draft step: one LOAD_W and one LOAD_P each).
+    """
+    need = [engine.footprint(n, k) for n, k in shapes]
+    size = footprint(shapes, engine)
+    placed = [size["fits"] and not stream_all] * len(shapes)
+    if not size["fits"] and not stream_all:
+        wused = pused = 0
+        for i in sorted(range(len(shapes)), key=lambda i: -need[i][0]):
+            rest = [need[j] for j in range(len(shapes)) if j != i and not placed[j]]
+            wwin, pwin = (max(r[0] for r in rest), max(r[1] for r in rest)) if rest else (0, 0)
+            if (wused + need[i][0] + wwin <= engine.wdepth and pused + need[i][1] + pwin <= engine.pdepth):
+                placed[i] = True
+                wused, pused = wused + need[i][0], pused + need[i][1]
+    window = (engine.wdepth - sum(w for (w, _), p in zip(need, placed) if p),
+              engine.pdepth - sum(t for (_, t), p in zip(need, placed) if p))
+    streamed = [(shape, nd) for shape, nd, p in zip(shapes, need, placed) if not p]
+    loads = sum(-(-nd[1] // max(1, engine.window_tiles(k, window))) for (_, k), nd in streamed)
+    return {**size, "placed": placed, "streamed_weight_beats": sum(nd[0] for _, nd in streamed),
+            "streamed_param_tiles": sum(nd[1] for _, nd in streamed), "loads": loads}
 
 
 def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:

@@ -82,6 +82,19 @@ def check_draftengine_driver(drv: DraftEngine, seed: int = 3, count: int = 8, ex
     for i, (m, k, n) in enumerate(large):
         check_job(drv, draftengine_job(rnd, m, k, n, (16, 8, 32)[i % 3]), exact_cycles)
 
+    # a layer placed and another streamed through the window past it (specdec.int8draft.layout's mixed layout):
+    # the streamed layer's loads land past the placed one, which still gives its outputs afterwards
+    drv.reset_memory()
+    kept, moving = draftengine_job(rnd, 2, 20, drv.rows + 3, 16), draftengine_job(rnd, 3, 20, 2 * drv.rows, 8)
+    at = drv.place(kept.w, kept.bias, kept.mult, kept.shift)
+    layer = drv.stream_layer(moving.w, moving.bias, moving.mult, moving.shift)
+    assert (layer.wbase, layer.pbase) == drv.footprint(drv.rows + 3, 20), (layer.wbase, layer.pbase)
+    y, sat = drv.matmul_streamed(moving.x, layer, moving.out_bits)
+    assert np.array_equal(y, golden.run(moving).y) and sat == golden.run(moving).saturated
+    y, _ = drv.matmul(kept.x, at, kept.out_bits)
+    assert np.array_equal(y, golden.run(kept).y), "a streamed load overwrote the placed layer"
+    drv.reset_memory()
+
     # host-side errors: nothing reaches the core (still DONE)
     good = draftengine_job(rnd, 2, 20, 5, 8)
     cases = [(golden.Job(good.x[:, :3], good.w, good.bias, good.mult, good.shift, 8), "activations have K=3"),

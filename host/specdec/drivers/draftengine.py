@@ -41,10 +41,13 @@ class Placement:
 @dataclass(frozen=True)
 class Streamed:
     """A layer whose weights stream through the core: slices of its output channels (``n0 .. n1``), each with
-    its weight and parameter beats, loaded at beat 0 and tile 0 before the slice runs."""
+    its weight and parameter beats, loaded into the window past every placed layer (weight beats from
+    ``wbase``, parameter tiles from ``pbase``) before the slice runs."""
 
     n: int
     k: int
+    wbase: int
+    pbase: int
     slices: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]
 
     @property
@@ -96,6 +99,12 @@ class DraftEngine(SpecdecIP):
     def free(self) -> tuple[int, int]:
         """Weight beats and parameter tiles not yet placed."""
         return self.wdepth - self._wnext, self.pdepth - self._pnext
+
+    def window_tiles(self, k: int, free: tuple[int, int] | None = None) -> int:
+        """ROWS-channel tiles of a K-column layer that one streamed load holds: as many as the free memories
+        (:meth:`free`, or ``free``: weight beats and parameter tiles) take."""
+        wfree, pfree = self.free() if free is None else free
+        return min(wfree // -(-k // self.cols), pfree)
 
     def send_beats(self, beats: np.ndarray) -> None:
         """One s_axis frame of whole beats (``(count, ROWS*COLS)`` uint8), TLAST on the last."""
@@ -150,22 +159,25 @@ class DraftEngine(SpecdecIP):
 
     def stream_layer(self, w, bias, mult, shift) -> Streamed:
         """A layer prepared to stream (:meth:`matmul_streamed`): cut into slices of output channels that each
-        fit the whole weight and parameter memories; nothing is loaded yet.
+        fit the memories left free by the layers placed so far (the window); nothing is loaded yet. Place every
+        layer that is to stay before preparing the streamed ones.
 
         Raises
         ------
         ValueError
-            A bad shape or value (the golden model's checks), K above K_MAX, or memories too small for one
+            A bad shape or value (the golden model's checks), K above K_MAX, or a window too small for one
             tile of the layer.
         """
         job = self._checked_layer(w, bias, mult, shift)
         n, k = job.w.shape
-        tiles = min(self.wdepth // -(-k // self.cols), self.pdepth)      # ROWS-channel tiles one load holds
+        tiles = self.window_tiles(k)                                      # ROWS-channel tiles one load holds
         if tiles < 1:
-            raise ValueError(f"a {n} x {k} layer cannot stream: one tile takes {-(-k // self.cols)} weight beats, "
-                             f"WDEPTH is {self.wdepth}")
+            wfree, pfree = self.free()
+            raise ValueError(f"a {n} x {k} layer cannot stream: one tile takes {-(-k // self.cols)} weight beats "
+                             f"and 1 parameter tile; {wfree} of WDEPTH {self.wdepth} and {pfree} of PDEPTH "
+                             f"{self.pdepth} are free")
         step = tiles * self.rows
-        return Streamed(n, k, tuple(
+        return Streamed(n, k, self._wnext, self._pnext, tuple(
             (n0, min(n0 + step, n), de_weight_beats(job.w[n0:n0 + step], self.rows, self.cols),
              de_param_beats(job.bias[n0:n0 + step], job.mult[n0:n0 + step], job.shift[n0:n0 + step], self.rows,
                             self.cols))
@@ -173,23 +185,25 @@ class DraftEngine(SpecdecIP):
 
     def matmul_streamed(self, x, layer: Streamed, out_bits: int = 8) -> tuple[np.ndarray, int]:
         """Run a streamed layer on activation rows ``x`` (M, K), M any size: each slice's weights and parameters
-        loaded at the start of the memories, then its jobs (at most M_MAX rows each). ``(y (M, N), saturated)``.
+        loaded into the layer's window, then its jobs (at most M_MAX rows each). ``(y (M, N), saturated)``.
 
         Raises
         ------
         SpecdecError
-            Layers are placed in the memories (:meth:`place`): streaming would overwrite them.
+            A layer was placed into the window after this one was prepared: streaming would overwrite it.
         """
-        if self._wnext or self._pnext:
-            raise SpecdecError("draftengine: layers are placed in the memories; a streamed layer would overwrite "
-                               "them (reset_memory() first, or place every layer)")
+        if self._wnext > layer.wbase or self._pnext > layer.pbase:
+            raise SpecdecError(f"draftengine: layers placed since this one was prepared to stream reach beat "
+                               f"{self._wnext} and tile {self._pnext}, into its window from beat {layer.wbase} "
+                               f"and tile {layer.pbase}: streaming would overwrite them (place every layer "
+                               f"first, then prepare the streamed ones)")
         x = np.asarray(x)
         ys, sat = [], 0
         for n0, n1, wb, pb in layer.slices:
-            self.load("weights", 0, wb)
-            self.load("params", 0, pb)
+            self.load("weights", layer.wbase, wb)
+            self.load("params", layer.pbase, pb)
             self.streamed_beats += len(wb)
-            at = Placement(0, 0, n1 - n0, layer.k)
+            at = Placement(layer.wbase, layer.pbase, n1 - n0, layer.k)
             parts = [self.matmul(x[i:i + self.m_max], at, out_bits) for i in range(0, len(x), self.m_max)]
             ys.append(np.concatenate([y for y, _ in parts]))
             sat += sum(s for _, s in parts)
