@@ -51,27 +51,9 @@ def _signed(bits: int, val: int = 0) -> intbv:
 
 
 @block
-def sdp_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
-    """A simple dual-port block RAM of ``DEPTH`` words: a write port, and a registered read enabled by ``ce``.
-    Marked block RAM (``*_bram``, fpga.convert): where the part has UltraRAM it is the weights'
-    (:func:`weight_ram`)."""
-    mem_bram = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
-
-    @always(clk.posedge)
-    def port():
-        if we:
-            mem_bram[waddr].next = wdata
-        if ce:
-            rdata.next = mem_bram[raddr]
-
-    return port
-
-
-@block
-def weight_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
-    """:func:`sdp_ram` for the weights, unmarked: UltraRAM where the part has it (the KV260's 64 URAM288 hold
-    36,864 beats of 512 bits), block RAM on the xc7z020."""
-    mem = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
+def ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem):
+    """The one port of :func:`sdp_ram` and :func:`weight_ram` over memory ``mem``: a write, and a registered
+    read enabled by ``ce``."""
 
     @always(clk.posedge)
     def port():
@@ -81,6 +63,23 @@ def weight_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
             rdata.next = mem[raddr]
 
     return port
+
+
+@block
+def sdp_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
+    """A simple dual-port block RAM of ``DEPTH`` words: a write port, and a registered read enabled by ``ce``.
+    Marked block RAM (``*_bram``, fpga.convert): where the part has UltraRAM it is the weights'
+    (:func:`weight_ram`). MyHDL names a memory after its variable here, which carries the mark."""
+    mem_bram = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
+    return ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem_bram)
+
+
+@block
+def weight_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
+    """:func:`sdp_ram` for the weights, unmarked: UltraRAM where the part has it (the KV260's 64 URAM288 hold
+    36,864 beats of 512 bits), block RAM on the xc7z020."""
+    mem = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
+    return ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem)
 
 
 @block
