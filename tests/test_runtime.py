@@ -341,6 +341,9 @@ def test_stats_line_fields():
     line = metrics.stats_line(metrics.summarize(handmade()))
     for part in ("4.0 tok/s", "acceptance 0.62", "2.67 tokens/target call", "per position [0.67 0.50 1.00 1.00]"):
         assert part in line
+    one = Round(g=0, n_accept=0, emitted=1, depth=0, target_s=0.1, total_s=0.1)
+    base = metrics.stats_line(metrics.summarize([Generation([1, 2], [one, one], 0.0, 0.5, False)]))
+    assert base == "4.0 tok/s | nothing drafted: target only | 1.00 tokens/target call", base   # not "acceptance -"
 
 
 def test_seed_words_distinct_and_nonzero():
