@@ -92,8 +92,8 @@ def kv260_fit(shapes: list[tuple[str, int, int, int]], run_cycles: int, clock_hz
     size = int8draft.layout([(n, k) for _, n, k, _ in shapes], runtime.golden_draftengine(params))
     port_bytes = design.hp_width // 8
     load = stream_load_cycles(size["loads"], size["streamed_weight_beats"], port_bytes, size["streamed_param_tiles"])
-    size["placed"] = sum(size["placed"])                # matrices kept on chip (of len(shapes))
-    return {"build": params, "hp_port_bytes": port_bytes, **size, "matrices": len(shapes),
+    placed = size.pop("placed")
+    return {"build": params, "hp_port_bytes": port_bytes, **size, "placed": sum(placed), "matrices": len(placed),
             "weight_capacity_beats": params["WDEPTH"],
             "param_capacity_tiles": params["PDEPTH"], "load_cycles_per_token": load,
             "step_s": (run_cycles + load) / clock_hz}

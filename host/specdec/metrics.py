@@ -69,7 +69,7 @@ def stats_line(summary: dict) -> str:
     """The one-line stats of ``specdec generate`` (a run that drafted nothing, gamma 0 or a prompt lookup that
     never matched, says so instead of an empty acceptance)."""
     acc = summary["acceptance"]
-    if not summary.get("drafted"):
+    if not summary["drafted"]:
         return (f"{summary['tokens_per_s']:.1f} tok/s | nothing drafted: target only | "
                 f"{summary['tokens_per_call']:.2f} tokens/target call")
     pos = " ".join("-" if a is None else f"{a:.2f}" for a in summary["per_position_acceptance"])

@@ -200,12 +200,14 @@ def check_source(name: str, role: str = "model") -> None:
     ModelError
         The demo draft is missing, or (``HF_HUB_OFFLINE``) a hub id is not in the local Hugging Face cache.
     """
-    if not name or name == DEMO_TARGET or _model_dir(name).is_dir():
+    if not name or name == DEMO_TARGET:
+        return
+    path = _model_dir(name)
+    if path.is_dir():
         return
     if name == DEMO_DRAFT:
         raise ModelError(f"the demo draft {name!r} is missing from {MODELS_DIR}: train it with "
                          "`python scripts/train_draft.py`")
-    path = _model_dir(name)
     if path.exists() or _path_like(name):
         what = "a file, not a directory" if path.exists() else "no such directory"
         raise OptionError(role, name, f"a hub id or a model directory holding config.json, the weights and the "

@@ -301,11 +301,11 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
         raise ValueError(f"backend {backend!r} not in {BACKENDS}")
     job = as_job(job)
     job.check_backend(backend)
-    if pair is None:                    # a model this machine cannot load: refused before a build or a download
-        check_sources(job.target, job.draft)
     if backend == "sim":
         return run_sim(job)
     if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
+        if pair is None:                # a model this machine cannot load: refused before the download (ref: in
+            check_sources(job.target, job.draft)    # open_pair; sim: in _simulate, before the build)
         ol = pynq_overlay()
         c = ol.cores()
         engine = ol.draft_engine() if job.draft_engine == "fabric" else None
