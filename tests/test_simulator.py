@@ -18,6 +18,17 @@ import pytest
 
 from specdec.backends import simulator as harness
 
+#: A cocotb module whose one test passes (written to a temporary folder).
+PASSING_MODULE = '''
+import cocotb
+from cocotb.triggers import Timer
+
+
+@cocotb.test()
+async def passes(dut):
+    await Timer(10, "ns")
+'''
+
 #: A cocotb module whose one test fails on an assertion with a message (written to a temporary folder).
 FAILING_MODULE = '''
 import cocotb
@@ -131,6 +142,28 @@ def test_a_log_in_use_is_left_to_its_run(tmp_path, monkeypatch):
         assert "AssertionError: deliberate failure, got 1" in msg and "deliberate failure" in own.read_text()
     finally:
         own.unlink(missing_ok=True)
+
+
+def test_a_run_holding_the_log_removes_ended_runs_logs(tmp_path, monkeypatch):
+    """The ``<stem>.<pid>.log`` of a run that has ended goes when a later run takes the toplevel's own log
+    (which it overwrites anyway); the log of a process still running stays."""
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    (tmp_path / "sim_passes.py").write_text(PASSING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    harness.LOGS.mkdir(parents=True, exist_ok=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    gone, kept = (harness.LOGS / f"rng-verilator.{pid}.log" for pid in (ended.pid, os.getpid()))
+    for p in (gone, kept):
+        p.write_text("an earlier run's log")
+    try:
+        harness.run("rng", "sim_passes", "verilator", quiet=True)
+        assert not gone.exists() and kept.exists()
+        assert (harness.LOGS / "rng-verilator.build.log").exists()
+    finally:
+        gone.unlink(missing_ok=True)
+        kept.unlink(missing_ok=True)
 
 
 def run_on_terminal(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, list[str], str]:

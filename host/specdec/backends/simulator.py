@@ -354,14 +354,30 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
 def _own_log(log: Path):
     """The log file a simulation writes, held for the run: ``log`` unless another process is writing it now
     (pytest workers, two jobs on one toplevel), then ``<stem>.<pid>.log`` beside it, so neither run's failure
-    quotes the other's output."""
+    quotes the other's output. A run that holds ``log`` removes the ``<stem>.<pid>.log`` files of processes
+    that have ended, as it overwrites ``log`` itself: each is the log of an earlier run."""
     with open(log.parent / f".{log.name}.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield log.with_name(f"{log.stem}.{os.getpid()}{log.suffix}")
             return
+        for old in log.parent.glob(f"{log.stem}.*{log.suffix}"):
+            pid = old.name[len(log.stem) + 1:-len(log.suffix)]
+            if pid.isdigit() and not _alive(int(pid)):
+                old.unlink(missing_ok=True)
         yield log
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # another user's process
+        return True
+    return True
 
 
 def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool, notes: list[str], bar) -> None:
