@@ -381,7 +381,8 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     xc = Signal(intbv(0)[8 * C:])
     sel1 = Signal(intbv(0)[max(1, LR):])
     prow_a = Signal(intbv(0)[PAW:])
-    pq = Signal(intbv(0)[R * PUSED:])
+    pq_m = Signal(intbv(0)[R * PUSED:])          # the parameter memory's read
+    pq = Signal(intbv(0)[R * PUSED:])            # ... registered: the read is issued a cycle earlier for it
 
     @always_comb
     def handshake():
@@ -399,7 +400,7 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         wa_x.next = ptr[XAW:]
 
     rams = [weight_ram(clk, we_w, wa_w, s_axis_tdata, ce, waddr0, wq, WDEPTH),
-            sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq, PDEPTH),
+            sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq_m, PDEPTH),
             sdp_ram(clk, we_x, wa_x, s_axis_tdata, ce, xaddr0, xq, XDEPTH)]
 
     @always_comb
@@ -411,9 +412,12 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         if ce:
             wr.next = wq
             xc.next = xsh[8 * C:]
+            pq.next = pq_m
 
+    # the parameter tile is read D_ACC - 1 cycles after issue and registered, so that it meets the finished
+    # accumulator D_ACC + 1 cycles after issue with no logic between the block RAM and the bias add
     insts += [handshake, in_ports, *rams, chunk_shift, stage2,
-              delay(clk, ce, sel0, sel1, 1), delay(clk, ce, prow0, prow_a, D_ACC)]
+              delay(clk, ce, sel0, sel1, 1), delay(clk, ce, prow0, prow_a, D_ACC - 1)]
 
     # ---------------- the array: products, adder trees, accumulators ----------------
     first_a = Signal(bool(0))

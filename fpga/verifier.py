@@ -34,16 +34,21 @@ FSM (chain mode, CONFIG.TREE = 0)::
 Tree mode (CONFIG.TREE = 1; CUR = CUR_NODE, the node whose row is streamed)::
 
     ROWEND  greedy -> THIT: first child c of CUR with token == argmax: CUR = c -> STREAM | none -> DONE
-            sampling: m_p, S_p, R = 0, tried = 0 -> TPICK
-    TPICK   first untried child c of CUR (registered mask, priority encoder, token select) -> TREAD
+            sampling: m_p, S_p, R = 0 -> TPICK
+    TPICK   the next child c of CUR after the last one tested -> TREAD
             | none -> TOTAL (weights e_p over the buffer, the rejected tokens zeroed)
     TREAD   buffer read of x's beat, lane select
     TEST    e = EXP(m_p - z_x) on lane 0, S' = S_p - R (0 if R >= S_p); u S' < e << 24: CUR = c -> STREAM
             | reject: R += e, x's lane of the beat written back as -inf -> TPICK
     TDONE   W = 0 -> EMPTY_ROW (no word); else as in chain mode
 
-The tree registers (NODES, TREE_PARENT*, TREE_TOKEN*) are read at START (checks) and, except NODES,
-which is latched, while the round runs: the host must not write them while BUSY.
+THIT and TPICK scan the nodes: one node's registers are read each cycle (the node reader, then its tests
+registered), so each takes VER_HIT / VER_PICK cycles plus one per node it reads; the children of a node come
+after it, so THIT and TPICK start at the node after CUR (TPICK after the child last tested). The start checks
+stay one comparator pair per node, registered, so that a start error shows at the first STATUS read.
+
+The tree registers (NODES, TREE_PARENT*, TREE_TOKEN*) are read at START (checks) and, except NODES, which is
+latched, while the round runs: the host must not write them while BUSY.
 """
 from __future__ import annotations
 
@@ -70,8 +75,6 @@ T_EXP = lat.EXP                                 # TEST: e_p(x), e_q(x) on lane 0
 T_PROD = lat.EXP + lat.MUL_NARROW               # TEST: e_q S_p, e_p S_q on lane 0
 T_CMP = T_PROD + 1 + lat.MUL_WIDE               # TEST: u * (e_q S_p or S'): compare registered
 T_DECIDE = T_CMP + 1                            # TEST: the registered compare decides
-PICK_WAIT = lat.VER_PICK - 1                    # TPICK: mask, encoder, token select
-HIT_WAIT = lat.VER_HIT - 1                      # THIT: mask, encoder
 READ_WAIT = lat.VER_READ                        # TREAD: address, buffer, lane select
 TCALC_WAIT = lat.VER_TCALC - 1                  # TCALC: operands registered, product
 assert T_DECIDE + 1 == lat.VER_TEST
@@ -441,42 +444,16 @@ def token_check(K, tok, gamma, vocab, bad):
 
 
 @block
-def tree_node(J, parent, token, r_nodes, r_vocab, n_nodes, cur, arg, tried, bad_par, bad_tok, kid, hit):
-    """Node J of the tree (J >= 1): start checks on the live registers, child tests on the latched NODES.
-
-    ``bad_par``: J < NODES and parent >= J (BAD_TREE); ``bad_tok``: J < NODES and token >= VOCAB (BAD_TOKEN);
-    ``kid``: an untried child of node ``cur``; ``hit``: a child of ``cur`` whose token is ``arg`` (greedy).
-    """
+def tree_node(J, parent, token, r_nodes, r_vocab, bad_par, bad_tok):
+    """Node J's start checks (J >= 1) on the live registers: ``bad_par``: J < NODES and parent >= J (BAD_TREE);
+    ``bad_tok``: J < NODES and token >= VOCAB (BAD_TOKEN)."""
 
     @always_comb
     def start_checks():
         bad_par.next = J < r_nodes and parent >= J
         bad_tok.next = J < r_nodes and token >= r_vocab
 
-    @always_comb
-    def children():
-        kid.next = J < n_nodes and parent == cur and not tried
-        hit.next = J < n_nodes and parent == cur and token == arg
-
-    return start_checks, children
-
-
-@block
-def first_set(clk, bus, N, found, idx):
-    """Registered priority encoder: ``idx`` = the lowest set bit of ``bus`` (N bits), ``found`` = any."""
-
-    @always(clk.posedge)
-    def enc():
-        f = False
-        k = intbv(0)[6:]
-        for j in range(N):
-            if not f and bus[j]:
-                f = True
-                k[:] = j
-        found.next = f
-        idx.next = k
-
-    return enc
+    return start_checks
 
 
 @block
@@ -524,7 +501,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     """
     L = LANES
     hwparams.check("verifier", dict(VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX))
-    NT = max(TREE_MAX, 2)       # node cells 1..NT-1 (a 1-node build keeps one, never live)
     LOG2L = L.bit_length() - 1
     DEPTH = -(-VOCAB_MAX // L)
     AW = max(1, (DEPTH - 1).bit_length()) + 1       # beat index width (one spare bit)
@@ -622,7 +598,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     n_nodes = Signal(intbv(0)[7:])      # NODES latched at START
     cur = Signal(intbv(0)[6:])          # CUR_NODE
     path = Signal(intbv(0)[64:])        # PATH_HI:PATH_LO
-    tried = Signal(intbv(0)[NT - 1:])   # bit j - 1: node j (a child of cur) already tested
     csel = Signal(intbv(0)[6:])         # the child under test
     xsel = Signal(intbv(0)[16:])        # its token
     rsum = Signal(intbv(0)[33:])        # R: e_p of the children rejected at cur
@@ -642,18 +617,17 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     pwords = [regs[f"TREE_PARENT{k}"] for k in range(TREE_MAX_NODES // 4)]
     twords = [regs[f"TREE_TOKEN{k}"] for k in range(TREE_MAX_NODES // 2)]
+    par_bus = ConcatSignal(*reversed(pwords))           # parent of node j in bits 8 j + 7 .. 8 j
     tok_bus = ConcatSignal(*reversed(twords))           # token of node j in bits 16 j + 15 .. 16 j
+    NT = max(TREE_MAX, 2)       # node cells 1..NT-1 (a 1-node build keeps one, never live)
     bad_par = [Signal(bool(0)) for _ in range(NT)]
     bad_ttok = [Signal(bool(0)) for _ in range(NT)]
-    kids = [Signal(bool(0)) for _ in range(NT)]
-    hits = [Signal(bool(0)) for _ in range(NT)]
     for j in range(1, NT):
         insts.append(tree_node(j, pwords[j // 4](8 * (j % 4) + 8, 8 * (j % 4)),
-                               twords[j // 2](16 * (j % 2) + 16, 16 * (j % 2)), r_nodes, r_vocab, n_nodes, cur,
-                               arg, tried(j - 1), bad_par[j], bad_ttok[j], kids[j], hits[j]))
+                               twords[j // 2](16 * (j % 2) + 16, 16 * (j % 2)), r_nodes, r_vocab, bad_par[j],
+                               bad_ttok[j]))
     # bit j = node j; bit 0 (the root) is a constant 0
-    bad_par_bus, bad_ttok_bus, kid_bus, hit_bus = (ConcatSignal(*reversed(v[1:]), intbv(0)[1:])
-                                                   for v in (bad_par, bad_ttok, kids, hits))
+    bad_par_bus, bad_ttok_bus = (ConcatSignal(*reversed(v[1:]), intbv(0)[1:]) for v in (bad_par, bad_ttok))
     f_tree, f_gamma, f_vocab, f_tok, f_temp = (Signal(bool(0)) for _ in range(5))
     nb_next = Signal(intbv(0)[AW:])
     # the per-token and per-node checks are registered before they are ORed: a flag is valid two cycles after
@@ -682,31 +656,41 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     insts += [start_bits, start_flags]
 
-    # ---------------- tree: registered child / hit masks, encoders, token select ----------------
-    kid_r = Signal(intbv(0)[NT:])
-    hit_r = Signal(intbv(0)[NT:])
-    kid_found, hit_found = Signal(bool(0)), Signal(bool(0))
-    kid_idx, hit_idx = Signal(intbv(0)[6:]), Signal(intbv(0)[6:])
-    kid_found3 = Signal(bool(0))
-    kid_idx3 = Signal(intbv(0)[6:])
-    kid_tok = Signal(intbv(0)[16:])
+    # ---------------- tree: the node scan (THIT, TPICK) ----------------
+    # The FSM sets ``scan`` to the first node to read and the scanning state steps it; the reader registers
+    # that node's parent and token, the test stage registers what the two states ask of it. One node a
+    # cycle, so the tree's registers meet one multiplexer instead of a comparator per node.
+    scan = Signal(intbv(0)[8:])         # the node read this cycle (past the tree's last node: reads ignored)
+    n_last = Signal(intbv(0)[7:])       # the last node a scan reads: N - 1, at least 1 (latched at START)
+    nd_v, nt_v = Signal(bool(0)), Signal(bool(0))
+    nd_j, nt_j = Signal(intbv(0)[8:]), Signal(intbv(0)[8:])
+    nd_par = Signal(intbv(0)[8:])
+    nd_tok, nt_tok = Signal(intbv(0)[16:]), Signal(intbv(0)[16:])
+    nt_in, nt_last, nt_kid, nt_hit = (Signal(bool(0)) for _ in range(4))
+    scanning = Signal(bool(0))
+
+    @always_comb
+    def scan_state():
+        scanning.next = state == ST_THIT or state == ST_TPICK
 
     @always(clk.posedge)
-    def masks():
-        kid_r.next = kid_bus
-        hit_r.next = hit_bus
-
-    insts.append(masks)
-    insts.append(first_set(clk, kid_r, NT, kid_found, kid_idx))
-    insts.append(first_set(clk, hit_r, NT, hit_found, hit_idx))
+    def node_read():
+        nd_v.next = scanning
+        nd_j.next = scan
+        nd_par.next = (par_bus >> (scan[6:] * 8)) & 0xFF
+        nd_tok.next = (tok_bus >> (scan[6:] * 16)) & 0xFFFF
 
     @always(clk.posedge)
-    def kid_token():
-        kid_tok.next = (tok_bus >> (kid_idx * 16)) & 0xFFFF
-        kid_found3.next = kid_found
-        kid_idx3.next = kid_idx
+    def node_test():
+        nt_v.next = nd_v and scanning
+        nt_j.next = nd_j
+        nt_tok.next = nd_tok
+        nt_in.next = nd_j < n_nodes
+        nt_last.next = nd_j >= n_last
+        nt_kid.next = nd_par == cur
+        nt_hit.next = nd_par == cur and nd_tok == arg
 
-    insts.append(kid_token)
+    insts += [scan_state, node_read, node_test]
 
     # ---------------- stream path ----------------
     adv = Signal(bool(1))               # the stream pipeline advances this cycle (a register: adv_reg)
@@ -1045,8 +1029,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             cbusy.next = cbusy + 1
             if state == ST_STREAM and s_axis_tready and not s_axis_tvalid:
                 cstall.next = cstall + 1
-        if ((state == ST_TEST and wc != T_DECIDE) or (state == ST_TPICK and wc != PICK_WAIT)
-                or (state == ST_THIT and wc != HIT_WAIT) or (state == ST_TREAD and wc != READ_WAIT - 1)
+        if ((state == ST_TEST and wc != T_DECIDE) or (state == ST_TREAD and wc != READ_WAIT - 1)
                 or (state == ST_TCALC and wc != TCALC_WAIT)):
             wc.next = wc + 1
         else:
@@ -1064,6 +1047,8 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         if state != ST_TOTAL and state != ST_TDONE:
             w_d.next = 0
             w_e.next = 0
+        if scanning:
+            scan.next = scan + 1
         if cmd[bit_soft]:
             state.next = ST_IDLE
             err.next = 0
@@ -1104,6 +1089,10 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 ztx.next = 0
                 arg.next = 0
                 rc.next = 0
+                if r_nodes[7:0] >= 2:
+                    n_last.next = r_nodes[7:0] - 1
+                else:
+                    n_last.next = 1
                 state.next = ST_CHECK
         elif state == ST_CHECK:
             if tree and f_tree:
@@ -1171,6 +1160,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 err.next = err | E_EMPTY
                 state.next = ST_ERR
             elif tree and greedy:
+                scan.next = cur + 1
                 state.next = ST_THIT
             elif tree:
                 m_p.next = m_run
@@ -1178,7 +1168,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 lep.next = 0
                 lsp.next = ssum
                 rsum.next = 0
-                tried.next = 0
+                scan.next = cur + 1
                 state.next = ST_TPICK
             elif greedy:
                 if acc_hit:
@@ -1209,15 +1199,15 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 t_first.next = 1
                 state.next = ST_TEST
         elif state == ST_THIT:
-            if wc == HIT_WAIT:
-                if hit_found:
+            if nt_v:
+                if nt_in and nt_hit:
                     acc_bits.next = concat(acc_bits[31:0], True)
                     n_acc.next = n_acc + 1
-                    cur.next = hit_idx
-                    path.next[hit_idx] = 1
+                    cur.next = nt_j[6:]
+                    path.next[nt_j[6:]] = 1
                     arg.next = 0
                     state.next = ST_STREAM
-                else:
+                elif nt_last:
                     next_tok.next = arg
                     state.next = ST_DONE
         elif state == ST_TEST:
@@ -1253,6 +1243,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                     state.next = ST_STREAM
                 elif tree:
                     rsum.next = rsum + lep
+                    scan.next = csel + 1
                     state.next = ST_TPICK
                 elif cmp_r:
                     acc_bits.next = acc_bits | (1 << i)
@@ -1264,13 +1255,12 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                     diff_mode.next = 1
                     state.next = ST_TOTAL
         elif state == ST_TPICK:
-            if wc == PICK_WAIT:
-                if kid_found3:
-                    csel.next = kid_idx3
-                    xsel.next = kid_tok
-                    tried.next[kid_idx3 - 1] = 1
+            if nt_v:
+                if nt_in and nt_kid:
+                    csel.next = nt_j[6:]
+                    xsel.next = nt_tok
                     state.next = ST_TREAD
-                else:
+                elif nt_last:
                     diff_mode.next = 0
                     state.next = ST_TOTAL
         elif state == ST_TREAD:

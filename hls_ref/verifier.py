@@ -481,19 +481,31 @@ def chain_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
     return base + lat.VER_RESCALE * d.rescales + lat.VER_TEST * (d.words - 1) + _sample_cycles(d, lanes)
 
 
-def tree_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool) -> int:
-    """``CYCLES_BUSY - CYCLES_STALL`` of a completed tree round on fpga/verifier.py (docs/verifier.md).
+def tree_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool, parents) -> int:
+    """``CYCLES_BUSY - CYCLES_STALL`` of a completed tree round on fpga/verifier.py (docs/verifier.md), for the
+    tree of ``parents`` (N nodes, root included).
 
     As :func:`chain_rtl_cycles` for the rows; greedy mode adds THIT (``VER_HIT``) per row. Sampling adds the
-    rescales, TPICK, TREAD and TEST per tested child (``words - 1`` of them), one TPICK that finds no child
-    left, and the sample.
+    rescales, TPICK (``VER_PICK``), TREAD and TEST per tested child (``words - 1`` of them), one TPICK that
+    finds no child left, and the sample. THIT and TPICK also read one node a cycle (:func:`tree_scan_nodes`).
     """
-    base = _row_cycles(d, vocab, lanes)
+    base = _row_cycles(d, vocab, lanes) + tree_scan_nodes(d, parents, greedy)
     if greedy:
         return base + lat.VER_HIT * d.rows
     tests = d.words - 1
     return (base + lat.VER_RESCALE * d.rescales + (lat.VER_PICK + lat.VER_READ + lat.VER_TEST) * tests
             + lat.VER_PICK + _sample_cycles(d, lanes))
+
+
+def tree_scan_nodes(d: Decision, parents, greedy: bool) -> int:
+    """Nodes THIT or TPICK read over a completed tree round: at each node v of the path the scan reads from
+    v + 1 up to the child taken, so the path's nodes before the last read ``d.node`` nodes in all; at the
+    last node, v, the scans read on to node N - 1, N - 1 - v nodes, and one more, past the tree, when the last
+    scan starts at N (greedy: v = N - 1; sampling: v = N - 1, or node N - 1 is a child of v and so tested
+    last)."""
+    last = len(parents) - 1
+    past = d.node == last or (not greedy and last >= 1 and int(parents[last]) == d.node)
+    return last + int(past)
 
 
 def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int):

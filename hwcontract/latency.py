@@ -24,8 +24,10 @@ VER_WALK_TAIL = 3               # WALK: C + prefix, compare with t, count the la
 
 # verifier: states that wait a fixed number of cycles (each total counts the state's cycles)
 VER_TEST = EXP + MUL_NARROW + 1 + MUL_WIDE + 2  # TEST: lane 0 (EXP, products), u * x (operands, MUL_WIDE), compare, decide
-VER_PICK = 4                    # TPICK: child mask, priority encoder, token select, decide
-VER_HIT = 3                     # THIT: hit mask, priority encoder, decide
+# verifier, tree mode: the node scan reads one node's registers a cycle (read, test, then the decision), so a
+# scanning state takes these cycles plus one per node it reads (hls_ref.verifier.tree_rtl_cycles)
+VER_PICK = 2                    # TPICK: the next child of the node, its token
+VER_HIT = 2                     # THIT: the first child whose token is the row's argmax
 VER_READ = VER_BUF_READ + 1     # TREAD: buffer read, lane select
 VER_TCALC = 2 + MUL_WIDE        # TCALC: operands, product, t registered
 

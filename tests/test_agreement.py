@@ -221,7 +221,7 @@ def tree_expected(r: vectors.TreeRound, b: dict[str, int]) -> dict:
                         lanes=b["LANES"], vocab_max=b["VOCAB_MAX"], tree_max=b["TREE_MAX"])
     out = decision(d) | {"cur_node": d.node, "path_lo": d.path & 0xFFFFFFFF, "path_hi": d.path >> 32}
     if not d.err:
-        out["cycles"] = ver.tree_rtl_cycles(d, r.vocab, b["LANES"], r.greedy)
+        out["cycles"] = ver.tree_rtl_cycles(d, r.vocab, b["LANES"], r.greedy, r.parents)
     return out
 
 

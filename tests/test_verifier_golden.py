@@ -511,19 +511,23 @@ def test_tree_greedy_is_greedy_decoding():
             if rng.random() < 0.5:
                 tokens[j] = int(np.argmax(rows[TREE_PARENTS[j]]))
         d = v.verify_tree(rows, TREE_PARENTS, tokens, greedy=True, inv_temp=256, words=None, lanes=4)
-        node, want = 0, []
+        n = len(tokens)
+        node, want, reads = 0, [], 0
         while True:
             a = int(np.argmax(rows[node]))
             want.append(a)
-            kids = [c for c in range(1, len(tokens)) if TREE_PARENTS[c] == node and tokens[c] == a]
+            kids = [c for c in range(1, n) if TREE_PARENTS[c] == node and tokens[c] == a]
             if not kids:
+                reads += max(n - 1 - node, 1)       # THIT reads on to the last node (one past it from N - 1)
                 break
+            reads += kids[0] - node                 # THIT reads node + 1 .. the child taken
             node = kids[0]
         assert tree_emitted(d.path, d.next_token, tokens) == want
         assert d.node == node and d.words == 0 and d.rows == len(want)
-        # CHECK, then per row: its beats, the stream pipeline, ROWEND and THIT
-        assert v.tree_rtl_cycles(d, vocab, 4, True) == lat.VER_START + d.rows * (
-            -(-vocab // 4) + lat.VER_STREAM + 1 + lat.VER_HIT)
+        # CHECK, then per row: its beats, the stream pipeline, ROWEND and THIT (reading one node a cycle)
+        assert v.tree_rtl_cycles(d, vocab, 4, True, TREE_PARENTS) == (
+            lat.VER_START + reads
+            + d.rows * (-(-vocab // 4) + lat.VER_STREAM + 1 + lat.VER_HIT))
 
 
 def test_tree_accept_bits_register_width():

@@ -49,13 +49,21 @@ def layer_shapes(model) -> list[tuple[str, int, int, int]]:
             for i, (w, _, rows) in enumerate(m.q.matrices())]
 
 
+def run_cycles(n: int, k: int, m: int) -> int:
+    """The cycle model's cycles of one RUN job on ``ARRAY``: ``m`` rows of ``k`` inputs, ``n`` outputs (its
+    activation beats in)."""
+    from hls_ref import draftengine as de
+    r, c = ARRAY
+    return de.cycles("RUN", m * de.tiles(m, k, n, r, c)[2], m, k, n, r, c)
+
+
 def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_HZ) -> dict:
     """Cycles and seconds per drafted token on the engine (``ARRAY``), the jobs of :func:`layer_shapes`, per
     board."""
     from hls_ref import draftengine as de
     r, c = ARRAY
     macs = sum(m * n * k for _, n, k, m in shapes)
-    run = sum(de.cycles("RUN", m * de.tiles(m, k, n, r, c)[2], m, k, n, r, c) for _, n, k, m in shapes)
+    run = sum(run_cycles(n, k, m) for _, n, k, m in shapes)
     mac_cycles = sum(m * math.prod(de.tiles(m, k, n, r, c)[:2]) for _, n, k, m in shapes)
     wbeats = sum(math.prod(de.tiles(1, k, n, r, c)[:2]) for _, n, k, _ in shapes)   # one beat per tile chunk
     beat_bytes = r * c

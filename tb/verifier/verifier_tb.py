@@ -278,7 +278,7 @@ class TreeTB(VerifierTB):
             assert st == {"BUSY": 0, "DONE": int(want.err == 0), "ERROR": int(want.err != 0)}, st
             if want.err == 0:
                 active = await self.read("CYCLES_BUSY") - await self.read("CYCLES_STALL")
-                model = gv.tree_rtl_cycles(want, vocab, self.lanes, greedy)
+                model = gv.tree_rtl_cycles(want, vocab, self.lanes, greedy, parents)
                 assert active == model, f"{ctx}: active cycles {active} != tree_rtl_cycles {model}"
                 nb = -(-vocab // self.lanes)
                 self.ratios.append((vocab, active / (want.rows * nb + want.sample_beats)))

@@ -142,6 +142,7 @@ class VerifierModel(RegisterModel):
         self.ro["VOCAB_MAX"] = vocab_max
         self.state = None  # RNG state; None = never seeded (the RTL's zero state: zero words)
         self.tree_mode = self.greedy = False
+        self.tree_parents: list[int] = []      # the tree of the round in progress (its cycle model)
 
     # -- control ------------------------------------------------------------------------------------
     def on_ctrl(self, bits: dict[str, int]) -> None:
@@ -183,6 +184,7 @@ class VerifierModel(RegisterModel):
         self.round_state = self.state
         words = np.zeros(n, dtype=np.uint32) if self.state is None else rng_ref.xoshiro128pp(self.state, n)[0]
         if tree:
+            self.tree_parents = parents
             self.steps = ver_ref.tree_steps(self.vocab, parents, tokens, greedy=greedy, inv_temp=itemp,
                                             words=words, lanes=self.lanes)
         else:
@@ -230,8 +232,12 @@ class VerifierModel(RegisterModel):
         except StopIteration as stop:
             d = stop.value
             self.busy = False
-            model = ver_ref.tree_rtl_cycles if self.tree_mode else ver_ref.chain_rtl_cycles
-            cycles = d.rows * (nb + 1) if d.err else model(d, self.vocab, self.lanes, self.greedy)
+            if d.err:
+                cycles = d.rows * (nb + 1)
+            elif self.tree_mode:
+                cycles = ver_ref.tree_rtl_cycles(d, self.vocab, self.lanes, self.greedy, self.tree_parents)
+            else:
+                cycles = ver_ref.chain_rtl_cycles(d, self.vocab, self.lanes, self.greedy)
             self._set(d.n_accept, d.next_token, d.accept_bits, d.rows, d.words, d.last_ep, d.last_eq, d.last_sp,
                       d.last_sq, cycles, d.path, d.node)
             self.err |= d.err
