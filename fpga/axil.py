@@ -270,3 +270,39 @@ def axil_regs(clk, rst, bus, cmap, regs):
         elif r.access == "pulse":
             insts.append(_pulse_word(clk, rst, regs[r.name], r.offset // 4, wr_en, wslot, bytemask, bus.wdata))
     return insts
+
+
+@block
+def _wire(src, dst):
+    """``dst`` follows ``src``."""
+
+    @always_comb
+    def follow():
+        dst.next = src
+
+    return follow
+
+
+#: The AXI-Lite signals the master drives and those the slave drives (AxiLite attribute names), but the
+#: write response's handshake.
+_FROM_MASTER = ("awaddr", "awvalid", "wdata", "wstrb", "wvalid", "araddr", "arvalid", "rready")
+_FROM_SLAVE = ("awready", "wready", "bresp", "arready", "rdata", "rresp", "rvalid")
+
+
+@block
+def axil_hold_b(outer, inner, hold):
+    """The port ``outer`` onto ``inner`` (an :func:`axil_regs` slave's), with the write response held while
+    ``hold`` is high: BVALID reaches the master, and its BREADY the slave, only when ``hold`` is low.
+
+    A core whose register write starts work that must finish before the master's next read (the verifier's
+    tree start checks) holds the response of that write, so the read that follows it sees the outcome. The
+    slave takes no other write meanwhile (one outstanding write). ``hold`` must come from registers and
+    fall within a bounded time."""
+
+    @always_comb
+    def gate():
+        outer.bvalid.next = inner.bvalid and not hold
+        inner.bready.next = outer.bready and not hold
+
+    return ([gate] + [_wire(getattr(outer, n), getattr(inner, n)) for n in _FROM_MASTER]
+            + [_wire(getattr(inner, n), getattr(outer, n)) for n in _FROM_SLAVE])

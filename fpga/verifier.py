@@ -33,6 +33,7 @@ FSM (chain mode, CONFIG.TREE = 0)::
 
 Tree mode (CONFIG.TREE = 1; CUR = CUR_NODE, the node whose row is streamed)::
 
+    IDLE --START--> TCHECK (nodes 1..N-1: parent < node, token < V) --> CHECK
     ROWEND  greedy -> THIT: first child c of CUR with token == argmax: CUR = c -> STREAM | none -> DONE
             sampling: m_p, S_p, R = 0 -> TPICK
     TPICK   the next child c of CUR after the last one tested -> TREAD
@@ -42,10 +43,11 @@ Tree mode (CONFIG.TREE = 1; CUR = CUR_NODE, the node whose row is streamed)::
             | reject: R += e, x's lane of the beat written back as -inf -> TPICK
     TDONE   W = 0 -> EMPTY_ROW (no word); else as in chain mode
 
-THIT and TPICK scan the nodes: one node's registers are read each cycle (the node reader, then its tests
-registered), so each takes VER_HIT / VER_PICK cycles plus one per node it reads; the children of a node come
-after it, so THIT and TPICK start at the node after CUR (TPICK after the child last tested). The start checks
-stay one comparator pair per node, registered, so that a start error shows at the first STATUS read.
+TCHECK, THIT and TPICK scan the nodes: one node's registers are read each cycle (the node reader, then its
+tests registered), so each takes VER_TCHECK / VER_HIT / VER_PICK cycles plus one per node it reads; the
+children of a node come after it, so THIT and TPICK start at the node after CUR (TPICK after the child last
+tested). The write response of a tree-mode START waits until TCHECK and CHECK are done (``axil_hold_b``), so
+the master's next STATUS read sees a start error, as in chain mode.
 
 The tree registers (NODES, TREE_PARENT*, TREE_TOKEN*) are read at START (checks) and, except NODES, which is
 latched, while the round runs: the host must not write them while BUSY.
@@ -58,13 +60,13 @@ from hwcontract import latency as lat
 from hwcontract import params as hwparams
 from hwcontract.regmap import TREE_MAX_NODES, core
 
-from .axil import AxiLite, axil_regs, register_signals
+from .axil import AxiLite, axil_hold_b, axil_regs, register_signals
 from .pipe import delay, exp_pipe, mul_latency, mul_wide, reg
 from .rng import xoshiro128pp
 
 # FSM states
 (ST_IDLE, ST_CHECK, ST_STREAM, ST_ROWEND, ST_TEST, ST_TOTAL, ST_TDONE, ST_TCALC, ST_WALK, ST_DONE, ST_ERR,
- ST_TPICK, ST_TREAD, ST_THIT) = range(14)
+ ST_TPICK, ST_TREAD, ST_THIT, ST_TCHECK) = range(15)
 
 SUM_W = 64      # total weight W and running sums (the golden model bounds them by 2**62)
 WL_W = 48       # one lane's rejection weight (<= 2**46)
@@ -444,19 +446,6 @@ def token_check(K, tok, gamma, vocab, bad):
 
 
 @block
-def tree_node(J, parent, token, r_nodes, r_vocab, bad_par, bad_tok):
-    """Node J's start checks (J >= 1) on the live registers: ``bad_par``: J < NODES and parent >= J (BAD_TREE);
-    ``bad_tok``: J < NODES and token >= VOCAB (BAD_TOKEN)."""
-
-    @always_comb
-    def start_checks():
-        bad_par.next = J < r_nodes and parent >= J
-        bad_tok.next = J < r_nodes and token >= r_vocab
-
-    return start_checks
-
-
-@block
 def lane_clear(K, xlane, din, dout):
     """Lane K of a buffered beat, or -inf (biased 0) when K is the lane of the rejected token."""
 
@@ -528,7 +517,9 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     pr = cmap.reg("PARAMS")
     PARAMS_VAL = pr.encode(LANES=L, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX)
 
-    regfile = axil_regs(clk, rst, s_axil, cmap, regs)
+    bus = AxiLite(cmap.addr_width)      # the slave's side of s_axil (axil_hold_b holds a tree START's response)
+    bhold = Signal(bool(0))
+    regfile = axil_regs(clk, rst, bus, cmap, regs)
 
     cmd = regs["CTRL"]
     r_config, r_gamma, r_vocab, r_itemp = (regs[n] for n in ("CONFIG", "GAMMA", "VOCAB", "INV_TEMP"))
@@ -619,46 +610,31 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     twords = [regs[f"TREE_TOKEN{k}"] for k in range(TREE_MAX_NODES // 2)]
     par_bus = ConcatSignal(*reversed(pwords))           # parent of node j in bits 8 j + 7 .. 8 j
     tok_bus = ConcatSignal(*reversed(twords))           # token of node j in bits 16 j + 15 .. 16 j
-    NT = max(TREE_MAX, 2)       # node cells 1..NT-1 (a 1-node build keeps one, never live)
-    bad_par = [Signal(bool(0)) for _ in range(NT)]
-    bad_ttok = [Signal(bool(0)) for _ in range(NT)]
-    for j in range(1, NT):
-        insts.append(tree_node(j, pwords[j // 4](8 * (j % 4) + 8, 8 * (j % 4)),
-                               twords[j // 2](16 * (j % 2) + 16, 16 * (j % 2)), r_nodes, r_vocab, bad_par[j],
-                               bad_ttok[j]))
-    # bit j = node j; bit 0 (the root) is a constant 0
-    bad_par_bus, bad_ttok_bus = (ConcatSignal(*reversed(v[1:]), intbv(0)[1:]) for v in (bad_par, bad_ttok))
     f_tree, f_gamma, f_vocab, f_tok, f_temp = (Signal(bool(0)) for _ in range(5))
     nb_next = Signal(intbv(0)[AW:])
     # the per-token and per-node checks are registered before they are ORed: a flag is valid two cycles after
     # the register it reads was written, and CHECK comes a cycle after START, whose AXI-Lite write lands two
     # or more cycles after the one before it
     bad_r = Signal(intbv(0)[16:])
-    bad_par_r, bad_ttok_r = Signal(intbv(0)[NT:]), Signal(intbv(0)[NT:])
 
     @always(clk.posedge)
     def start_bits():
         bad_r.next = bad_bus
-        bad_par_r.next = bad_par_bus
-        bad_ttok_r.next = bad_ttok_bus
 
     @always(clk.posedge)
-    def start_flags():
-        f_tree.next = r_nodes == 0 or r_nodes > TREE_MAX or bad_par_r != 0
+    def start_flags():      # the nodes' own checks are TCHECK's (the node scan, below)
+        f_tree.next = r_nodes == 0 or r_nodes > TREE_MAX
         f_gamma.next = r_gamma > GAMMA_MAX
         f_vocab.next = r_vocab == 0 or r_vocab > VOCAB_MAX
-        if r_config[bit_tree]:
-            f_tok.next = bad_ttok_r != 0
-        else:
-            f_tok.next = bad_r != 0
+        f_tok.next = bad_r != 0 and not r_config[bit_tree]
         f_temp.next = not r_config[bit_greedy] and (r_itemp == 0 or r_itemp > 0xFFFF)
         nb_next.next = (r_vocab[18:0] + (L - 1)) >> LOG2L
 
     insts += [start_bits, start_flags]
 
-    # ---------------- tree: the node scan (THIT, TPICK) ----------------
+    # ---------------- tree: the node scan (TCHECK, THIT, TPICK) ----------------
     # The FSM sets ``scan`` to the first node to read and the scanning state steps it; the reader registers
-    # that node's parent and token, the test stage registers what the two states ask of it. One node a
+    # that node's parent and token, the test stage registers what the three states ask of it. One node a
     # cycle, so the tree's registers meet one multiplexer instead of a comparator per node.
     scan = Signal(intbv(0)[8:])         # the node read this cycle (past the tree's last node: reads ignored)
     n_last = Signal(intbv(0)[7:])       # the last node a scan reads: N - 1, at least 1 (latched at START)
@@ -666,12 +642,13 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     nd_j, nt_j = Signal(intbv(0)[8:]), Signal(intbv(0)[8:])
     nd_par = Signal(intbv(0)[8:])
     nd_tok, nt_tok = Signal(intbv(0)[16:]), Signal(intbv(0)[16:])
-    nt_in, nt_last, nt_kid, nt_hit = (Signal(bool(0)) for _ in range(4))
+    nt_in, nt_last, nt_badpar, nt_badtok, nt_kid, nt_hit = (Signal(bool(0)) for _ in range(6))
+    t_badpar, t_badtok = Signal(bool(0)), Signal(bool(0))   # TCHECK: a node failed (BAD_TREE / BAD_TOKEN)
     scanning = Signal(bool(0))
 
     @always_comb
     def scan_state():
-        scanning.next = state == ST_THIT or state == ST_TPICK
+        scanning.next = state == ST_TCHECK or state == ST_THIT or state == ST_TPICK
 
     @always(clk.posedge)
     def node_read():
@@ -687,10 +664,21 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         nt_tok.next = nd_tok
         nt_in.next = nd_j < n_nodes
         nt_last.next = nd_j >= n_last
+        nt_badpar.next = nd_par >= nd_j
+        nt_badtok.next = nd_tok >= vocab
         nt_kid.next = nd_par == cur
         nt_hit.next = nd_par == cur and nd_tok == arg
 
-    insts += [scan_state, node_read, node_test]
+    # a tree START's write response waits for TCHECK and CHECK: the pulse's cycle, then ``hold_s`` (set by
+    # the FSM on entering TCHECK, cleared in CHECK); registers only, for the hold reaches the slave's write
+    # enables
+    hold_s = Signal(bool(0))
+
+    @always_comb
+    def hold_start():
+        bhold.next = (cmd[bit_start] and r_config[bit_tree]) or hold_s
+
+    insts += [scan_state, node_read, node_test, hold_start, axil_hold_b(s_axil, bus, bhold)]
 
     # ---------------- stream path ----------------
     adv = Signal(bool(1))               # the stream pipeline advances this cycle (a register: adv_reg)
@@ -1052,6 +1040,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         if cmd[bit_soft]:
             state.next = ST_IDLE
             err.next = 0
+            hold_s.next = 0
         elif state == ST_IDLE or state == ST_DONE or state == ST_ERR:
             if beat:
                 err.next = err | E_UNEXP
@@ -1089,13 +1078,29 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 ztx.next = 0
                 arg.next = 0
                 rc.next = 0
+                scan.next = 1
+                t_badpar.next = 0
+                t_badtok.next = 0
                 if r_nodes[7:0] >= 2:
                     n_last.next = r_nodes[7:0] - 1
                 else:
                     n_last.next = 1
-                state.next = ST_CHECK
+                if r_config[bit_tree]:
+                    hold_s.next = 1
+                    state.next = ST_TCHECK
+                else:
+                    state.next = ST_CHECK
+        elif state == ST_TCHECK:
+            if nt_v:
+                if nt_in and nt_badpar:
+                    t_badpar.next = 1
+                if nt_in and nt_badtok:
+                    t_badtok.next = 1
+                if nt_last:
+                    state.next = ST_CHECK
         elif state == ST_CHECK:
-            if tree and f_tree:
+            hold_s.next = 0
+            if tree and (f_tree or t_badpar):
                 err.next = E_BAD_TREE
                 state.next = ST_ERR
             elif not tree and f_gamma:
@@ -1104,7 +1109,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             elif f_vocab:
                 err.next = E_BAD_VOCAB
                 state.next = ST_ERR
-            elif f_tok:
+            elif f_tok or (tree and t_badtok):
                 err.next = E_BAD_TOKEN
                 state.next = ST_ERR
             elif f_temp:

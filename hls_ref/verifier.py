@@ -485,11 +485,13 @@ def tree_rtl_cycles(d: Decision, vocab: int, lanes: int, greedy: bool, parents) 
     """``CYCLES_BUSY - CYCLES_STALL`` of a completed tree round on fpga/verifier.py (docs/verifier.md), for the
     tree of ``parents`` (N nodes, root included).
 
-    As :func:`chain_rtl_cycles` for the rows; greedy mode adds THIT (``VER_HIT``) per row. Sampling adds the
-    rescales, TPICK (``VER_PICK``), TREAD and TEST per tested child (``words - 1`` of them), one TPICK that
-    finds no child left, and the sample. THIT and TPICK also read one node a cycle (:func:`tree_scan_nodes`).
+    As :func:`chain_rtl_cycles` for the rows, after TCHECK (``VER_TCHECK`` and one cycle per node of 1..N-1,
+    at least one). Greedy mode adds THIT (``VER_HIT``) per row; sampling adds the rescales, TPICK
+    (``VER_PICK``), TREAD and TEST per tested child (``words - 1`` of them), one TPICK that finds no child left,
+    and the sample. THIT and TPICK also read one node a cycle (:func:`tree_scan_nodes`).
     """
-    base = _row_cycles(d, vocab, lanes) + tree_scan_nodes(d, parents, greedy)
+    base = (_row_cycles(d, vocab, lanes) + lat.VER_TCHECK + max(len(parents) - 1, 1)
+            + tree_scan_nodes(d, parents, greedy))
     if greedy:
         return base + lat.VER_HIT * d.rows
     tests = d.words - 1

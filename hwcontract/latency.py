@@ -26,6 +26,7 @@ VER_WALK_TAIL = 3               # WALK: C + prefix, compare with t, count the la
 VER_TEST = EXP + MUL_NARROW + 1 + MUL_WIDE + 2  # TEST: lane 0 (EXP, products), u * x (operands, MUL_WIDE), compare, decide
 # verifier, tree mode: the node scan reads one node's registers a cycle (read, test, then the decision), so a
 # scanning state takes these cycles plus one per node it reads (hls_ref.verifier.tree_rtl_cycles)
+VER_TCHECK = 2                  # TCHECK: the start checks of nodes 1..N-1 (BAD_TREE's parents, BAD_TOKEN)
 VER_PICK = 2                    # TPICK: the next child of the node, its token
 VER_HIT = 2                     # THIT: the first child whose token is the row's argmax
 VER_READ = VER_BUF_READ + 1     # TREAD: buffer read, lane select

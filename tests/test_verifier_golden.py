@@ -524,9 +524,10 @@ def test_tree_greedy_is_greedy_decoding():
             node = kids[0]
         assert tree_emitted(d.path, d.next_token, tokens) == want
         assert d.node == node and d.words == 0 and d.rows == len(want)
-        # CHECK, then per row: its beats, the stream pipeline, ROWEND and THIT (reading one node a cycle)
+        # TCHECK reads nodes 1..N-1, CHECK, then per row: its beats, the stream pipeline, ROWEND and THIT
+        # (reading one node a cycle)
         assert v.tree_rtl_cycles(d, vocab, 4, True, TREE_PARENTS) == (
-            lat.VER_START + reads
+            lat.VER_TCHECK + (n - 1) + lat.VER_START + reads
             + d.rows * (-(-vocab // 4) + lat.VER_STREAM + 1 + lat.VER_HIT))
 
 
