@@ -284,7 +284,7 @@ def _wire(src, dst):
 
 
 #: The AXI-Lite signals the master drives and those the slave drives (AxiLite attribute names), but the
-#: write response's handshake.
+#: write response's handshake (gated) and AWPROT / ARPROT (which the slave ignores).
 _FROM_MASTER = ("awaddr", "awvalid", "wdata", "wstrb", "wvalid", "araddr", "arvalid", "rready")
 _FROM_SLAVE = ("awready", "wready", "bresp", "arready", "rdata", "rresp", "rvalid")
 

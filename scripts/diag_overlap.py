@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from hwcontract import board
-from specdec import bench_draft
+from specdec import bench_draft, runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOCK_HZ = 150e6
@@ -72,25 +71,22 @@ def step_cycles(jobs: list[tuple[int, int, int]], window: int, port_bytes: int, 
 def main(results: Path) -> None:
     res = json.loads(results.read_text())
     params = dict(board.design("kv260").cell("draftengine").params)
-    rows, cols, wdepth = params["ROWS"], params["COLS"], params["WDEPTH"]
-    if (rows, cols) != bench_draft.ARRAY:
-        raise SystemExit(f"the KV260's engine is {rows} x {cols}, the bench's cycle model {bench_draft.ARRAY}")
+    if (params["ROWS"], params["COLS"]) != bench_draft.ARRAY:
+        raise SystemExit(f"the KV260's engine is {params['ROWS']} x {params['COLS']}, the bench's cycle model "
+                         f"{bench_draft.ARRAY}")
+    engine = runtime.golden_draftengine(params)       # the build's sizes: footprint (weight beats, tiles)
     port_bytes = board.design("kv260").hp_width // 8
     shapes = [(x["n"], x["k"], x["m"]) for x in res["layers"]]
-    run = bench_draft.run_cycles
-
-    def beats(n: int, k: int) -> int:
-        return math.ceil(n / rows) * math.ceil(k / cols)
+    run, size = bench_draft.run_cycles, engine.footprint
 
     slacks = (1.0, 1.5, 2.0, float("inf"))
     best = None
-    for window in range(max(beats(n, k) for n, k, _ in shapes[:-1]), wdepth // 2, cols * rows * 4):
+    for window in range(max(size(n, k)[0] for n, k, _ in shapes[:-1]), engine.wdepth // 2, 256):
         placed, used = [False] * len(shapes), 0
-        for i in sorted(range(len(shapes)), key=lambda i: -beats(*shapes[i][:2])):
-            if used + beats(*shapes[i][:2]) <= wdepth - window:
-                placed[i], used = True, used + beats(*shapes[i][:2])
-        jobs = [(run(n, k, m), 0 if p else beats(n, k), 0 if p else math.ceil(n / rows))
-                for (n, k, m), p in zip(shapes, placed)]
+        for i in sorted(range(len(shapes)), key=lambda i: -size(*shapes[i][:2])[0]):
+            if used + size(*shapes[i][:2])[0] <= engine.wdepth - window:
+                placed[i], used = True, used + size(*shapes[i][:2])[0]
+        jobs = [(run(n, k, m), *((0, 0) if p else size(n, k))) for (n, k, m), p in zip(shapes, placed)]
         for slack in slacks:
             c = step_cycles(jobs, window, port_bytes, slack)
             if c and (best is None or c < best[0]):
@@ -98,12 +94,12 @@ def main(results: Path) -> None:
     print(f"largest matrices placed, a ring of {best[1]:,} beats, {best[3]} of {len(shapes)} matrices placed: "
           f"{best[0]:,} cycles, {best[0] / CLOCK_HZ * 1e3:.3f} ms at 150 MHz")
     (hn, hk, hm), layers = shapes[-1], shapes[:-1]
-    window = wdepth - sum(beats(n, k) for n, k, _ in layers)
-    kc, best = math.ceil(hk / cols), None
-    for tiles in range(8, window // kc + 1, 8):
-        head = [(run(min(tiles, math.ceil(hn / rows) - i) * rows, hk, hm),
-                 min(tiles, math.ceil(hn / rows) - i) * kc, min(tiles, math.ceil(hn / rows) - i))
-                for i in range(0, math.ceil(hn / rows), tiles)]
+    window = engine.wdepth - sum(size(n, k)[0] for n, k, _ in layers)
+    head_tiles, tile_beats = size(hn, hk)[1], size(engine.rows, hk)[0]
+    best = None
+    for tiles in range(8, window // tile_beats + 1, 8):
+        head = [(run(t * engine.rows, hk, hm), *size(t * engine.rows, hk))
+                for t in (min(tiles, head_tiles - i) for i in range(0, head_tiles, tiles))]
         jobs = [(run(n, k, m), 0, 0) for n, k, m in layers] + head
         for slack in slacks:
             c = step_cycles(jobs, window, port_bytes, slack)
