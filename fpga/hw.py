@@ -224,11 +224,13 @@ def check_steps(top: str) -> list[str]:
             "check -assert"]
 
 
-def synth_script(vname: str, top: str, family: str = "xc7") -> str:
-    """One yosys run: synthesis with abc9, ``stat`` and ``sta``, then the RTL reloaded for :func:`check_steps`."""
+def synth_script(vname: str, top: str, family: str = "xc7", nosrl: bool = False) -> str:
+    """One yosys run: synthesis with abc9, ``stat`` and ``sta``, then the RTL reloaded for :func:`check_steps`.
+    ``nosrl``: no shift-register LUTs (the module says ``shreg_extract = "no"``, which yosys does not read)."""
     return "; ".join([f"read_verilog {vname}", "design -save rtl",
                       f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf -abc9"
-                      + (" -uram" if family == "xcup" else ""),      # UltraScale+: large memories into URAM288
+                      + (" -uram" if family == "xcup" else "")       # UltraScale+: large memories into URAM288
+                      + (" -nosrl" if nosrl else ""),
                       "tee -o stat.txt stat", *STA_STEPS, "design -load rtl", *check_steps(top)])
 
 
@@ -338,8 +340,10 @@ def synth(core: str, params: dict | None = None, out_dir: str | Path = "build", 
 
 def _synth_converted(core: str, converted: tuple, out_dir: Path, family: str) -> dict:
     """:func:`synth` of a core already converted (``_convert``'s tuple)."""
+    from fpga.convert import NO_SRL_ATTRIBUTE
     values, top, vfile, _ = converted
-    work, run = _yosys_cached(vfile, top, synth_script("core.v", top, family), family, out_dir)
+    nosrl = NO_SRL_ATTRIBUTE in vfile.read_text()
+    work, run = _yosys_cached(vfile, top, synth_script("core.v", top, family, nosrl), family, out_dir)
     row = {"core": core, "params": values, "toplevel": top, "family": family,
            "verilog_sha256": hashlib.sha256(vfile.read_bytes()).hexdigest()[:16]}
     stat = work / "stat.txt"

@@ -19,7 +19,10 @@ pipelined DSP product rescales S (sampling mode only; greedy rounds need no S).
 Sampling passes (one buffered beat per cycle)::
 
     buffer read (3) -> EXP p, q (6) -> e_p S_q, e_q S_p (4) -> weight -> lane prefix sums (log2 L)
-       TOTAL: W_d += sum w, W_e += sum e_p             WALK: C + prefix <= t (3) -> first lane past t
+       TOTAL: W_d += last prefix, W_e += sum e_p       WALK: prefix <= t - C (3) -> first lane past t
+
+TOTAL's residual W_d is the last lane's prefix (one adder network for both passes), and WALK keeps
+``R = t - C`` instead of adding C to every lane's prefix, so each lane only compares.
 
 FSM (chain mode, CONFIG.TREE = 0)::
 
@@ -215,9 +218,10 @@ def lane_in(clk, ce, K, raw, jbase, vocab, greedy, inv_temp, xtok, cap_en, zb, h
 
 
 @block
-def lane_sample(clk, zp, zq, m_p, m_q, s_p, s_q, diff_mode, ep, eq, a, b, wsel, w, epw):
+def lane_sample(clk, zp, zq, m_p, m_q, s_p, s_q, diff_mode, ep, eq, a, b, wsel, epw):
     """One buffered lane of the sampling pipe: e_p, e_q (EXP stages), ``a = e_p S_q``, ``b = e_q S_p``
-    (MUL_NARROW stages) and the weight stage: ``w = max(0, a - b)``, ``wsel`` = w (residual) or e_p."""
+    (MUL_NARROW stages) and the weight stage: ``wsel`` = max(0, a - b) (residual) or e_p, ``epw`` = e_p. In
+    residual mode the lanes' prefix sums of ``wsel`` give W_d as well (their last lane), so no second sum."""
     epd = Signal(intbv(0)[16:])
     insts = [exp_pipe(clk, None, m_p, zp, ep), exp_pipe(clk, None, m_q, zq, eq),
              mul_wide(clk, None, ep, s_q, a), mul_wide(clk, None, eq, s_p, b),
@@ -225,18 +229,12 @@ def lane_sample(clk, zp, zq, m_p, m_q, s_p, s_q, diff_mode, ep, eq, a, b, wsel, 
 
     @always(clk.posedge)
     def weight():
-        if a >= b:
-            w.next = a - b
-            if diff_mode:
-                wsel.next = a - b
-            else:
-                wsel.next = epd
+        if not diff_mode:
+            wsel.next = epd
+        elif a >= b:
+            wsel.next = a - b
         else:
-            w.next = 0
-            if diff_mode:
-                wsel.next = 0
-            else:
-                wsel.next = epd
+            wsel.next = 0
         epw.next = epd
 
     return insts + [weight]
@@ -348,9 +346,13 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
     Block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
     buffer; ``*_bram``, marked ram_style "block" by fpga.convert so that UltraScale+ keeps its URAM for the
-    draft engine); the tail (280 beats there) is distributed RAM (``*_lutram``, marked ram_style
-    "distributed") read through a registered address into a register. The block RAM's output register (a
-    RAM's clock-to-out is long: 4.3 ns on the ECP5 proxy) comes before the mux, so no logic follows the RAM.
+    draft engine). The tail (280 beats there) is split by bits when the beat is wider than 36 bits: its low
+    36 bits in one more block RAM (512 x 36, a RAMB18, at the address's low 9 bits), the rest in distributed
+    RAM (``*_lutram``, marked ram_style "distributed") read through a registered address into a register; a
+    narrower beat's tail is all distributed RAM. At V = 50272, L = 4 that is 49 RAMB36 for both buffers
+    (35.0%) and 28-bit instead of 64-bit distributed RAM: about 480 LUT fewer. The block RAMs' output
+    registers (a RAM's clock-to-out is long: 4.3 ns on the ECP5 proxy) come before the mux, so no logic follows
+    a RAM.
     """
     assert lat.VER_BUF_READ == 3
     MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
@@ -376,15 +378,21 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
         return write, read, out
 
-    mem_b_lutram = [Signal(intbv(0)[DW:]) for _ in range(TAIL)]
+    # the tail's low TAIL_BRAM_W bits in one more block RAM (512 x 36, indexed by the address's low bits: MAIN
+    # is a multiple of 512), the rest in distributed RAM; a narrow beat's tail is all distributed RAM
+    CW = TAIL_BRAM_W if DW > TAIL_BRAM_W else 0
+    BW = DW - CW
+    mem_b_lutram = [Signal(intbv(0)[BW:]) for _ in range(TAIL)]
     rb_addr = Signal(intbv(0, min=0, max=TAIL))
-    rd_b = Signal(intbv(0)[DW:])
-    rd_b2 = Signal(intbv(0)[DW:])
+    rd_b = Signal(intbv(0)[BW:])
+    rd_b2 = Signal(intbv(0)[BW:])
     sel = Signal(bool(0))
     sel2 = Signal(bool(0))
     wb = Signal(bool(0))
     wa = Signal(bool(0))
     wboff = Signal(intbv(0, min=0, max=TAIL))
+    din_b = Signal(intbv(0)[BW:])
+    insts = []
 
     @always_comb
     def wsplit():
@@ -394,6 +402,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
             wboff.next = waddr - MAIN
         else:
             wboff.next = 0
+        din_b.next = din[DW:CW]
 
     @always(clk.posedge)
     def write_a():
@@ -403,7 +412,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     @always(clk.posedge)
     def write_b():
         if wb:
-            mem_b_lutram[wboff].next = din
+            mem_b_lutram[wboff].next = din_b
 
     @always(clk.posedge)
     def read():
@@ -418,20 +427,59 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     def read_b():
         rd_b.next = mem_b_lutram[rb_addr]
 
+    insts += [wsplit, write_a, write_b, read, read_b]
+    if CW == 0:
+        @always(clk.posedge)
+        def out():
+            rd_a2.next = rd_a
+            rd_b2.next = rd_b
+            sel2.next = sel
+            if sel2:
+                dout.next = rd_b2
+            else:
+                dout.next = rd_a2
+
+        return insts + [out]
+
+    mem_c_bram = [Signal(intbv(0)[CW:]) for _ in range(SPLIT)]
+    rd_c = Signal(intbv(0)[CW:])
+    rd_c2 = Signal(intbv(0)[CW:])
+    din_c = Signal(intbv(0)[CW:])
+    wc_addr = Signal(intbv(0)[SPLIT_BITS:])
+    rc_addr = Signal(intbv(0)[SPLIT_BITS:])
+
+    @always_comb
+    def csplit():
+        din_c.next = din[CW:]
+        wc_addr.next = waddr[SPLIT_BITS:]
+        rc_addr.next = raddr[SPLIT_BITS:]
+
     @always(clk.posedge)
-    def out():
+    def write_c():
+        if wb:
+            mem_c_bram[wc_addr].next = din_c
+
+    @always(clk.posedge)
+    def read_c():
+        rd_c.next = mem_c_bram[rc_addr]
+
+    @always(clk.posedge)
+    def out_c():
         rd_a2.next = rd_a
         rd_b2.next = rd_b
+        rd_c2.next = rd_c
         sel2.next = sel
         if sel2:
-            dout.next = rd_b2
+            dout.next = concat(rd_b2, rd_c2)
         else:
             dout.next = rd_a2
 
-    return wsplit, write_a, write_b, read, read_b, out
+    return insts + [csplit, write_c, read_c, out_c]
 
 
 SPLIT = 512     # block-RAM granule of the row buffers (a RAMB36 as 512 x 72)
+SPLIT_BITS = SPLIT.bit_length() - 1
+TAIL_BRAM_W = 36  # the tail bits one RAMB18 (512 x 36) holds
 
 
 @block
@@ -460,14 +508,15 @@ def lane_clear(K, xlane, din, dout):
 
 
 @block
-def lane_le(clk, c, pw, t, le):
-    """WALK, one lane: ``s = C + prefix`` (registered), then ``le = s <= t`` (registered)."""
-    s = Signal(intbv(0)[SUM_W:])
+def lane_le(clk, pw, r, le):
+    """WALK, one lane: ``C + prefix <= t`` as ``prefix <= r`` with ``r = t - C`` (the FSM keeps r, so no lane
+    adds C), registered, then delayed a stage (the pipe's depth, ``VER_WALK_TAIL``)."""
+    le1 = Signal(bool(0))
 
     @always(clk.posedge)
     def seq():
-        s.next = c + pw
-        le.next = s <= t
+        le1.next = pw <= r
+        le.next = le1
 
     return seq
 
@@ -569,7 +618,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     b1_r = Signal(intbv(0)[WL_W:])
     cmp_r = Signal(bool(0))
     diff_mode = Signal(bool(0))
-    w_d, w_e, w_tot, t_thr, c_walk = (Signal(intbv(0)[SUM_W:]) for _ in range(5))
+    w_d, w_e, w_tot, r_walk = (Signal(intbv(0)[SUM_W:]) for _ in range(4))
     addr = Signal(intbv(0)[AW:])
     issuing = Signal(bool(0))
     rcv = Signal(intbv(0)[AW:])
@@ -637,7 +686,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     # that node's parent and token, the test stage registers what the three states ask of it. One node a
     # cycle, so the tree's registers meet one multiplexer instead of a comparator per node.
     scan = Signal(intbv(0)[8:])         # the node read this cycle (past the tree's last node: reads ignored)
-    n_last = Signal(intbv(0)[7:])       # the last node a scan reads: N - 1, at least 1 (latched at START)
     nd_v, nt_v = Signal(bool(0)), Signal(bool(0))
     nd_j, nt_j = Signal(intbv(0)[8:]), Signal(intbv(0)[8:])
     nd_par = Signal(intbv(0)[8:])
@@ -663,7 +711,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         nt_j.next = nd_j
         nt_tok.next = nd_tok
         nt_in.next = nd_j < n_nodes
-        nt_last.next = nd_j >= n_last
+        nt_last.next = nd_j + 1 >= n_nodes     # the scan's last node: N - 1, or node 1 (a scan starts there) if N < 2
         nt_badpar.next = nd_par >= nd_j
         nt_badtok.next = nd_tok >= vocab
         nt_kid.next = nd_par == cur
@@ -805,9 +853,13 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     insts += [write_regs, row_buffer(clk, we_p_r, wa_p_r, din_p_r, ra, rd_p, DEPTH, DW),
               row_buffer(clk, we_q_r, wa_q_r, din_q_r, ra, rd_q, DEPTH, DW)]
 
+    # the buffers' read address is x's beat in TREAD and a tree TEST (its write-back reads the beat): a flag the
+    # FSM sets entering TREAD and clears leaving TEST, so no state decode sits before the block RAMs' address
+    xread = Signal(bool(0))     # also the p buffer's write select: TEST's write-back, or a streamed beat
+
     @always_comb
     def read_addr():
-        if state == ST_TREAD or (state == ST_TEST and tree):
+        if xread:
             ra.next = xbeat
         else:
             ra.next = addr
@@ -828,13 +880,15 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     @always_comb
     def write_ports():
         wa_q.next = bidx5
-        if state == ST_TEST:
+        if xread:
             wa_p.next = xbeat
             din_p.next = cleared_bus
-            we_p.next = tree and wc == T_DECIDE and not cmp_r
         else:
             wa_p.next = bidx5
             din_p.next = zbus5
+        if state == ST_TEST:
+            we_p.next = tree and wc == T_DECIDE and not cmp_r
+        else:
             we_p.next = state == ST_STREAM and vpipe[4] and adv and not kind_q
         we_q.next = state == ST_STREAM and vpipe[4] and adv and kind_q
 
@@ -867,25 +921,23 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     pa = [Signal(intbv(0)[WL_W:]) for _ in range(L)]
     pb = [Signal(intbv(0)[WL_W:]) for _ in range(L)]
     wsels = [Signal(intbv(0)[PW_W:]) for _ in range(L)]
-    ws = [Signal(intbv(0)[PW_W:]) for _ in range(L)]
     epws = [Signal(intbv(0)[20:]) for _ in range(L)]
     for k in range(L):
         insts.append(lane_sample(clk, zp0 if k == 0 else zp_l[k], zq0 if k == 0 else zq_l[k], m_p, m_q,
-                                 s_p, s_q, diff_mode, eps[k], eqs[k], pa[k], pb[k], wsels[k], ws[k], epws[k]))
+                                 s_p, s_q, diff_mode, eps[k], eqs[k], pa[k], pb[k], wsels[k], epws[k]))
     pws = [Signal(intbv(0)[PW_W:]) for _ in range(L)]
-    pd_last = Signal(intbv(0)[PW_W:])
     pe_last = Signal(intbv(0)[20:])
-    insts += [prefix_sums(clk, wsels, pws, PW_W), tree_sum(clk, ws, pd_last), tree_sum(clk, epws, pe_last)]
-    pw_last = pws[L - 1]
+    insts += [prefix_sums(clk, wsels, pws, PW_W), tree_sum(clk, epws, pe_last)]
+    pw_last = pws[L - 1]                # the beat's sum of wsel: W_d's addend in residual mode
     ep0, eq0, a0, b0 = eps[0], eqs[0], pa[0], pb[0]
 
     NV = D_SAMPLE + 3
     svalid = Signal(intbv(0)[NV:])      # bit k - 1: the beat issued k cycles ago is at stage k
 
-    # WALK: C + prefix <= t per lane (two stages), then the count of lanes at or below t
+    # WALK: C + prefix <= t per lane (two stages; r_walk = t - C), then the count of lanes at or below t
     les = [Signal(bool(0)) for _ in range(L)]
     for k in range(L):
-        insts.append(lane_le(clk, c_walk, pws[k], t_thr, les[k]))
+        insts.append(lane_le(clk, pws[k], r_walk, les[k]))
     le_bus = ConcatSignal(*reversed(les)) if L > 1 else les[0]
     cnt3 = Signal(intbv(0)[4:])
     found3 = Signal(bool(0))
@@ -1026,7 +1078,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             addr.next = 0
             issuing.next = 1
             rcv.next = 0
-            c_walk.next = 0
         elif issuing:                                   # TOTAL and WALK issue one buffer read per cycle
             if addr == nb - 1:
                 issuing.next = 0
@@ -1041,6 +1092,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
             state.next = ST_IDLE
             err.next = 0
             hold_s.next = 0
+            xread.next = 0
         elif state == ST_IDLE or state == ST_DONE or state == ST_ERR:
             if beat:
                 err.next = err | E_UNEXP
@@ -1081,10 +1133,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 scan.next = 1
                 t_badpar.next = 0
                 t_badtok.next = 0
-                if r_nodes[7:0] >= 2:
-                    n_last.next = r_nodes[7:0] - 1
-                else:
-                    n_last.next = 1
                 if r_config[bit_tree]:
                     hold_s.next = 1
                     state.next = ST_TCHECK
@@ -1240,6 +1288,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 else:
                     cmp_r.next = uprod < (b1_r << 24)
             if wc == T_DECIDE:
+                xread.next = 0
                 if tree and cmp_r:
                     acc_bits.next = concat(acc_bits[31:0], True)
                     n_acc.next = n_acc + 1
@@ -1264,6 +1313,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 if nt_in and nt_kid:
                     csel.next = nt_j[6:]
                     xsel.next = nt_tok
+                    xread.next = 1
                     state.next = ST_TREAD
                 elif nt_last:
                     diff_mode.next = 0
@@ -1275,7 +1325,8 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 state.next = ST_TEST
         elif state == ST_TOTAL:
             if svalid[D_SAMPLE - 1]:
-                w_d.next = w_d + pd_last
+                w_d.next = w_d + pw_last        # residual mode's W_d (unused otherwise: TDONE reads it
+                                                # only when diff_mode, which is constant over the pass)
                 w_e.next = w_e + pe_last
                 rcv.next = rcv + 1
                 if rcv == nb - 1:
@@ -1297,11 +1348,12 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
                 ma.next = rout >> 8
                 mb.next = w_tot
             if wc == TCALC_WAIT:
-                t_thr.next = uprod >> 24
+                r_walk.next = uprod >> 24       # t: the walk's first beat has C = 0
                 state.next = ST_WALK
         elif state == ST_WALK:
             if svalid[D_SAMPLE - 1]:
-                c_walk.next = c_walk + pw_last
+                r_walk.next = r_walk - pw_last  # t - C for the next beat; the beats issued past the first
+                                                # lane past t may wrap it, and are never decided
             if svalid[D_SAMPLE + 2]:
                 if found3 or rcv == nb - 1:
                     next_tok.next = (rcv << LOG2L) + cnt3

@@ -20,7 +20,7 @@ VER_START = 1                   # CHECK: the start checks read registered flags
 VER_BUF_READ = 3
 # verifier: sampling passes (a buffer read issued to the lane's weight): read, EXP, product, weight
 VER_SAMPLE = VER_BUF_READ + EXP + MUL_NARROW + 1
-VER_WALK_TAIL = 3               # WALK: C + prefix, compare with t, count the lanes
+VER_WALK_TAIL = 3               # WALK: prefix <= t - C, a register, count the lanes
 
 # verifier: states that wait a fixed number of cycles (each total counts the state's cycles)
 VER_TEST = EXP + MUL_NARROW + 1 + MUL_WIDE + 2  # TEST: lane 0 (EXP, products), u * x (operands, MUL_WIDE), compare, decide

@@ -194,6 +194,21 @@ def test_memories_carry_their_ram_style() -> None:
     assert all(v is None for k, v in styles.items() if not k.endswith(("_bram", "_lutram")))
     assert "weight_ram0_mem" in styles                   # the engine's weights: unmarked, the tool's choice
     assert styles["sdp_ram0_mem_bram"] == styles["sdp_ram1_mem_bram"] == "block"   # its parameters, activations
+    assert styles["row_buffer0_mem_c_bram"] == "block"                  # the tails' low 36 bits
+
+
+@pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")
+def test_only_the_verifier_says_no_srl() -> None:
+    """The verifier's module carries ``shreg_extract = "no"`` (fpga.convert.NO_SRL: its delay lines stay
+    flip-flops), on the line before its module; no other core's does."""
+    from fpga.convert import NO_SRL, NO_SRL_ATTRIBUTE, convert
+    from specdec.backends.simulator import BUILD
+    assert NO_SRL == {"verifier"}
+    for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("rng", None)):
+        lines = convert(core, params, BUILD / "src").read_text().splitlines()
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("module "))
+        assert (lines[at - 1] == NO_SRL_ATTRIBUTE) == (core == "verifier"), (core, lines[at - 1])
+        assert sum(NO_SRL_ATTRIBUTE in ln for ln in lines) == (core == "verifier")
 
 
 # ------------------------------------------------------------------------------------------------

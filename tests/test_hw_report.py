@@ -175,6 +175,39 @@ def test_cache_keys_follow_the_verilog() -> None:
     assert hw.yosys_key(SMALL_CORE, hw.synth_script("core.v", "small", "xcup"), tools[0]) != ykey
 
 
+DELAY_LINE = """module dly (
+    clk,
+    d,
+    q
+);
+input clk;
+input [7:0] d;
+output [7:0] q;
+reg [7:0] q;
+reg [7:0] s0, s1, s2, s3, s4;
+always @(posedge clk) begin
+    s0 <= d; s1 <= s0; s2 <= s1; s3 <= s2; s4 <= s3; q <= s4;
+end
+endmodule
+"""
+
+
+@needs_yowasp
+def test_a_module_that_says_no_srl_keeps_its_delay_lines_in_flip_flops(tmp_path: Path) -> None:
+    """yosys does not read ``shreg_extract = "no"`` (Vivado does): the report synthesises such a module
+    (fpga.convert.NO_SRL, the verifier) with ``-nosrl``. The same six-stage delay line takes shift-register
+    LUTs without the attribute and only flip-flops with it."""
+    from fpga.convert import NO_SRL_ATTRIBUTE
+    rows = {}
+    for name, text in (("plain", DELAY_LINE), ("no_srl", f"{NO_SRL_ATTRIBUTE}\n{DELAY_LINE}")):
+        vfile = tmp_path / name / "dly.v"
+        vfile.parent.mkdir()
+        vfile.write_text(text)
+        rows[name] = hw._synth_converted("dly", ({}, "dly", vfile, []), tmp_path / name, "xc7")
+    assert rows["plain"]["lutram"] >= 8 and rows["plain"]["ff"] < 48, rows["plain"]
+    assert rows["no_srl"]["lutram"] == 0 and rows["no_srl"]["ff"] == 48, rows["no_srl"]
+
+
 @needs_yowasp
 @pytest.mark.filterwarnings("ignore:Port is not used")
 def test_rng_harness_passes_check(tmp_path: Path) -> None:
