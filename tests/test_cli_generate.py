@@ -223,16 +223,22 @@ def test_generate_unknown_model_exits_1_before_any_model_loads(no_model_load, mo
     assert "--draft /path/to/no-such-model-specdec" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("backend", ["ref", "sim", "pynq"])
-def test_a_model_path_that_names_no_directory_exits_2_before_anything_loads(backend, no_model_load, monkeypatch,
-                                                                            tmp_path, capsys):
-    """A --draft or --target path that names no directory is a bad argument: refused before a model loads,
-    the RTL builds (sim) or the overlay loads (pynq), naming the option and the path."""
+@pytest.fixture
+def no_backend_start(monkeypatch, tmp_path):
+    """Fail the test if the simulation starts; no board and no bitstream for the pynq backend."""
     from specdec import runtime
     from specdec.backends import simulator
     monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("the simulation started"))
     monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
     monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
+
+
+@pytest.mark.parametrize("backend", ["ref", "sim", "pynq"])
+def test_a_model_path_that_names_no_directory_exits_2_before_anything_loads(backend, no_model_load,
+                                                                            no_backend_start, monkeypatch,
+                                                                            tmp_path, capsys):
+    """A --draft or --target path that names no directory is a bad argument: refused before a model loads,
+    the RTL builds (sim) or the overlay loads (pynq), naming the option and the path."""
     missing = tmp_path / "no-such-model"
     assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", str(missing)]) == 2
     err = capsys.readouterr().err
@@ -245,6 +251,22 @@ def test_a_model_path_that_names_no_directory_exits_2_before_anything_loads(back
     monkeypatch.setenv("HOME", str(tmp_path))
     assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", "~/no-such-model"]) == 2
     assert f"no such directory: {missing}" in capsys.readouterr().err      # ~ is the user's home
+
+
+@pytest.mark.parametrize("backend", ["ref", "sim", "pynq"])
+def test_a_target_without_a_draft_is_named_before_its_missing_default_draft(backend, gpt2_dirs, no_model_load,
+                                                                            no_backend_start, tmp_path, capsys):
+    """--target alone: a path that names no directory is reported as such (it was reported as a target with
+    no default draft, exit 1), and a real target without a default draft is a bad argument naming --draft
+    (exit 2), both before anything loads or builds."""
+    missing = tmp_path / "no-such-target"
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--target", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "--target must be a hub id or a model directory" in err and f"no such directory: {missing}" in err, err
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--target", gpt2_dirs[0]]) == 2
+    err = capsys.readouterr().err
+    assert "--draft must be a draft model's hub id or directory, or prompt-lookup" in err, err
+    assert f"target {gpt2_dirs[0]!r} has no default draft" in err and err.rstrip().endswith("got None"), err
 
 
 def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):
@@ -360,6 +382,8 @@ def test_generate_tree_greedy_equals_chain(kind, gpt2_dirs, tmp_path, capsys):
     (["--tree", "sequoia", "--tree-acceptance", "0.5,x"], "--tree-acceptance"),
     (["--tree", "sequoia", "--tree-acceptance", "0.5,1.5"],
      "--tree-acceptance must be one value in [0, 1] per draft rank, got (0.5, 1.5)"),
+    (["--tree", "eagle", "--gamma", "3"], "--gamma 3 with --tree eagle: a tree's size is --tree-budget"),
+    (["--gamma", "auto", "--tree", "static"], "--gamma auto with --tree static"),
 ])
 def test_generate_tree_usage_errors(extra, message, no_model_load, capsys):
     code = exit_code(["generate", "--prompt", "x"] + extra)

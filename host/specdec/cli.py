@@ -468,8 +468,12 @@ def _flag(option: str) -> str:
 
 def _generate(args: argparse.Namespace) -> int:
     from specdec import metrics, runtime
+    from specdec.job import Job
     prompt = args.prompt.replace("\\n", "\n")       # a typed backslash-n is a newline
-    job = _job(args, [prompt], args.gamma, _tree_spec(args, args.tree))
+    if args.tree and args.gamma is not None:
+        raise UsageError(f"--gamma {args.gamma} with --tree {args.tree}: a tree's size is --tree-budget (gamma "
+                         f"sets a chain's length; leave it out)")
+    job = _job(args, [prompt], Job.gamma if args.gamma is None else args.gamma, _tree_spec(args, args.tree))
     if args.record and args.backend == "sim":
         raise UsageError("--record runs on --backend ref or pynq (the sim backend's verifier runs inside the "
                          "simulation)")
@@ -490,12 +494,15 @@ def _generate(args: argparse.Namespace) -> int:
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     """``specdec generate``: speculative decoding of one prompt, text on stdout, stats on stderr."""
     from specdec import runtime
+    from specdec.job import Job
     g = sub.add_parser("generate", help="speculative decoding of one prompt: the text and one stats line")
     g.set_defaults(action="run")
     g.add_argument("--prompt", required=True, help="the prompt text (a typed \\n is a newline)")
     _model_args(g)
-    g.add_argument("--gamma", type=_gamma, default=4, help="draft tokens per round; auto (HF's heuristic) or model (the "
-                                                          "break-even model's best gamma, measured online) (default 4)")
+    # default None: a value given with --tree is refused (a tree's size is its budget); _generate fills it in
+    g.add_argument("--gamma", type=_gamma, default=None,
+                   help=f"draft tokens per round; auto (HF's heuristic) or model (the break-even model's best gamma, "
+                        f"measured online) (default {Job.gamma}; chains only)")
     _tree_args(g)
     g.add_argument("--backend", default="ref", choices=runtime.BACKENDS,
                    help="verifier: ref (golden model), sim (RTL in Verilator), pynq (a board)")

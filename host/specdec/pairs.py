@@ -43,7 +43,9 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     Raises
     ------
     ModelError
-        A model that cannot be loaded, no default draft for the target, or two vocabularies.
+        A model that cannot be loaded, or two vocabularies.
+    OptionError
+        No draft given for a target that has no default draft; a path that names no model directory.
     """
     target, draft = check_sources(target, draft)
     head_dir = eagle_dir(draft) if draft != PROMPT_LOOKUP else None
@@ -94,14 +96,16 @@ def check_sources(target: str | None, draft: str | None) -> tuple[str, str]:
 
 
 def resolve_names(target: str | None, draft: str | None) -> tuple[str, str]:
-    """(target, draft) with the defaults filled in: the demo target, the target's usual draft (ModelError when
-    it has none)."""
+    """(target, draft) with the defaults filled in: the demo target, the target's usual draft. Without a draft,
+    a target that has no usual one is an OptionError naming ``draft`` (a bad argument), once
+    :func:`specdec.models.check_source` has found the target itself (a missing target is named first)."""
     target = target or models.DEMO_TARGET
     if draft is None:
         draft = models.DEFAULT_DRAFT.get(target)
         if draft is None:
-            raise models.ModelError(f"no default draft for target {target!r}: pass --draft ID or "
-                                    f"--draft {PROMPT_LOOKUP}")
+            models.check_source(target, "target")   # a target that is not there is named as such first
+            raise OptionError("draft", None, f"a draft model's hub id or directory, or {PROMPT_LOOKUP} (target "
+                                             f"{target!r} has no default draft)")
     return target, draft
 
 
