@@ -1,4 +1,4 @@
-r"""Diagnosis for docs/tree.md (trees when sampling): which tree verification rule would let a token tree beat
+r"""Diagnosis for docs/benchmarks.md (trees when sampling): which tree verification rule would let a token tree beat
 the best chain when sampling, and by how much?
 
 The verifier built today takes a tree's children as point masses: the rank-j child x_j is accepted with the
@@ -22,9 +22,11 @@ against the chain's at the same positions a call. Rules:
   rejected child);
 - ``specinfer``: SpecInfer's multi-step rejection: children drawn from q with replacement, q kept.
 
-Every rule is lossless: the token emitted at a node follows the target's p.
+Every rule is lossless: the token emitted at a node follows the target's p (tests/test_diag_sampled_tree.py).
 
-    python scripts/diag_sampled_tree.py [--prompts 8] [--new-tokens 64] [--trials 64] [--json FILE]
+    python scripts/diag_sampled_tree.py [--prompts 16] [--new-tokens 64] [--trials 128] [--json FILE]
+
+(the defaults are the run in docs/benchmarks.md, about 6 minutes on 2 cores).
 
 Not a benchmark: no verifier in any face runs ``hybrid``, ``rsd`` or ``specinfer``; the positional model is
 checked against the measured chain and point-mass tree (the run's ``check`` lines).
@@ -181,13 +183,13 @@ def contexts_of(pair, n: int, prompt_tokens: int, new_tokens: int, s: Sampling,
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draft", default="smollm2-eagle-head")
-    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--prompt-tokens", type=int, default=48)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--ranks", type=int, default=4, help="children a node at most")
-    ap.add_argument("--trials", type=int, default=64, help="Monte Carlo draws a position and rule")
+    ap.add_argument("--trials", type=int, default=128, help="Monte Carlo draws a position and rule")
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--budgets", default="2,3,4,5,6,7,8,10,12,16")
     ap.add_argument("--seed", type=int, default=0)
