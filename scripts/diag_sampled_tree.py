@@ -26,7 +26,7 @@ Every rule is lossless: the token emitted at a node follows the target's p (test
 
     python scripts/diag_sampled_tree.py [--prompts 16] [--new-tokens 64] [--trials 128] [--json FILE]
 
-(the defaults are the run in docs/benchmarks.md, about 6 minutes on 2 cores).
+(the defaults are the run in docs/benchmarks.md, about 70 s on 2 cores).
 
 Not a benchmark: no verifier in any face runs ``hybrid``, ``rsd`` or ``specinfer``; the positional model is
 checked against the measured chain and point-mass tree (the run's ``check`` lines).
@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from hwcontract.formats import fixed_point_dist, inv_temp, quantize
 from specdec import corpus
 from specdec.decode import Sampling, mask_logits
 from specdec.pairs import draft_lm, encode, open_pair
@@ -50,11 +51,9 @@ POSITION_COSTS = (0.05, 0.02, 0.01, 0.0)
 
 
 def probs(logits: np.ndarray, s: Sampling) -> np.ndarray:
-    """Float64 rows of the distribution the verifier samples: top-k / top-p masked, softmax at T."""
-    x = mask_logits(logits, s).astype(np.float64) / s.temperature
-    x -= x.max(axis=-1, keepdims=True)
-    e = np.exp(x)
-    return e / e.sum(axis=-1, keepdims=True)
+    """The distribution the verifier tests a row against: top-k / top-p masked, quantized to the stream's
+    codes, the core's fixed-point weights at INV_TEMP (as the decode loop draws its draft tokens)."""
+    return fixed_point_dist(quantize(mask_logits(logits, s)), inv_temp(s.temperature))
 
 
 def rows(pair, contexts, s: Sampling):
