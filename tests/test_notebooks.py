@@ -7,6 +7,7 @@ every cell, the board's included, runs on the emulated KV260 (``SPECDEC_EMULATE=
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,16 @@ def test_specdec_notebooks_copies_them_and_refuses_to_overwrite(tmp_path, capsys
     assert mine.read_bytes() == (NOTEBOOK_DIR / mine.name).read_bytes()
     assert cli.main(["notebooks", str(mine)]) == cli.EXIT_USAGE           # a file is no directory
     assert "is a file" in capsys.readouterr().err
+
+
+def test_specdec_notebooks_help_names_every_notebook(capsys):
+    """The command's help lists the notebooks it copies, all of them (it once named five of six by hand)."""
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = re.search(r"notebooks copy the Jupyter notebooks into DIR: (.*?) options:", text)
+    assert listed, text
+    assert listed.group(1).split(", ") == NAMES
 
 
 @pytest.mark.filterwarnings("ignore:pkg_resources is deprecated:DeprecationWarning")

