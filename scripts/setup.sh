@@ -18,6 +18,9 @@ command -v iverilog >/dev/null || need_apt+=(iverilog)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v tclsh >/dev/null || need_apt+=(tcl)          # tests/test_board_design.py runs build.tcl's Tcl
 command -v ccache >/dev/null || need_apt+=(ccache)     # Verilator's builds share the compiled runtime
+# waves (`--waves`, `specdec generate --waves`): Verilator's FST writer compiles against lz4 and zlib
+[ -f /usr/include/lz4.h ] || need_apt+=(liblz4-dev)
+[ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

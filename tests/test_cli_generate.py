@@ -269,6 +269,21 @@ def test_a_target_without_a_draft_is_named_before_its_missing_default_draft(back
     assert f"target {gpt2_dirs[0]!r} has no default draft" in err and err.rstrip().endswith("got None"), err
 
 
+@pytest.mark.parametrize("backend", ["ref", "pynq"])
+def test_waves_off_the_sim_backend_exit_2_before_anything_loads(backend, gpt2_dirs, no_model_load,
+                                                                 no_backend_start, tmp_path, capsys):
+    """--waves dumps the simulated chip's signals: on another backend it is a bad argument, refused before a model
+    loads or the overlay loads; so is a dump file in a directory that does not exist (on sim as well)."""
+    pair = ["--target", gpt2_dirs[0], "--draft", gpt2_dirs[1]]
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, *pair, "--waves",
+                      str(tmp_path / "w.fst")]) == 2
+    assert f"--waves {tmp_path / 'w.fst'}: only --backend sim has signals to dump" in capsys.readouterr().err
+    for b in (backend, "sim"):
+        assert exit_code(["generate", "--prompt", "x", "--backend", b, *pair, "--waves",
+                          str(tmp_path / "no-such-dir" / "w.fst")]) == 2
+        assert f"the directory {tmp_path / 'no-such-dir'} does not exist" in capsys.readouterr().err
+
+
 def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):
     assert exit_code(["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", opt_dirs[1]]) == 1
     assert "shared vocabulary" in capsys.readouterr().err

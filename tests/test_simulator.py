@@ -4,6 +4,7 @@ job (``specdec generate --backend sim``) shows a few lines on a terminal: progre
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -236,6 +237,40 @@ def test_generate_on_sim_is_quiet(gpt2_dirs, gpt2_pair):
     assert "- Verilator: Walltime" in text                 # the log of a Verilator run
     assert "UNOPTFLAT" not in text and "%Warning" not in text, build
 
+
+
+def test_generate_on_sim_dumps_the_whole_run_as_waves(gpt2_dirs, tmp_path, capsys):
+    """``specdec generate --backend sim --waves FILE``: an FST of the simulated chip over the whole generation,
+    named on stderr and in the JSON. The dump is this run's: the cycles in which the verifier's ``busy`` is high,
+    counted on the dump's clock, are the CYCLES_BUSY its rounds reported, round by round."""
+    pywellen = pytest.importorskip("pywellen")
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    from specdec import cli
+    waves, out = tmp_path / "decode.fst", tmp_path / "decode.json"
+    waves.write_bytes(b"an earlier run's dump")
+    assert cli.main(["generate", "--backend", "sim", "--prompt", "ROMEO:\nBut soft", "--target", gpt2_dirs[0],
+                     "--draft", gpt2_dirs[1], "--max-new-tokens", "4", "--waves", str(waves),
+                     "--json", str(out)]) == cli.EXIT_OK
+    assert f"waves: {waves}" in capsys.readouterr().err.splitlines()
+    res = json.loads(out.read_text())
+    assert res["waves"] == str(waves)
+    rounds = [r["cycles"] for r in res["generations"][0]["rounds"]]
+    assert len(rounds) >= 2 and all(c > 0 for c in rounds), rounds
+
+    dump = pywellen.Waveform(str(waves))
+    signals = {v.full_name.rsplit(".", 1)[-1]: v for v in dump.all_vars()}
+    clk = list(signals["clk"].tv)
+    period = clk[2][0] - clk[0][0]
+    busy, start = [], None
+    for t, value in signals["verifier0_busy"].tv:      # (time, value) at every change
+        if value == 1 and start is None:
+            start = t
+        elif value == 0 and start is not None:
+            busy.append((t - start) // period)
+            start = None
+    assert start is None, "the dump ends inside a round"
+    assert busy == rounds
 
 
 @pytest.mark.parametrize("target", ["demo", "demo-tree"])

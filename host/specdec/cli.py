@@ -83,7 +83,7 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
 
 #: Options that name a file, and a directory, the command writes at its end: checked before the run starts.
-OUTPUT_FILES, OUTPUT_DIRS = ("json", "record"), ("plot",)
+OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot",)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -484,16 +484,21 @@ def _generate(args: argparse.Namespace) -> int:
     if args.record and args.backend == "sim":
         raise UsageError("--record runs on --backend ref or pynq (the sim backend's verifier runs inside the "
                          "simulation)")
+    if args.waves and args.backend != "sim":
+        raise UsageError(f"--waves {args.waves}: only --backend sim has signals to dump (the RTL in simulation), "
+                         f"not {args.backend}")
     if args.record:
         from specdec import recording
         rec, res = recording.record(job, args.backend)
         rec.save(args.record)
         print(f"recorded {rec.rounds} rounds in {args.record}", file=sys.stderr)
     else:
-        res = runtime.run(job, args.backend)
+        res = runtime.run(job, args.backend, waves=args.waves)
     gen = res["generations"][0]
     print(prompt + gen["text"])
     print(f"[{args.backend}] " + metrics.stats_line(res["summary"]), file=sys.stderr)
+    if args.waves:
+        print(f"waves: {res['waves']}", file=sys.stderr)
     _write_json(args.json, res)
     return EXIT_OK
 
@@ -517,6 +522,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--record", metavar="FILE", help="also record every verifier round (its rows as Q7.8 codes, its "
                                                     "decision) into FILE (.npz), for a board without the models to "
                                                     "replay (specdec.recording)")
+    g.add_argument("--waves", metavar="FILE", help="--backend sim: dump every signal of the simulated chip over the "
+                                                   "whole generation into FILE (FST: GTKWave, Surfer); a one-time "
+                                                   "build of its own")
     HANDLERS[("generate", "run")] = _generate
 
 

@@ -240,16 +240,21 @@ def generate_one(job: Job, index: int, ids: list[int], target: models.CausalLM, 
     return generate(target, source, verifier, ids, job.config(index), masker)
 
 
-def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator") -> dict:
+def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator", waves: str | os.PathLike | None = None) -> dict:
     """Run ``job`` inside the RTL simulation (backend ``sim``) and return its result: the toplevel holding the
     verifier, the treemask core, the kvpage core and the draft engine (``fpga.system``; a chain job leaves the
-    treemask core idle, a job without a fabric draft the engine)."""
+    treemask core idle, a job without a fabric draft the engine). With ``waves``, every signal of that
+    toplevel over the whole run is dumped into the FST file ``waves`` (from the toplevel's waves build); the
+    result names it under ``waves``."""
     from .builds import DRAFTENGINE_PARAMS
     job = as_job(job)
     if job.kv_block is not None:        # refused before the simulation builds and the models load
         check_kv_fits(job.target, job.draft, KV_PARAMS["PAGES"], KV_PARAMS["MAX_BLOCKS"], job.kv_block)
     params = {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS, **DRAFTENGINE_PARAMS}
-    return _simulate(job, "system", "specdec.backends.sim_decode", sim, params)
+    res = _simulate(job, "system", "specdec.backends.sim_decode", sim, params, waves=waves)
+    if waves is not None:
+        res["waves"] = str(Path(waves).resolve())
+    return res
 
 
 def run_board_sim(job: Job | Mapping[str, Any], board: str = "kv260", sim: str = "verilator") -> dict:
@@ -274,14 +279,16 @@ def replay_board_sim(path: str | os.PathLike, board: str = "pynq-z2", sim: str =
                      {BOARD_ENV: board, REPLAY_ENV: str(Path(path).resolve())})
 
 
-def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None) -> dict:
-    """Run cocotb test module ``module`` on toplevel ``top`` built at ``params`` with ``job``; its result."""
+def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None,
+              waves: str | os.PathLike | None = None) -> dict:
+    """Run cocotb test module ``module`` on toplevel ``top`` built at ``params`` with ``job``; its result (the
+    run's waves into the file ``waves`` when given)."""
     from specdec.backends import simulator as harness
     check_sources(job.target, job.draft)        # before the build: the models load inside the simulation
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(job.to_json())
-        harness.run(top, module, sim, params=params,
+        harness.run(top, module, sim, params=params, waves=False if waves is None else waves,
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
@@ -295,14 +302,17 @@ def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict
 
 
 def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = None,
-        progress: Callable[[int, int], None] | None = None) -> dict:
-    """Run ``job`` on ``backend`` (``ref``, ``sim`` or ``pynq``); see :func:`execute`."""
+        progress: Callable[[int, int], None] | None = None, waves: str | os.PathLike | None = None) -> dict:
+    """Run ``job`` on ``backend`` (``ref``, ``sim`` or ``pynq``); see :func:`execute`. ``waves`` (backend
+    ``sim`` only): the FST file the simulation dumps every signal into (:func:`run_sim`)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} not in {BACKENDS}")
+    if waves is not None and backend != "sim":
+        raise ValueError(f"waves {waves}: only the sim backend has signals to dump, not {backend!r}")
     job = as_job(job)
     job.check_backend(backend)
     if backend == "sim":
-        return run_sim(job)
+        return run_sim(job, waves=waves)
     if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
         if pair is None:                # a model this machine cannot load: refused before the download (ref: in
             check_sources(job.target, job.draft)    # open_pair; sim: in _simulate, before the build)

@@ -290,7 +290,8 @@ def _runner_quiet(runner):
 
 
 def run(core: str, test_module: str, sim: str, params: dict | None = None, testcase: str | None = None,
-        waves: bool = False, extra_env: dict | None = None, quiet: bool = False, progress: str | None = None) -> None:
+        waves: bool | os.PathLike = False, extra_env: dict | None = None, quiet: bool = False,
+        progress: str | None = None) -> None:
     """Build (if stale) and run ``test_module``'s cocotb tests against ``core`` on ``sim``.
 
     Parameters
@@ -304,8 +305,10 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
         Core parameters; they also reach the test through the environment as ``PARAM_<NAME>``.
     testcase : str, optional
         Run only these cocotb tests (comma-separated).
-    waves : bool
-        Dump an FST (Verilator) / FST-or-VCD (Icarus) into the build directory.
+    waves : bool or path
+        Dump the run's waves as FST: True into the build directory (``dump.fst`` on Verilator,
+        ``<toplevel>.fst`` on Icarus), a path into that file. The build is the toplevel's waves build
+        (``<toplevel>-waves``: Verilator ``--trace-fst``).
     extra_env : dict, optional
         More environment for the simulation.
     quiet : bool
@@ -328,6 +331,12 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     params = params_for(core, {k: str(v) for k, v in (params or {}).items()})
     top = toplevel_name(core, params)
     LOGS.mkdir(parents=True, exist_ok=True)
+    wave_file = None if isinstance(waves, bool) else Path(waves).resolve()
+    waves = bool(waves)
+    if wave_file is not None:
+        if not wave_file.parent.is_dir():
+            raise ValueError(f"waves file {wave_file}: the directory {wave_file.parent} does not exist")
+        wave_file.unlink(missing_ok=True)       # a file left from an earlier run is not this run's dump
     build_dir = BUILD / sim / (top + ("-waves" if waves else ""))
     # a bar for the conversion and the build; nothing shows when both are cached (done within the delay)
     bar = _bar(f"building the RTL ({core}, {sim})", 1 + build_steps(sim, build_dir)[1], "step", quiet, delay=1.0)
@@ -347,7 +356,7 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     env.update(extra_env or {})
     with _own_log(LOGS / f"{top}-{sim}.log") if quiet else contextlib.nullcontext() as log:
         _test(get_runner(sim), top, test_module, build_dir, testcase, waves, env, sim, log,
-              progress if quiet else None)
+              progress if quiet else None, wave_file)
 
 
 @contextlib.contextmanager
@@ -387,6 +396,8 @@ def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool,
     # build, whose precompiled-header rule the PyPI wheel's verilated.mk breaks (empty CFG_CXXFLAGS_PCH_I)
     build_args = (["-Wno-fatal", "-Wno-WIDTH", "-Wno-UNUSED", "-O2", "--output-split", "0"] if sim == "verilator"
                   else [])
+    if waves and sim == "verilator":
+        build_args.append("--trace-fst")        # FST like Icarus's (cocotb's runner alone asks for VCD)
     stamp_text = hashlib.sha256(src.read_bytes() + repr((build_args, waves)).encode()).hexdigest()
     stamp = build_dir / ".stamp"
     exe = build_dir / (top if sim == "verilator" else "sim.vvp")     # cocotb names the binary after the toplevel
@@ -402,9 +413,20 @@ def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool,
         stamp.write_text(stamp_text)
 
 
+def _wave_file_args(sim: str, wave_file: Path | None) -> dict:
+    """``runner.test`` arguments that send the dump to ``wave_file``: the binary's ``--trace-file`` (cocotb's
+    Verilator main), the dump module's ``+dumpfile_path`` (cocotb's Icarus dump module)."""
+    if wave_file is None:
+        return {}
+    if sim == "verilator":
+        return {"test_args": ["--trace-file", str(wave_file)]}
+    return {"plusargs": [f"+dumpfile_path={wave_file}"]}
+
+
 def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | None, waves: bool, env: dict,
-          sim: str, log: Path | None, progress: str | None) -> None:
-    """``runner.test`` (its output to ``log`` when given); a failed simulation raises SimulationError."""
+          sim: str, log: Path | None, progress: str | None, wave_file: Path | None = None) -> None:
+    """``runner.test`` (its output to ``log`` when given), the waves into ``wave_file`` when given; a failed
+    simulation raises SimulationError."""
     __tracebackhide__ = True        # pytest: the failure is the message, not this frame
     status = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -420,7 +442,7 @@ def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | N
                 runner.test(hdl_toplevel=top, hdl_toplevel_lang="verilog", test_module=test_module,
                             build_dir=build_dir, testcase=testcase, waves=waves, extra_env=env,
                             timescale=("1ns", "1ps") if sim == "icarus" else None, log_file=log,
-                            results_xml=str(results))
+                            results_xml=str(results), **_wave_file_args(sim, wave_file))
         except SystemExit as stop:      # the runner's verdict under pytest, or a simulator that crashed
             status = stop.code or 1
         finally:
