@@ -42,6 +42,18 @@ async def fails(dut):
     got = 1
     assert got == 2, f"deliberate failure, got {got}"
 '''
+#: A cocotb module that runs the clock for 10 cycles (written to a temporary folder).
+CLOCKED_MODULE = '''
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles
+
+
+@cocotb.test()
+async def ten_cycles(dut):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    await ClockCycles(dut.clk, 10)
+'''
 #: The job's lines before the generated text, as a terminal shows them (the issue's budget for `make demo`).
 MAX_LINES_BEFORE_TEXT = 10
 
@@ -165,6 +177,27 @@ def test_a_run_holding_the_log_removes_ended_runs_logs(tmp_path, monkeypatch):
     finally:
         gone.unlink(missing_ok=True)
         kept.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("tool", ["verilator", "icarus"])
+def test_waves_go_to_the_file_asked_for(tool, tmp_path, monkeypatch):
+    """``run(..., waves=FILE)``: the dump is an FST in FILE on either simulator (Verilator's binary takes
+    ``--trace-file``, cocotb's Icarus dump module ``+dumpfile_path``), whatever an earlier run left there; a
+    directory that does not exist is refused before anything builds."""
+    pywellen = pytest.importorskip("pywellen")
+    if not have(tool):
+        pytest.skip(f"{tool} not found")
+    (tmp_path / "sim_clocked.py").write_text(CLOCKED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    waves = tmp_path / "rng.fst"
+    waves.write_bytes(b"an earlier run's dump")
+    harness.run("rng", "sim_clocked", tool, waves=waves, quiet=True)
+    dump = pywellen.Waveform(str(waves))
+    clk = next(v for v in dump.all_vars() if v.full_name.endswith(".clk"))
+    rises = [t for t, value in clk.tv if value == 1]
+    assert len(rises) >= 10 and rises[1] - rises[0] == 10_000, rises          # 10 ns at the dump's 1 ps
+    with pytest.raises(ValueError, match="does not exist"):
+        harness.run("rng", "sim_clocked", tool, waves=tmp_path / "no-such-dir" / "rng.fst", quiet=True)
 
 
 def run_on_terminal(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, list[str], str]:
