@@ -585,7 +585,8 @@ def _notebooks(args: argparse.Namespace) -> int:
 def _add_notebooks(sub: argparse._SubParsersAction) -> None:
     """``specdec notebooks DIR``: the notebooks copied into DIR, as ``pynq get-notebooks specdec`` delivers them."""
     from specdec.notebook import notebooks
-    n = sub.add_parser("notebooks", help=f"copy the Jupyter notebooks into DIR: {', '.join(p.stem for p in notebooks())}")
+    names = ", ".join(p.stem for p in notebooks())
+    n = sub.add_parser("notebooks", help=f"copy the Jupyter notebooks into DIR: {names}")
     n.set_defaults(action="run")
     n.add_argument("dir", metavar="DIR", help="where to put them (created if missing)")
     n.add_argument("--force", action="store_true", help="overwrite notebooks already in DIR")
