@@ -33,7 +33,7 @@ import numpy as np
 from hwcontract import latency as lat
 from hwcontract.formats import EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, U_BITS, rng_uniform, temper
 from hwcontract.formats import weights as _weights
-from hwcontract.regmap import VERIFIER_MAX_GAMMA, core
+from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core
 
 NEG_INF = LOGIT_NEG_INF
 
@@ -205,7 +205,7 @@ def uniform(words: np.ndarray, k: int) -> int:
 
 
 def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
-           vocab_max: int = 65536, gamma_max: int = VERIFIER_MAX_GAMMA) -> Decision:
+           vocab_max: int = VOCAB_LIMIT, gamma_max: int = VERIFIER_MAX_GAMMA) -> Decision:
     """One verifier round, bit-exact with docs/verifier.md.
 
     Parameters
@@ -391,7 +391,7 @@ def tree_start_error(parents, tokens, vocab: int, *, greedy: bool, inv_temp: int
 
 
 def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, lanes: int,
-                vocab_max: int = 65536, tree_max: int = 64) -> Decision:
+                vocab_max: int = VOCAB_LIMIT, tree_max: int = TREE_MAX_NODES) -> Decision:
     """One tree-mode round, bit-exact with docs/verifier.md ("Tree mode").
 
     Parameters

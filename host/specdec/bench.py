@@ -151,9 +151,9 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
                          f"(the cocotb simulation) applies")
     hwparams.spec("verifier")["LANES"].check(lanes, "verifier")
     hwparams.spec("verifier")["GAMMA_MAX"].check(gamma, "verifier")   # a round's gamma is at most GAMMA_MAX
-    vocab_max = vocab if vocab_max is None else vocab_max
-    if not 1 <= vocab <= vocab_max <= 65536:
-        raise ValueError(f"need 1 <= vocab ({vocab}) <= vocab_max ({vocab_max}) <= 65536")
+    vocab_max = hwparams.spec("verifier")["VOCAB_MAX"].check(vocab if vocab_max is None else vocab_max, "verifier")
+    if not 1 <= vocab <= vocab_max:
+        raise ValueError(f"need 1 <= vocab ({vocab}) <= vocab_max ({vocab_max})")
     t0 = time.perf_counter()
     scen = rtl_cycles(vocab, gamma, lanes, vocab_max, sim)
     sim_s = time.perf_counter() - t0
@@ -239,7 +239,8 @@ def format_verifier(res: dict) -> str:
     return "\n".join(lines)
 
 
-def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None, nodes_max: int = 64,
+def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None,
+             nodes_max: int = hwparams.defaults("treemask")["NODES_MAX"],
              sim: str = "verilator", synth: bool = True) -> dict:
     """RTL cycles of the treemask core per tree size against its cycle model, and its yosys resources.
 
@@ -306,7 +307,8 @@ def format_treemask(res: dict) -> str:
     return "\n".join(lines)
 
 
-def kv(pages=(256, 1024), max_blocks: int = 64, out: str | Path | None = None, sim: str = "verilator",
+def kv(pages=(256, 1024), max_blocks: int = hwparams.defaults("kvpage")["MAX_BLOCKS"],
+       out: str | Path | None = None, sim: str = "verilator",
        synth: bool = True, decode: bool = True, decode_prompts: int = 2, decode_tokens: int = 32) -> dict:
     """The kvpage core: RTL cycles of every operation, resources per pool size, pages in real decodes.
 
