@@ -284,6 +284,19 @@ def test_waves_off_the_sim_backend_exit_2_before_anything_loads(backend, gpt2_di
         assert f"the directory {tmp_path / 'no-such-dir'} does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option, backend", [("--json", "ref"), ("--record", "ref"), ("--waves", "sim")])
+def test_an_output_file_that_cannot_be_written_exits_2_before_anything_loads(option, backend, gpt2_dirs,
+                                                                            no_model_load, no_backend_start,
+                                                                            capsys):
+    """An output file the run could not create at its end (here under /proc, which takes no new files, even
+    from root) is refused at the start, naming the option, the file and why; it was found only at the end, or
+    (--waves on Verilator) never: the run went on without its dump."""
+    path = "/proc/specdec-output"
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--target", gpt2_dirs[0],
+                      "--draft", gpt2_dirs[1], option, path]) == 2
+    assert f"{option} {path}: cannot be written (" in capsys.readouterr().err
+
+
 def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):
     assert exit_code(["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", opt_dirs[1]]) == 1
     assert "shared vocabulary" in capsys.readouterr().err

@@ -54,6 +54,8 @@ async def ten_cycles(dut):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     await ClockCycles(dut.clk, 10)
 '''
+#: A file that cannot be created, even by root: /proc takes no new files.
+UNWRITABLE = "/proc/specdec-waves.fst"
 #: The job's lines before the generated text, as a terminal shows them (the issue's budget for `make demo`).
 MAX_LINES_BEFORE_TEXT = 10
 
@@ -198,6 +200,9 @@ def test_waves_go_to_the_file_asked_for(tool, tmp_path, monkeypatch):
     assert len(rises) >= 10 and rises[1] - rises[0] == 10_000, rises          # 10 ns at the dump's 1 ps
     with pytest.raises(ValueError, match="does not exist"):
         harness.run("rng", "sim_clocked", tool, waves=tmp_path / "no-such-dir" / "rng.fst", quiet=True)
+    # a file no one can create (Verilator would run on without its dump): refused before the run
+    with pytest.raises(ValueError, match="cannot be written"):
+        harness.run("rng", "sim_clocked", tool, waves=UNWRITABLE, quiet=True)
 
 
 def run_on_terminal(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, list[str], str]:

@@ -87,9 +87,10 @@ OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot",)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """A UsageError for an output the run could not write at its end: a file (``--json``, ``--record``) whose
-    directory is missing or that is a directory; a directory (``--plot``, made with its parents) that is a
-    file or lies under one. Checked first, so a long run does not end without its result."""
+    """A UsageError for an output the run could not write at its end: a file (``--json``, ``--record``,
+    ``--waves``) whose directory is missing, that is a directory or that cannot be opened for writing; a
+    directory (``--plot``, made with its parents) that is a file or lies under one. Checked first, so a long run
+    does not end without its result."""
     for name in OUTPUT_FILES:
         path = getattr(args, name, None)
         if not path:
@@ -98,6 +99,13 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {path}: is a directory, expected a file to write")
         if not Path(path).parent.is_dir():
             raise UsageError(f"--{name} {path}: the directory {Path(path).parent} does not exist")
+        existed = Path(path).exists()
+        try:
+            open(path, "ab").close()            # what the run's end will do, minus the content
+        except OSError as err:
+            raise UsageError(f"--{name} {path}: cannot be written ({err.strerror})") from None
+        if not existed:
+            Path(path).unlink()
     for name in OUTPUT_DIRS:
         path = getattr(args, name, None)
         if not path:

@@ -336,7 +336,11 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     if wave_file is not None:
         if not wave_file.parent.is_dir():
             raise ValueError(f"waves file {wave_file}: the directory {wave_file.parent} does not exist")
-        wave_file.unlink(missing_ok=True)       # a file left from an earlier run is not this run's dump
+        try:        # a simulator that cannot create its dump goes on without one (Verilator does)
+            open(wave_file, "wb").close()
+        except OSError as err:
+            raise ValueError(f"waves file {wave_file}: cannot be written ({err.strerror})") from None
+        wave_file.unlink()                      # a file left from an earlier run is not this run's dump
     build_dir = BUILD / sim / (top + ("-waves" if waves else ""))
     # a bar for the conversion and the build; nothing shows when both are cached (done within the delay)
     bar = _bar(f"building the RTL ({core}, {sim})", 1 + build_steps(sim, build_dir)[1], "step", quiet, delay=1.0)
@@ -357,6 +361,8 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     with _own_log(LOGS / f"{top}-{sim}.log") if quiet else contextlib.nullcontext() as log:
         _test(get_runner(sim), top, test_module, build_dir, testcase, waves, env, sim, log,
               progress if quiet else None, wave_file)
+    if wave_file is not None and not wave_file.is_file():
+        raise SimulationError(f"the {sim} simulation of {top} wrote no waves into {wave_file}")
 
 
 @contextlib.contextmanager
