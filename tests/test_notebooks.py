@@ -102,6 +102,8 @@ def test_specdec_notebooks_copies_them_and_refuses_to_overwrite(tmp_path, capsys
     assert mine.read_bytes() == (NOTEBOOK_DIR / mine.name).read_bytes()
     assert cli.main(["notebooks", str(mine)]) == cli.EXIT_USAGE           # a file is no directory
     assert "is a file" in capsys.readouterr().err
+    assert cli.main(["notebooks", "/proc/specdec-notebooks"]) == cli.EXIT_USAGE   # /proc takes no new directory
+    assert "DIR /proc/specdec-notebooks: cannot be written (" in capsys.readouterr().err
 
 
 def test_specdec_notebooks_help_names_every_notebook(capsys):

@@ -585,6 +585,8 @@ def _notebooks(args: argparse.Namespace) -> int:
         written = notebook.deliver(args.dir, force=args.force)
     except (FileExistsError, NotADirectoryError) as err:
         raise UsageError(f"DIR {args.dir}: {err}") from None
+    except OSError as err:              # a directory that cannot be made or written (its parent refuses it)
+        raise UsageError(f"DIR {args.dir}: cannot be written ({err.strerror}: {err.filename})") from None
     for path in written:
         print(f"wrote {path}")
     return EXIT_OK
