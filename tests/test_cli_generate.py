@@ -137,15 +137,26 @@ def test_tree_option_without_a_tree_exits_2_before_any_model_loads(command, opti
     assert f"{option} {value} without --tree" in err and "add --tree static|eagle|sequoia" in err, err
 
 
-@pytest.mark.parametrize("option", ["--json", "--record"])
+#: A path no one can create, even root: /proc takes no new files or directories.
+UNWRITABLE = "/proc/specdec-output"
+
+
+@pytest.mark.parametrize("option", ["--json", "--record", "--waves"])
 def test_output_file_that_cannot_be_written_exits_2_before_any_model_loads(option, no_model_load, tmp_path, capsys):
-    """An output file whose directory is missing, or that is a directory, is refused before the run (whose
-    result it would have lost at the end)."""
+    """An output file whose directory is missing, that is a directory or that cannot be created is refused
+    before the run (whose result it would have lost at the end; --waves on Verilator ran on without its dump);
+    so is an output directory that cannot be made."""
     missing = tmp_path / "no" / "such" / "out.json"
     assert exit_code(["generate", "--prompt", "x", option, str(missing)]) == 2
     assert f"{option} {missing}: the directory {missing.parent} does not exist" in capsys.readouterr().err
     assert exit_code(["generate", "--prompt", "x", option, str(tmp_path)]) == 2
     assert f"{option} {tmp_path}: is a directory" in capsys.readouterr().err
+    assert exit_code(["generate", "--prompt", "x", option, UNWRITABLE]) == 2
+    assert f"{option} {UNWRITABLE}: cannot be written (" in capsys.readouterr().err
+    assert exit_code(["bench", "e2e", "--plot", UNWRITABLE]) == 2
+    assert f"--plot {UNWRITABLE}: cannot be made (" in capsys.readouterr().err
+    assert exit_code(["hw", "report", "--core", "rng", "--out-dir", UNWRITABLE]) == 2
+    assert f"--out-dir {UNWRITABLE}: cannot be made (" in capsys.readouterr().err
     assert exit_code(["bench", "e2e", "--json", str(missing)]) == 2
     assert "does not exist" in capsys.readouterr().err
     afile = tmp_path / "a-file"
@@ -282,19 +293,6 @@ def test_waves_off_the_sim_backend_exit_2_before_anything_loads(backend, gpt2_di
         assert exit_code(["generate", "--prompt", "x", "--backend", b, *pair, "--waves",
                           str(tmp_path / "no-such-dir" / "w.fst")]) == 2
         assert f"the directory {tmp_path / 'no-such-dir'} does not exist" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("option, backend", [("--json", "ref"), ("--record", "ref"), ("--waves", "sim")])
-def test_an_output_file_that_cannot_be_written_exits_2_before_anything_loads(option, backend, gpt2_dirs,
-                                                                            no_model_load, no_backend_start,
-                                                                            capsys):
-    """An output file the run could not create at its end (here under /proc, which takes no new files, even
-    from root) is refused at the start, naming the option, the file and why; it was found only at the end, or
-    (--waves on Verilator) never: the run went on without its dump."""
-    path = "/proc/specdec-output"
-    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--target", gpt2_dirs[0],
-                      "--draft", gpt2_dirs[1], option, path]) == 2
-    assert f"{option} {path}: cannot be written (" in capsys.readouterr().err
 
 
 def test_generate_mismatched_pair_exits_1(gpt2_dirs, opt_dirs, capsys):
@@ -475,7 +473,7 @@ def test_failure_during_a_run_exits_1(monkeypatch, capsys):
     """An error inside the run (here a ValueError from the loop) is a failure (1), not a bad argument (2)."""
     from specdec import runtime
 
-    def broken(job, backend):
+    def broken(job, backend, **options):
         raise ValueError("something broke inside the loop")
     monkeypatch.setattr(runtime, "run", broken)
     assert exit_code(["generate", "--prompt", "x"]) == 1

@@ -83,14 +83,14 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
 
 #: Options that name a file, and a directory, the command writes at its end: checked before the run starts.
-OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot",)
+OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot", "out_dir")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """A UsageError for an output the run could not write at its end: a file (``--json``, ``--record``,
     ``--waves``) whose directory is missing, that is a directory or that cannot be opened for writing; a
-    directory (``--plot``, made with its parents) that is a file or lies under one. Checked first, so a long run
-    does not end without its result."""
+    directory (``--plot``, ``--out-dir``, made here with its parents) that is a file, lies under one or cannot
+    be made. Checked first, so a long run does not end without its result."""
     for name in OUTPUT_FILES:
         path = getattr(args, name, None)
         if not path:
@@ -110,9 +110,14 @@ def _check_outputs(args: argparse.Namespace) -> None:
         path = getattr(args, name, None)
         if not path:
             continue
+        flag = "--" + name.replace("_", "-")
         existing = next(p for p in (Path(path), *Path(path).absolute().parents) if p.exists())
         if not existing.is_dir():
-            raise UsageError(f"--{name} {path}: {existing} is a file, expected a directory")
+            raise UsageError(f"{flag} {path}: {existing} is a file, expected a directory")
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)     # as the run will, before anything long starts
+        except OSError as err:
+            raise UsageError(f"{flag} {path}: cannot be made ({err.strerror})") from None
 
 
 def _write_json(path: str | None, obj) -> None:
