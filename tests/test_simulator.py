@@ -185,7 +185,7 @@ def test_a_run_holding_the_log_removes_ended_runs_logs(tmp_path, monkeypatch):
 def test_waves_go_to_the_file_asked_for(tool, tmp_path, monkeypatch):
     """``run(..., waves=FILE)``: the dump is an FST in FILE on either simulator (Verilator's binary takes
     ``--trace-file``, cocotb's Icarus dump module ``+dumpfile_path``), whatever an earlier run left there; a
-    directory that does not exist is refused before anything builds."""
+    directory that does not exist, or a file that cannot be created, is refused before anything builds."""
     pywellen = pytest.importorskip("pywellen")
     if not have(tool):
         pytest.skip(f"{tool} not found")
