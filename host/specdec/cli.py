@@ -18,6 +18,7 @@ without touching the others::
     specdec bench e2e [--gammas 0,2,4,8,16] [--tree static,eagle,sequoia] [--tree-budget N] [--prompts FILE]
                       [--json FILE] [--plot DIR]
     specdec notebooks DIR [--force]
+    specdec waves FILE [--json OUT]
 
 Exit status: 0 on success, 2 for a bad argument (found before anything loads or builds: the message names
 the option and the value), 1 for a failure during the run (the message says what failed).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -608,6 +610,32 @@ def _add_notebooks(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("notebooks", "run")] = _notebooks
 
 
+def _waves(args: argparse.Namespace) -> int:
+    from specdec import waves
+    path = Path(args.file)
+    if not path.exists():
+        raise UsageError(f"FILE {args.file}: no such file (expected a waves dump: FST or VCD)")
+    if path.is_dir():
+        raise UsageError(f"FILE {args.file}: is a directory, expected a waves dump (FST or VCD)")
+    if args.json and Path(args.json).resolve() == path.resolve():
+        raise UsageError(f"--json {args.json}: is the dump FILE itself")
+    prof = waves.profile(path)
+    print(waves.format_profile(prof))
+    _write_json(args.json, prof)
+    return EXIT_OK
+
+
+def _add_waves(sub: argparse._SubParsersAction) -> None:
+    """``specdec waves FILE``: the cycles each core's FSM spends in each state, from a waves dump."""
+    w = sub.add_parser("waves", help="profile a waves dump (FST or VCD): cycles per FSM state of every core in it, "
+                                     "busy cycles, entries per state")
+    w.set_defaults(action="run")
+    # dest "file", not "waves": --waves is an output file (OUTPUT_FILES) elsewhere
+    w.add_argument("file", metavar="FILE", help="the dump: generate --backend sim --waves, or a cocotb run with waves")
+    w.add_argument("--json", metavar="OUT", help="also write the profile as JSON to OUT")
+    HANDLERS[("waves", "run")] = _waves
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The top-level parser with every command group."""
     parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding on an FPGA: tools.")
@@ -616,6 +644,7 @@ def make_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_generate(sub)
     _add_notebooks(sub)
+    _add_waves(sub)
     return parser
 
 
@@ -625,8 +654,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     take), 1 for any failure during the run.
 
     Argparse usage errors raise ``SystemExit(2)`` as usual. A failure of an expected kind (a specdec, runtime,
-    OS or value error) prints one line; any other also prints its traceback.
+    OS or value error) prints one line; any other also prints its traceback. A reader of stdout that went away
+    (``specdec ... | head -1``) ends the run quietly with status 1.
     """
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()      # into a pipe stdout is block-buffered: a reader gone shows here, not at exit
+    except BrokenPipeError:
+        # the signal module docs' "Note on SIGPIPE": stdout onto devnull, or the exit's own flush fails again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAIL
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """:func:`main` without the care for a closed stdout."""
     args = make_parser().parse_args(argv)
     from specdec.errors import OptionError, SpecdecError
     from specdec.kvlayout import KVCapacityError
@@ -644,6 +687,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KVCapacityError as err:      # --kv-block (or its default) against the target's context
         print(f"specdec: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:         # stdout's reader went away: main ends quietly
+        raise
     except Exception as err:        # noqa: BLE001 (a failure during the run: exit 1, whatever it was)
         print(f"specdec: {command} failed: {err}", file=sys.stderr)
         if not isinstance(err, (SpecdecError, RuntimeError, OSError, ValueError)):
