@@ -45,6 +45,6 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
 def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
                ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
     """Top-level signals of :func:`overlay` for conversion and simulation."""
-    return (*system_mod.make_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS,
+    return (*system_mod.core_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS,
                                WDEPTH, PDEPTH, K_MAX, M_MAX),
             rng_mod.make_ports()[2])

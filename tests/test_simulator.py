@@ -280,7 +280,8 @@ def test_generate_on_sim_is_quiet(gpt2_dirs, gpt2_pair):
 def test_generate_on_sim_dumps_the_whole_run_as_waves(gpt2_dirs, tmp_path, capsys):
     """``specdec generate --backend sim --waves FILE``: an FST of the simulated chip over the whole generation,
     named on stderr and in the JSON. The dump is this run's: the cycles in which the verifier's ``busy`` is high,
-    counted on the dump's clock, are the CYCLES_BUSY its rounds reported, round by round."""
+    counted on the dump's clock, are the CYCLES_BUSY its rounds reported, round by round; its rows came through
+    the row feeder (``fpga.system.row_feed``), one load a row."""
     pywellen = pytest.importorskip("pywellen")
     if not have("verilator"):
         pytest.skip("verilator not found")
@@ -309,6 +310,10 @@ def test_generate_on_sim_dumps_the_whole_run_as_waves(gpt2_dirs, tmp_path, capsy
             start = None
     assert start is None, "the dump ends inside a round"
     assert busy == rounds
+    # the rows came through the row feeder, a load a row (greedy: n_accept + 1 rows a round), not s_axis
+    loads = sum(1 for _, v in signals["feed_busy"].tv if v == 1)
+    assert loads == sum(r["n_accept"] + 1 for r in res["generations"][0]["rounds"])
+    assert all(v != 1 for _, v in signals["s_axis_tvalid"].tv)
 
 
 @pytest.mark.parametrize("target", ["demo", "demo-tree"])

@@ -251,7 +251,7 @@ def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator", waves: str | o
     if job.kv_block is not None:        # refused before the simulation builds and the models load
         check_kv_fits(job.target, job.draft, KV_PARAMS["PAGES"], KV_PARAMS["MAX_BLOCKS"], job.kv_block)
     params = {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS, **DRAFTENGINE_PARAMS}
-    res = _simulate(job, "system", "specdec.backends.sim_decode", sim, params, waves=waves)
+    res = _simulate(job, "system", "specdec.backends.sim_decode", sim, params, waves=waves, feed=True)
     if waves is not None:
         res["waves"] = str(Path(waves).resolve())
     return res
@@ -280,15 +280,19 @@ def replay_board_sim(path: str | os.PathLike, board: str = "pynq-z2", sim: str =
 
 
 def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None,
-              waves: str | os.PathLike | None = None) -> dict:
+              waves: str | os.PathLike | None = None, feed: bool = False) -> dict:
     """Run cocotb test module ``module`` on toplevel ``top`` built at ``params`` with ``job``; its result (the
-    run's waves into the file ``waves`` when given)."""
+    run's waves into the file ``waves`` when given). ``feed``: the toplevel has the verifier's row feeder
+    (``fpga.system.row_feed``), whose rows file is named by ``$SPECDEC_ROWS`` and the plusarg."""
+    from fpga.system import ROWS_PLUSARG
     from specdec.backends import simulator as harness
     check_sources(job.target, job.draft)        # before the build: the models load inside the simulation
     with tempfile.TemporaryDirectory() as tmp:
-        job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_file, out_file, rows = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "rows.hex"
         job_file.write_text(job.to_json())
+        env = {**(env or {}), **({harness.FEED_ENV: str(rows)} if feed else {})}
         harness.run(top, module, sim, params=params, waves=False if waves is None else waves,
+                    plusargs=[f"+{ROWS_PLUSARG}={rows}"] if feed else [],
                     extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),

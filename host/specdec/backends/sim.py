@@ -10,22 +10,27 @@ Use inside a cocotb test::
     await bridge(lambda: exercise(Rng(description("rng", dev))))()
 
 :class:`SimStream` is the matching row stream (``s_axis``) for the verifier driver, :class:`SimSink` the word
-stream (``m_axis``) out of the treemask core.
+stream (``m_axis``) out of the treemask core. :class:`FeedStream` sends the verifier's rows through the
+``system`` toplevel's row feeder (``fpga.system.row_feed``) instead: a whole row per file and pulse, not
+beat by beat from Python.
 """
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.task import resume
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink,
                           AxiStreamSource)
 
-from ..errors import BusError, CoreTimeout
+from ..errors import BusError, CoreTimeout, SpecdecError
 from hwcontract.regmap import RESP_OKAY, CoreMap
 from .device import RegisterDevice, RowStream, WordSink
+from .simulator import FEED_ENV
 
 
 class SimDevice(RegisterDevice):
@@ -78,6 +83,56 @@ class SimStream(RowStream):
         if not data or len(data) % self.source.byte_lanes:
             raise ValueError(f"a frame is whole beats of {self.source.byte_lanes} bytes, got {len(data)} bytes")
         self._send(data)
+
+
+class FeedStream(RowStream):
+    """Row stream through the row feeder of the ``system`` toplevel (``feed_load``, ``feed_len``, ``feed_busy``).
+
+    :meth:`send` writes the row's beats into the rows file (one hex word a line, lane 0 in the low bits),
+    pulses ``feed_load`` and waits until ``feed_busy`` falls: the feeder has offered every beat, one a clock
+    under the verifier's TREADY, and the verifier has taken the last. The beats and their cycles are those of
+    :class:`SimStream`; Python does one file write a row instead of one coroutine step a beat.
+
+    Build it inside the cocotb test; the rows file is the one named by ``$SPECDEC_ROWS``, which the
+    simulation's plusarg ``+specdec_rows=<path>`` names too (``specdec.runtime`` sets both).
+
+    Raises
+    ------
+    SpecdecError
+        ``$SPECDEC_ROWS`` is not set (the feeder would have no file to read).
+    """
+
+    def __init__(self, dut) -> None:
+        path = os.environ.get(FEED_ENV)
+        if not path:
+            raise SpecdecError(f"${FEED_ENV} is not set: the row feeder reads its rows from the file it names "
+                               f"(and the simulation's +specdec_rows plusarg)")
+        self.dut, self.path = dut, Path(path)
+        self.lanes = len(dut.s_axis_tdata) // 16
+        self.depth = -(-int(os.environ["PARAM_VOCAB_MAX"]) // self.lanes)     # the feeder's frame memory
+        self._send = resume(self._asend)
+
+    async def _asend(self, beats: int) -> None:
+        self.dut.feed_len.value = beats
+        self.dut.feed_load.value = 1
+        await RisingEdge(self.dut.clk)
+        await FallingEdge(self.dut.clk)
+        self.dut.feed_load.value = 0
+        if self.dut.feed_busy.value:
+            await FallingEdge(self.dut.feed_busy)
+
+    def send(self, codes: np.ndarray) -> None:
+        codes = np.ascontiguousarray(codes, dtype=np.int16)
+        if not codes.size or codes.size % self.lanes:
+            raise ValueError(f"a frame is whole beats of {self.lanes} lanes, got {codes.size} codes")
+        beats = codes.size // self.lanes
+        if beats > self.depth:
+            raise ValueError(f"a frame of {beats} beats is longer than the row feeder's {self.depth}")
+        # a beat's hex word: its lanes high to low, 4 digits each
+        digits = codes.view(np.uint16).reshape(beats, self.lanes)[:, ::-1].astype(">u2").tobytes().hex()
+        width = 4 * self.lanes
+        self.path.write_text("\n".join(digits[i:i + width] for i in range(0, len(digits), width)) + "\n")
+        self._send(beats)
 
 
 class SimSink(WordSink):

@@ -5,8 +5,9 @@
 runs on the golden model; the result goes to ``SPECDEC_RESULT``. The driver runs unchanged in a thread
 (``cocotb.task.bridge``); every register access and row advances simulated time.
 
-The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil`` / ``s_axis``, the treemask core
-on ``tm_axil`` / ``m_axis`` and the kvpage core on ``kv_axil``; a job with a token tree drives the first two
+The toplevel is ``system`` (``fpga.system``): the verifier on ``ver_axil``, its rows through the row feeder
+(:class:`specdec.backends.sim.FeedStream`), the treemask core on ``tm_axil`` / ``m_axis`` and the kvpage core
+on ``kv_axil``; a job with a token tree drives the first two
 from the same thread, and every job's KV caches take their pages from the kvpage core (unless the job says
 ``"kv": false``). A job with a fabric draft (``draft_engine="fabric"``) runs the draft's linear layers on the
 draft engine (``de_axil``, ``de_s_axis``, ``de_m_axis``), its weights loaded once; other jobs leave it idle.
@@ -25,7 +26,7 @@ import cocotb
 from cocotb.task import bridge
 
 from specdec import runtime
-from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
+from specdec.backends.sim import AxilTB, FeedStream, SimDevice, SimSink, SimStream
 from specdec.backends.simulator import report_progress
 from specdec.drivers import DraftEngine, KVPage, TreeMask, Verifier
 from specdec.drivers.base import description
@@ -85,7 +86,7 @@ async def decode_job(dut):
     job = Job.from_json(Path(os.environ["SPECDEC_JOB"]).read_text())
     tree = job.tree is not None
     tb = AxilTB(dut, core("verifier"), prefix="ver_axil")
-    stream = SimStream(dut)
+    stream = FeedStream(dut)        # the rows through the toplevel's row feeder, a file write a row
     tm = AxilTB(dut, core("treemask"), prefix="tm_axil", clock=False)
     sink = SimSink(dut, "m_axis")
     kv_tb = AxilTB(dut, core("kvpage"), prefix="kv_axil", clock=False)

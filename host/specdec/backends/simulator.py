@@ -45,6 +45,9 @@ LOGS = BUILD.parent / "logs"
 SIMULATORS = ("verilator", "icarus")
 #: The environment variable naming the file a cocotb module reports its progress into.
 PROGRESS_ENV = "SPECDEC_PROGRESS"
+#: The environment variable naming the rows file of the verifier's row feeder (``specdec.backends.sim.FeedStream``):
+#: the file the simulation's plusarg ``+specdec_rows=<path>`` (``fpga.system.ROWS_PLUSARG``) names too.
+FEED_ENV = "SPECDEC_ROWS"
 #: Lines of a tool log that carry an error (Verilator, g++, make, Icarus, a Python traceback, cocotb).
 ERROR_LINE = re.compile(r"%Error|\berror\b|Traceback|\bFAIL\b|\bfailed\b", re.IGNORECASE)
 
@@ -292,7 +295,7 @@ def _runner_quiet(runner):
 
 def run(core: str, test_module: str, sim: str, params: dict | None = None, testcase: str | None = None,
         waves: bool | os.PathLike = False, extra_env: dict | None = None, quiet: bool = False,
-        progress: str | None = None) -> None:
+        progress: str | None = None, plusargs: list[str] = ()) -> None:
     """Build (if stale) and run ``test_module``'s cocotb tests against ``core`` on ``sim``.
 
     Parameters
@@ -317,6 +320,8 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
         where pytest captures it) and draw progress bars on a terminal.
     progress : str, optional
         With ``quiet``: the label of a bar the cocotb module advances with :func:`report_progress`.
+    plusargs : list of str, optional
+        The simulation's plusargs (``+name=value``), which its Verilog reads with ``$value$plusargs``.
 
     Raises
     ------
@@ -362,7 +367,7 @@ def run(core: str, test_module: str, sim: str, params: dict | None = None, testc
     env.update(extra_env or {})
     with _own_log(LOGS / f"{top}-{sim}.log") if quiet else contextlib.nullcontext() as log:
         _test(get_runner(sim), top, test_module, build_dir, testcase, waves, env, sim, log,
-              progress if quiet else None, wave_file)
+              progress if quiet else None, wave_file, list(plusargs))
     if wave_file is not None and not wave_file.is_file():
         raise SimulationError(f"the {sim} simulation of {top} wrote no waves into {wave_file}")
 
@@ -423,18 +428,20 @@ def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool,
         stamp.write_text(stamp_text)
 
 
-def _wave_file_args(sim: str, wave_file: Path | None) -> dict:
-    """``runner.test`` arguments that send the dump to ``wave_file``: the binary's ``--trace-file`` (cocotb's
-    Verilator main), the dump module's ``+dumpfile_path`` (cocotb's Icarus dump module)."""
+def _wave_file_args(sim: str, wave_file: Path | None, plusargs: list[str] = ()) -> dict:
+    """``runner.test`` arguments that send the dump to ``wave_file`` (the binary's ``--trace-file`` of cocotb's
+    Verilator main, the dump module's ``+dumpfile_path`` of cocotb's Icarus dump module), with ``plusargs``."""
+    args = {"plusargs": list(plusargs)}
     if wave_file is None:
-        return {}
+        return args
     if sim == "verilator":
-        return {"test_args": ["--trace-file", str(wave_file)]}
-    return {"plusargs": [f"+dumpfile_path={wave_file}"]}
+        return {**args, "test_args": ["--trace-file", str(wave_file)]}
+    return {"plusargs": [*args["plusargs"], f"+dumpfile_path={wave_file}"]}
 
 
 def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | None, waves: bool, env: dict,
-          sim: str, log: Path | None, progress: str | None, wave_file: Path | None = None) -> None:
+          sim: str, log: Path | None, progress: str | None, wave_file: Path | None = None,
+          plusargs: list[str] = ()) -> None:
     """``runner.test`` (its output to ``log`` when given), the waves into ``wave_file`` when given; a failed
     simulation raises SimulationError."""
     __tracebackhide__ = True        # pytest: the failure is the message, not this frame
@@ -452,7 +459,7 @@ def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | N
                 runner.test(hdl_toplevel=top, hdl_toplevel_lang="verilog", test_module=test_module,
                             build_dir=build_dir, testcase=testcase, waves=waves, extra_env=env,
                             timescale=("1ns", "1ps") if sim == "icarus" else None, log_file=log,
-                            results_xml=str(results), **_wave_file_args(sim, wave_file))
+                            results_xml=str(results), **_wave_file_args(sim, wave_file, plusargs))
         except SystemExit as stop:      # the runner's verdict under pytest, or a simulator that crashed
             status = stop.code or 1
         finally:
