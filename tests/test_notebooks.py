@@ -111,7 +111,8 @@ def test_specdec_notebooks_help_names_every_notebook(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    listed = re.search(r"notebooks copy the Jupyter notebooks into DIR: (.*?) options:", text)
+    # the names, comma-separated, up to the next command's help (``waves``) or the options
+    listed = re.search(r"notebooks copy the Jupyter notebooks into DIR: (\w+(?:, \w+)*)", text)
     assert listed, text
     assert listed.group(1).split(", ") == NAMES
 
