@@ -148,8 +148,8 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
            tm_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast, kv_axil,
            de_axil, de_s_axis_tdata, de_s_axis_tvalid, de_s_axis_tready, de_s_axis_tlast,
            de_m_axis_tdata, de_m_axis_tvalid, de_m_axis_tready, de_m_axis_tlast,
-           feed_load=None, feed_len=None, feed_busy=None, VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-           ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
+           feed_load=None, feed_len=None, feed_busy=None,
+           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64, ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
     """The four cores on one clock and reset.
 
     Parameters
@@ -184,7 +184,7 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         rows_tdata, rows_tvalid, rows_tready, rows_tlast = rows = (
             Signal(intbv(0)[len(s_axis_tdata):]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)))
         feeder = row_feed(clk, rst, feed_load, feed_len, feed_busy, rows_tdata, rows_tvalid, rows_tready,
-                          rows_tlast, DEPTH=-(-VOCAB_MAX // LANES))
+                          rows_tlast, DEPTH=feed_len.max - 1)      # feed_ports sized it
     ver = verifier(clk, rst, ver_axil, *rows, VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX,
                    TREE_MAX=TREE_MAX)
     tm = treemask(clk, rst, tm_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast,

@@ -428,15 +428,14 @@ def _build_if_stale(sim: str, src: Path, top: str, build_dir: Path, waves: bool,
         stamp.write_text(stamp_text)
 
 
-def _wave_file_args(sim: str, wave_file: Path | None, plusargs: list[str] = ()) -> dict:
-    """``runner.test`` arguments that send the dump to ``wave_file`` (the binary's ``--trace-file`` of cocotb's
-    Verilator main, the dump module's ``+dumpfile_path`` of cocotb's Icarus dump module), with ``plusargs``."""
-    args = {"plusargs": list(plusargs)}
+def _wave_file_args(sim: str, wave_file: Path | None) -> dict:
+    """``runner.test`` arguments that send the dump to ``wave_file``: the binary's ``--trace-file`` (cocotb's
+    Verilator main), the dump module's ``+dumpfile_path`` (cocotb's Icarus dump module)."""
     if wave_file is None:
-        return args
+        return {}
     if sim == "verilator":
-        return {**args, "test_args": ["--trace-file", str(wave_file)]}
-    return {"plusargs": [*args["plusargs"], f"+dumpfile_path={wave_file}"]}
+        return {"test_args": ["--trace-file", str(wave_file)]}
+    return {"plusargs": [f"+dumpfile_path={wave_file}"]}
 
 
 def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | None, waves: bool, env: dict,
@@ -453,13 +452,15 @@ def _test(runner, top: str, test_module: str, build_dir: Path, testcase: str | N
         bar = _ProgressBar(Path(tmp) / "progress.json", progress or "")
         if progress:
             env = {**env, PROGRESS_ENV: str(bar.path)}
+        args = _wave_file_args(sim, wave_file)
+        args["plusargs"] = [*plusargs, *args.get("plusargs", ())]
         try:
             with _Poll(bar.update), (_runner_quiet(runner) if log else contextlib.nullcontext()):
                 # hdl_toplevel_lang: a runner that skipped build() (cached) cannot infer it from the sources
                 runner.test(hdl_toplevel=top, hdl_toplevel_lang="verilog", test_module=test_module,
                             build_dir=build_dir, testcase=testcase, waves=waves, extra_env=env,
                             timescale=("1ns", "1ps") if sim == "icarus" else None, log_file=log,
-                            results_xml=str(results), **_wave_file_args(sim, wave_file, plusargs))
+                            results_xml=str(results), **args)
         except SystemExit as stop:      # the runner's verdict under pytest, or a simulator that crashed
             status = stop.code or 1
         finally:
