@@ -44,6 +44,8 @@ def xoshiro128pp(state, n: int) -> tuple[np.ndarray, np.ndarray]:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     s = check_seed(state).copy()
+    if s.ndim == 1:
+        return _one_generator(s, n)
     s0, s1, s2, s3 = (s[..., i].copy() for i in range(4))
     out = np.empty(s.shape[:-1] + (n,), dtype=np.uint32)
     with np.errstate(over="ignore"):
@@ -57,6 +59,24 @@ def xoshiro128pp(state, n: int) -> tuple[np.ndarray, np.ndarray]:
             s2 ^= t
             s3 = _rotl(s3, 11)
     return out, np.stack([s0, s1, s2, s3], axis=-1)
+
+
+def _one_generator(s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`xoshiro128pp` for one generator, on Python ints: the same words, without numpy's cost per
+    operation on a scalar (20x the arithmetic's; 2^18 words took 5.9 s that way)."""
+    s0, s1, s2, s3 = (int(v) for v in s)
+    out = [0] * n
+    for i in range(n):
+        r = (s0 + s3) & M32
+        out[i] = (((r << 7) | (r >> 25)) + s0) & M32
+        t = (s1 << 9) & M32
+        s2 ^= s0
+        s3 ^= s1
+        s1 ^= s2
+        s0 ^= s3
+        s2 ^= t
+        s3 = ((s3 << 11) | (s3 >> 21)) & M32
+    return np.array(out, dtype=np.uint32), np.array([s0, s1, s2, s3], dtype=np.uint32)
 
 
 def uniform(words: np.ndarray, bits: int = 24) -> np.ndarray:

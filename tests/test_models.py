@@ -41,6 +41,28 @@ def test_a_model_directory_may_start_from_home(gpt2_dirs, monkeypatch):
     assert model.config.n_layer == 2
 
 
+def test_context_length_from_the_config_file_equals_the_loaded_models(gpt2_pair, opt_pair, gpt2_dirs, opt_dirs):
+    """Read from config.json before anything loads (GPT-2 names it ``n_positions``), it is the loaded model's."""
+    for pair, dirs in ((gpt2_pair, gpt2_dirs), (opt_pair, opt_dirs)):
+        assert models.config_context_length(dirs[0]) == models.context_length(pair.target.model) == 512
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"max_position_embeddings": 8192, "n_positions": 4}', 8192),
+    ('{"n_positions": 1024}', 1024),
+    ('{"text_config": {"max_position_embeddings": 4096}, "max_position_embeddings": 7}', 4096),
+    ('{"hidden_size": 64}', None),                       # named otherwise: checked once the model loads
+    ('{"max_position_embeddings": 0}', None),
+    ('{"max_position_embeddings": true}', None),
+    ('{"max_position_embeddings": "2048"}', None),
+    ('[2048]', None),
+    ('{"max_position_embeddings": 20', None),           # not JSON: loading the model says what is wrong
+])
+def test_context_length_from_a_config_file(tmp_path, text, want):
+    (tmp_path / "config.json").write_text(text)
+    assert models.config_context_length(str(tmp_path)) == want
+
+
 def test_empty_model_name_raises():
     with pytest.raises(ModelError, match="no model given"):
         models.load("")

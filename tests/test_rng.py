@@ -44,6 +44,20 @@ def test_same_seed_same_outputs_and_state_chains():
     assert np.mean(other == a) < 0.01
 
 
+def test_one_generator_equals_the_vectorised_run():
+    """One seed runs on Python ints, a batch of seeds on numpy arrays: the same words and states (and the first
+    word of the reference seed is xoshiro128++'s, rotl(s0 + s3, 7) + s0)."""
+    seeds = np.array([[1, 2, 3, 4], [0xFFFFFFFF, 0x80000000, 7, 0xDEADBEEF]], dtype=np.uint32)
+    batch, batch_state = golden.xoshiro128pp(seeds, 500)
+    for row, seed in enumerate(seeds):
+        one, state = golden.xoshiro128pp(seed, 500)
+        assert one.dtype == np.uint32 and state.dtype == np.uint32
+        assert np.array_equal(one, batch[row]) and np.array_equal(state, batch_state[row])
+    assert int(golden.xoshiro128pp([1, 2, 3, 4], 1)[0][0]) == (((1 + 4) << 7) + 1)
+    empty, state = golden.xoshiro128pp([1, 2, 3, 4], 0)
+    assert empty.shape == (0,) and empty.dtype == np.uint32 and state.tolist() == [1, 2, 3, 4]
+
+
 def test_zero_seed_rejected():
     with pytest.raises(ValueError, match="all zero"):
         golden.xoshiro128pp([0, 0, 0, 0], 1)

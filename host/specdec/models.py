@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -279,18 +280,29 @@ def _config_context(config) -> int | None:
     return int(n) if isinstance(n, int) and n > 0 else None
 
 
+#: The keys of a saved ``config.json`` that hold the context length: the common one, GPT-2's own name for it.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions")
+
+
 def config_context_length(name: str) -> int | None:
-    """:func:`context_length` of the model ``name`` read from its config alone, before any weights load: the
-    demo target's converted copy, or a local directory. None where only loading the model tells (the demo
-    target before its first conversion, a hub id): the check then happens once it has loaded."""
+    """:func:`context_length` of the model ``name`` read from its ``config.json`` alone, before any weights
+    load: the demo target's converted copy, or a local directory. The file is read as JSON (its text config's
+    ``max_position_embeddings``, or GPT-2's ``n_positions``), not through transformers, so a run whose models
+    load elsewhere (backend ``sim``: inside the simulation) never imports torch for it. None where only loading
+    the model tells (the demo target before its first conversion, a hub id, a config that names its context
+    otherwise or cannot be read): the check then happens once it has loaded."""
     where = _converted_dir() if name == DEMO_TARGET else _model_dir(name)
     if where is None or not (where / "config.json").is_file():
         return None
-    from transformers import AutoConfig
     try:
-        return _config_context(AutoConfig.from_pretrained(where))
-    except (OSError, ValueError):       # a config transformers cannot read: loading the model will say so
+        config = json.loads((where / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):     # loading the model will say what is wrong
         return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    n = next((text[k] for k in _CONTEXT_KEYS if k in text), None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def check_pair(target, target_tok, draft, draft_tok, target_name: str = "target",
