@@ -7,6 +7,7 @@ every cell, the board's included, runs on the emulated KV260 (``SPECDEC_EMULATE=
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -45,6 +46,29 @@ def execute(nb, cwd: Path, skip_board: bool) -> None:
                                      skip_cells_with_tag=notebook.BOARD_TAG if skip_board else "",
                                      resources={"metadata": {"path": str(cwd)}})
     client.execute()
+
+
+#: The notebooks a PYNQ-Z2 runs (README: its ARMv7 image has no torch wheels; these need no model).
+Z2_NOTEBOOKS = {"01_getting_started", "04_kv_page_table", "06_recorded_rounds"}
+#: What a PYNQ-Z2 lacks: the models' stack.
+ML_STACK = ("torch", "transformers", "tokenizers")
+
+
+def without_ml_stack(monkeypatch, tmp_path: Path) -> None:
+    """Kernels started from now on cannot import :data:`ML_STACK`, as on a PYNQ-Z2: a ``sitecustomize`` first
+    on their ``PYTHONPATH`` marks each absent (``None`` in ``sys.modules``: ``import`` raises
+    ModuleNotFoundError, ``importlib.util.find_spec`` answers None)."""
+    shim = tmp_path / "no-ml-stack"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(f"import sys\nsys.modules.update(dict.fromkeys({ML_STACK!r}))\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
+
+
+def record_rounds(path: Path) -> None:
+    """What a host writes for notebook 6 (``specdec generate ... --record``): the notebook's own recording job."""
+    from specdec import recording
+    job = {"prompts": ["To be, or not to be"], "max_new_tokens": 24, "gamma": 4, "seed": 0}
+    recording.record(job, "ref")[0].save(path)
 
 
 @pytest.fixture
@@ -198,11 +222,16 @@ QUICK = {"01_getting_started", "04_kv_page_table"}
 
 @pytest.mark.ml
 @pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.long) for n in NAMES])
-def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env):
+def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env, monkeypatch):
     """Every cell but the board's runs without error (so every assert holds); the board's cells do not run;
-    the notebooks that plot show their plots."""
+    the notebooks that plot show their plots. The PYNQ-Z2's notebooks run in a kernel without torch,
+    transformers and tokenizers (notebook 6 without a recording then stops, saying to record one on a host)."""
     pytest.importorskip("torch")
     nb = read(name)
+    if name in Z2_NOTEBOOKS:
+        without_ml_stack(monkeypatch, tmp_path)
+        if name == "06_recorded_rounds":
+            record_rounds(tmp_path / "rounds.npz")
     execute(nb, tmp_path, skip_board=True)
     code = [c for c in nb.cells if c.cell_type == "code"]
     for c in code:
@@ -213,6 +242,15 @@ def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env):
     assert "backend ref" in "".join(o.get("text", "") for o in code[0].outputs)
     images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
     assert bool(images) == (name in PLOTS)
+
+
+@pytest.mark.long
+def test_recorded_rounds_without_torch_or_a_recording_says_where_to_make_one(tmp_path, golden_env, monkeypatch):
+    without_ml_stack(monkeypatch, tmp_path)
+    with pytest.raises(nbclient.exceptions.CellExecutionError, match="rounds.npz is missing and this machine "
+                       "cannot run the models: write it on a host with `specdec generate ... --record"):
+        execute(read("06_recorded_rounds"), tmp_path, skip_board=True)
+    assert not (tmp_path / "rounds.npz").exists()
 
 
 def test_a_board_cell_off_the_board_says_so(tmp_path, golden_env):
@@ -234,13 +272,18 @@ def test_a_board_cell_off_the_board_says_so(tmp_path, golden_env):
 def test_notebook_runs_on_the_emulated_board(name, board, tmp_path, monkeypatch):
     """Every cell, the board's included, on the emulated board: pynq's Overlay, DMA and buffers over the golden
     register models (``SPECDEC_EMULATE``; the backend is picked as on a board). On the PYNQ-Z2 the draft
-    engine's layers stream (notebook 5)."""
+    engine's layers stream (notebook 5); its notebooks 1, 4 and 6 run without the models' stack, notebook 6 on
+    a recording made first, as a host would (README: the PYNQ-Z2, without the models)."""
     pytest.importorskip("torch")
     monkeypatch.delenv(notebook.BACKEND_ENV, raising=False)
     monkeypatch.setenv(runtime.EMULATE_ENV, board)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = read(name)
+    if board == "pynq-z2" and name in Z2_NOTEBOOKS:     # as on the board: no torch, a host's recording
+        without_ml_stack(monkeypatch, tmp_path)
+        if name == "06_recorded_rounds":
+            record_rounds(tmp_path / "rounds.npz")
     execute(nb, tmp_path, skip_board=False)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)

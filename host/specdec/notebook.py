@@ -237,7 +237,7 @@ def agreeing_rows(tree: Tree, node: int, next_token: int, vocab: int) -> np.ndar
 
 def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens: int,
                   block: int) -> list[dict]:
-    """One model's paged KV cache (:class:`specdec.paged.PagedKV`, as the decode loop drives it) through
+    """One model's paged KV cache (:class:`specdec.pagetable.PagedKV`, as the decode loop drives it) through
     rounds of ``gamma`` draft tokens of which ``accepted[i]`` were accepted, on the kvpage core ``kv``, without
     a model: the prompt but its last token is prefilled; each round writes the last token and the drafts
     (FORK, WRITEs, a copy on write into a shared last page) and keeps the last token and the accepted ones
@@ -247,7 +247,7 @@ def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens
     the sequence), ``free_pages`` (the core's FREE_PAGES), ``ops``, ``copies`` and ``cycles`` (the kvpage
     operations of the round, its copies on write and their CYCLES_BUSY).
     """
-    from .paged import PagedKV
+    from .pagetable import PagedKV
     if not 0 <= min(accepted, default=0) <= max(accepted, default=0) <= gamma:
         raise ValueError(f"accepted {list(accepted)}: each round accepts 0..gamma={gamma} draft tokens")
     if prompt_tokens < 1:
