@@ -6,6 +6,7 @@ Exit status 2 for a bad argument (argparse's own ``SystemExit(2)`` included), fo
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -80,6 +81,29 @@ def no_model_load(monkeypatch):
     def refuse(name, role="model"):
         raise AssertionError(f"{role} {name!r} loaded before the options were checked")
     monkeypatch.setattr(models, "load", refuse)
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--prompt", "x"],                                        # the demo pair, the golden backend
+    ["generate", "--prompt", "x", "--backend", "sim"],                     # models inside the simulation
+    ["generate", "--prompt", "x", "--backend", "pynq"],                    # the emulated PYNQ-Z2 (below)
+    ["generate", "--prompt", "x", "--draft", "prompt-lookup"],
+    ["bench", "e2e", "--gammas", "0,2"],
+])
+def test_a_python_without_torch_is_told_what_to_do_before_anything_runs(argv, no_model_load, monkeypatch, capsys):
+    """As on a PYNQ-Z2 (no torch wheels): exit 1 naming what is missing, the install, and the Z2's way (a
+    recording replayed by notebook 6), no traceback, nothing built or simulated."""
+    from specdec import runtime
+    from specdec.backends import simulator
+    monkeypatch.setenv(runtime.EMULATE_ENV, "pynq-z2")
+    for name in models.ML_STACK:
+        monkeypatch.setitem(sys.modules, name, None)        # as absent: find_spec answers None, import fails
+    monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("a simulation ran"))
+    assert exit_code(argv) == cli.EXIT_FAIL
+    err = capsys.readouterr().err
+    assert "the models need torch and transformers, which this Python cannot import: pip install torch " \
+           "transformers" in err and "--record rounds.npz` and replay them with notebook 6" in err, err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("option,value", [

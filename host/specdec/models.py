@@ -86,8 +86,23 @@ def cache_root() -> Path | None:
     return Path(root) if root else Path.home() / ".cache" / "specdec"
 
 
+#: What running the models takes; a PYNQ-Z2's image has neither (it replays rounds a host recorded: notebook 6).
+ML_STACK = ("torch", "transformers")
+
+
+def require_ml_stack() -> None:
+    """Refuse, before anything else of a run, a Python that cannot import :data:`ML_STACK`: ModelError naming
+    what is missing, how to install it, and the PYNQ-Z2's way without the models."""
+    missing = [m for m in ML_STACK if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModelError(f"the models need {' and '.join(missing)}, which this Python cannot import: "
+                         f"pip install {' '.join(missing)} (a PYNQ-Z2 has no torch wheels: record the rounds on a "
+                         f"host with `specdec generate ... --record rounds.npz` and replay them with notebook 6)")
+
+
 def _converted_dir() -> Path | None:
     """The directory of the demo target's converted copy, None when ``SPECDEC_CACHE=off``."""
+    require_ml_stack()
     import transformers
     base = cache_root()
     if base is None:
@@ -199,8 +214,10 @@ def check_source(name: str, role: str = "model") -> None:
     OptionError
         ``name`` is a path (absolute, or from ``.`` or ``~``) that names no directory: a bad argument.
     ModelError
-        The demo draft is missing, or (``HF_HUB_OFFLINE``) a hub id is not in the local Hugging Face cache.
+        torch or transformers cannot be imported (:func:`require_ml_stack`), the demo draft is missing, or
+        (``HF_HUB_OFFLINE``) a hub id is not in the local Hugging Face cache.
     """
+    require_ml_stack()
     if not name or name == DEMO_TARGET:
         return
     path = _model_dir(name)
