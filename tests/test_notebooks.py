@@ -18,7 +18,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-from specdec import cli, notebook, runtime  # noqa: E402
+from specdec import cli, models, notebook, runtime  # noqa: E402
 from specdec.tree import Tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +50,8 @@ def execute(nb, cwd: Path, skip_board: bool) -> None:
 
 #: The notebooks a PYNQ-Z2 runs (README: its ARMv7 image has no torch wheels; these need no model).
 Z2_NOTEBOOKS = {"01_getting_started", "04_kv_page_table", "06_recorded_rounds"}
-#: What a PYNQ-Z2 lacks: the models' stack.
-ML_STACK = ("torch", "transformers", "tokenizers")
+#: What a PYNQ-Z2 lacks: the models' stack (what ``specdec.models`` requires) and the tokenizers.
+ML_STACK = (*models.ML_STACK, "tokenizers")
 
 
 def without_ml_stack(monkeypatch, tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ QUICK = {"01_getting_started", "04_kv_page_table"}
 def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env, monkeypatch):
     """Every cell but the board's runs without error (so every assert holds); the board's cells do not run;
     the notebooks that plot show their plots. The PYNQ-Z2's notebooks run in a kernel without torch,
-    transformers and tokenizers (notebook 6 without a recording then stops, saying to record one on a host)."""
+    transformers and tokenizers, notebook 6 on a recording made here first, as a host would."""
     pytest.importorskip("torch")
     nb = read(name)
     if name in Z2_NOTEBOOKS:
