@@ -5,7 +5,9 @@ import re
 
 import pytest
 
+from specdec import errors
 from specdec.drivers import KVPageError
+from specdec.pagetable import PagedKV
 from tb.kvpage.driver_checks import check_kvpage_driver, golden_driver
 
 
@@ -62,3 +64,18 @@ def test_a_non_integer_operand_is_refused_before_the_core():
     assert kv.total_ops == ops and kv.live() == (seqs, [])       # nothing reached the core
     assert kv.fork(seqs[1]) == 2
 
+
+
+@pytest.mark.parametrize("notes", [True, False], ids=["python3.11", "python3.10"])
+def test_the_page_table_names_the_row_and_the_way_out_when_the_pool_runs_dry(monkeypatch, notes):
+    """The torch-free page table (notebook 4 on a PYNQ-Z2) adds a note to the core's POOL_EMPTY: the row, the
+    free pages, ``--kv-block`` and ``--dense-kv``. Without PEP 678 (Python 3.10, the Z2 image's) the note also
+    ends the message, the only text a 3.10 traceback shows; there ``error.add_note`` had raised AttributeError
+    in place of the error."""
+    monkeypatch.setattr(errors, "NOTES", notes)
+    table = PagedKV(golden_driver(16, 64), block=2)
+    with pytest.raises(KVPageError, match="POOL_EMPTY") as exc:
+        table.reserve(40)                            # 20 rows of 2 tokens on 16 pages
+    (note,) = exc.value.__notes__
+    assert "writing row 16 of branch" in note and "0 of 16 pages free" in note and "--dense-kv" in note
+    assert (note in str(exc.value)) == (not notes)

@@ -64,3 +64,23 @@ def test_tb_is_not_installed():
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert not [p for p in setup["packages"] if p.split(".")[0] in ("tb", "tests")]
     assert "tb" not in setup["package-dir"]
+
+
+#: What a board runs: pyproject.toml's requires-python (3.10, a PYNQ-Z2's PYNQ 3.0 image) holds for all of it.
+PRODUCT = ("hwcontract", "fpga", "hls_ref", "host/specdec", "scripts")
+
+
+def test_product_code_keeps_to_python_310():
+    """Every product module parses with Python 3.10's grammar, and exceptions take notes (PEP 678, 3.11) only
+    through ``specdec.errors.add_note``: on 3.10 a bare ``error.add_note(...)`` raised AttributeError in place
+    of the error it annotated."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'requires-python = ">=3.10"' in pyproject
+    bad = []
+    for p in [m for folder in PRODUCT for m in _modules(folder)]:
+        tree = ast.parse(p.read_text(), str(p), feature_version=(3, 10))
+        if p == ROOT / "host/specdec/errors.py":
+            continue
+        bad += [f"{p.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_note"]
+    assert not bad, f"call specdec.errors.add_note(error, note) instead of error.add_note(note): {bad}"

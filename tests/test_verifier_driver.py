@@ -8,7 +8,8 @@ from hwcontract import formats as fmt
 from specdec.backends.golden import GoldenDevice
 from specdec.drivers import DmaStream, Verifier
 from specdec.drivers.base import description
-from specdec.errors import CoreTimeout
+from specdec import errors
+from specdec.errors import BusError, CoreTimeout
 from hwcontract.formats import LOGIT_NEG_INF
 from specdec.backends import simulator as harness
 from tb.verifier.driver_checks import Checker, check_verifier_driver
@@ -103,6 +104,26 @@ def test_timeouts_inside_a_round_leave_the_core_idle():
     drv.poll_limit = Verifier.poll_limit
     c.round(draft, p, greedy=True)
     c.round(draft, p, p[:2].copy(), temperature=0.7)
+
+
+@pytest.mark.parametrize("notes", [True, False], ids=["python3.11", "python3.10"])
+def test_a_failed_soft_reset_after_a_round_error_is_noted_on_that_error(monkeypatch, notes):
+    """The round's own error reaches the caller, with a note that its soft reset failed too and what to call
+    (on Python 3.10, the PYNQ-Z2 image's, in its message: ``error.add_note`` had raised AttributeError there)."""
+    monkeypatch.setattr(errors, "NOTES", notes)
+    dev = GoldenDevice({0: "verifier"}, params={0: {"lanes": 4, "vocab_max": 64}})
+    drv = Verifier(description("verifier", dev),
+                   DmaStream(HangingDma(dev.stream(0), hang_at=1), allocator=np.zeros, poll_limit=5))
+
+    def bus_gone():
+        raise BusError("write", 0, 2)
+    monkeypatch.setattr(drv, "soft_reset", bus_gone)
+    p = np.random.default_rng(4).normal(size=(3, 20))
+    with pytest.raises(CoreTimeout, match="DMA send") as exc:
+        drv.verify([int(p[0].argmax()), int(p[1].argmax())], p, greedy=True)
+    (note,) = exc.value.__notes__
+    assert "soft reset after this error failed too" in note and "SLVERR" in note and "soft_reset()" in note
+    assert (note in str(exc.value)) == (not notes)
 
 
 def test_full_vocabulary_round_on_golden():

@@ -1,6 +1,21 @@
 """Exceptions the runtime raises: each carries the bad value and, for hardware, the decoded bits."""
 from __future__ import annotations
 
+#: Whether exceptions take notes (PEP 678, Python 3.11). The package runs on Python 3.10 too: a PYNQ-Z2's
+#: image (PYNQ 3.0) has it, and there ``error.add_note`` raised AttributeError in place of the error.
+NOTES = hasattr(BaseException, "add_note")
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``; on Python 3.10 the note goes into ``__notes__`` and, for an error whose first
+    argument is its message, after that message (a 3.10 traceback does not print notes)."""
+    if NOTES:
+        error.add_note(note)
+        return
+    error.__notes__ = [*getattr(error, "__notes__", ()), note]
+    if error.args and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]}\n{note}", *error.args[1:])
+
 
 class SpecdecError(Exception):
     """Base class of specdec's errors."""

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Callable
 
 from .drivers.kvpage import KVPage, KVPageError
+from .errors import add_note
 from .kvlayout import DEFAULT_BLOCK, KVCapacityError, rows_for
 
 
@@ -129,9 +130,9 @@ class PagedKV:
             try:
                 page, src = self.kv.write_row(self.branch, row)
             except KVPageError as e:
-                e.add_note(f"paged KV cache: writing row {row} of branch {self.branch} (positions "
-                           f"{self.length}..{end - 1}, {self.kv.free_pages} of {self.kv.pages} pages free); "
-                           "a larger --kv-block needs fewer pages, --dense-kv none")
+                add_note(e, f"paged KV cache: writing row {row} of branch {self.branch} (positions "
+                            f"{self.length}..{end - 1}, {self.kv.free_pages} of {self.kv.pages} pages free); "
+                            "a larger --kv-block needs fewer pages, --dense-kv none")
                 raise
             self.ops["write"] += 1
             self._record(row, page, src)

@@ -24,7 +24,7 @@ import numpy as np
 from hwcontract.formats import inv_temp, quantize
 
 from ..backends.device import RowStream
-from ..errors import CoreError, CoreTimeout, SpecdecError
+from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
 from hwcontract.formats import LOGIT_NEG_INF
 from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core
 from .base import SpecdecIP, vlnv
@@ -500,8 +500,8 @@ class Verifier(SpecdecIP):
         try:
             self.soft_reset()
         except Exception as e:      # the bus itself may be what failed
-            error.add_note(f"verifier: the soft reset after this error failed too ({e!r}); the core may still "
-                           "be inside the round: call soft_reset()")
+            add_note(error, f"verifier: the soft reset after this error failed too ({e!r}); the core may "
+                            "still be inside the round: call soft_reset()")
 
     def _wait_rows(self, n: int) -> None:
         """Poll until the core has taken ``n`` rows in full (ROWS; a row counts once its last beat has left
