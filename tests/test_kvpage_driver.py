@@ -65,7 +65,6 @@ def test_a_non_integer_operand_is_refused_before_the_core():
     assert kv.fork(seqs[1]) == 2
 
 
-
 @pytest.mark.parametrize("notes", [True, False], ids=["python3.11", "python3.10"])
 def test_the_page_table_names_the_row_and_the_way_out_when_the_pool_runs_dry(monkeypatch, notes):
     """The torch-free page table (notebook 4 on a PYNQ-Z2) adds a note to the core's POOL_EMPTY: the row, the
