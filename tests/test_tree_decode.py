@@ -156,6 +156,33 @@ def test_calibration_contexts_are_generated_once_per_target(gpt2_pair, monkeypat
     assert calls == [(1, 8, 4), (1, 8, 5)]
 
 
+def _alone(pair, prompt: list[int], new_tokens: int) -> list[int]:
+    """A passage's greedy continuation generated on its own (one row, no padding)."""
+    with torch.inference_mode():
+        out = pair.target.model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False,
+                                         pad_token_id=pair.tokenizer.pad_token_id)
+    return out[0].tolist()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "opt"])
+def test_calibration_contexts_generated_together_equal_each_generated_alone(request, family, monkeypatch):
+    """The passages go through the target as one left-padded batch (two batches here): each context is the
+    passage's greedy continuation generated alone, ending where that generation ends (its first end-of-sequence
+    token, made here a token the target does emit)."""
+    from specdec import corpus, pairs
+    pair = request.getfixturevalue(f"{family}_pair")
+    monkeypatch.setattr(pairs, "CALIBRATION_BATCH", 2)
+    texts = corpus.sample_passages(3, held_out=False, seed=pairs.CALIBRATION_SEED)
+    prompts = [pairs.encode(pair.tokenizer, t)[:32] for t in texts]
+    assert len({len(p) for p in prompts}) > 1                    # rows of different lengths: padding is exercised
+    assert pairs._generate_contexts(pair, 3, 32, 6) == [_alone(pair, p, 6) for p in prompts]
+    stop = _alone(pair, prompts[0], 6)[len(prompts[0]) + 2]     # the first row's third new token ends a sequence
+    monkeypatch.setattr(pair.target.model.generation_config, "eos_token_id", stop)
+    expected = [_alone(pair, p, 6) for p in prompts]
+    assert len(expected[0]) == len(prompts[0]) + 3
+    assert pairs._generate_contexts(pair, 3, 32, 6) == expected
+
+
 # ------------------------------------------------------------------------------------------------
 # Bad input: clear errors
 # ------------------------------------------------------------------------------------------------
