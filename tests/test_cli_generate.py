@@ -421,6 +421,18 @@ def test_generate_tree_greedy_equals_chain(kind, gpt2_dirs, tmp_path, capsys):
     assert res["tree"]["kind"] == kind and res["tree"]["budget"] == 12
     rounds = res["generations"][0]["rounds"]
     assert all(r["g"] <= 11 and r["mask_cycles"] > 0 for r in rounds)
+    measured = [ln for ln in cap.err.splitlines() if "measured" in ln]
+    if kind != "sequoia":
+        assert not measured, measured
+        return
+    # Sequoia's vector, measured before the run, is named as --tree-acceptance takes it; passed back, it is not
+    # measured again and the text is the same
+    assert len(measured) == 1 and measured[0].startswith("sequoia: acceptance measured on 8 corpus passages: ")
+    vector = measured[0].rsplit("--tree-acceptance ", 1)[1].split(" ")[0]
+    assert [float(a) for a in vector.split(",")] == pytest.approx(res["tree"]["acceptance"], abs=5e-4)
+    assert cli.main(base + ["--tree", kind, "--tree-budget", "12", "--tree-acceptance", vector]) == 0
+    again = capsys.readouterr()
+    assert again.out == chain and "measured" not in again.err
 
 
 @pytest.mark.parametrize("extra,message", [

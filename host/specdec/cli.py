@@ -512,10 +512,20 @@ def _generate(args: argparse.Namespace) -> int:
     gen = res["generations"][0]
     print(prompt + gen["text"])
     print(f"[{args.backend}] " + metrics.stats_line(res["summary"]), file=sys.stderr)
+    if job.tree is not None and job.tree.kind == "sequoia" and job.tree.acceptance is None:
+        print(measured_acceptance(res["tree"]), file=sys.stderr)
     if args.waves:
         print(f"waves: {res['waves']}", file=sys.stderr)
     _write_json(args.json, res)
     return EXIT_OK
+
+
+def measured_acceptance(tree: dict) -> str:
+    """The line naming the acceptance vector a Sequoia tree measured before the run (``tree``: the result's
+    spec), as ``--tree-acceptance`` takes it: passing it skips the measurement next time."""
+    vector = ",".join(f"{a:.3f}" for a in tree["acceptance"])
+    return (f"sequoia: acceptance measured on {tree['calibration_passages']} corpus passages: {vector} "
+            f"(--tree-acceptance {vector} skips the measurement)")
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
