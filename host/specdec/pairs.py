@@ -249,7 +249,7 @@ def _generate_contexts(pair: Pair, n_passages: int, prompt_tokens: int, new_toke
     texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)
     prompts = [encode(pair.tokenizer, t)[:prompt_tokens] for t in texts]
     model, pad = pair.target.model, pair.tokenizer.pad_token_id
-    eos = model.generation_config.eos_token_id
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
     contexts = []
     for first in range(0, len(prompts), CALIBRATION_BATCH):
