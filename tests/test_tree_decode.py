@@ -168,7 +168,7 @@ def _alone(pair, prompt: list[int], new_tokens: int) -> list[int]:
 def test_calibration_contexts_generated_together_equal_each_generated_alone(request, family, monkeypatch):
     """The passages go through the target as one left-padded batch (two batches here): each context is the
     passage's greedy continuation generated alone, ending where that generation ends (its first end-of-sequence
-    token, made here a token the target does emit)."""
+    token, made here a token the target does emit in the middle of a row)."""
     from specdec import corpus, pairs
     pair = request.getfixturevalue(f"{family}_pair")
     monkeypatch.setattr(pairs, "CALIBRATION_BATCH", 2)
@@ -176,10 +176,11 @@ def test_calibration_contexts_generated_together_equal_each_generated_alone(requ
     prompts = [pairs.encode(pair.tokenizer, t)[:32] for t in texts]
     assert len({len(p) for p in prompts}) > 1                    # rows of different lengths: padding is exercised
     assert pairs._generate_contexts(pair, 3, 32, 6) == [_alone(pair, p, 6) for p in prompts]
-    stop = _alone(pair, prompts[0], 6)[len(prompts[0]) + 2]     # the first row's third new token ends a sequence
-    monkeypatch.setattr(pair.target.model.generation_config, "eos_token_id", stop)
+    new = _alone(pair, prompts[0], 6)[len(prompts[0]):]
+    k = next(k for k in range(1, 6) if new[k] not in new[:k])  # a token the first row emits first after others
+    monkeypatch.setattr(pair.target.model.generation_config, "eos_token_id", new[k])
     expected = [_alone(pair, p, 6) for p in prompts]
-    assert len(expected[0]) == len(prompts[0]) + 3
+    assert len(expected[0]) == len(prompts[0]) + k + 1          # that row now ends there
     assert pairs._generate_contexts(pair, 3, 32, 6) == expected
 
 
