@@ -178,7 +178,8 @@ def test_calibration_contexts_generated_together_equal_each_generated_alone(requ
     assert pairs._generate_contexts(pair, 3, 32, 6) == [_alone(pair, p, 6) for p in prompts]
     new = _alone(pair, prompts[0], 6)[len(prompts[0]):]
     k = next(k for k in range(1, 6) if new[k] not in new[:k])  # a token the first row emits first after others
-    monkeypatch.setattr(pair.target.model.generation_config, "eos_token_id", new[k])
+    monkeypatch.setattr(pair.target.model.generation_config, "eos_token_id", new[k])    # what generate stops at
+    monkeypatch.setattr(pair.target, "eos_token_id", new[k])                          # what the loop stops at
     expected = [_alone(pair, p, 6) for p in prompts]
     assert len(expected[0]) == len(prompts[0]) + k + 1          # that row now ends there
     assert pairs._generate_contexts(pair, 3, 32, 6) == expected

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import models
-from .decode import Drafter, ModelDraft, PromptLookup
+from .decode import Drafter, ModelDraft, PromptLookup, eos_ids
 from .eagle import EagleDraft
 from .errors import OptionError
 from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
@@ -248,9 +248,7 @@ def _generate_contexts(pair: Pair, n_passages: int, prompt_tokens: int, new_toke
     from . import corpus
     texts = corpus.sample_passages(n_passages, held_out=False, seed=CALIBRATION_SEED)
     prompts = [encode(pair.tokenizer, t)[:prompt_tokens] for t in texts]
-    model, pad = pair.target.model, pair.tokenizer.pad_token_id
-    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
-    eos = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+    model, pad, eos = pair.target.model, pair.tokenizer.pad_token_id, eos_ids(pair.target)
     contexts = []
     for first in range(0, len(prompts), CALIBRATION_BATCH):
         batch = prompts[first:first + CALIBRATION_BATCH]
