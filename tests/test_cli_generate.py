@@ -304,6 +304,25 @@ def test_a_target_without_a_draft_is_named_before_its_missing_default_draft(back
     assert f"target {gpt2_dirs[0]!r} has no default draft" in err and err.rstrip().endswith("got None"), err
 
 
+@pytest.mark.parametrize("backend", ["ref", "sim", "pynq"])
+def test_draft_options_the_draft_cannot_take_exit_2_before_anything_loads(backend, gpt2_dirs, no_model_load,
+                                                                          no_backend_start, capsys):
+    """A hot vocabulary larger than the draft's (read from its config.json), or one on an EAGLE head, and an
+    EAGLE head on the fabric engine: bad arguments, refused before a model loads, the RTL builds (sim: they
+    were refused inside the simulation, a failed run with its traceback) or the overlay loads (pynq)."""
+    pair = ["--target", gpt2_dirs[0], "--draft", gpt2_dirs[1]]
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, *pair, "--draft-vocab", "50258"]) == 2
+    err = capsys.readouterr().err
+    assert "--draft-vocab must be a hot-vocabulary size in 1..50257 (the vocabulary), got 50258" in err, err
+    head = ["--draft", "smollm2-eagle-head"]
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, *head, "--draft-vocab", "99"]) == 2
+    err = capsys.readouterr().err
+    assert "--draft-vocab must be none with the EAGLE head 'smollm2-eagle-head'" in err and "got 99" in err, err
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, *head, "--draft-engine", "fabric"]) == 2
+    err = capsys.readouterr().err
+    assert "--draft-engine must be 'host' with the EAGLE head 'smollm2-eagle-head', got 'fabric'" in err, err
+
+
 @pytest.mark.parametrize("backend", ["ref", "pynq"])
 def test_waves_off_the_sim_backend_exit_2_before_anything_loads(backend, gpt2_dirs, no_model_load,
                                                                  no_backend_start, tmp_path, capsys):

@@ -42,9 +42,11 @@ def test_a_model_directory_may_start_from_home(gpt2_dirs, monkeypatch):
 
 
 def test_context_length_from_the_config_file_equals_the_loaded_models(gpt2_pair, opt_pair, gpt2_dirs, opt_dirs):
-    """Read from config.json before anything loads (GPT-2 names it ``n_positions``), it is the loaded model's."""
+    """Read from config.json before anything loads (GPT-2 names it ``n_positions``), it is the loaded model's;
+    so is the vocabulary size, the width of the loaded pair's logits."""
     for pair, dirs in ((gpt2_pair, gpt2_dirs), (opt_pair, opt_dirs)):
         assert models.config_context_length(dirs[0]) == models.context_length(pair.target.model) == 512
+        assert models.config_vocab_size(dirs[1]) == pair.vocab == (50257 if pair is gpt2_pair else 50272)
 
 
 @pytest.mark.parametrize("text, want", [

@@ -22,10 +22,15 @@ import numpy as np
 from .errors import OptionError
 
 
-def hot_ids(tokenizer, n: int, vocab: int) -> np.ndarray:
-    """The ``n`` most frequent token ids of the training passages (ties by id), most frequent first."""
+def check_size(n: int, vocab: int) -> None:
+    """OptionError naming ``draft_vocab`` unless ``n`` lies in 1..``vocab``."""
     if not 1 <= n <= vocab:
         raise OptionError("draft_vocab", n, f"a hot-vocabulary size in 1..{vocab} (the vocabulary)")
+
+
+def hot_ids(tokenizer, n: int, vocab: int) -> np.ndarray:
+    """The ``n`` most frequent token ids of the training passages (ties by id), most frequent first."""
+    check_size(n, vocab)
     counts = _counts(tokenizer)
     ranked = sorted(range(vocab), key=lambda t: (-counts.get(t, 0), t))
     return np.array(ranked[:n], dtype=np.int64)

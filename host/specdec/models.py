@@ -303,11 +303,23 @@ _CONTEXT_KEYS = ("max_position_embeddings", "n_positions")
 
 def config_context_length(name: str) -> int | None:
     """:func:`context_length` of the model ``name`` read from its ``config.json`` alone, before any weights
-    load: the demo target's converted copy, or a local directory. The file is read as JSON (its text config's
-    ``max_position_embeddings``, or GPT-2's ``n_positions``), not through transformers, so a run whose models
-    load elsewhere (backend ``sim``: inside the simulation) never imports torch for it. None where only loading
-    the model tells (the demo target before its first conversion, a hub id, a config that names its context
-    otherwise or cannot be read): the check then happens once it has loaded."""
+    load (:func:`_saved_config_int`: its text config's ``max_position_embeddings``, or GPT-2's ``n_positions``).
+    None where only loading the model tells: the check then happens once it has loaded."""
+    return _saved_config_int(name, _CONTEXT_KEYS)
+
+
+def config_vocab_size(name: str) -> int | None:
+    """The vocabulary size (``vocab_size``) of the model ``name`` read from its ``config.json`` alone, before any
+    weights load (:func:`_saved_config_int`); None where only loading the model tells."""
+    return _saved_config_int(name, ("vocab_size",))
+
+
+def _saved_config_int(name: str, keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` in the text config of the saved ``config.json`` of the model ``name`` (the demo
+    target's converted copy, or a local directory), a positive integer, else None. The file is read as JSON, not
+    through transformers, so a run whose models load elsewhere (backend ``sim``: inside the simulation) never
+    imports torch for it. None where only loading the model tells (the demo target before its first conversion,
+    a hub id, a config without the key or that cannot be read)."""
     where = _converted_dir() if name == DEMO_TARGET else _model_dir(name)
     if where is None or not (where / "config.json").is_file():
         return None
@@ -318,7 +330,7 @@ def config_context_length(name: str) -> int | None:
     if not isinstance(config, dict):
         return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    n = next((text[k] for k in _CONTEXT_KEYS if k in text), None)
+    n = next((text[k] for k in keys if k in text), None)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 

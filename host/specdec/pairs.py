@@ -47,14 +47,8 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     OptionError
         No draft given for a target that has no default draft; a path that names no model directory.
     """
-    target, draft = check_sources(target, draft)
+    target, draft = check_sources(target, draft, draft_vocab, draft_engine)
     head_dir = eagle_dir(draft) if draft != PROMPT_LOOKUP else None
-    if head_dir is not None:        # options an EAGLE head cannot take: refused before anything loads
-        if draft_vocab is not None:
-            raise OptionError("draft_vocab", draft_vocab, f"none with the EAGLE head {draft!r} (its hot vocabulary "
-                                                          "is fixed by its training)")
-        if draft_engine != "host":
-            raise OptionError("draft_engine", draft_engine, f"'host' with the EAGLE head {draft!r}")
     t_model, t_tok = models.load(target, "target")
     t_lm = models.CausalLM(t_model, "target")
     if draft == PROMPT_LOOKUP:
@@ -85,13 +79,29 @@ def eagle_dir(draft: str):
     return None
 
 
-def check_sources(target: str | None, draft: str | None) -> tuple[str, str]:
+def check_sources(target: str | None, draft: str | None, draft_vocab: int | None = None,
+                  draft_engine: str = "host") -> tuple[str, str]:
     """:func:`resolve_names`, then :func:`specdec.models.check_source` on the target and on a draft model (not
-    prompt lookup, not an EAGLE head): a model this machine cannot load is refused before anything loads."""
+    prompt lookup, not an EAGLE head): a model this machine cannot load is refused before anything loads. So are
+    the draft options the draft cannot take: ``draft_vocab`` or the ``fabric`` engine with an EAGLE head, and a
+    ``draft_vocab`` beyond the draft's vocabulary where its saved config tells
+    (:func:`specdec.models.config_vocab_size`; otherwise :func:`open_pair` refuses it once the models load)."""
     target, draft = resolve_names(target, draft)
     models.check_source(target, "target")
-    if draft != PROMPT_LOOKUP and eagle_dir(draft) is None:
-        models.check_source(draft, "draft")
+    if draft == PROMPT_LOOKUP:
+        return target, draft
+    if eagle_dir(draft) is not None:
+        if draft_vocab is not None:
+            raise OptionError("draft_vocab", draft_vocab, f"none with the EAGLE head {draft!r} (its hot vocabulary "
+                                                          "is fixed by its training)")
+        if draft_engine != "host":
+            raise OptionError("draft_engine", draft_engine, f"'host' with the EAGLE head {draft!r}")
+        return target, draft
+    models.check_source(draft, "draft")
+    vocab = models.config_vocab_size(draft) if draft_vocab is not None else None
+    if vocab is not None:
+        from .hotvocab import check_size
+        check_size(draft_vocab, vocab)
     return target, draft
 
 

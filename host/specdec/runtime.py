@@ -286,7 +286,8 @@ def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict
     (``fpga.system.row_feed``), whose rows file is named by ``$SPECDEC_ROWS`` and the plusarg."""
     from fpga.system import ROWS_PLUSARG
     from specdec.backends import simulator as harness
-    check_sources(job.target, job.draft)        # before the build: the models load inside the simulation
+    # before the build: the models load inside the simulation
+    check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file, rows = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "rows.hex"
         job_file.write_text(job.to_json())
@@ -318,8 +319,9 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
     if backend == "sim":
         return run_sim(job, waves=waves)
     if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
-        if pair is None:                # a model this machine cannot load: refused before the download (ref: in
-            check_sources(job.target, job.draft)    # open_pair; sim: in _simulate, before the build)
+        if pair is None:    # a model or draft option this machine cannot take: refused before the download
+            check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)   # (ref: in open_pair; sim:
+                                                                                      # in _simulate)
         ol = pynq_overlay()
         c = ol.cores()
         engine = ol.draft_engine() if job.draft_engine == "fabric" else None
