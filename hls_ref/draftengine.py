@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwcontract.formats import DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX, de_param_fields
+from hwcontract.formats import (DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX,
+                                de_param_fields, integer_dtype)
 
 _LO, _HI = -(1 << (DE_OPERAND_BITS - 1)), (1 << (DE_OPERAND_BITS - 1)) - 1
 
@@ -47,7 +48,7 @@ class Output:
 
 def _ints(name: str, a, lo: int, hi: int, ndim: int) -> np.ndarray:
     arr = np.asarray(a)
-    if arr.ndim != ndim or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+    if arr.ndim != ndim or not (integer_dtype(arr.dtype) or arr.size == 0):
         raise ValueError(f"{name}: expected a {ndim}-D integer array, got shape {arr.shape} dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     bad = arr[(arr < lo) | (arr > hi)]

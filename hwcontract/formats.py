@@ -21,6 +21,12 @@ import numpy as np
 
 from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, core
 
+def integer_dtype(dtype) -> bool:
+    """Whether ``dtype`` holds integers: a signed or unsigned numpy integer. Not bool, and not timedelta64, which
+    numpy files under ``np.integer`` (``np.issubdtype`` would take durations as token ids or int8 values)."""
+    return np.dtype(dtype).kind in "iu"
+
+
 LOGIT_FRAC = 8              # Q7.8: code = round(logit * 256)
 LOGIT_NEG_INF = -(1 << 15)  # -32768 means -inf (masked by top-k/top-p)
 CODE_MAX = (1 << (LOGIT_BITS - 1)) - 1   # 32767: real codes clip to +-CODE_MAX
@@ -54,8 +60,11 @@ def inv_temp(temperature: float) -> int:
     Raises
     ------
     ValueError
-        T is NaN or negative, or so small (large) that 256/T rounds above 65535 (to 0).
+        T is not a real number (a string, None, a bool), NaN or negative, or so small (large) that 256/T rounds
+        above 65535 (to 0).
     """
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+        raise ValueError(f"temperature must be a real number, got {temperature!r}")
     t = float(temperature)
     if math.isnan(t) or t < 0:
         raise ValueError(f"temperature {temperature!r} must be >= 0")

@@ -95,6 +95,17 @@ def test_inv_temp_round_trips():
         formats.inv_temp(1e-6)
     with pytest.raises(ValueError, match="too large"):
         formats.inv_temp(1e6)
+    for bad in ("0.8", None, True):             # float('0.8') had taken a string; None and bools named nothing
+        with pytest.raises(ValueError, match=f"temperature must be a real number, got {bad!r}"):
+            formats.inv_temp(bad)
+    assert formats.inv_temp(np.float32(0.5)) == 512 and formats.inv_temp(np.int64(1)) == 256     # numpy numbers
+
+
+def test_integer_dtypes_are_numpy_integers_and_not_durations():
+    """numpy files timedelta64 under ``np.integer``: token ids, codes and int8 values of that kind are refused."""
+    assert all(formats.integer_dtype(t) for t in (np.int8, np.uint8, np.int16, np.int64, np.uint64))
+    assert not any(formats.integer_dtype(t) for t in ("m8[s]", "M8[s]", bool, np.float32, object, "U3"))
+    assert np.issubdtype(np.dtype("m8[s]"), np.integer)        # why the check is not issubdtype
 
 
 def test_quantize_round_trips_codes():

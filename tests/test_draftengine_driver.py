@@ -10,7 +10,7 @@ from hwcontract.formats import de_act_beats, de_param_beats, de_unpack_outputs, 
 from specdec.backends.golden import GoldenDevice
 from specdec.drivers import DraftEngine
 from specdec.drivers.base import description
-from specdec.errors import CoreTimeout, SpecdecError
+from specdec.errors import CoreError, CoreTimeout, SpecdecError
 from tb.draftengine.driver_checks import check_draftengine_driver, check_job
 
 SMALL = dict(rows=4, cols=16, wdepth=256, pdepth=16, k_max=256, m_max=5)
@@ -101,3 +101,83 @@ def test_unattached_and_timeouts():
         drv.load("acts", 0, np.zeros((1, 64), np.uint8))
     with pytest.raises(ValueError, match="outside the memory"):
         drv.load("params", 255, np.zeros((2, 64), np.uint8))
+
+
+def test_a_placement_from_before_a_reset_or_outside_the_core_is_refused_and_run_keeps_the_placed_layers():
+    """``run`` places its job in the memories left free and frees them again: a layer placed before still gives
+    its own results (``run`` used to reset the memories and write over it, and the old placement then ran on the
+    job's weights). After ``reset_memory`` an old placement is refused; so is one reaching past the memories
+    (it used to leave the core in BAD_RANGE, failing every later job)."""
+    import dataclasses
+    drv, _ = golden_engine()
+    rnd = np.random.default_rng(9)
+    a, b = (draftengine_job(rnd, 2, 40, 12, 16) for _ in range(2))
+    at = drv.place(a.w, a.bias, a.mult, a.shift)
+    free = drv.free()
+    out = drv.run(b)
+    assert np.array_equal(out.y, golden.run(b).y) and drv.free() == free
+    y, _ = drv.matmul(a.x, at, 16)
+    assert np.array_equal(y, golden.run(a).y)
+    for bad, match in ((dataclasses.replace(at, wbase=70_000), "outside this core"),
+                       (dataclasses.replace(at, n=10 ** 6), "outside this core"),
+                       ((0, 0, 12, 40), "expected a Placement from place")):
+        with pytest.raises(ValueError, match=match):
+            drv.matmul(a.x, bad, 16)
+    assert drv.read_fields("STATUS")["ERROR"] == 0
+    drv.reset_memory()
+    with pytest.raises(ValueError, match=r"made before the memories were reset \(epoch 0, now 1\)"):
+        drv.matmul(a.x, at, 16)
+    at = drv.place(a.w, a.bias, a.mult, a.shift)
+    assert np.array_equal(drv.matmul(a.x, at, 16)[0], golden.run(a).y)
+
+
+def test_an_error_or_a_job_left_by_raw_register_traffic_is_not_taken_for_the_next_job():
+    """A core left in error (a raw START of an unknown operation) or BUSY (a raw RUN whose activations never
+    came) by traffic this driver did not run: the next job is refused naming that, nothing written; after
+    soft_reset() it runs. Before, the stale error was reported as the new job's."""
+    drv, dev = golden_engine()
+    rnd = np.random.default_rng(4)
+    a = draftengine_job(rnd, 1, 40, 12, 8)
+    at = drv.place(a.w, a.bias, a.mult, a.shift)
+    codes = {v for _, v, _ in drv.cmap.reg("CONFIG").field("OP").values}
+    drv.write_fields("CONFIG", OP=next(c for c in range(16) if c not in codes))
+    drv.start()
+    with pytest.raises(CoreError, match="still in error from an earlier operation this driver did not run") as e:
+        drv.matmul(a.x, at)
+    assert e.value.bits == ["BAD_OP"] and drv.read_fields("STATUS")["ERROR"] == 1      # left as it was
+    drv.soft_reset()
+    drv.write_fields("CONFIG", OP=drv._ops["RUN"], OUT=0)
+    for name, v in dict(M=1, K=40, N=12, WBASE=at.wbase, PBASE=at.pbase).items():
+        drv.write_reg(name, v)
+    drv.start()                                                  # a RUN waiting for its activations
+    with pytest.raises(SpecdecError, match="BUSY with an operation this driver did not start"):
+        drv.matmul(a.x, at)
+    drv.soft_reset()
+    assert np.array_equal(drv.matmul(a.x, at)[0], golden.run(a).y)
+
+
+def test_beats_and_activations_that_are_not_their_integers_are_refused_before_the_core():
+    """Weight or parameter beats outside 0..255 or not integers (300 was stored as 44, -1.7 as 255), and
+    activations of another kind (numpy files timedelta64 under its integers), are refused naming the values;
+    the memories are unchanged and a streamed layer loads nothing for bad activations."""
+    drv, dev = golden_engine(**SMALL)
+    wmem = dev.models[0].wmem.copy()
+    rc = drv.rows * drv.cols
+    for beats, match in ((np.full((1, rc), 300), r"values 300\.\.300"), (np.full((1, rc), -1.7), "dtype float64"),
+                         (np.full((1, rc), -1, np.int8), r"values -1\.\.-1")):
+        with pytest.raises(ValueError, match=match):
+            drv.load("weights", 0, beats)
+        with pytest.raises(ValueError, match=match):
+            drv.send_beats(beats)
+    assert np.array_equal(dev.models[0].wmem, wmem) and drv.read_fields("STATUS")["BUSY"] == 0
+    rnd = np.random.default_rng(6)
+    a = draftengine_job(rnd, 1, 20, 8, 8)
+    at = drv.place(a.w, a.bias, a.mult, a.shift)
+    with pytest.raises(ValueError, match="timedelta64"):
+        drv.matmul(np.ones((1, 20), "m8[ns]"), at)
+    layer = drv.stream_layer(a.w, a.bias, a.mult, a.shift)
+    for x in (np.ones((1, 20), "m8[ns]"), np.zeros((0, 20), np.int64), np.zeros(20, np.int64)):
+        with pytest.raises(ValueError):
+            drv.matmul_streamed(x, layer)
+    assert drv.streamed_beats == 0
+    assert np.array_equal(drv.matmul_streamed(a.x, layer)[0], golden.run(a).y)

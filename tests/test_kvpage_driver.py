@@ -78,3 +78,20 @@ def test_the_page_table_names_the_row_and_the_way_out_when_the_pool_runs_dry(mon
     (note,) = exc.value.__notes__
     assert "writing row 16 of branch" in note and "0 of 16 pages free" in note and "--dense-kv" in note
     assert (note in str(exc.value)) == (not notes)
+
+
+def test_an_error_left_by_raw_register_traffic_is_not_blamed_on_the_next_operation():
+    """A raw START of an unknown code leaves BAD_OP: the next operation used to report it as its own ("kvpage
+    NEW() refused: BAD_OP"). It is refused naming the earlier operation, nothing written; soft_reset() recovers.
+    A rollback of one slot number instead of a collection names the value."""
+    kv = golden_driver(16, 4)
+    seq = kv.new()
+    kv.write_fields("OP", CODE=15)
+    kv.start()
+    with pytest.raises(errors.CoreError, match="still in error from an earlier operation this driver did not run") as e:
+        kv.new()
+    assert not isinstance(e.value, KVPageError) and e.value.bits == ["BAD_OP"]
+    kv.soft_reset()
+    assert kv.live() == ([seq], []) and kv.new() == seq + 1
+    with pytest.raises(ValueError, match=r"expected the branches' slots \(an iterable of ints\), got 3"):
+        kv.rollback(3)

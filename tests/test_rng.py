@@ -101,3 +101,17 @@ def test_register_writes_and_seeds_take_integers_only():
         rng.seed([1, 2, 3, 7.9])
     rng.seed([1, 2, 3, 7])
     assert rng.burst(3)["steps"] == 3
+
+
+def test_draws_before_a_seed_are_refused():
+    """The state after reset is all zero, xoshiro's fixed point: step, draw and burst returned 0 forever without
+    a word of warning. They are refused until seed(); a seed that is not 4 words names itself."""
+    rng = Rng(description("rng", GoldenDevice({0: "rng"})))
+    for call in (rng.step, lambda: rng.draw(4), lambda: rng.burst(8)):
+        with pytest.raises(ValueError, match=r"call seed\(words\) first"):
+            call()
+    with pytest.raises(ValueError, match=r"expected 4 words \(a sequence of 32-bit integers\), got 5"):
+        rng.seed(5)
+    seed = [0x12345678, 0x9ABCDEF0, 0x0F1E2D3C, 0x4B5A6978]
+    rng.seed(seed)
+    assert rng.draw(4).tolist() == golden.xoshiro128pp(seed, 4)[0].tolist()

@@ -9,7 +9,7 @@ from specdec.backends.golden import GoldenDevice
 from specdec.drivers import DmaSink, TreeMask
 from specdec.drivers.base import description
 from specdec.drivers.treemask import WORD_BYTES
-from specdec.errors import CoreTimeout
+from specdec.errors import CoreTimeout, SpecdecError
 from tb.treemask.driver_checks import check_treemask_driver, core_error
 
 
@@ -103,3 +103,39 @@ def test_failed_call_leaves_the_core_idle_and_the_next_call_clean():
     assert drv.read_fields("STATUS") == {"BUSY": 0, "DONE": 0, "ERROR": 0}
     mask, depth = drv.masks([-1, 0, 1])
     assert mask.astype(int).tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]] and depth.tolist() == [0, 1, 2]
+
+
+def test_a_tree_started_raw_is_refused_not_returned_for_the_next_one():
+    """write_tree + start() by hand leave that tree's frame on the stream (the core BUSY until it is taken, as the
+    RTL's output stage holds it): masks() of another tree is refused, nothing written, instead of returning the
+    chain's depths for a star; after soft_reset() it gives the star's own."""
+    drv, _ = golden_treemask(8)
+    drv.write_tree([-1, 0, 1, 2])
+    drv.start()
+    with pytest.raises(SpecdecError, match="BUSY with an operation this driver did not start"):
+        drv.masks([-1, 0, 0, 0])
+    drv.soft_reset()
+    assert drv.masks([-1, 0, 0, 0])[1].tolist() == [0, 1, 1, 1]
+
+
+class _EarlySink:
+    """A stream that takes every frame as the core sends it (a DMA always armed, as the simulation's sink), holding
+    one frame of another tree that an earlier start() left there."""
+
+    def __init__(self, sink, stale: list[int]) -> None:
+        self.sink, self.queue = sink, [stale]
+
+    def recv(self) -> list[int]:
+        self.queue.append(self.sink.recv())
+        return self.queue.pop(0)
+
+
+def test_a_frame_of_another_tree_of_the_same_size_is_refused():
+    """Each node's mask must be its parent's plus itself and its depth its parent's plus one: a chain's frame
+    received for a star (same N, nodes 0..3 in order) is refused, not returned as the star's."""
+    dev = GoldenDevice({0: "treemask"}, params={0: {"nodes_max": 8}})
+    chain = golden.stream_words(golden.tree_mask([-1, 0, 1, 2], 8))
+    drv = TreeMask(description("treemask", dev), _EarlySink(dev.sink(0), chain))
+    with pytest.raises(SpecdecError, match=r"the frame is not this tree's \(node 2, parent 0"):
+        drv.masks([-1, 0, 0, 0])
+    assert drv.read_fields("STATUS") == {"BUSY": 0, "DONE": 1, "ERROR": 0}

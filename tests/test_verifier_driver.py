@@ -167,6 +167,20 @@ def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():
     assert drv.verify_tree(np.array([-1, 0, 0]), np.array([1, 2, 3], np.uint16), p, greedy=True).tokens
 
 
+def test_durations_are_not_taken_as_logit_codes_or_token_ids():
+    """numpy files timedelta64 under its integers: such logits were verified as codes and such draft tokens or
+    tree nodes taken as ids. Refused before the core, naming the dtype."""
+    drv, _ = golden_verifier(4, 64, 16)
+    p = np.random.default_rng(5).normal(0, 1, (2, 8))
+    with pytest.raises(ValueError, match="got dtype timedelta64"):
+        drv.verify([1], np.zeros((2, 8), "m8[s]"), greedy=True)
+    with pytest.raises(ValueError, match="draft tokens must be integers, got timedelta64"):
+        drv.verify(np.array([1], "m8[s]"), p, greedy=True)
+    with pytest.raises(ValueError, match="tree parents must be integers, got timedelta64"):
+        drv.verify_tree(np.array([0, 0], "m8[s]"), [1, 2], p, greedy=True)
+    assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]    # nothing reached the core
+
+
 def test_quantize_out_matches_and_is_left_alone_on_error():
     x = np.random.default_rng(0).normal(0, 50, (3, 7))
     x[1, 2] = -np.inf

@@ -28,10 +28,10 @@ class HardwareMismatch(SpecdecError):
 class CoreError(SpecdecError):
     """The core raised error bits in ERR; ``bits`` lists their names, ``err`` the raw value."""
 
-    def __init__(self, core: str, err: int, bits: list[str]) -> None:
+    def __init__(self, core: str, err: int, bits: list[str], context: str = "") -> None:
         self.core, self.err, self.bits = core, err, bits
-        super().__init__(f"core {core} reported ERR={err:#x}: {', '.join(bits) or 'unknown bits'} "
-                         f"(call soft_reset() to recover)")
+        super().__init__(f"core {core} reported ERR={err:#x}: {', '.join(bits) or 'unknown bits'}"
+                         f"{'; ' + context if context else ''} (call soft_reset() to recover)")
 
 
 class BusError(SpecdecError, OSError):

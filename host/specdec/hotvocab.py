@@ -19,6 +19,8 @@ from collections import Counter
 
 import numpy as np
 
+from hwcontract.formats import integer_dtype
+
 from .errors import OptionError
 
 
@@ -81,7 +83,7 @@ def check_map(ids, vocab: int) -> np.ndarray:
         raise ValueError("hot-vocabulary draft: no token map (the head's outputs cannot be taken back to "
                          "target ids)")
     a = np.asarray(ids)
-    if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+    if a.ndim != 1 or a.size == 0 or not integer_dtype(a.dtype):
         raise ValueError(f"hot-vocabulary map: expected a non-empty 1-D array of token ids, got shape {a.shape} "
                          f"dtype {a.dtype}")
     bad = a[(a < 0) | (a >= vocab)]

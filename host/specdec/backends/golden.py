@@ -68,6 +68,12 @@ class RegisterModel(ABC):
             return
         self.on_ctrl(bits)
 
+    def emit(self, words: list[int]) -> None:
+        """Queue ``words`` as the frame on the core's output stream (``frames``): BUSY, not DONE, until
+        :class:`GoldenSink` takes it, as the RTL's output stage holds it."""
+        self.frames.append(words)
+        self.busy, self.done = True, False
+
     def raise_err(self, name: str) -> None:
         self.err |= self.cmap.reg("ERR").field(name).mask
 
@@ -274,7 +280,9 @@ class TreemaskModel(RegisterModel):
     CTRL.START (idle or done, no error) clears ROWS, MAX_DEPTH and the cycle counters, then checks NODES
     (BAD_NODES) and the PARENT fields of nodes 1..NODES-1 (BAD_PARENT), as the RTL does; a good tree is
     run at once: its N words are queued as one frame for :class:`GoldenSink`, ``ROWS = N``, ``CYCLES_BUSY``
-    is the cycle model ``hls_ref.treemask.cycles(N)`` and ``CYCLES_STALL`` 0 (the model has no clock).
+    is the cycle model ``hls_ref.treemask.cycles(N)`` and ``CYCLES_STALL`` 0 (the model has no clock). As on
+    the RTL, whose output stage holds the frame until the stream takes it, the core is BUSY (a START ignored)
+    until the sink has received it.
 
     Parameters
     ----------
@@ -299,7 +307,7 @@ class TreemaskModel(RegisterModel):
         self.frames.clear()             # the core's output stage is cleared: no frame is left to receive
 
     def on_ctrl(self, bits: dict[str, int]) -> None:
-        if not bits["START"]:
+        if not bits["START"] or self.busy:
             return
         self.ro.update(ROWS=0, MAX_DEPTH=0, CYCLES_BUSY=0, CYCLES_STALL=0)
         self.done = False
@@ -311,21 +319,23 @@ class TreemaskModel(RegisterModel):
         if m.err:
             self.err |= m.err
             return
-        self.frames.append(tm_ref.stream_words(m))
         self.ro.update(ROWS=n, MAX_DEPTH=m.max_depth, CYCLES_BUSY=tm_ref.cycles(n))
-        self.done = True
+        self.emit(tm_ref.stream_words(m))
 
 
 class GoldenSink(WordSink):
-    """The word stream out of a golden model: :meth:`recv` takes the oldest frame it produced."""
+    """The word stream out of a golden model: :meth:`recv` takes the frame it holds, and the model is done."""
 
-    def __init__(self, model: TreemaskModel) -> None:
+    def __init__(self, model: TreemaskModel | DraftengineModel) -> None:
         self.model = model
 
     def recv(self) -> list[int]:
         if not self.model.frames:
             raise CoreTimeout(f"{self.model.cmap.name}: no frame on the output stream (the core sent nothing)")
-        return self.model.frames.pop(0)
+        words = self.model.frames.pop(0)
+        if not self.model.frames:
+            self.model.busy, self.model.done = False, True
+        return words
 
 
 class KvpageModel(RegisterModel):
@@ -378,7 +388,8 @@ class DraftengineModel(RegisterModel):
     operand registers as the RTL's CHECK cycles do (BAD_OP, BAD_SHAPE, BAD_OUT, BAD_RANGE); a good operation
     then waits for its s_axis frame (:meth:`frame`): LOAD_W / LOAD_P write it into the weight / parameter
     memory, RUN takes it as activations and computes the job from the memories
-    (:func:`hls_ref.draftengine.memory_run`), queuing its m_axis words for :class:`GoldenSink`. A frame
+    (:func:`hls_ref.draftengine.memory_run`), queuing its m_axis words for :class:`GoldenSink` (BUSY until the
+    sink takes them, as the RTL holds its results until the stream takes them). A frame
     shorter than expected raises SHORT_STREAM, a longer one LONG_STREAM (the rest is dropped, as the core
     drains it). ``CYCLES_BUSY`` is the cycle model ``hls_ref.draftengine.cycles``; ``CYCLES_STALL`` 0.
 
@@ -471,11 +482,14 @@ class DraftengineModel(RegisterModel):
             lanes, sat = de_ref.memory_run(self.wmem[wb:wb + nt * kc], self.pmem[pb:pb + nt], beats, m, k, n,
                                            job["out_bits"], self.rows, self.cols)
             raw = np.ascontiguousarray(lanes.astype("<i4")).view(np.uint8).reshape(len(lanes), -1)
-            self.frames.append([int.from_bytes(b.tobytes(), "little") for b in raw])
             self.ro.update(SATURATED=sat, BEATS_OUT=len(lanes))
         self.ro["CYCLES_BUSY"] = de_ref.cycles(job["op"], want, job.get("m", 0), job.get("k", 0), job.get("n", 0),
                                                self.rows, self.cols)
-        self.busy, self.pending, self.done = False, None, True
+        self.pending = None
+        if job["op"] == "RUN":
+            self.emit([int.from_bytes(b.tobytes(), "little") for b in raw])     # done once the sink takes it
+        else:
+            self.busy, self.done = False, True
 
 
 MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel, "kvpage": KvpageModel,

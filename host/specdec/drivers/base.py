@@ -4,7 +4,7 @@ from __future__ import annotations
 from pynq import DefaultIP
 from pynq.registers import RegisterMap
 
-from ..errors import CoreError, CoreTimeout, HardwareMismatch
+from ..errors import CoreError, CoreTimeout, HardwareMismatch, SpecdecError
 from hwcontract.regmap import CoreMap, core, integer
 
 from hwcontract.board import core_vlnv as vlnv   # the VLNV build.tcl packages a core under (pynq's ``bindto``)
@@ -92,11 +92,28 @@ class SpecdecIP(DefaultIP):
     def start(self) -> None:
         self.write_fields("CTRL", START=1)
 
+    def check_idle(self) -> None:
+        """Refuse an operation on a core left BUSY or in error by one this driver did not finish (raw register or
+        stream traffic, an interrupted call, another program): :class:`CoreError` (its ERR bits, not blamed on
+        the new operation) or :class:`SpecdecError`; nothing is written, and :meth:`soft_reset` recovers it.
+        A frame such a core still holds would otherwise be taken as the new operation's result."""
+        status = self.read_fields("STATUS")
+        if status["ERROR"]:
+            err = self.read_reg("ERR")
+            raise CoreError(self.core_name, err, self.cmap.decode_err(err), "the core is still in error from an "
+                            "earlier operation this driver did not run; nothing was written")
+        if status["BUSY"]:
+            raise SpecdecError(f"{self.core_name}: the core is BUSY with an operation this driver did not start "
+                               "(raw register or stream traffic, or another program); nothing was written: call "
+                               "soft_reset() to abandon it")
+
     def seed(self, words) -> None:
         """Load the xoshiro128++ state s[0..3] (cores with SEED0..3 and CTRL.LOAD_SEED); all zero raises
         CoreError (SEED_ZERO). The state persists across operations and soft resets."""
         if "SEED0" not in {r.name for r in self.cmap.registers}:
             raise AttributeError(f"core {self.core_name!r} has no RNG seed registers")
+        if isinstance(words, (str, bytes)) or not hasattr(words, "__len__"):
+            raise ValueError(f"{self.core_name} seed: expected 4 words (a sequence of 32-bit integers), got {words!r}")
         words = [integer(w, f"{self.core_name} seed word") for w in words]
         if len(words) != 4:
             raise ValueError(f"seed needs 4 words, got {len(words)}")

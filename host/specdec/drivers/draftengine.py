@@ -30,12 +30,15 @@ from .base import SpecdecIP, vlnv
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a layer lives in the core: its weight beats from ``wbase``, its parameter tiles from ``pbase``."""
+    """Where a layer lives in the core: its weight beats from ``wbase``, its parameter tiles from ``pbase``;
+    ``epoch``: the driver's memory epoch it was placed in (:meth:`DraftEngine.reset_memory` starts a new one,
+    and the layers of an older epoch may have been overwritten since)."""
 
     wbase: int
     pbase: int
     n: int
     k: int
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,17 @@ class Streamed:
     @property
     def weight_beats(self) -> int:
         return sum(len(wb) for _, _, wb, _ in self.slices)
+
+
+def _bytes(beats) -> np.ndarray:
+    """``beats`` as a C-contiguous uint8 array; ValueError naming the dtype or the values unless they are
+    integers in 0..255 (a float or an int8 -1 is not silently taken as another byte)."""
+    beats = np.asarray(beats)
+    if beats.dtype.kind not in "ui":
+        raise ValueError(f"beats: expected integers in 0..255 (uint8 bytes), got dtype {beats.dtype}")
+    if beats.size and not 0 <= beats.min() <= beats.max() <= 255:
+        raise ValueError(f"beats: expected integers in 0..255 (uint8 bytes), got values {beats.min()}..{beats.max()}")
+    return np.ascontiguousarray(beats, dtype=np.uint8)
 
 
 class DraftEngine(SpecdecIP):
@@ -78,6 +92,7 @@ class DraftEngine(SpecdecIP):
         self.wdepth, self.pdepth, self.k_max = (self.read_reg(n) for n in ("WDEPTH", "PDEPTH", "K_MAX"))
         self.stream, self.sink = stream, sink
         self._wnext = self._pnext = 0                 # the next free weight beat / parameter tile
+        self._epoch = 0                               # placements of another epoch are refused (reset_memory)
         #: COUNTERS and RESULT registers of the last operation.
         self.cycles = self.stall = self.saturated = 0
         #: RUN jobs done and their CYCLES_BUSY summed, since the driver was made.
@@ -93,8 +108,10 @@ class DraftEngine(SpecdecIP):
 
     # -- memories ---------------------------------------------------------------------------------
     def reset_memory(self) -> None:
-        """Forget every placement (the next :meth:`place` writes from beat 0 and tile 0 again)."""
+        """Forget every placement (the next :meth:`place` writes from beat 0 and tile 0 again): a
+        :class:`Placement` made before is refused by :meth:`matmul` from now on."""
         self._wnext = self._pnext = 0
+        self._epoch += 1
 
     def free(self) -> tuple[int, int]:
         """Weight beats and parameter tiles not yet placed."""
@@ -110,7 +127,7 @@ class DraftEngine(SpecdecIP):
         """One s_axis frame of whole beats (``(count, ROWS*COLS)`` uint8), TLAST on the last."""
         if self.stream is None:
             raise SpecdecError("draftengine: no stream attached (call attach(stream, sink) first)")
-        self.stream.send(np.ascontiguousarray(beats, dtype=np.uint8).reshape(-1).view("<i2"))
+        self.stream.send(_bytes(beats).reshape(-1).view("<i2"))
 
     def _operation(self, op: str, out_bits: int = 8, **regs: int) -> None:
         for name, value in regs.items():
@@ -130,14 +147,15 @@ class DraftEngine(SpecdecIP):
         op = {"weights": "LOAD_W", "params": "LOAD_P"}.get(memory)
         if op is None:
             raise ValueError(f"memory {memory!r}: 'weights' or 'params'")
-        beats = np.asarray(beats)
+        beats = _bytes(beats)
         depth = self.wdepth if op == "LOAD_W" else self.pdepth
         if beats.ndim != 2 or beats.shape[1] != self.rows * self.cols or not len(beats):
             raise ValueError(f"beats: expected (count >= 1, {self.rows * self.cols}), got shape {beats.shape}")
         if not 0 <= addr or addr + len(beats) > depth:
             raise ValueError(f"{memory}: beats {addr}..{addr + len(beats) - 1} outside the memory's 0..{depth - 1}")
-        self._operation(op, ADDR=addr, COUNT=len(beats))
+        self.check_idle()
         try:
+            self._operation(op, ADDR=addr, COUNT=len(beats))
             self.send_beats(beats)
             self._finish()
         except BaseException:
@@ -197,13 +215,13 @@ class DraftEngine(SpecdecIP):
                                f"{self._wnext} and tile {self._pnext}, into its window from beat {layer.wbase} "
                                f"and tile {layer.pbase}: streaming would overwrite them (place every layer "
                                f"first, then prepare the streamed ones)")
-        x = np.asarray(x)
+        x = self._activations(x, layer.k, out_bits, m_max=None)       # before any weights load
         ys, sat = [], 0
         for n0, n1, wb, pb in layer.slices:
             self.load("weights", layer.wbase, wb)
             self.load("params", layer.pbase, pb)
             self.streamed_beats += len(wb)
-            at = Placement(layer.wbase, layer.pbase, n1 - n0, layer.k)
+            at = Placement(layer.wbase, layer.pbase, n1 - n0, layer.k, self._epoch)
             parts = [self.matmul(x[i:i + self.m_max], at, out_bits) for i in range(0, len(x), self.m_max)]
             ys.append(np.concatenate([y for y, _ in parts]))
             sat += sum(s for _, s in parts)
@@ -225,7 +243,7 @@ class DraftEngine(SpecdecIP):
         if len(wb) > wfree or len(pb) > pfree:
             raise ValueError(f"a {n} x {k} layer needs {len(wb)} weight beats and {len(pb)} parameter tiles; "
                              f"{wfree} and {pfree} are free (WDEPTH {self.wdepth}, PDEPTH {self.pdepth})")
-        at = Placement(self._wnext, self._pnext, n, k)
+        at = Placement(self._wnext, self._pnext, n, k, self._epoch)
         self.load("weights", at.wbase, wb)
         self.load("params", at.pbase, pb)
         self._wnext += len(wb)
@@ -239,19 +257,17 @@ class DraftEngine(SpecdecIP):
         Raises
         ------
         ValueError
-            ``x`` is not M x K int8 with 1 <= M <= M_MAX, or ``out_bits`` not in DE_OUT_BITS.
+            ``x`` is not M x K int8 with 1 <= M <= M_MAX, or ``out_bits`` not in DE_OUT_BITS; ``at`` is not a
+            placement of this driver's memories since its last :meth:`reset_memory`.
         CoreError
-            The core refused the job (its ERR bits).
+            The core refused the job (its ERR bits); it is soft-reset, idle for the next call.
         """
-        x = np.asarray(x)
-        if x.ndim != 2 or x.shape[1] != at.k or x.shape[0] < 1:
-            raise ValueError(f"activations: expected (M, {at.k}) with M >= 1, got shape {x.shape}")
-        golden.check(golden.Job(x, np.zeros((1, at.k), np.int64), [0], [0], [0], out_bits))   # values, out_bits
+        self._check_placement(at)
+        x = self._activations(x, at.k, out_bits, self.m_max)
         m = x.shape[0]
-        if m > self.m_max:
-            raise ValueError(f"M={m} above this core's M_MAX {self.m_max}")
-        self._operation("RUN", out_bits, M=m, K=at.k, N=at.n, WBASE=at.wbase, PBASE=at.pbase)
+        self.check_idle()
         try:
+            self._operation("RUN", out_bits, M=m, K=at.k, N=at.n, WBASE=at.wbase, PBASE=at.pbase)
             self.send_beats(de_act_beats(x.astype(np.int8), self.rows, self.cols))
             if self.read_fields("STATUS")["ERROR"]:
                 self.check()            # refused after the frame went in (it was drained): no result will come
@@ -270,15 +286,48 @@ class DraftEngine(SpecdecIP):
         return de_unpack_outputs(lanes, m, at.n, self.rows), self.saturated
 
     def run(self, job: golden.Job) -> golden.Output:
-        """One golden-model job end to end: checked whole, placed at the start of the memories, run, and
-        forgotten again."""
+        """One golden-model job end to end: checked whole, placed in the memories left free (the layers placed
+        before stay usable), run, and its place freed again.
+
+        Raises
+        ------
+        ValueError
+            A bad job (the golden model's checks), M above M_MAX, or a layer that does not fit what is free.
+        """
         job = golden.check(job)
         if job.x.shape[0] > self.m_max:
             raise ValueError(f"M={job.x.shape[0]} above this core's M_MAX {self.m_max}")
-        self.reset_memory()
+        free = self._wnext, self._pnext
         at = self.place(job.w, job.bias, job.mult, job.shift)
         try:
             y, sat = self.matmul(job.x, at, job.out_bits)
         finally:
-            self.reset_memory()
+            self._wnext, self._pnext = free
         return golden.Output(y, sat)
+
+    def _check_placement(self, at: Placement) -> None:
+        """ValueError unless ``at`` is a placement of this driver in its current memory epoch, inside the
+        memories (a hand-made or stale one would run on whatever the memories now hold)."""
+        if not isinstance(at, Placement):
+            raise ValueError(f"placement: expected a Placement from place(), got {type(at).__name__}")
+        if at.epoch != self._epoch:
+            raise ValueError(f"placement {at}: made before the memories were reset (epoch {at.epoch}, now "
+                             f"{self._epoch}): its weights may have been overwritten; place the layer again")
+        wbeats, ptiles = self.footprint(at.n, at.k)
+        if not (1 <= at.n and 1 <= at.k <= self.k_max and 0 <= at.wbase and at.wbase + wbeats <= self.wdepth
+                and 0 <= at.pbase and at.pbase + ptiles <= self.pdepth):
+            raise ValueError(f"placement {at}: outside this core (N >= 1, K in 1..{self.k_max}, weight beats "
+                             f"{at.wbase}..{at.wbase + wbeats - 1} in 0..{self.wdepth - 1}, parameter tiles "
+                             f"{at.pbase}..{at.pbase + ptiles - 1} in 0..{self.pdepth - 1})")
+
+    @staticmethod
+    def _activations(x, k: int, out_bits: int, m_max: int | None) -> np.ndarray:
+        """``x`` checked as M x ``k`` int8 activations (the golden model's value and ``out_bits`` checks), M at
+        least 1 and at most ``m_max`` (None: any M)."""
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != k or x.shape[0] < 1:
+            raise ValueError(f"activations: expected (M, {k}) with M >= 1, got shape {x.shape}")
+        golden.check(golden.Job(x, np.zeros((1, k), np.int64), [0], [0], [0], out_bits))   # values, out_bits
+        if m_max is not None and x.shape[0] > m_max:
+            raise ValueError(f"M={x.shape[0]} above this core's M_MAX {m_max}")
+        return x

@@ -96,6 +96,7 @@ class KVPage(SpecdecIP):
 
     # -- one operation ------------------------------------------------------------------------------
     def _run(self, op: str, **operands: int) -> None:
+        self.check_idle()       # an error left by raw register traffic is not blamed on this operation
         for name in ("slot", "row", "page"):
             if name in operands:
                 v = integer(operands[name], f"kvpage {op}: {name}")
@@ -160,6 +161,8 @@ class KVPage(SpecdecIP):
     @_atomic
     def rollback(self, branches: Iterable[int]) -> None:
         """Free every branch in ``branches`` (slot numbers) in one operation."""
+        if isinstance(branches, (str, bytes)) or not hasattr(branches, "__iter__"):
+            raise ValueError(f"kvpage rollback: expected the branches' slots (an iterable of ints), got {branches!r}")
         mask = 0
         for b in branches:
             b = integer(b, "kvpage rollback: a slot")

@@ -140,20 +140,25 @@ class TreeMask(SpecdecIP):
         ValueError
             N outside 1..NODES_MAX, or a parent not below its child (checked before the core is touched).
         CoreError
-            The core reported an error (the decoded ERR bits).
+            The core reported an error (the decoded ERR bits), or was left in error by an operation this driver
+            did not run (:meth:`~specdec.drivers.base.SpecdecIP.check_idle`).
+        SpecdecError
+            The core is BUSY with a tree this driver did not start (nothing is written).
         """
         if self.sink is None:
             raise SpecdecError("treemask: no word sink attached (call attach(sink) first)")
-        parents = check_parents((0,) + tuple(parents[1:]) if len(parents) else (), self.nodes_max)
+        parents = list(parents)         # any iterable of parents
+        parents = check_parents((0,) + tuple(parents[1:]) if parents else (), self.nodes_max)
+        self.check_idle()               # a frame left by a tree this driver did not run is never taken for this one
         n = self.write_tree(parents)
-        self.start()
-        if self.read_fields("STATUS")["ERROR"]:
-            self.check()                # a core error: the core keeps ERR until soft_reset(), as on the board
         try:
+            self.start()
+            if self.read_fields("STATUS")["ERROR"]:
+                self.check()
             words = self.sink.recv()
             self.wait_done()
         except BaseException:
-            self.soft_reset()           # a failed receive must not leave the core busy or a frame behind
+            self.soft_reset()           # a core error or a failed receive leaves the core idle, no frame behind
             raise
         self.cycles = self.read_reg("CYCLES_BUSY")
         if len(words) != n:
@@ -162,7 +167,18 @@ class TreeMask(SpecdecIP):
         nodes = [f[0] for f in fields]
         if nodes != list(range(n)):
             raise SpecdecError(f"treemask: words carry nodes {nodes}, expected 0..{n - 1} in order")
-        bits = np.array([f[2] for f in fields], dtype=np.uint64)
-        mask = ((bits[:, None] >> np.arange(n, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+        bits = [f[2] for f in fields]
         depth = np.array([f[1] for f in fields], dtype=np.int64)
+        # each node's mask is its parent's plus itself, its depth its parent's plus one: a frame of another tree
+        # of the same size (left on a stream that took it early) is refused, not returned as this tree's
+        for i in range(1, n):
+            p = parents[i]
+            if bits[i] != bits[p] | 1 << i or depth[i] != depth[p] + 1:
+                raise SpecdecError(f"treemask: the frame is not this tree's (node {i}, parent {p}: mask "
+                                   f"{bits[i]:#x}, depth {depth[i]}; its parent's {bits[p]:#x}, {depth[p]}): a frame "
+                                   "left on the stream by an earlier tree?")
+        if n and (bits[0] != 1 or depth[0] != 0):
+            raise SpecdecError(f"treemask: the frame is not this tree's (root mask {bits[0]:#x}, depth {depth[0]})")
+        words_bits = np.array(bits, dtype=np.uint64)
+        mask = ((words_bits[:, None] >> np.arange(n, dtype=np.uint64)) & np.uint64(1)).astype(bool)
         return mask, depth

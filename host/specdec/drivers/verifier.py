@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from hwcontract.formats import inv_temp, quantize
+from hwcontract.formats import integer_dtype, inv_temp, quantize
 
 from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
@@ -258,7 +258,7 @@ class Verifier(SpecdecIP):
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         self._check_seeded(greedy)
         d = np.asarray(draft).ravel()
-        if d.size and not np.issubdtype(d.dtype, np.integer):
+        if d.size and not integer_dtype(d.dtype):
             raise ValueError(f"draft tokens must be integers, got {d.dtype}: {d.tolist()}")
         if d.size and (d.min() < 0 or d.max() > 0xFFFF):
             raise ValueError(f"draft tokens must fit 16 bits, got {d.tolist()}")
@@ -379,7 +379,7 @@ class Verifier(SpecdecIP):
         self._check_seeded(greedy)
         arrays = {"parents": np.asarray(parents).ravel(), "tokens": np.asarray(tokens).ravel()}
         for name, a in arrays.items():
-            if a.size and not np.issubdtype(a.dtype, np.integer):
+            if a.size and not integer_dtype(a.dtype):
                 raise ValueError(f"tree {name} must be integers, got {a.dtype}: {a.tolist()}")
         par, tok = ([int(x) for x in a] for a in arrays.values())
         n = len(par)

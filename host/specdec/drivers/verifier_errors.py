@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from hwcontract.formats import INV_TEMP_MAX
+from hwcontract.formats import INV_TEMP_MAX, integer_dtype
 from hwcontract.regmap import core
 from ..errors import CoreError
 
@@ -87,7 +87,7 @@ def check_logits(a: np.ndarray, name: str, row: Callable[[int], str]) -> None:
             i, j = (int(x) for x in np.argwhere(bad)[0])
             raise ValueError(f"{name}[{i}, {j}] is {float(a[i, j])!r} in {row(i)}: NaN or +inf logits cannot be "
                              "quantized")
-    elif np.issubdtype(a.dtype, np.integer):
+    elif integer_dtype(a.dtype):
         if a.dtype != np.int16 and a.size:
             bad = (a < -(1 << 15)) | (a >= 1 << 15)
             if bad.any():
