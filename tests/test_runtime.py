@@ -9,6 +9,7 @@ its outputs are not one repeated token, so KV-cache rollback is on the tested pa
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -350,3 +351,31 @@ def test_seed_words_distinct_and_nonzero():
     words = {runtime.seed_words(s, i) for s in range(3) for i in range(50)}
     assert len(words) == 150
     assert all(len(w) == 4 and all(0 < x < 1 << 32 for x in w) for w in words)
+
+
+def test_the_prompt_and_the_budget_must_fit_the_targets_context(gpt2_dirs, gpt2_pair, monkeypatch):
+    """GPT-2's learned positions end at n_positions (512 here): a prompt and budget past them failed with an
+    IndexError deep in torch. Up to the context's last position a chain runs, and a tree whose rounds score its
+    depth (6) past the last token; one token more is an OptionError naming the prompt or --max-new-tokens
+    (a budget no prompt fits: before anything loads)."""
+    def text(n: int) -> str:
+        s = "the" + " the" * (n - 1)
+        assert len(gpt2_pair.tokenizer(s)["input_ids"]) == n
+        return s
+
+    job = {**greedy_job(gpt2_dirs, [text(491)], 4, 21)}
+    out = runtime.run(job, "ref", gpt2_pair)["generations"][0]["tokens"]
+    assert 1 <= len(out) <= 21
+    tree = {**job, "max_new_tokens": 15, "tree": {"kind": "static", "budget": 16, "depth": 6}}
+    assert len(runtime.run(tree, "ref", gpt2_pair)["generations"][0]["tokens"]) <= 15
+    for bad, match in (({**job, "max_new_tokens": 22}, "max_new_tokens must be at most 21 after this 491-token "
+                                                       "prompt (the target's context holds 512 positions)"),
+                       ({**tree, "max_new_tokens": 16}, "max_new_tokens must be at most 15 after this 491-token "
+                                                        "prompt (the target's context holds 512 positions, and a tree "
+                                                        "round may score 6 past the last token)"),
+                       ({**job, "prompts": [text(512)], "max_new_tokens": 1}, r"prompt must be at most 511 tokens")):
+        with pytest.raises(OptionError, match=re.escape(match) if "(" in match else match):
+            runtime.run(bad, "ref", gpt2_pair)
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(OptionError, match=r"max_new_tokens must be at most 511 \(the target's context holds 512"):
+        runtime.run({**job, "max_new_tokens": 512}, "ref")

@@ -332,3 +332,38 @@ def test_make_demo_takes_any_prompt(target, tmp_path):
     args = run.stdout.splitlines()
     assert args[0] == "generate", args                     # the first line is specdec's own output
     assert args[args.index("--prompt") + 1] == prompt, args
+
+
+def test_an_error_record_raises_the_error_the_run_found():
+    """What a run inside the simulation writes for a bad input (``errors.error_record``) is raised again on the host
+    as the same error: an OptionError with its option, value and allowed values (the CLI's exit 2), a kind given
+    by name from its message, any other as a SpecdecError naming its kind; a bug (no record) fails the run."""
+    from specdec import errors
+    from specdec.models import ModelError
+    rec = errors.error_record(errors.OptionError("max_new_tokens", 64, "at most 21"))
+    with pytest.raises(errors.OptionError) as e:
+        errors.raise_record(json.loads(json.dumps(rec)))
+    assert (e.value.option, e.value.value, e.value.allowed) == ("max_new_tokens", 64, "at most 21")
+    with pytest.raises(ModelError, match="^tokenizer mismatch$"):
+        errors.raise_record(errors.error_record(ModelError("tokenizer mismatch")), (ModelError,))
+    with pytest.raises(errors.SpecdecError, match="^ValueError: bad row$"):
+        errors.raise_record(errors.error_record(ValueError("bad row")), (ModelError,))
+    assert errors.error_record(KeyError("a bug")) is None
+    assert errors.error_record(errors.OptionError("x", object(), "y"))["value"].startswith("<object")
+
+
+@pytest.mark.long
+def test_a_bad_input_found_inside_the_simulation_exits_as_off_it(gpt2_dirs, capsys):
+    """A prompt and budget past the target's context are found once the prompt is tokenized, inside the
+    simulation (the models load there): the CLI exits 2 with the one line it gives on the ref backend, not a
+    failed simulation with its traceback."""
+    if not have("verilator"):
+        pytest.skip("verilator not found")
+    from specdec import cli
+    prompt = "the" + " the" * 490            # 491 tokens of a 512-position context
+    for backend in ("ref", "sim"):
+        assert cli.main(["generate", "--backend", backend, "--prompt", prompt, "--target", gpt2_dirs[0],
+                         "--draft", gpt2_dirs[1], "--max-new-tokens", "22"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.strip() == ("specdec: error: --max-new-tokens must be at most 21 after this 491-token prompt "
+                               "(the target's context holds 512 positions), got 22"), err

@@ -29,7 +29,7 @@ import numpy as np
 from hwcontract.formats import INV_TEMP_MAX, LOGIT_NEG_INF, fixed_point_dist, inv_temp, quantize
 from hwcontract.regmap import TREE_MAX_NODES
 from .errors import OptionError, SpecdecError, check_int
-from .models import CausalLM
+from .models import CausalLM, context_length
 from .threads import owned_threads
 from .tree import Tree
 
@@ -84,6 +84,7 @@ class GenConfig:
     seed: int = 0
     stop_at_eos: bool = True
     tree_budget: int = 0    # > 0: tree speculation with trees of this many nodes (root included)
+    tree_depth: int = 0     # a tree's largest node depth (0: not known, tree_budget - 1 at most)
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1)
@@ -92,6 +93,7 @@ class GenConfig:
         check_int("seed", self.seed, 0)
         check_int("tree_budget", self.tree_budget, 0, TREE_MAX_NODES,
                   allowed=f"a node count in 1..{TREE_MAX_NODES} (0 = chain)")
+        check_int("tree_depth", self.tree_depth, 0, TREE_MAX_NODES - 1)
 
 
 class GammaSchedule:
@@ -512,11 +514,13 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
     ------
     ValueError
         Empty prompt, token ids outside the vocabulary, gamma over the core's GAMMA_MAX, a tree over the cores'
-        limits, a missing drafter, verifier or treemask driver.
+        limits, a missing drafter, verifier or treemask driver; an OptionError where the prompt and the token
+        budget do not fit the target's context (:func:`_check_room`).
     SpecdecError
         NaN or +inf logits (naming the model, row and token); a core's error.
     """
     ctx = _check_prompt(prompt, target.vocab)
+    _check_room(len(ctx), cfg, context_length(target.model))
     if cfg.gamma == 0 and not cfg.tree_budget:
         drafter, verifier, masker = NoDraft(), None, None
     else:
@@ -676,6 +680,24 @@ def _check_prompt(prompt: list[int], vocab: int) -> list[int]:
     if min(prompt) < 0 or max(prompt) >= vocab:
         raise ValueError(f"prompt token ids must lie in 0..{vocab - 1}, got {min(prompt)}..{max(prompt)}")
     return [int(t) for t in prompt]
+
+
+def _check_room(prompt_len: int, cfg: GenConfig, room: int | None) -> None:
+    """The prompt and ``max_new_tokens`` must fit the target's context of ``room`` positions (None: unbounded), and
+    with trees the positions past the last token a tree round may score (its depth: ``tree_depth``, else
+    ``tree_budget - 1``). OptionError naming the prompt or the budget: past its context a model with learned
+    positions fails (GPT-2: an index error deep in torch) and one with rotary positions runs on where it was
+    never trained."""
+    if room is None:
+        return
+    extra = min(cfg.tree_depth or cfg.tree_budget - 1, cfg.tree_budget - 1) if cfg.tree_budget else 0
+    why = f"the target's context holds {room} positions" + (
+        f", and a tree round may score {extra} past the last token" if extra else "")
+    if prompt_len + 1 + extra > room:
+        raise OptionError("prompt", f"{prompt_len} tokens", f"at most {room - 1 - extra} tokens ({why})")
+    if prompt_len + cfg.max_new_tokens + extra > room:
+        raise OptionError("max_new_tokens", cfg.max_new_tokens,
+                          f"at most {room - prompt_len - extra} after this {prompt_len}-token prompt ({why})")
 
 
 def _check_parts(cfg: GenConfig, drafter, verifier, masker) -> None:

@@ -59,6 +59,30 @@ class OptionError(ValueError):
         super().__init__(f"{option} must be {allowed}, got {value!r}")
 
 
+def error_record(error: BaseException) -> dict | None:
+    """A bad input a run found inside the simulation (an :class:`OptionError`, or a specdec or value error), as
+    JSON for the host to raise again (:func:`raise_record`), so the command line answers it as off the simulation
+    (exit 2 for a bad option, one line for a failure); None for any other error (a bug), whose traceback fails
+    the simulation."""
+    if isinstance(error, OptionError):
+        value = error.value if isinstance(error.value, (str, int, float, bool, type(None))) else repr(error.value)
+        return {"kind": "OptionError", "option": error.option, "value": value, "allowed": error.allowed}
+    if isinstance(error, (SpecdecError, ValueError)):
+        return {"kind": type(error).__name__, "message": str(error)}
+    return None
+
+
+def raise_record(record: dict, kinds: tuple[type[Exception], ...] = ()) -> None:
+    """Raise the error :func:`error_record` wrote: an :class:`OptionError` as itself, one of ``kinds`` (classes
+    built from a message alone) by its name, any other as a :class:`SpecdecError` naming its kind."""
+    if record["kind"] == "OptionError":
+        raise OptionError(record["option"], record["value"], record["allowed"])
+    cls = {k.__name__: k for k in kinds}.get(record["kind"])
+    if cls is not None:
+        raise cls(record["message"])
+    raise SpecdecError(f"{record['kind']}: {record['message']}")
+
+
 def check_int(option: str, value, low: int, high: int | None = None, allowed: str | None = None) -> int:
     """``value`` if it is an integer in ``low..high`` (no upper bound when ``high`` is None), else an
     :class:`OptionError` naming ``option``, the value and ``allowed`` (default: the range in words)."""

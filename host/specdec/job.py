@@ -71,6 +71,11 @@ class TreeSpec:
     acceptance: tuple[float, ...] | None = None     # sequoia: acceptance by draft rank (None: measure it)
     paths: tuple[tuple[int, ...], ...] | None = None    # static: Medusa paths (None: tree.default_paths)
 
+    @property
+    def max_depth(self) -> int:
+        """The largest node depth a tree of this spec has: its longest path, or ``depth``."""
+        return max(map(len, self.paths)) if self.kind == "static" and self.paths else self.depth
+
     def __post_init__(self) -> None:
         if self.kind not in TREE_KINDS:
             raise OptionError("tree kind", self.kind, f"one of {', '.join(TREE_KINDS)}")
@@ -182,7 +187,8 @@ class Job:
     def config(self, index: int = 0) -> GenConfig:
         """The loop's settings for prompt ``index`` (its sampler seeded with ``seed + index``)."""
         return GenConfig(self.max_new_tokens, self.gamma, self.sampling, self.seed + index,
-                         tree_budget=self.tree.budget if self.tree else 0)
+                         tree_budget=self.tree.budget if self.tree else 0,
+                         tree_depth=self.tree.max_depth if self.tree else 0)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Job:

@@ -132,10 +132,24 @@ def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks:
                None if block == KV_AUTO else block)
 
 
+def check_budget(job: Job) -> None:
+    """The check of :func:`specdec.decode.generate` that needs no prompt, before anything loads: a token budget
+    (and a tree round's depth past it) that no prompt of one token fits the target's context of (from its
+    config, :func:`specdec.models.config_context_length`; nothing is checked where that needs the model)."""
+    target, _ = resolve_names(job.target, job.draft)
+    room = models.config_context_length(target)
+    extra = job.tree.max_depth if job.tree else 0
+    if room is not None and 1 + job.max_new_tokens + extra > room:
+        tree = f", and a tree round may score {extra} past the last token" if extra else ""
+        raise OptionError("max_new_tokens", job.max_new_tokens, f"at most {room - 1 - extra} (the target's context "
+                                                                f"holds {room} positions, a prompt one at least{tree})")
+
+
 def open_job_pair(job: Job, kv=None) -> Pair:
     """The pair of ``job`` (:func:`open_pair` with its models and draft options). With ``kv``, the kvpage core
     whose pages the caches will take (:func:`paged_pair`), a ``kv_block`` the target's context cannot take is
     refused first, from its config, before anything loads (:func:`check_kv_fits`)."""
+    check_budget(job)
     if kv is not None and job.kv_block is not None:
         check_kv_fits(job.target, job.draft, kv.pages, kv.max_blocks, job.kv_block)
     return open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)

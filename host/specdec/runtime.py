@@ -31,9 +31,12 @@ import numpy as np
 from . import models
 from .builds import CORE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
 from .decode import Drafter, Generation, generate
+from .errors import raise_record
 from .job import Job, as_job
+from .kvlayout import KVCapacityError
 from .metrics import kv_report, record, summarize
-from .pairs import Pair, calibrated, check_kv_fits, check_sources, drafter, encode, open_job_pair, paged_pair
+from .pairs import (Pair, calibrated, check_budget, check_kv_fits, check_sources, drafter, encode, open_job_pair,
+                    paged_pair)
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -288,6 +291,7 @@ def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict
     from specdec.backends import simulator as harness
     # before the build: the models load inside the simulation
     check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)
+    check_budget(job)
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file, rows = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "rows.hex"
         job_file.write_text(job.to_json())
@@ -303,7 +307,10 @@ def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict
                     quiet=True, progress="generating")     # tool output to build/logs; progress bars only
         if not out_file.is_file():
             raise RuntimeError(f"the {sim} simulation ended without a result; see its log in {harness.LOGS}")
-        return json.loads(out_file.read_text())
+        result = json.loads(out_file.read_text())
+    if "error" in result:       # a bad input the run found inside the simulation: raised here as itself
+        raise_record(result["error"], (models.ModelError, KVCapacityError))
+    return result
 
 
 def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = None,
@@ -321,7 +328,7 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
     if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
         if pair is None:    # a model or draft option this machine cannot take: refused before the download
             check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)   # (ref: in open_pair; sim:
-                                                                                      # in _simulate)
+            check_budget(job)                                                         # in _simulate)
         ol = pynq_overlay()
         c = ol.cores()
         engine = ol.draft_engine() if job.draft_engine == "fabric" else None

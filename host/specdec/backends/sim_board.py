@@ -30,6 +30,7 @@ from hwcontract.regmap import core
 
 from .. import recording, runtime
 from ..emuboard import EmulatedBoard
+from ..errors import error_record
 from ..job import Job
 from .sim import AxilTB, SimDevice, SimSink, SimStream
 
@@ -107,6 +108,14 @@ async def decode_on_board(dut):
                                     for n in [*(c.name for c in design.cells), *(m.cell for m in design.dmas)]}}
         return res
 
-    result = await bridge(run)()
-    result["backend"] = f"pynq:emulated-{design.name}:{cocotb.SIM_NAME}"
+    try:
+        result = await bridge(run)()
+    except Exception as err:        # noqa: BLE001 (a bad input goes back to the host as itself, a bug fails here)
+        record = error_record(err)
+        if record is None:
+            raise
+        dut._log.warning("the run stopped: %s", err)
+        result = {"error": record}
+    else:
+        result["backend"] = f"pynq:emulated-{design.name}:{cocotb.SIM_NAME}"
     Path(os.environ["SPECDEC_RESULT"]).write_text(json.dumps(result))
