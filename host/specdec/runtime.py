@@ -298,7 +298,7 @@ def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict
         env = {**(env or {}), **({harness.FEED_ENV: str(rows)} if feed else {})}
         harness.run(top, module, sim, params=params, waves=False if waves is None else waves,
                     plusargs=[f"+{ROWS_PLUSARG}={rows}"] if feed else [],
-                    extra_env={"SPECDEC_JOB": str(job_file), "SPECDEC_RESULT": str(out_file),
+                    extra_env={"SPECDEC_JOB": str(job_file), harness.RESULT_ENV: str(out_file),
                                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
                                # cocotbext-axi's cocotb-2 deprecation notices, once per access otherwise

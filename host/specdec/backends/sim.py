@@ -16,21 +16,23 @@ beat by beat from Python.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.task import resume
+from cocotb.task import bridge, resume
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink,
                           AxiStreamSource)
 
-from ..errors import BusError, CoreTimeout, SpecdecError
+from ..errors import BusError, CoreTimeout, SpecdecError, error_record
 from hwcontract.regmap import RESP_OKAY, CoreMap
 from .device import RegisterDevice, RowStream, WordSink
-from .simulator import FEED_ENV
+from .simulator import FEED_ENV, RESULT_ENV
 
 
 class SimDevice(RegisterDevice):
@@ -211,3 +213,20 @@ class AxilTB:
 
     async def read_fields(self, name: str) -> dict[str, int]:
         return self.cmap.reg(name).decode(await self.read(name))
+
+
+async def run_job(dut, run: Callable[[], dict], backend: str) -> None:
+    """Run ``run`` (a job through the drivers) in a bridge thread and write its result, ``backend`` added, as JSON
+    into ``$SPECDEC_RESULT``. A bad input it raises (:func:`specdec.errors.error_record`) is written as
+    ``{"error": ...}`` for the host to raise again; any other error fails the test with its traceback."""
+    try:
+        result = await bridge(run)()
+    except Exception as err:        # noqa: BLE001 (a bad input goes back to the host as itself, a bug fails here)
+        record = error_record(err)
+        if record is None:
+            raise
+        dut._log.warning("the run stopped: %s", err)
+        result = {"error": record}
+    else:
+        result["backend"] = backend
+    Path(os.environ[RESULT_ENV]).write_text(json.dumps(result))

@@ -16,13 +16,12 @@ instead, as a PYNQ-Z2 without the models does (``runtime.replay_board_sim``).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import cocotb
-from cocotb.task import bridge, resume
+from cocotb.task import resume
 from cocotb.utils import get_sim_time
 
 from hwcontract import board as bd
@@ -30,9 +29,8 @@ from hwcontract.regmap import core
 
 from .. import recording, runtime
 from ..emuboard import EmulatedBoard
-from ..errors import error_record
 from ..job import Job
-from .sim import AxilTB, SimDevice, SimSink, SimStream
+from .sim import AxilTB, SimDevice, SimSink, SimStream, run_job
 
 #: Simulated time an S2MM poll waits for the core's frame (the DMA model checks at every register read).
 POLL_US = 0.2
@@ -108,14 +106,4 @@ async def decode_on_board(dut):
                                     for n in [*(c.name for c in design.cells), *(m.cell for m in design.dmas)]}}
         return res
 
-    try:
-        result = await bridge(run)()
-    except Exception as err:        # noqa: BLE001 (a bad input goes back to the host as itself, a bug fails here)
-        record = error_record(err)
-        if record is None:
-            raise
-        dut._log.warning("the run stopped: %s", err)
-        result = {"error": record}
-    else:
-        result["backend"] = f"pynq:emulated-{design.name}:{cocotb.SIM_NAME}"
-    Path(os.environ["SPECDEC_RESULT"]).write_text(json.dumps(result))
+    await run_job(dut, run, f"pynq:emulated-{design.name}:{cocotb.SIM_NAME}")

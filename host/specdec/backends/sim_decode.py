@@ -18,19 +18,16 @@ goes to the simulation's log.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import cocotb
-from cocotb.task import bridge
 
 from specdec import runtime
-from specdec.backends.sim import AxilTB, FeedStream, SimDevice, SimSink, SimStream
+from specdec.backends.sim import AxilTB, FeedStream, SimDevice, SimSink, SimStream, run_job
 from specdec.backends.simulator import report_progress
 from specdec.drivers import DraftEngine, KVPage, TreeMask, Verifier
 from specdec.drivers.base import description
-from specdec.errors import error_record
 from specdec.job import Job
 from hwcontract.regmap import core
 
@@ -108,14 +105,4 @@ async def decode_job(dut):
         return runtime.execute(job, drv if job.speculative else None, progress=progress.prompt,
                                masker=masker, kv=kv, engine=engine)
 
-    try:
-        result = await bridge(run)()
-    except Exception as err:        # noqa: BLE001 (a bad input goes back to the host as itself, a bug fails here)
-        record = error_record(err)
-        if record is None:
-            raise
-        dut._log.warning("the run stopped: %s", err)
-        result = {"error": record}
-    else:
-        result["backend"] = f"sim:{cocotb.SIM_NAME}"
-    Path(os.environ["SPECDEC_RESULT"]).write_text(json.dumps(result))
+    await run_job(dut, run, f"sim:{cocotb.SIM_NAME}")

@@ -48,6 +48,8 @@ PROGRESS_ENV = "SPECDEC_PROGRESS"
 #: The environment variable naming the rows file of the verifier's row feeder (``specdec.backends.sim.FeedStream``):
 #: the file the simulation's plusarg ``+specdec_rows=<path>`` (``fpga.system.ROWS_PLUSARG``) names too.
 FEED_ENV = "SPECDEC_ROWS"
+#: The environment variable naming the file a run inside the simulation writes its result into (``sim.run_job``).
+RESULT_ENV = "SPECDEC_RESULT"
 #: Lines of a tool log that carry an error (Verilator, g++, make, Icarus, a Python traceback, cocotb).
 ERROR_LINE = re.compile(r"%Error|\berror\b|Traceback|\bFAIL\b|\bfailed\b", re.IGNORECASE)
 
