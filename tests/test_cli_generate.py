@@ -533,3 +533,55 @@ def test_failure_during_a_run_exits_1(monkeypatch, capsys):
     monkeypatch.setattr(runtime, "run", broken)
     assert exit_code(["generate", "--prompt", "x"]) == 1
     assert "specdec: generate failed: something broke inside the loop" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["notebooks", ""], "DIR: an empty value"),                  # wrote the notebooks into the current directory
+    (["waves", ""], "FILE: an empty value"),                     # "FILE : is a directory"
+    (["bench", "e2e", "--json", ""], "--json: an empty value"),  # ran the bench, wrote no JSON
+    (["bench", "e2e", "--tree", ""], "--tree: an empty value"),  # ran chains only
+    (["hw", "build", "--core", "rng", "--out-dir", ""], "--out-dir: an empty value"),   # built into the cwd
+    (["bench", "e2e", "--tree", "static,"], "--tree 'static,': expected comma-separated kinds"),  # a traceback
+    (["bench", "e2e", "--tree", ","], "none of them empty"),
+    (["bench", "treemask", "--nodes", "1,,2"], "--nodes '1,,2': expected comma-separated integers"),  # ran 1, 2
+    (["bench", "e2e", "--pipelined", "4,,2"], "--pipelined: '4,,2' is not a comma-separated list"),
+    (["bench", "verifier", "--vocab", "1"], "--vocab 1: must be 2 at least"),      # failed inside the simulation
+    (["hw", "report", "--core", "rng", "--pnr", "--seed", str(1 << 64)], "must be in 0..2147483647"),   # nextpnr
+    (["bench", "verifier", "--seed", str(1 << 31)], "must be in 0..2147483647"),
+    (["generate", "--prompt", "x", "--seed", str(1 << 64)], "--seed must be an integer in 0..4294967295"),  # torch
+    (["bench", "draft", "--n-agreement", "100000000"], "--n-agreement 100000000: the held-out corpus has"),
+    (["bench", "draft", "--n-prompts", "100000000"], "--n-prompts 100000000: the held-out corpus has"),
+    (["bench", "e2e", "--n-prompts", "100000000"], "--n-prompts 100000000: asked for 100000000 passages"),
+])
+def test_bad_arguments_found_trying_each_command_exit_2_before_anything_runs(argv, message, no_model_load,
+                                                                              no_backend_start, tmp_path,
+                                                                              monkeypatch, capsys):
+    """Each was accepted (an empty value taken as not given, an empty list entry dropped), or refused only after
+    the models loaded, the RTL built or synthesis ran, with a traceback or a message naming no option."""
+    from fpga import hw
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hw, "report", lambda *a, **k: pytest.fail("the report ran"))
+    monkeypatch.setattr(hw, "build", lambda *a, **k: pytest.fail("the build ran"))
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specdec: error: ") and message in err and "Traceback" not in err, err
+    assert not list(tmp_path.iterdir()), "the refused command wrote into the current directory"
+
+
+def test_a_refused_command_leaves_no_output_directory(tmp_path, capsys):
+    """--out-dir is made before the run starts (so that a long run does not fail at its end); a bad argument
+    found after that takes it back."""
+    out = tmp_path / "a" / "b"
+    assert exit_code(["hw", "build", "--core", "nosuch", "--out-dir", str(out)]) == 2
+    assert "unknown core 'nosuch'" in capsys.readouterr().err and not (tmp_path / "a").exists()
+
+
+def test_bench_e2e_on_pynq_without_a_bitstream_fails_before_the_models_load(no_model_load, tmp_path, monkeypatch,
+                                                                            capsys):
+    """The bitstream is looked for first: it was looked for once both models had loaded (15 s on the demo pair)."""
+    from specdec import runtime
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
+    assert exit_code(["bench", "e2e", "--backend", "pynq", "--gammas", "0", "--n-prompts", "1",
+                      "--max-new-tokens", "2", "--no-peers"]) == 1
+    assert f"backend pynq: no bitstream at {tmp_path / 'none.bit'}" in capsys.readouterr().err

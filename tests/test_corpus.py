@@ -45,6 +45,7 @@ def test_prompt_files_in_both_forms(tmp_path):
 
 @pytest.mark.parametrize("name, body, message", [
     ("missing.txt", None, "does not exist"),
+    ("a-directory", "dir", "is a directory, expected a file"),     # was "does not exist"
     ("empty.txt", "\n \n", "holds no prompts"),
     ("bad.jsonl", '{"prompt": "a"}\n{"prompt": "b"\n', r"bad.jsonl:2: not JSON \(Expecting"),
     ("key.jsonl", '{"text": "hi"}\n', r'key.jsonl:1: a JSON object needs a "prompt" key, got keys \[\'text\'\]'),
@@ -54,7 +55,9 @@ def test_prompt_files_in_both_forms(tmp_path):
 ])
 def test_a_bad_prompt_file_names_the_file_and_line(tmp_path, name, body, message):
     path = tmp_path / name
-    if isinstance(body, bytes):
+    if body == "dir":
+        path.mkdir()
+    elif isinstance(body, bytes):
         path.write_bytes(body)
     elif body is not None:
         path.write_text(body, encoding="utf-8")

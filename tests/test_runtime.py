@@ -245,7 +245,7 @@ def test_job_json_round_trip():
     assert again == job
     chain = Job(("a",), gamma=8, draft_confidence=0.4)
     assert Job.from_json(chain.to_json()) == chain
-    assert again.config(2) == GenConfig(8, "auto", decode.Sampling(0.8, 20, 0.9), 5, tree_budget=12)
+    assert again.config(2) == GenConfig(8, "auto", decode.Sampling(0.8, 20, 0.9), 5, tree_budget=12, tree_depth=6)
     assert as_job({"prompts": ["x"]}) == Job(("x",))          # every other field at its default
     assert as_job({"prompts": ["x"], "kv": False}).kv_block is None
 

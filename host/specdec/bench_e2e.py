@@ -97,10 +97,14 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     from tqdm import tqdm
     job.check_backend(backend)
     cores = None if backend == "pynq" else runtime.cores(backend)
-    pair = pair or pairs.open_job_pair(job, cores.kv if cores is not None else None)
     if backend == "pynq":           # one overlay: its cores and, for a fabric draft, its draft engine
+        if pair is None:            # a model or option this machine cannot take, then no bitstream: before loading
+            pairs.check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)
+            pairs.check_budget(job)
         ol = runtime.pynq_overlay()
         cores = ol.cores()
+    pair = pair or pairs.open_job_pair(job, cores.kv)
+    if backend == "pynq":
         if job.draft_engine == "fabric":
             from .int8draft import bind
             bind(pair.draft.lm.model, ol.draft_engine())

@@ -60,6 +60,10 @@ def _core_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", default="build", help="build tree root (default: build)")
 
 
+#: The largest nextpnr placement seed (``--seed`` of ``hw report --pnr`` and ``bench verifier --pnr``).
+PNR_SEED_MAX = (1 << 31) - 1
+
+
 class UsageError(Exception):
     """A bad core or parameter name or value on the command line (exit status 2)."""
 
@@ -88,11 +92,13 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot", "out_dir")
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
+def _check_outputs(args: argparse.Namespace) -> list[Path]:
     """A UsageError for an output the run could not write at its end: a file (``--json``, ``--record``,
     ``--waves``) whose directory is missing, that is a directory or that cannot be opened for writing; a
     directory (``--plot``, ``--out-dir``, made here with its parents) that is a file, lies under one or cannot
-    be made. Checked first, so a long run does not end without its result."""
+    be made. Checked first, so a long run does not end without its result. Returns the directories it made
+    (:func:`_unmake` takes them back when a bad argument stops the run before it starts)."""
+    made: list[Path] = []
     for name in OUTPUT_FILES:
         path = getattr(args, name, None)
         if not path:
@@ -113,13 +119,36 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if not path:
             continue
         flag = "--" + name.replace("_", "-")
-        existing = next(p for p in (Path(path), *Path(path).absolute().parents) if p.exists())
+        existing = next(p for p in (Path(path).absolute(), *Path(path).absolute().parents) if p.exists())
         if not existing.is_dir():
             raise UsageError(f"{flag} {path}: {existing} is a file, expected a directory")
         try:
             Path(path).mkdir(parents=True, exist_ok=True)     # as the run will, before anything long starts
         except OSError as err:
             raise UsageError(f"{flag} {path}: cannot be made ({err.strerror})") from None
+        new = Path(path).absolute()
+        while new != existing:
+            made.append(new)
+            new = new.parent
+    return made
+
+
+def _unmake(made: list[Path]) -> None:
+    """Remove the directories :func:`_check_outputs` made (deepest first), where they are still empty."""
+    for path in made:
+        try:
+            path.rmdir()
+        except OSError:
+            pass
+
+
+def _check_empty(args: argparse.Namespace) -> None:
+    """A UsageError for an option or argument given as the empty string (``--json ""``, ``notebooks ""``): it
+    was taken as not given (no JSON written) or as the current directory. ``--prompt`` says so itself."""
+    for name, value in vars(args).items():
+        if value == "" and name != "prompt":
+            flag = name.upper() if name in ("dir", "file") else "--" + name.replace("_", "-")
+            raise UsageError(f"{flag}: an empty value (leave the option out, or name a file or value)")
 
 
 def _write_json(path: str | None, obj) -> None:
@@ -144,8 +173,8 @@ def _hw_report(args: argparse.Namespace) -> int:
     cores, params = _selected(args)
     if not 1 <= args.jobs <= hw.MAX_JOBS:
         raise UsageError(f"--jobs {args.jobs}: must be in 1..{hw.MAX_JOBS}")
-    if args.seed < 0:
-        raise UsageError(f"--seed {args.seed}: must be >= 0")
+    if not 0 <= args.seed <= PNR_SEED_MAX:
+        raise UsageError(f"--seed {args.seed}: must be in 0..{PNR_SEED_MAX} (nextpnr's seed is a C int)")
     if args.overlay:
         from fpga import overlay_budget
         if args.overlay not in overlay_budget.BOARDS:
@@ -206,7 +235,7 @@ def _param(flag: str, core: str, name: str, value) -> int:
 def _int_list(text: str, flag: str, example: str) -> list[int]:
     """A non-empty comma-separated list of integers from ``flag``; a UsageError naming the flag otherwise."""
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",")]         # an empty entry ("1,,2") is no integer
     except ValueError:
         values = []
     if not values:
@@ -218,14 +247,16 @@ def _bench_verifier(args: argparse.Namespace) -> int:
     from specdec import bench
     vocab_max = (_param("--vocab", "verifier", "VOCAB_MAX", args.vocab) if args.vocab_max is None   # the build: V
                  else _param("--vocab-max", "verifier", "VOCAB_MAX", args.vocab_max))
-    if not 1 <= args.vocab <= vocab_max:
-        raise UsageError(f"--vocab {args.vocab}: must be in 1..{vocab_max} (the build's VOCAB_MAX, --vocab-max)")
+    if args.vocab < 2:          # its scenarios reject a draft token: a second token must be there to resample
+        raise UsageError(f"--vocab {args.vocab}: must be 2 at least (a rejected draft token leaves another)")
+    if args.vocab > vocab_max:
+        raise UsageError(f"--vocab {args.vocab}: must be in 2..{vocab_max} (the build's VOCAB_MAX, --vocab-max)")
     _param("--lanes", "verifier", "LANES", args.lanes)
     _param("--gamma", "verifier", "GAMMA_MAX", args.gamma)      # a round's gamma is at most GAMMA_MAX
     if args.pnr and args.no_synth:
         raise UsageError("--pnr needs the synthesis that --no-synth skips")
-    if args.seed < 0:
-        raise UsageError(f"--seed {args.seed}: must be >= 0")
+    if not 0 <= args.seed <= PNR_SEED_MAX:
+        raise UsageError(f"--seed {args.seed}: must be in 0..{PNR_SEED_MAX} (nextpnr's seed is a C int)")
     res = bench.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, vocab_max,
                                synth=not args.no_synth, sim=args.sim, pnr=args.pnr, seed=args.seed)
     print(bench.format_verifier(res))
@@ -256,6 +287,11 @@ def _bench_draft(args: argparse.Namespace) -> int:
         bench_draft.check_gamma(args.gamma)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    from specdec import corpus
+    held_out = len(corpus.passages(held_out=True))        # both sets are drawn from the held-out tragedies
+    for flag, n in (("--n-agreement", args.n_agreement), ("--n-prompts", args.n_prompts)):
+        if n > held_out:
+            raise UsageError(f"{flag} {n}: the held-out corpus has {held_out} passages")
     res = bench_draft.run(args.n_prompts, args.max_new_tokens, args.gamma, args.draft_vocab, args.n_agreement)
     print(bench_draft.format_draft(res))
     _write_json(args.json, res)
@@ -324,7 +360,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    help="rerun gamma 0 and GAMMA in the other mode (sampled T=0.8 top-p 0.95, or greedy) and "
                         "compare the cost per target call; default: 4 when measured, else the first gamma > 0; "
                         "-1 = off")
-    e.add_argument("--pipelined", metavar="GAMMAS", default="",
+    e.add_argument("--pipelined", metavar="GAMMAS", default=None,
                    help="comma-separated measured gammas to run again with pipelined drafting (greedy chains)")
     e.add_argument("--no-peers", action="store_true",
                    help="skip the Hugging Face peers (target-only generate, assisted generation)")
@@ -390,7 +426,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1 = off)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the samplers, >= 0 (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samplers, 0..2**32-1 (default 0)")
     p.add_argument("--kv-block", type=int, default=None,
                    help=f"tokens per KV-cache page; the pages come from the kvpage core (default: {KV_BLOCK}, or "
                         "the smallest power of two above it at which the target's whole context fits the core)")
@@ -558,13 +594,21 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     from specdec import bench_e2e, corpus
     try:
         gammas = bench_e2e.parse_gammas(args.gammas)
-        prompts = corpus.read_prompts(args.prompts) if args.prompts else bench_e2e.default_prompts(args.n_prompts)
-    except (ValueError, FileNotFoundError) as err:
+    except ValueError as err:
         raise UsageError(str(err)) from None
+    try:
+        prompts = corpus.read_prompts(args.prompts) if args.prompts else bench_e2e.default_prompts(args.n_prompts)
+    except (ValueError, OSError) as err:
+        raise UsageError(f"--prompts {args.prompts}: {err}" if args.prompts else f"--n-prompts {args.n_prompts}: "
+                         f"{err}") from None
     job = _job(args, prompts, 0)
     if not args.tree:
         _no_tree_options(args)
-    kinds = [kind.strip() for kind in args.tree.split(",")] if args.tree else []
+    kinds = [kind.strip() for kind in args.tree.split(",")] if args.tree is not None else []
+    if args.tree is not None and not all(kinds):
+        from specdec.job import TREE_KINDS
+        raise UsageError(f"--tree {args.tree!r}: expected comma-separated kinds ({', '.join(TREE_KINDS)}), "
+                         "none of them empty")
     trees = [_tree_spec(args, kind, kinds) for kind in kinds]
     for spec in trees:
         dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
@@ -575,7 +619,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     if guard != -1 and (guard == 0 or guard not in gammas):
         raise UsageError(f"--sampling-guard: {guard} is not one of the measured gammas other than 0 ({args.gammas})")
     try:
-        piped = [int(x) for x in args.pipelined.split(",") if x.strip()]
+        piped = [int(x) for x in args.pipelined.split(",")] if args.pipelined is not None else []
     except ValueError:
         raise UsageError(f"--pipelined: {args.pipelined!r} is not a comma-separated list of gammas") from None
     for g in piped:
@@ -685,16 +729,21 @@ def _run(argv: Sequence[str] | None) -> int:
     from specdec.kvlayout import KVCapacityError
     handler = HANDLERS[(args.group, args.action)]
     command = args.group if args.action == "run" else f"{args.group} {args.action}"
+    made: list[Path] = []
     try:
-        _check_outputs(args)
+        _check_empty(args)
+        made = _check_outputs(args)
         return handler(args)
     except UsageError as err:
+        _unmake(made)
         print(f"specdec: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except OptionError as err:
+        _unmake(made)
         print(f"specdec: error: {_flag(err.option)} must be {err.allowed}, got {err.value!r}", file=sys.stderr)
         return EXIT_USAGE
     except KVCapacityError as err:      # --kv-block (or its default) against the target's context
+        _unmake(made)
         print(f"specdec: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:         # stdout's reader went away: main ends quietly

@@ -82,6 +82,8 @@ def read_prompts(path: str | Path) -> list[str]:
     """Prompts from a file: JSON lines ({"prompt": ...} or a JSON string per line), or plain text with one
     prompt per line where a literal backslash-n stands for a newline."""
     path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"prompt file {str(path)!r} is a directory, expected a file")
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {str(path)!r} does not exist")
     try:

@@ -90,7 +90,7 @@ class GenConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1)
         if self.gamma not in ADAPTIVE_GAMMAS:
             check_int("gamma", self.gamma, 0, allowed="an integer >= 0, 'auto' or 'model'")
-        check_int("seed", self.seed, 0)
+        check_int("seed", self.seed, 0, (1 << 63) - 1)     # torch.manual_seed's range (the HF peers)
         check_int("tree_budget", self.tree_budget, 0, TREE_MAX_NODES,
                   allowed=f"a node count in 1..{TREE_MAX_NODES} (0 = chain)")
         check_int("tree_depth", self.tree_depth, 0, TREE_MAX_NODES - 1)

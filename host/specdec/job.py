@@ -26,6 +26,9 @@ from .errors import OptionError, check_int
 from .kvlayout import BLOCK_MAX as KV_BLOCK_MAX
 from .tree import Calibration, parents_from_paths
 
+#: The largest job seed (a 32-bit word: numpy, torch and the samplers all take it, the prompt's index added).
+SEED_MAX = (1 << 32) - 1
+
 #: The ``draft`` that drafts by prompt lookup instead of with a model.
 PROMPT_LOOKUP = PromptLookup.name
 #: Tree builders (``specdec.tree``): Medusa-style static paths, EAGLE-2's dynamic tree, Sequoia's DP topology.
@@ -169,7 +172,8 @@ class Job:
         if self.draft_engine == "fabric" and self.draft == PROMPT_LOOKUP:
             raise OptionError("draft_engine", self.draft_engine, "'host' with prompt lookup (there is no draft "
                                                                  "model to run on the engine)")
-        check_int("seed", self.seed, 0)     # here too: config() adds the prompt's index, which makes True an int
+        # here too: config() adds the prompt's index, which makes True an int
+        check_int("seed", self.seed, 0, SEED_MAX)
         self.config()       # max_new_tokens and seed: GenConfig's checks
 
     def check_backend(self, backend: str) -> None:
