@@ -552,6 +552,8 @@ def test_failure_during_a_run_exits_1(monkeypatch, capsys):
     (["bench", "draft", "--n-agreement", "100000000"], "--n-agreement 100000000: the held-out corpus has"),
     (["bench", "draft", "--n-prompts", "100000000"], "--n-prompts 100000000: the held-out corpus has"),
     (["bench", "e2e", "--n-prompts", "100000000"], "--n-prompts 100000000: asked for 100000000 passages"),
+    (["bench", "draft", "--gamma", "-1"], "--gamma must be at least 1 for the draft bench"),   # offered 'auto'
+    (["bench", "e2e", "--json", "README.md/x.json"], "README.md is a file, not a directory"),  # "does not exist"
 ])
 def test_bad_arguments_found_trying_each_command_exit_2_before_anything_runs(argv, message, no_model_load,
                                                                               no_backend_start, tmp_path,
@@ -560,12 +562,13 @@ def test_bad_arguments_found_trying_each_command_exit_2_before_anything_runs(arg
     the models loaded, the RTL built or synthesis ran, with a traceback or a message naming no option."""
     from fpga import hw
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("a file")
     monkeypatch.setattr(hw, "report", lambda *a, **k: pytest.fail("the report ran"))
     monkeypatch.setattr(hw, "build", lambda *a, **k: pytest.fail("the build ran"))
     assert exit_code(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("specdec: error: ") and message in err and "Traceback" not in err, err
-    assert not list(tmp_path.iterdir()), "the refused command wrote into the current directory"
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"], "the refused command wrote into the cwd"
 
 
 def test_a_refused_command_leaves_no_output_directory(tmp_path, capsys):

@@ -105,6 +105,8 @@ def _check_outputs(args: argparse.Namespace) -> list[Path]:
             continue
         if Path(path).is_dir():
             raise UsageError(f"--{name} {path}: is a directory, expected a file to write")
+        if Path(path).parent.exists() and not Path(path).parent.is_dir():
+            raise UsageError(f"--{name} {path}: {Path(path).parent} is a file, not a directory")
         if not Path(path).parent.is_dir():
             raise UsageError(f"--{name} {path}: the directory {Path(path).parent} does not exist")
         existed = Path(path).exists()
@@ -280,13 +282,13 @@ def _bench_treemask(args: argparse.Namespace) -> int:
 def _bench_draft(args: argparse.Namespace) -> int:
     from specdec import bench_draft
     from specdec.job import Job
+    try:
+        bench_draft.check_gamma(args.gamma)     # first: the job's message would offer 'auto', which this one refuses
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     # the job checks the loop's options (gamma, tokens, hot vocabulary) before anything loads
     Job(prompts=("x",), max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft_vocab=args.draft_vocab,
         draft_engine="fabric")
-    try:
-        bench_draft.check_gamma(args.gamma)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
     from specdec import corpus
     held_out = len(corpus.passages(held_out=True))        # both sets are drawn from the held-out tragedies
     for flag, n in (("--n-agreement", args.n_agreement), ("--n-prompts", args.n_prompts)):
