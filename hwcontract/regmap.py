@@ -36,6 +36,21 @@ RESP_SLVERR = 2
 RESP_DECERR = 3
 
 
+def integers(values, what: str) -> list[int]:
+    """``values`` (any iterable) as a list of ints, each a Python or numpy integer; a float (even whole), a bool,
+    a string or a nested sequence raises ValueError naming ``what`` and the values (``int()`` would have taken
+    15496.7 as token 15496 and True as token 1)."""
+    if isinstance(values, (str, bytes)):
+        raise ValueError(f"{what} must be integers, got text {values[:60]!r}")
+    try:
+        out = [operator.index(v) for v in values]
+    except TypeError:
+        raise ValueError(f"{what} must be integers, got {str(values)[:80]}") from None
+    if any(isinstance(v, bool) for v in values):
+        raise ValueError(f"{what} must be integers, got bools: {str(values)[:80]}")
+    return out
+
+
 def integer(value, what: str) -> int:
     """``value`` as an int: a Python or numpy integer (or bool); anything else, a float even when whole, raises
     ValueError naming ``what`` and the value (``int()`` would truncate 1.5 into a real field value, slot or row)."""

@@ -109,6 +109,41 @@ def test_load_names_the_file_whatever_is_wrong_with_it(tmp_path):
         recording.load(tmp_path)
 
 
+def test_a_damaged_recording_is_a_value_error_naming_the_file(recorded, tmp_path):
+    """A recording cut short or with a byte changed, or whose events lack a field or an array: a ValueError
+    naming the file, as the docstring says (zipfile's BadZipFile, a KeyError in replay, or version ``true``
+    taken as 1 before)."""
+    import json
+    import zipfile
+    rec = recorded["tree"][0]
+    good = rec.save(tmp_path / "good.npz")
+    data = good.read_bytes()
+    cut, flipped = tmp_path / "cut.npz", tmp_path / "flipped.npz"
+    cut.write_bytes(data[:len(data) // 2])
+    k = data.index(f"{next(iter(rec.arrays))}.npy".encode()) + 200        # inside the first array's data
+    flipped.write_bytes(data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1:])
+
+    def with_meta(name: str, meta: dict) -> object:
+        path = tmp_path / name
+        np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **rec.arrays)
+        return path
+
+    ev = dict(rec.events[-1])
+    cases = ((cut, "not an .npz archive"), (flipped, "damaged recording"),
+             (with_meta("noev.npz", {"version": recording.VERSION}), "its events are not a list"),
+             (with_meta("five.npz", {"version": recording.VERSION, "events": 5}), "its events are not a list"),
+             (with_meta("bool.npz", {"version": True, "events": []}), "recording version True"),
+             (with_meta("field.npz", {"version": recording.VERSION,
+                                      "events": [{k: v for k, v in ev.items() if k != "greedy"}]}), "lacks greedy"),
+             (with_meta("array.npz", {"version": recording.VERSION, "events": [{**ev, "p": "p999"}]}),
+              "lacks array 'p999'"))
+    for path, what in cases:
+        with pytest.raises(ValueError, match=re.escape(f"{path}: ") + ".*" + re.escape(what)):
+            recording.load(path)
+    assert not issubclass(zipfile.BadZipFile, ValueError)       # why load turns it into one
+    assert recording.load(good).events == rec.events
+
+
 def test_cli_record_writes_a_file_and_refuses_sim(opt_dirs, tmp_path, capsys):
     import model_pairs
     from specdec import cli

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 import model_pairs
@@ -379,3 +380,50 @@ def test_the_prompt_and_the_budget_must_fit_the_targets_context(gpt2_dirs, gpt2_
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded"))
     with pytest.raises(OptionError, match=r"max_new_tokens must be at most 511 \(the target's context holds 512"):
         runtime.run({**job, "max_new_tokens": 512}, "ref")
+
+
+def test_a_pair_given_must_serve_the_draft_the_job_asks_for(gpt2_dirs, gpt2_pair):
+    """A loaded pair given with a job that asks for prompt lookup or a hot vocabulary the pair's draft is not:
+    refused; the run had used the pair's draft and reported it as the job's (acceptance 0.467 for a 100-token hot
+    vocabulary that gives 0.0 loaded by the job)."""
+    job = greedy_job(gpt2_dirs, ["ROMEO:"], 4, 4)
+    for bad, match in (({**job, "draft": PROMPT_LOOKUP}, "the job asks for draft 'prompt-lookup'"),
+                       ({**job, "draft_vocab": 100}, "a hot vocabulary of 100, the pair given drafts with")):
+        with pytest.raises(ValueError, match=match):
+            runtime.execute(bad, runtime.golden_verifier(), gpt2_pair)
+    assert runtime.execute({**job, "draft": PROMPT_LOOKUP}, runtime.golden_verifier(),
+                           with_prompt_lookup(gpt2_pair))["generations"][0]["tokens"]
+
+
+def test_token_ids_that_are_not_integers_are_refused(gpt2_pair):
+    """Text, floats (15496.7 ran as token 15496), bools and nested lists as the prompt of ``decode.generate``,
+    as tree tokens or as static-tree paths: a ValueError naming them, before anything runs."""
+    from specdec.tree import Tree
+    cfg = GenConfig(4, 2)
+    for prompt, match in (("Hello world", "got text 'Hello world': encode it first"),
+                          ([15496.7, 995.2], "the prompt's token ids must be integers"),
+                          ([True, False], "got bools"), ([[1, 2]], "must be integers"), (None, "must be integers")):
+        with pytest.raises(ValueError, match=match):
+            decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), prompt, cfg)
+    with pytest.raises(ValueError, match=r"tree tokens must be integers, got \(1, 2.7\)"):
+        Tree((-1, 0), (1, 2.7))
+    with pytest.raises(OptionError, match="a path's ranks must be integers"):
+        TreeSpec("static", paths=[[0.7], [1.9]])
+    assert len(decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(),
+                               np.array([15496, 995]), cfg).tokens) >= 1        # numpy ids are ids
+
+
+def test_numpy_numbers_refused_by_a_job_say_why():
+    """numpy prints np.int64(4) as 4: "gamma must be an integer ..., got 4" read as a contradiction."""
+    with pytest.raises(OptionError, match=r"\(a Python number, not numpy.int64\), got 4"):
+        Job(("x",), gamma=np.int64(4))
+
+
+def test_the_budget_check_before_loading_counts_a_trees_depth_as_generate_does(monkeypatch):
+    """A spec's depth beyond its budget (3 nodes, depth 40) adds at most budget - 1 positions, as in
+    ``decode.generate``: 509 new tokens fit a 512-position context after a one-token prompt, 510 do not."""
+    monkeypatch.setattr(models, "config_context_length", lambda name: 512)
+    spec = {"kind": "eagle", "budget": 3, "depth": 40}
+    pairs.check_budget(as_job({"prompts": ["hi"], "max_new_tokens": 509, "tree": spec}))
+    with pytest.raises(OptionError, match="at most 509"):
+        pairs.check_budget(as_job({"prompts": ["hi"], "max_new_tokens": 510, "tree": spec}))

@@ -204,6 +204,9 @@ def test_calibration_contexts_generated_together_equal_each_generated_alone(requ
     ({"kind": "sequoia", "expand": 2}, r"tree expand must be None for a sequoia tree \(only eagle trees read it\)"),
     ({"kind": "sequoia", "scores": "calibrated"}, "tree scores must be 'draft' for a sequoia tree"),
     ({"kind": "eagle", "paths": [[0]]}, r"tree paths must be None for an eagle tree \(only static trees read it\)"),
+    # every field another kind reads (topk and calibration_passages on a static tree were taken, shaping nothing)
+    ({"kind": "static", "topk": 3}, r"tree topk must be 4 for a static tree \(only eagle and sequoia trees read it\)"),
+    ({"kind": "static", "calibration_passages": 3}, "tree calibration_passages must be 8 for a static tree"),
 ])
 def test_bad_tree_specs_raise(spec, message):
     with pytest.raises(OptionError, match=message):

@@ -96,6 +96,8 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     """
     from tqdm import tqdm
     job.check_backend(backend)
+    if pair is not None:
+        pairs.check_serves(pair, job)
     cores = None if backend == "pynq" else runtime.cores(backend)
     if backend == "pynq":           # one overlay: its cores and, for a fabric draft, its draft engine
         if pair is None:            # a model or option this machine cannot take, then no bitstream: before loading

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterator, Protocol, runtime_checkable
 import numpy as np
 
 from hwcontract.formats import INV_TEMP_MAX, LOGIT_NEG_INF, fixed_point_dist, inv_temp, quantize
-from hwcontract.regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES, integers
 from .errors import OptionError, SpecdecError, check_int
 from .models import CausalLM, context_length
 from .threads import owned_threads
@@ -432,7 +432,8 @@ class Round:
     """One round's record: what was proposed, accepted and emitted, and where its time went (seconds)."""
 
     g: int                          # draft tokens proposed (a tree's nodes after the root)
-    n_accept: int                   # draft tokens accepted
+    n_accept: int                   # draft tokens the verifier accepted (a tree round's may outnumber the tokens
+                                    # emitted where the budget or an EOS cuts the last round)
     emitted: int                    # tokens emitted (accepted, then the next token; cut at EOS / the budget)
     depth: int                      # deepest draft position: a chain's g, a tree's largest node depth
     total_s: float                  # the whole round, caches committed
@@ -675,11 +676,16 @@ def _cut(out: list[int], eos: frozenset[int], left: int) -> tuple[list[int], boo
 
 
 def _check_prompt(prompt: list[int], vocab: int) -> list[int]:
-    if not len(prompt):
+    """The prompt as a list of token ids in 0..vocab-1 (text is refused: ``pairs.encode`` makes the ids)."""
+    if isinstance(prompt, str):
+        raise ValueError(f"the prompt must be token ids, got text {prompt[:60]!r}: encode it first "
+                         "(specdec.pairs.encode(pair.tokenizer, text))")
+    prompt = integers(prompt, "the prompt's token ids")
+    if not prompt:
         raise ValueError("the prompt is empty: give at least one token")
     if min(prompt) < 0 or max(prompt) >= vocab:
         raise ValueError(f"prompt token ids must lie in 0..{vocab - 1}, got {min(prompt)}..{max(prompt)}")
-    return [int(t) for t in prompt]
+    return prompt
 
 
 def _check_room(prompt_len: int, cfg: GenConfig, room: int | None) -> None:

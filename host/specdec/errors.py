@@ -55,6 +55,9 @@ class OptionError(ValueError):
     """
 
     def __init__(self, option: str, value, allowed: str) -> None:
+        if type(value).__module__ == "numpy":
+            # a numpy scalar prints as a plain number: "must be an integer ..., got 4" would read as a contradiction
+            allowed = f"{allowed} (a Python number, not {type(value).__module__}.{type(value).__name__})"
         self.option, self.value, self.allowed = option, value, allowed
         super().__init__(f"{option} must be {allowed}, got {value!r}")
 

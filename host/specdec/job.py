@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from hwcontract.regmap import integers
+
 from .builds import CORE_PARAMS, TREE_LIMIT
 from .decode import ADAPTIVE_GAMMAS, GenConfig, PromptLookup, Sampling, check_confidence
 from .errors import OptionError, check_int
@@ -106,8 +108,9 @@ class TreeSpec:
             object.__setattr__(self, "paths", _paths(self.paths))
         # a field another kind reads, given a value: it would shape nothing (a field left at its default is not
         # checked: a spec cannot tell it from one given)
-        for name, default in (("expand", None), ("acceptance", None), ("paths", None), ("scores", "draft")):
-            if getattr(self, name) != default and name not in TREE_READS[self.kind]:
+        for f in dataclasses.fields(self):
+            name, default = f.name, f.default
+            if name != "kind" and getattr(self, name) != default and name not in TREE_READS[self.kind]:
                 a = "an" if self.kind[0] in "aeiou" else "a"
                 raise OptionError(f"tree {name}", getattr(self, name),
                                   f"{default!r} for {a} {self.kind} tree (only {tree_readers(name)} trees read it)")
@@ -275,7 +278,7 @@ def _acceptance(acc) -> tuple[float, ...]:
 
 def _paths(paths) -> tuple[tuple[int, ...], ...]:
     try:
-        out = tuple(tuple(int(k) for k in p) for p in paths)
+        out = tuple(tuple(integers(p, "a path's ranks")) for p in paths)
         nodes = len(parents_from_paths(out))
     except (TypeError, ValueError) as err:
         raise OptionError("tree paths", paths, f"Medusa paths that form a tree ({err})") from None

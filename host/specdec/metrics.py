@@ -18,7 +18,11 @@ def record(text: str, ids: list[int], gen: Generation, decoded: str) -> dict:
 
 
 def summarize(gens: list[Generation]) -> dict:
-    """Speed, acceptance and the time breakdown over generations (HADES Table I's columns and more)."""
+    """Speed, acceptance and the time breakdown over generations (HADES Table I's columns and more).
+
+    ``accepted`` and ``acceptance`` count the draft tokens the verifier accepted, a measure of the draft: a last
+    round cut by the token budget or an EOS (a tree drafts its whole budget) can accept more than it emits, so
+    ``accepted`` may exceed ``new_tokens`` on a tiny budget; ``tokens_per_call`` counts what was emitted."""
     rounds = [r for g in gens for r in g.rounds]
     n_rounds = len(rounds)
     n_tok = sum(len(g.tokens) for g in gens)

@@ -138,11 +138,25 @@ def check_budget(job: Job) -> None:
     config, :func:`specdec.models.config_context_length`; nothing is checked where that needs the model)."""
     target, _ = resolve_names(job.target, job.draft)
     room = models.config_context_length(target)
-    extra = job.tree.max_depth if job.tree else 0
+    extra = min(job.tree.max_depth, job.tree.budget - 1) if job.tree else 0      # as generate counts it
     if room is not None and 1 + job.max_new_tokens + extra > room:
         tree = f", and a tree round may score {extra} past the last token" if extra else ""
         raise OptionError("max_new_tokens", job.max_new_tokens, f"at most {room - 1 - extra} (the target's context "
                                                                 f"holds {room} positions, a prompt one at least{tree})")
+
+
+def check_serves(pair: Pair, job: Job) -> None:
+    """ValueError where a loaded ``pair``, given for ``job``, contradicts the draft options the job states: prompt
+    lookup, or a hot vocabulary, that the pair's draft is not (the pair would run, and the result describe a draft
+    the job did not ask for). A pair given with another draft than the job's draft model is the caller's choice
+    (a test's int8 twin, prompt lookup for a model job)."""
+    if job.draft == PROMPT_LOOKUP and not isinstance(pair.draft, PromptLookup):
+        raise ValueError(f"the job asks for draft {PROMPT_LOOKUP!r}, the pair given drafts with {pair.draft_name!r}: "
+                         "give a prompt-lookup pair, or no pair (the job's models are then loaded)")
+    if job.draft_vocab is not None and f"(hot vocabulary {job.draft_vocab})" not in pair.draft_name:
+        raise ValueError(f"the job asks for a draft with a hot vocabulary of {job.draft_vocab}, the pair given drafts "
+                         f"with {pair.draft_name!r}: give pairs.open_pair(..., draft_vocab={job.draft_vocab}), or "
+                         "no pair")
 
 
 def open_job_pair(job: Job, kv=None) -> Pair:

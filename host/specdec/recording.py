@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +74,7 @@ def load(path: str | os.PathLike) -> Recording:
         raise FileNotFoundError(f"recording {str(path)!r} does not exist or is not a file")
     try:
         z = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:     # numpy's word for a file that is no array: "pickled data"
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:     # numpy: "pickled data"; a cut archive
         raise ValueError(f"{path}: not a specdec recording (not an .npz archive: {e})") from None
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise ValueError(f"{path}: not a specdec recording (one .npy array, not an .npz archive)")
@@ -84,9 +86,29 @@ def load(path: str | os.PathLike) -> Recording:
         except (ValueError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not a specdec recording (its 'meta' entry is not JSON: {e})") from None
         version = meta.get("version") if isinstance(meta, dict) else None
-        if version != VERSION:
+        if type(version) is not int or version != VERSION:      # not True, not 1.0
             raise ValueError(f"{path}: recording version {version!r}, this specdec reads {VERSION}")
-        return Recording(meta["events"], {k: z[k] for k in z.files if k != "meta"}, meta.get("info", {}))
+        try:
+            arrays = {k: z[k] for k in z.files if k != "meta"}
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:   # a damaged entry (CRC, inflate)
+            raise ValueError(f"{path}: a damaged recording ({e})") from None
+    events = meta.get("events")
+    if not isinstance(events, list) or not all(isinstance(ev, dict) for ev in events):
+        raise ValueError(f"{path}: a damaged recording (its events are not a list of records: {str(events)[:60]})")
+    for i, ev in enumerate(events):
+        need = _EVENT_FIELDS.get(ev.get("op"))
+        if need is None:
+            raise ValueError(f"{path}: event {i}: unknown op {ev.get('op')!r}")
+        missing = [f for f in need if f not in ev] + [f"array {ev[a]!r}" for a in ("p", "q")
+                                                       if a in ev and ev[a] not in arrays]
+        if missing:
+            raise ValueError(f"{path}: a damaged recording (event {i} lacks {', '.join(map(str, missing))})")
+    return Recording(events, arrays, meta.get("info", {}))
+
+
+#: The fields each kind of event holds (:meth:`Recording.save`), checked by :func:`load`.
+_EVENT_FIELDS = {"seed": ("words",), "chain": ("draft", "p", "greedy", "temperature", "result"),
+                 "tree": ("parents", "tokens", "nodes", "vocab", "p", "greedy", "temperature", "result")}
 
 
 def _codes(logits, name: str, row) -> np.ndarray:

@@ -35,8 +35,8 @@ from .errors import raise_record
 from .job import Job, as_job
 from .kvlayout import KVCapacityError
 from .metrics import kv_report, record, summarize
-from .pairs import (Pair, calibrated, check_budget, check_kv_fits, check_sources, drafter, encode, open_job_pair,
-                    paged_pair)
+from .pairs import (Pair, calibrated, check_budget, check_kv_fits, check_serves, check_sources, drafter, encode,
+                    open_job_pair, paged_pair)
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -205,6 +205,8 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         report) when they apply.
     """
     job = as_job(job)
+    if pair is not None:
+        check_serves(pair, job)
     pair = pair or open_job_pair(job, kv)       # a page size the target cannot take: refused before it loads
     engine_report = None
     if job.draft_engine == "fabric":

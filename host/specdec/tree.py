@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hwcontract.regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES, integers
 from hwcontract.tree import check_parents
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Tree:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parents", (-1,) + check_parents((0,) + tuple(self.parents[1:]))[1:])
-        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+        object.__setattr__(self, "tokens", tuple(integers(self.tokens, "tree tokens")))
         if len(self.tokens) != len(self.parents):
             raise ValueError(f"a tree needs one token per node: {len(self.parents)} nodes, "
                              f"{len(self.tokens)} tokens")
