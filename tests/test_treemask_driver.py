@@ -130,6 +130,31 @@ class _EarlySink:
         return self.queue.pop(0)
 
 
+class _ArmedEarlySink(_EarlySink):
+    """As the simulation's sink: it also says how many frames it holds, and drops them."""
+
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def drop(self) -> int:
+        n, self.queue = len(self.queue), []
+        return n
+
+
+def test_a_frame_waiting_on_a_stream_that_took_it_early_is_dropped_not_taken():
+    """On a stream that takes frames as the core sends them (the simulation's sink), a tree started by hand leaves
+    its frame there with the core idle: masks() of the next tree refuses and drops it, nothing written; the call
+    after is clean (each later call had taken the previous call's frame)."""
+    dev = GoldenDevice({0: "treemask"}, params={0: {"nodes_max": 8}})
+    chain = golden.stream_words(golden.tree_mask([-1, 0, 1, 2], 8))
+    drv = TreeMask(description("treemask", dev), _ArmedEarlySink(dev.sink(0), chain))
+    with pytest.raises(SpecdecError, match=r"1 frame\(s\) from an operation this driver did not run"):
+        drv.masks([-1, 0, 0, 0])
+    assert drv.read_reg("ROWS") == 0                # nothing reached the core
+    assert drv.masks([-1, 0, 0, 0])[1].tolist() == [0, 1, 1, 1]
+    assert drv.masks([-1, 0, 1, 2])[1].tolist() == [0, 1, 2, 3]
+
+
 def test_a_frame_of_another_tree_of_the_same_size_is_refused():
     """Each node's mask must be its parent's plus itself and its depth its parent's plus one: a chain's frame
     received for a star (same N, nodes 0..3 in order) is refused, not returned as the star's."""

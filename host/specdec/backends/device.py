@@ -74,3 +74,13 @@ class WordSink(ABC):
     @abstractmethod
     def recv(self) -> list[int]:
         """Wait for the next frame (until its TLAST beat) and return its words."""
+
+    def pending(self) -> int:
+        """Frames already taken off the stream and not yet received: a sink that takes every frame as the core
+        sends it (the simulation's) holds one a core sent for an operation no driver finished. 0 for a sink
+        that takes a frame only when :meth:`recv` asks (a DMA transfer armed then)."""
+        return 0
+
+    def drop(self) -> int:
+        """Discard the frames :meth:`pending` counts; returns how many."""
+        return 0

@@ -150,6 +150,7 @@ class SimSink(WordSink):
         self.sink.log.setLevel(logging.WARNING)
         self.timeout_us = timeout_us
         self._recv = resume(self._arecv)
+        self._drop = resume(self._adrop)
 
     async def _arecv(self):
         from cocotb.triggers import SimTimeoutError, with_timeout
@@ -157,6 +158,17 @@ class SimSink(WordSink):
             return await with_timeout(self.sink.recv(), self.timeout_us, "us")
         except SimTimeoutError:
             return None
+
+    async def _adrop(self) -> int:
+        n = self.sink.count()
+        self.sink.clear()
+        return n
+
+    def pending(self) -> int:
+        return self.sink.count()
+
+    def drop(self) -> int:
+        return self._drop()
 
     def recv(self) -> list[int]:
         frame = self._recv()

@@ -107,6 +107,16 @@ class SpecdecIP(DefaultIP):
                                "(raw register or stream traffic, or another program); nothing was written: call "
                                "soft_reset() to abandon it")
 
+    def check_stream(self, sink) -> None:
+        """Refuse an operation while ``sink`` holds frames no operation of this driver asked for (a stream that
+        took them early: :meth:`~specdec.backends.device.WordSink.pending`): they are dropped, nothing written,
+        and the next call is clean. They would otherwise be received as this operation's result."""
+        pending = getattr(sink, "pending", None)       # a sink of its own kind may lack it: nothing to check
+        n = sink.drop() if pending is not None and pending() else 0
+        if n:
+            raise SpecdecError(f"{self.core_name}: {n} frame(s) from an operation this driver did not run waited "
+                               "on the output stream; dropped, nothing was written (call again)")
+
     def seed(self, words) -> None:
         """Load the xoshiro128++ state s[0..3] (cores with SEED0..3 and CTRL.LOAD_SEED); all zero raises
         CoreError (SEED_ZERO). The state persists across operations and soft resets."""

@@ -266,6 +266,7 @@ class DraftEngine(SpecdecIP):
         x = self._activations(x, at.k, out_bits, self.m_max)
         m = x.shape[0]
         self.check_idle()
+        self.check_stream(self.sink)
         try:
             self._operation("RUN", out_bits, M=m, K=at.k, N=at.n, WBASE=at.wbase, PBASE=at.pbase)
             self.send_beats(de_act_beats(x.astype(np.int8), self.rows, self.cols))

@@ -150,6 +150,7 @@ class TreeMask(SpecdecIP):
         parents = list(parents)         # any iterable of parents
         parents = check_parents((0,) + tuple(parents[1:]) if parents else (), self.nodes_max)
         self.check_idle()               # a frame left by a tree this driver did not run is never taken for this one
+        self.check_stream(self.sink)
         n = self.write_tree(parents)
         try:
             self.start()
