@@ -128,6 +128,12 @@ def test_specdec_notebooks_copies_them_and_refuses_to_overwrite(tmp_path, capsys
     assert "is a file" in capsys.readouterr().err
     assert cli.main(["notebooks", "/proc/specdec-notebooks"]) == cli.EXIT_USAGE   # /proc takes no new directory
     assert "DIR /proc/specdec-notebooks: cannot be written (" in capsys.readouterr().err
+    # a directory where a notebook goes: --force refuses before writing any (it wrote the notebooks before it)
+    fresh = tmp_path / "fresh"
+    (fresh / f"{NAMES[-1]}.ipynb").mkdir(parents=True)
+    assert cli.main(["notebooks", str(fresh), "--force"]) == cli.EXIT_USAGE
+    assert f"a directory stands where a notebook goes: {fresh / NAMES[-1]}.ipynb" in capsys.readouterr().err
+    assert sorted(p.name for p in fresh.iterdir()) == [f"{NAMES[-1]}.ipynb"]
 
 
 def test_specdec_notebooks_help_names_every_notebook(capsys):

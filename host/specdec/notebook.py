@@ -200,6 +200,9 @@ def deliver(dest: str | os.PathLike, force: bool = False) -> list[Path]:
     there = [dest / s.name for s in sources if (dest / s.name).exists()]
     if there and not force:
         raise FileExistsError(f"{', '.join(str(p) for p in there)} already exist; --force overwrites them")
+    dirs = [p for p in there if not p.is_file()]        # --force overwrites files only: nothing is written then
+    if dirs:
+        raise IsADirectoryError(21, "a directory stands where a notebook goes", str(dirs[0]))
     dest.mkdir(parents=True, exist_ok=True)
     return [Path(shutil.copyfile(s, dest / s.name)) for s in sources]
 
