@@ -413,6 +413,12 @@ def test_token_ids_that_are_not_integers_are_refused(gpt2_pair):
                                np.array([15496, 995]), cfg).tokens) >= 1        # numpy ids are ids
 
 
+def test_a_prompt_utf8_cannot_encode_is_refused_when_the_job_is_built():
+    """A lone surrogate passed the job's checks, then failed inside the tokenizer naming no prompt."""
+    with pytest.raises(OptionError, match=r"prompt must be text that UTF-8 can encode \(a lone surrogate at 1\)"):
+        Job(("a\ud800b",))
+
+
 def test_numpy_numbers_refused_by_a_job_say_why():
     """numpy prints np.int64(4) as 4: "gamma must be an integer ..., got 4" read as a contradiction."""
     with pytest.raises(OptionError, match=r"\(a Python number, not numpy.int64\), got 4"):

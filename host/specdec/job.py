@@ -253,6 +253,10 @@ def _prompts(prompts) -> tuple[str, ...]:
     for p in prompts:
         if not isinstance(p, str) or not p:
             raise OptionError("prompt", p, "non-empty text")
+        try:
+            p.encode("utf-8")               # a lone surrogate: the tokenizer fails on it, naming no prompt
+        except UnicodeEncodeError as e:
+            raise OptionError("prompt", p, f"text that UTF-8 can encode (a lone surrogate at {e.start})") from None
     return tuple(prompts)
 
 
