@@ -207,6 +207,10 @@ def test_calibration_contexts_generated_together_equal_each_generated_alone(requ
     # every field another kind reads (topk and calibration_passages on a static tree were taken, shaping nothing)
     ({"kind": "static", "topk": 3}, r"tree topk must be 4 for a static tree \(only eagle and sequoia trees read it\)"),
     ({"kind": "static", "calibration_passages": 3}, "tree calibration_passages must be 8 for a static tree"),
+    # a static tree's paths past its budget were cut, and no path built the default tree
+    ({"kind": "static", "budget": 3, "paths": [[0], [1], [2], [3], [0, 0]]},
+     r"tree paths must be paths of at most 3 nodes, the root included \(the budget; these make 6\)"),
+    ({"kind": "static", "paths": []}, r"tree paths must be one path at least \(None: the default paths\)"),
 ])
 def test_bad_tree_specs_raise(spec, message):
     with pytest.raises(OptionError, match=message):

@@ -106,6 +106,10 @@ class TreeSpec:
             object.__setattr__(self, "acceptance", _acceptance(self.acceptance))
         if self.paths is not None:
             object.__setattr__(self, "paths", _paths(self.paths))
+            nodes = len(parents_from_paths(self.paths))
+            if nodes > self.budget:         # the tree would be cut to the budget, the result still naming them all
+                raise OptionError("tree paths", self.paths, f"paths of at most {self.budget} nodes, the root "
+                                                            f"included (the budget; these make {nodes})")
         # a field another kind reads, given a value: it would shape nothing (a field left at its default is not
         # checked: a spec cannot tell it from one given)
         for f in dataclasses.fields(self):
@@ -286,6 +290,8 @@ def _paths(paths) -> tuple[tuple[int, ...], ...]:
         nodes = len(parents_from_paths(out))
     except (TypeError, ValueError) as err:
         raise OptionError("tree paths", paths, f"Medusa paths that form a tree ({err})") from None
+    if not out:                             # () built the default tree while the result named no path
+        raise OptionError("tree paths", paths, "one path at least (None: the default paths)")
     if nodes > TREE_LIMIT:
         raise OptionError("tree paths", paths, f"at most {TREE_LIMIT - 1} paths (trees of up to {TREE_LIMIT} "
                                                f"nodes)")
