@@ -378,7 +378,8 @@ def test_the_prompt_and_the_budget_must_fit_the_targets_context(gpt2_dirs, gpt2_
         with pytest.raises(OptionError, match=re.escape(match) if "(" in match else match):
             runtime.run(bad, "ref", gpt2_pair)
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded"))
-    with pytest.raises(OptionError, match=r"max_new_tokens must be at most 511 \(the target's context holds 512"):
+    with pytest.raises(OptionError, match=r"max_new_tokens must be at most 511 after a prompt of one token at least "
+                                          r"\(the target's context holds 512"):
         runtime.run({**job, "max_new_tokens": 512}, "ref")
 
 

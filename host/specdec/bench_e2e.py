@@ -101,8 +101,7 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     cores = None if backend == "pynq" else runtime.cores(backend)
     if backend == "pynq":           # one overlay: its cores and, for a fabric draft, its draft engine
         if pair is None:            # a model or option this machine cannot take, then no bitstream: before loading
-            pairs.check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)
-            pairs.check_budget(job)
+            pairs.check_job(job)
         ol = runtime.pynq_overlay()
         cores = ol.cores()
     pair = pair or pairs.open_job_pair(job, cores.kv)

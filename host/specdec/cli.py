@@ -736,17 +736,10 @@ def _run(argv: Sequence[str] | None) -> int:
         _check_empty(args)
         made = _check_outputs(args)
         return handler(args)
-    except UsageError as err:
+    except (UsageError, OptionError, KVCapacityError) as err:   # KVCapacityError: --kv-block against the context
         _unmake(made)
-        print(f"specdec: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except OptionError as err:
-        _unmake(made)
-        print(f"specdec: error: {_flag(err.option)} must be {err.allowed}, got {err.value!r}", file=sys.stderr)
-        return EXIT_USAGE
-    except KVCapacityError as err:      # --kv-block (or its default) against the target's context
-        _unmake(made)
-        print(f"specdec: error: {err}", file=sys.stderr)
+        what = f"{_flag(err.option)} must be {err.allowed}, got {err.value!r}" if isinstance(err, OptionError) else err
+        print(f"specdec: error: {what}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:         # stdout's reader went away: main ends quietly
         raise

@@ -516,12 +516,12 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
     ValueError
         Empty prompt, token ids outside the vocabulary, gamma over the core's GAMMA_MAX, a tree over the cores'
         limits, a missing drafter, verifier or treemask driver; an OptionError where the prompt and the token
-        budget do not fit the target's context (:func:`_check_room`).
+        budget do not fit the target's context (:func:`check_room`).
     SpecdecError
         NaN or +inf logits (naming the model, row and token); a core's error.
     """
     ctx = _check_prompt(prompt, target.vocab)
-    _check_room(len(ctx), cfg, context_length(target.model))
+    check_room(cfg, context_length(target.model), len(ctx))
     if cfg.gamma == 0 and not cfg.tree_budget:
         drafter, verifier, masker = NoDraft(), None, None
     else:
@@ -688,22 +688,23 @@ def _check_prompt(prompt: list[int], vocab: int) -> list[int]:
     return prompt
 
 
-def _check_room(prompt_len: int, cfg: GenConfig, room: int | None) -> None:
+def check_room(cfg: GenConfig, room: int | None, prompt_len: int | None = None) -> None:
     """The prompt and ``max_new_tokens`` must fit the target's context of ``room`` positions (None: unbounded), and
     with trees the positions past the last token a tree round may score (its depth: ``tree_depth``, else
     ``tree_budget - 1``). OptionError naming the prompt or the budget: past its context a model with learned
     positions fails (GPT-2: an index error deep in torch) and one with rotary positions runs on where it was
-    never trained."""
+    never trained. ``prompt_len`` None (the prompt not yet tokenized): a prompt of one token at least."""
     if room is None:
         return
     extra = min(cfg.tree_depth or cfg.tree_budget - 1, cfg.tree_budget - 1) if cfg.tree_budget else 0
     why = f"the target's context holds {room} positions" + (
         f", and a tree round may score {extra} past the last token" if extra else "")
-    if prompt_len + 1 + extra > room:
-        raise OptionError("prompt", f"{prompt_len} tokens", f"at most {room - 1 - extra} tokens ({why})")
-    if prompt_len + cfg.max_new_tokens + extra > room:
-        raise OptionError("max_new_tokens", cfg.max_new_tokens,
-                          f"at most {room - prompt_len - extra} after this {prompt_len}-token prompt ({why})")
+    n = 1 if prompt_len is None else prompt_len
+    if prompt_len is not None and n + 1 + extra > room:
+        raise OptionError("prompt", f"{n} tokens", f"at most {room - 1 - extra} tokens ({why})")
+    if n + cfg.max_new_tokens + extra > room:
+        after = "a prompt of one token at least" if prompt_len is None else f"this {n}-token prompt"
+        raise OptionError("max_new_tokens", cfg.max_new_tokens, f"at most {room - n - extra} after {after} ({why})")
 
 
 def _check_parts(cfg: GenConfig, drafter, verifier, masker) -> None:

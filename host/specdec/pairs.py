@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import models
-from .decode import Drafter, ModelDraft, PromptLookup, eos_ids
+from .decode import Drafter, ModelDraft, PromptLookup, check_room, eos_ids
 from .eagle import EagleDraft
 from .errors import OptionError
 from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
@@ -133,16 +133,18 @@ def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks:
 
 
 def check_budget(job: Job) -> None:
-    """The check of :func:`specdec.decode.generate` that needs no prompt, before anything loads: a token budget
-    (and a tree round's depth past it) that no prompt of one token fits the target's context of (from its
-    config, :func:`specdec.models.config_context_length`; nothing is checked where that needs the model)."""
+    """:func:`specdec.decode.check_room` before anything loads, the prompt not yet tokenized: a token budget (and a
+    tree round's depth past it) that no prompt fits the target's context (from its config,
+    :func:`specdec.models.config_context_length`; nothing is checked where that needs the model)."""
     target, _ = resolve_names(job.target, job.draft)
-    room = models.config_context_length(target)
-    extra = min(job.tree.max_depth, job.tree.budget - 1) if job.tree else 0      # as generate counts it
-    if room is not None and 1 + job.max_new_tokens + extra > room:
-        tree = f", and a tree round may score {extra} past the last token" if extra else ""
-        raise OptionError("max_new_tokens", job.max_new_tokens, f"at most {room - 1 - extra} (the target's context "
-                                                                f"holds {room} positions, a prompt one at least{tree})")
+    check_room(job.config(), models.config_context_length(target))
+
+
+def check_job(job: Job) -> None:
+    """Everything about ``job`` that can be refused before its models load: :func:`check_sources` with its draft
+    options, and :func:`check_budget` (for a run whose models load elsewhere, or after a step to keep cheap)."""
+    check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)
+    check_budget(job)
 
 
 def check_serves(pair: Pair, job: Job) -> None:

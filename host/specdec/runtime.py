@@ -35,8 +35,8 @@ from .errors import raise_record
 from .job import Job, as_job
 from .kvlayout import KVCapacityError
 from .metrics import kv_report, record, summarize
-from .pairs import (Pair, calibrated, check_budget, check_kv_fits, check_serves, check_sources, drafter, encode,
-                    open_job_pair, paged_pair)
+from .pairs import (Pair, calibrated, check_job, check_kv_fits, check_serves, drafter, encode, open_job_pair,
+                    paged_pair)
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -291,9 +291,7 @@ def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict
     (``fpga.system.row_feed``), whose rows file is named by ``$SPECDEC_ROWS`` and the plusarg."""
     from fpga.system import ROWS_PLUSARG
     from specdec.backends import simulator as harness
-    # before the build: the models load inside the simulation
-    check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)
-    check_budget(job)
+    check_job(job)      # before the build: the models load inside the simulation
     with tempfile.TemporaryDirectory() as tmp:
         job_file, out_file, rows = Path(tmp) / "job.json", Path(tmp) / "result.json", Path(tmp) / "rows.hex"
         job_file.write_text(job.to_json())
@@ -329,8 +327,7 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
         return run_sim(job, waves=waves)
     if backend == "pynq":               # one overlay, one download: its cores and, for a fabric draft, its engine
         if pair is None:    # a model or draft option this machine cannot take: refused before the download
-            check_sources(job.target, job.draft, job.draft_vocab, job.draft_engine)   # (ref: in open_pair; sim:
-            check_budget(job)                                                         # in _simulate)
+            check_job(job)  # (ref: in open_job_pair; sim: in _simulate)
         ol = pynq_overlay()
         c = ol.cores()
         engine = ol.draft_engine() if job.draft_engine == "fabric" else None

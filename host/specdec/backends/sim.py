@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from cocotb.clock import Clock

@@ -53,6 +53,8 @@ class SpecdecIP(DefaultIP):
         self.cmap = core(self.core_name)
         self._status = self.cmap.reg("STATUS")
         self._ctrl = self.cmap.reg("CTRL")
+        #: Whether :meth:`seed` loaded the RNG state through this driver (cores with an RNG).
+        self.seeded = False
         hw_id = self.read_reg("ID")
         want = self.cmap.map_hash()
         if hw_id != want:
@@ -131,6 +133,14 @@ class SpecdecIP(DefaultIP):
             self.write_reg(f"SEED{i}", w)
         self.write_fields("CTRL", LOAD_SEED=1)
         self.check()
+        self.seeded = True
+
+    def check_seeded(self, what: str) -> None:
+        """ValueError unless :meth:`seed` loaded the RNG state: ``what`` (e.g. "a sampling round") needs it, and
+        the state after reset is all zero, xoshiro's fixed point, whose every output is 0."""
+        if not self.seeded:
+            raise ValueError(f"{what} needs the RNG seeded: call seed(words) first (the state after reset is all "
+                             "zero, xoshiro's fixed point, whose every output is 0)")
 
     def check(self) -> None:
         """Raise :class:`CoreError` with the decoded ERR bits if the core reports an error."""

@@ -125,9 +125,13 @@ class DraftEngine(SpecdecIP):
 
     def send_beats(self, beats: np.ndarray) -> None:
         """One s_axis frame of whole beats (``(count, ROWS*COLS)`` uint8), TLAST on the last."""
+        self._send(_bytes(beats))
+
+    def _send(self, beats: np.ndarray) -> None:
+        """:meth:`send_beats` of beats already checked (C-contiguous uint8)."""
         if self.stream is None:
             raise SpecdecError("draftengine: no stream attached (call attach(stream, sink) first)")
-        self.stream.send(_bytes(beats).reshape(-1).view("<i2"))
+        self.stream.send(beats.reshape(-1).view("<i2"))
 
     def _operation(self, op: str, out_bits: int = 8, **regs: int) -> None:
         for name, value in regs.items():
@@ -156,7 +160,7 @@ class DraftEngine(SpecdecIP):
         self.check_idle()
         try:
             self._operation(op, ADDR=addr, COUNT=len(beats))
-            self.send_beats(beats)
+            self._send(beats)
             self._finish()
         except BaseException:
             self.soft_reset()
@@ -269,7 +273,7 @@ class DraftEngine(SpecdecIP):
         self.check_stream(self.sink)
         try:
             self._operation("RUN", out_bits, M=m, K=at.k, N=at.n, WBASE=at.wbase, PBASE=at.pbase)
-            self.send_beats(de_act_beats(x.astype(np.int8), self.rows, self.cols))
+            self._send(de_act_beats(x.astype(np.int8), self.rows, self.cols))   # uint8 by construction
             if self.read_fields("STATUS")["ERROR"]:
                 self.check()            # refused after the frame went in (it was drained): no result will come
             if self.sink is None:

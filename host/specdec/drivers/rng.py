@@ -14,23 +14,9 @@ class Rng(SpecdecIP):
     core_name = "rng"
     bindto = [vlnv("rng")]
 
-    def __init__(self, description: dict) -> None:
-        super().__init__(description)
-        self._seeded = False
-
-    def seed(self, words) -> None:
-        """Load the xoshiro128++ state s[0..3]; every draw needs it first (see :meth:`step`)."""
-        super().seed(words)
-        self._seeded = True
-
-    def _check_seeded(self) -> None:
-        if not self._seeded:
-            raise ValueError("rng: call seed(words) first: the state after reset is all zero, xoshiro's fixed "
-                             "point, whose every output is 0")
-
     def step(self) -> int:
         """One step; returns the new 32-bit output. ValueError before :meth:`seed`."""
-        self._check_seeded()
+        self.check_seeded("rng: a draw")
         self.write_fields("CTRL", STEP=1)
         self.check()
         return self.read_reg("OUT")
@@ -40,7 +26,7 @@ class Rng(SpecdecIP):
         n = integer(n, "rng draw: n")
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        self._check_seeded()
+        self.check_seeded("rng: a draw")
         return np.array([self.step() for _ in range(n)], dtype=np.uint32)
 
     def burst(self, n: int) -> dict[str, int]:
@@ -48,7 +34,7 @@ class Rng(SpecdecIP):
         n = integer(n, "rng burst: n")
         if not 0 <= n < 1 << 32:
             raise ValueError(f"burst length {n} outside 0..2**32-1")
-        self._check_seeded()
+        self.check_seeded("rng: a burst")
         self.write_reg("COUNT", n)
         self.start()
         self.wait_done()

@@ -168,18 +168,7 @@ class TreeMask(SpecdecIP):
         nodes = [f[0] for f in fields]
         if nodes != list(range(n)):
             raise SpecdecError(f"treemask: words carry nodes {nodes}, expected 0..{n - 1} in order")
-        bits = [f[2] for f in fields]
+        bits = np.array([f[2] for f in fields], dtype=np.uint64)
+        mask = ((bits[:, None] >> np.arange(n, dtype=np.uint64)) & np.uint64(1)).astype(bool)
         depth = np.array([f[1] for f in fields], dtype=np.int64)
-        # each node's mask is its parent's plus itself, its depth its parent's plus one: a frame of another tree
-        # of the same size (left on a stream that took it early) is refused, not returned as this tree's
-        for i in range(1, n):
-            p = parents[i]
-            if bits[i] != bits[p] | 1 << i or depth[i] != depth[p] + 1:
-                raise SpecdecError(f"treemask: the frame is not this tree's (node {i}, parent {p}: mask "
-                                   f"{bits[i]:#x}, depth {depth[i]}; its parent's {bits[p]:#x}, {depth[p]}): a frame "
-                                   "left on the stream by an earlier tree?")
-        if n and (bits[0] != 1 or depth[0] != 0):
-            raise SpecdecError(f"treemask: the frame is not this tree's (root mask {bits[0]:#x}, depth {depth[0]})")
-        words_bits = np.array(bits, dtype=np.uint64)
-        mask = ((words_bits[:, None] >> np.arange(n, dtype=np.uint64)) & np.uint64(1)).astype(bool)
         return mask, depth

@@ -167,20 +167,12 @@ class Verifier(SpecdecIP):
         #: The last round's seconds: host quantization, row transfer, and the core's decision (polling).
         self.timing = {"quantize_s": 0.0, "transfer_s": 0.0, "verify_s": 0.0}
         self._buf: np.ndarray | None = None
-        self._seeded = False
         if stream is not None:
             self.attach(stream)
 
-    def seed(self, words) -> None:
-        """Load the RNG state (see :meth:`SpecdecIP.seed`); a sampling round needs it first."""
-        super().seed(words)
-        self._seeded = True
-
     def _check_seeded(self, greedy: bool) -> None:
-        if not greedy and not self._seeded:
-            raise ValueError("a sampling round needs the RNG seeded: call Verifier.seed(words) first (the "
-                             "state after reset is all zero, xoshiro's fixed point: u = 0 would accept every draft "
-                             "token and resample token 0)")
+        if not greedy:      # u = 0 would accept every draft token and resample token 0
+            self.check_seeded("a sampling round")
 
     @property
     def lanes(self) -> int:
@@ -464,16 +456,12 @@ class Verifier(SpecdecIP):
 
     def _check_idle(self) -> None:
         """Refuse a round on a core left BUSY or in error by someone else (this driver's rounds never do)."""
-        status = self._status.decode(self.read_reg("STATUS"))
-        if status["ERROR"]:
-            err = self.read_reg("ERR")
-            raise VerifierError(err, self.cmap.decode_err(err), "the core is still in error from an earlier "
-                                "operation outside a round (an all-zero seed(), raw register or stream traffic, or "
-                                "another program); nothing was written", {}, reset=False)
-        if status["BUSY"]:
-            raise SpecdecError("verifier: the core is BUSY with a round this driver did not start (raw register "
-                               "writes, or another program); nothing was written: call soft_reset() to abandon "
-                               "that round")
+        try:
+            self.check_idle()
+        except CoreError as e:
+            raise VerifierError(e.err, e.bits, "the core is still in error from an earlier operation outside a "
+                                "round (an all-zero seed(), raw register or stream traffic, or another program); "
+                                "nothing was written", {}, reset=False) from None
 
     @contextmanager
     def _round(self, inputs: RoundInputs) -> Iterator[None]:
