@@ -191,12 +191,23 @@ def _attributes(line: str, core: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Convert one core to Verilog (deterministic).")
+    ap = argparse.ArgumentParser(prog="python -m fpga.convert", description="Convert one core to Verilog (deterministic).")
     ap.add_argument("--core", required=True, choices=sorted(BLOCKS))
     ap.add_argument("--out-dir", default="build/verilog", type=Path)
     ap.add_argument("param", nargs="*", help="KEY=VALUE")
     args = ap.parse_args(argv)
-    values = params_for(args.core, dict(p.split("=", 1) for p in args.param))
+    given: dict[str, str] = {}
+    for p in args.param:
+        key, sep, value = p.partition("=")
+        if not sep or not key or not value:
+            ap.error(f"parameter {p!r}: expected KEY=VALUE, e.g. LANES=4")
+        if key in given:
+            ap.error(f"parameter {key} given twice ({key}={given[key]}, {p})")
+        given[key] = value
+    try:
+        values = params_for(args.core, given)
+    except (KeyError, ValueError) as err:       # an unknown name, or a value outside its range: named in err
+        ap.error(err.args[0] if err.args else str(err))
     if os.environ.get("PYTHONHASHSEED") != "0":      # a direct call: run in a deterministic interpreter
         print(convert(args.core, values, args.out_dir))
         return 0

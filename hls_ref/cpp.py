@@ -20,8 +20,10 @@ from typing import Callable
 
 import numpy as np
 
+from hls_ref import treemask as golden_treemask
+from hls_ref import verifier as golden_verifier
 from hwcontract import params as hwparams
-from hwcontract.formats import EH_SIZE, EL_SIZE
+from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT
 from hwcontract.regmap import (KV_SLOTS, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, VERIFIER_MAX_GAMMA,
                                VOCAB_LIMIT, core)
 
@@ -250,11 +252,11 @@ _DRAFT_BITS = _VERIFIER.reg("DRAFT0").field("LO").width
 def _verifier() -> ctypes.CDLL:
     lib = load("verifier")
     lib.verifier_round.argtypes = [_i16p, ctypes.c_int, _i16p, ctypes.c_int, _u16p, ctypes.c_int, ctypes.c_int,
-                                   ctypes.c_int, ctypes.c_int, ctypes.c_int, _u32p, ctypes.c_int, ctypes.c_int,
+                                   ctypes.c_int, ctypes.c_int, ctypes.c_uint32, _u32p, ctypes.c_int, ctypes.c_int,
                                    ctypes.c_int, _u32p]
     lib.verifier_round.restype = ctypes.c_int
     lib.verifier_tree_round.argtypes = [_i16p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint8), _u16p, ctypes.c_int,
-                                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _u32p, ctypes.c_int,
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_uint32, _u32p, ctypes.c_int,
                                         ctypes.c_int, ctypes.c_int, _u32p]
     lib.verifier_tree_round.restype = ctypes.c_int
     lib.verifier_tables.argtypes = [_u32p, _u32p]
@@ -273,16 +275,7 @@ def _rows(a, name: str) -> np.ndarray:
         arr = arr[None, :]
     if arr.ndim != 2:
         raise ValueError(f"{name} must be [rows, vocab] logit codes, got shape {arr.shape}")
-    if arr.size and (arr.min() < -32768 or arr.max() > 32767):
-        raise ValueError(f"{name} codes must fit int16")
-    return np.ascontiguousarray(arr, dtype=np.int16)
-
-
-def _verifier_params(lanes: int, vocab_max: int, limit_name: str, limit: int) -> tuple[int, int, int]:
-    """``lanes``, ``vocab_max`` and the GAMMA_MAX or TREE_MAX ``limit`` checked against hwcontract.params."""
-    sp = hwparams.spec("verifier")
-    return (sp["LANES"].check(lanes, "verifier"), sp["VOCAB_MAX"].check(vocab_max, "verifier"),
-            sp[limit_name].check(limit, "verifier"))
+    return np.ascontiguousarray(golden_verifier.check_codes(arr, name), dtype=np.int16)
 
 
 def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int, vocab_max: int = VOCAB_LIMIT,
@@ -321,6 +314,8 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
         The round needed more RNG words than given, or more rows than ``p``/``q`` hold, or an argument is
         out of range (a build parameter's message names its allowed values).
     """
+    lanes, vocab_max, gamma_max = golden_verifier.check_build(lanes, vocab_max, "GAMMA_MAX", gamma_max)
+    inv_temp = golden_verifier.check_inv_temp(inv_temp)
     p_arr = _rows(p, "p")
     vocab = p_arr.shape[1]
     q_arr = np.zeros((0, vocab), dtype=np.int16) if q is None else np.asarray(q)
@@ -333,14 +328,8 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     if any(not 0 <= x < 1 << _DRAFT_BITS for x in d):
         raise ValueError(f"draft tokens must fit the {_DRAFT_BITS}-bit DRAFT fields, got {d}")
     d_arr = np.array(d if d else [0], dtype=np.uint16)
-    w = [] if words is None else [int(x) for x in np.asarray(words).reshape(-1)]
-    if any(not 0 <= x <= 0xFFFFFFFF for x in w):
-        raise ValueError("RNG words must fit 32 bits")
-    w_arr = np.array(w if w else [0], dtype=np.uint32)
-    inv_temp = int(inv_temp)
-    if not 0 <= inv_temp <= 0x7FFFFFFF:
-        raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
-    lanes, vocab_max, gamma_max = _verifier_params(lanes, vocab_max, "GAMMA_MAX", gamma_max)
+    w = golden_verifier.rng_words(words)
+    w_arr = w if w.size else np.zeros(1, dtype=np.uint32)
     result = np.zeros(len(VERIFIER_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_round(
         p_arr.ctypes.data_as(_i16p), p_arr.shape[0], q_arr.ctypes.data_as(_i16p), q_arr.shape[0],
@@ -388,6 +377,8 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
         The round needed more RNG words than given, or the row of a node ``rows`` does not hold, or an
         argument is out of range.
     """
+    lanes, vocab_max, tree_max = golden_verifier.check_build(lanes, vocab_max, "TREE_MAX", tree_max)
+    inv_temp = golden_verifier.check_inv_temp(inv_temp)
     r_arr = _rows(rows, "rows")
     vocab = r_arr.shape[1]
     par = [int(x) for x in np.asarray(parents).reshape(-1)]
@@ -402,19 +393,13 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
         raise ValueError(f"tree parents must fit {TREE_PARENT_BITS} bits and tokens {TREE_TOKEN_BITS} bits")
     p_arr = np.array([0] + par[1:], dtype=np.uint8)
     t_arr = np.array([0] + tok[1:], dtype=np.uint16)
-    w = [] if words is None else [int(x) for x in np.asarray(words).reshape(-1)]
-    if any(not 0 <= x <= 0xFFFFFFFF for x in w):
-        raise ValueError("RNG words must fit 32 bits")
-    w_arr = np.array(w if w else [0], dtype=np.uint32)
-    inv_temp = int(inv_temp)
-    if not 0 <= inv_temp <= 0x7FFFFFFF:
-        raise ValueError(f"inv_temp must be in 0..2**31-1, got {inv_temp}")
-    lanes, vocab_max, tree_max = _verifier_params(lanes, vocab_max, "TREE_MAX", tree_max)
+    w = golden_verifier.rng_words(words)
+    w_arr = w if w.size else np.zeros(1, dtype=np.uint32)
     result = np.zeros(len(VERIFIER_TREE_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_tree_round(
         r_arr.ctypes.data_as(_i16p), r_arr.shape[0], p_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
         t_arr.ctypes.data_as(_u16p), len(par), vocab, lanes, int(bool(greedy)), inv_temp, u32_ptr(w_arr),
-        len(w), vocab_max, tree_max, u32_ptr(result))
+        w.size, vocab_max, tree_max, u32_ptr(result))
     if rc == -1:
         raise ValueError(f"the round needed more RNG words than the {len(w)} given")
     if rc == -2:
@@ -433,8 +418,12 @@ def verifier_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 def verifier_exp(d: int) -> int:
-    """``EXP(d)`` (Q1.15) of the C++ reference for a distance ``d >= 0``."""
-    return int(_verifier().verifier_exp(int(d)))
+    """``EXP(d)`` (Q1.15) of the C++ reference for a distance ``d >= 0`` (a negative one raises ValueError, as
+    ``hwcontract.formats.exp_q15`` does)."""
+    d = int(d)
+    if d < 0:
+        raise ValueError(f"EXP distance must be >= 0, got {d}")
+    return int(_verifier().verifier_exp(min(d, EXP_LIMIT)))
 
 
 def verifier_id_hash() -> int:
@@ -484,10 +473,7 @@ def treemask_words(parents, nodes_max: int = TREE_MAX_NODES) -> tuple[list[int],
     result : dict
         :data:`TREEMASK_FIELDS`: ``rows, max_depth, err, cycles`` (the cycle model's CYCLES_BUSY).
     """
-    allowed = hwparams.spec("treemask")["NODES_MAX"]
-    if int(nodes_max) not in allowed.allowed:
-        raise ValueError(f"nodes_max={nodes_max} not in {allowed.describe()} (the treemask's NODES_MAX)")
-    nodes_max = int(nodes_max)
+    nodes_max = golden_treemask.check_nodes_max(nodes_max)
     reg = core("treemask").reg("PARENT0")
     per = len(reg.fields)
     lib = _treemask()

@@ -50,11 +50,10 @@ def _ints(name: str, a, lo: int, hi: int, ndim: int) -> np.ndarray:
     arr = np.asarray(a)
     if arr.ndim != ndim or not (integer_dtype(arr.dtype) or arr.size == 0):
         raise ValueError(f"{name}: expected a {ndim}-D integer array, got shape {arr.shape} dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    bad = arr[(arr < lo) | (arr > hi)]
+    bad = arr[(arr < lo) | (arr > hi)]     # before the cast: uint64 2**64-1 would become -1
     if bad.size:
         raise ValueError(f"{name}: value {int(bad.flat[0])} outside {lo}..{hi}")
-    return arr
+    return arr.astype(np.int64)
 
 
 def check(job: Job) -> Job:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from hwcontract import params as hwparams
-from hwcontract.regmap import KV_SLOTS, core
+from hwcontract.regmap import KV_SLOTS, REG_BITS, core, integer
 
 _MAP = core("kvpage")
 _ERR = _MAP.reg("ERR")
@@ -60,6 +60,10 @@ def check_params(pages: int, max_blocks: int, slots: int = KV_SLOTS) -> None:
     hwparams.check("kvpage", dict(PAGES=pages, MAX_BLOCKS=max_blocks, SLOTS=slots))
 
 
+#: The operands of :class:`Op` and the bits their registers hold (SLOT, ROW, PAGE; MASK_HI:MASK_LO).
+OPERAND_BITS = {"slot": REG_BITS, "row": REG_BITS, "page": REG_BITS, "mask": 2 * REG_BITS}
+
+
 @dataclass(frozen=True)
 class Op:
     """One operation: its code name (``OPS``) and the operand registers it reads."""
@@ -73,6 +77,12 @@ class Op:
     def __post_init__(self) -> None:
         if self.code not in OPS:
             raise ValueError(f"kvpage: unknown operation {self.code!r}; operations: {sorted(OPS)}")
+        # each operand is what its register can hold: SLOT, ROW and PAGE 32 bits, the mask MASK_HI:MASK_LO's 64
+        for name, bits in OPERAND_BITS.items():
+            v = integer(getattr(self, name), f"kvpage {self.code} {name}")
+            if not 0 <= v < 1 << bits:
+                raise ValueError(f"kvpage {self.code}: {name} must fit {bits} bits (its register), got {v}")
+            object.__setattr__(self, name, v)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hwcontract.formats import integer_dtype
+from hwcontract.regmap import integers
+
 M32 = 0xFFFFFFFF
 
 
@@ -15,11 +18,16 @@ def _rotl(x: np.ndarray, k: int) -> np.ndarray:
 
 def check_seed(seed) -> np.ndarray:
     """A seed as a uint32[4] array (s[0] first); an all-zero or ill-sized seed raises ValueError."""
-    s = np.asarray(seed, dtype=np.uint64)
+    s = np.asarray(seed)
     if s.shape[-1:] != (4,):
         raise ValueError(f"seed must have 4 words s[0..3], got shape {s.shape}")
-    if np.any(s > M32):
-        raise ValueError(f"seed words must fit 32 bits, got {[hex(int(v)) for v in s.ravel()]}")
+    if not integer_dtype(s.dtype):      # Python ints past int64 (object) must each be an int; floats never
+        if s.dtype != object:
+            raise ValueError(f"seed words must be integers, got {s.ravel().tolist()[:8]}")
+        integers(s.ravel().tolist(), "seed words")
+    lo, hi = int(s.min()), int(s.max())
+    if lo < 0 or hi > M32:
+        raise ValueError(f"seed words must fit 32 bits (0..{M32:#x}), got {lo if lo < 0 else hi:#x}")
     s = s.astype(np.uint32)
     if np.any(np.all(s == 0, axis=-1)):
         raise ValueError("seed is all zero: xoshiro128++ would output zeros forever")

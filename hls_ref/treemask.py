@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hwcontract import params as hwparams
 from hwcontract.formats import pack_mask_word
 from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, core
 
@@ -54,6 +55,12 @@ def start_error(parents, nodes_max: int = TREE_MAX_NODES) -> int:
     return 0
 
 
+def check_nodes_max(nodes_max) -> int:
+    """``nodes_max`` as an int that hwcontract.params allows for the core's NODES_MAX, or ValueError naming it
+    (a larger one would build mask rows wider than the stream's 64-bit MASK field)."""
+    return hwparams.spec("treemask")["NODES_MAX"].check(nodes_max, "treemask")
+
+
 def tree_mask(parents, nodes_max: int = TREE_MAX_NODES) -> Masks:
     """The ancestor mask and depths of the tree with ``parents`` (one entry per node, ``parents[0]`` the
     root's, ignored).
@@ -64,13 +71,14 @@ def tree_mask(parents, nodes_max: int = TREE_MAX_NODES) -> Masks:
         Parent index of each node; register fields are 8 bits, so values must lie in 0..255 (a host
         error otherwise, like the verifier's 16-bit draft tokens).
     nodes_max : int
-        The core's ``NODES_MAX`` (at most ``TREE_MAX_NODES``).
+        The core's ``NODES_MAX`` (hwcontract.params: 1..``TREE_MAX_NODES``; ValueError otherwise).
 
     Returns
     -------
     Masks
         ``err`` non-zero (BAD_NODES or BAD_PARENT) leaves the rows empty: the core sends nothing.
     """
+    nodes_max = check_nodes_max(nodes_max)
     parents = [int(p) for p in parents]
     lim = (1 << TREE_PARENT_BITS) - 1
     if any(not 0 <= p <= lim for p in parents[1:]):

@@ -26,14 +26,17 @@ Resolved details the spec leaves implicit
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from hwcontract import latency as lat
-from hwcontract.formats import EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, U_BITS, rng_uniform, temper
+from hwcontract import params as hwparams
+from hwcontract.formats import (EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, RNG_WORD_BITS, U_BITS,
+                                integer_dtype, rng_uniform, temper)
 from hwcontract.formats import weights as _weights
-from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core
+from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, integer, integers
 
 NEG_INF = LOGIT_NEG_INF
 
@@ -51,6 +54,56 @@ ERR_BAD_TOKEN = err_mask("BAD_TOKEN")
 ERR_BAD_TEMP = err_mask("BAD_TEMP")
 ERR_EMPTY_ROW = err_mask("EMPTY_ROW")
 ERR_BAD_TREE = err_mask("BAD_TREE")
+
+
+#: What the INV_TEMP register holds (a whole 32-bit register; the core refuses 0 and values above 0xFFFF in
+#: sampling mode with BAD_TEMP).
+INV_TEMP_REG_MAX = (1 << REG_BITS) - 1
+
+
+@functools.lru_cache(maxsize=64)
+def check_build(lanes: int, vocab_max: int, limit_name: str, limit: int) -> tuple[int, int, int]:
+    """``lanes``, ``vocab_max`` and the ``GAMMA_MAX`` or ``TREE_MAX`` ``limit`` as ints, checked against
+    hwcontract.params (a ValueError names the parameter, its value and what is allowed), as a build has them."""
+    sp = hwparams.spec("verifier")
+    return (sp["LANES"].check(lanes, "verifier"), sp["VOCAB_MAX"].check(vocab_max, "verifier"),
+            sp[limit_name].check(limit, "verifier"))
+
+
+def rng_words(words) -> np.ndarray:
+    """The RNG words a round may take (None: none) as uint32; a word that is not an integer or does not fit 32
+    bits raises ValueError (a cast would wrap 2**32 to 0 and -1 to 0xFFFFFFFF)."""
+    if words is None:
+        return np.zeros(0, dtype=np.uint32)
+    w = np.asarray(words).ravel()
+    if w.size == 0:
+        return np.zeros(0, dtype=np.uint32)
+    if not integer_dtype(w.dtype):      # Python ints past int64 (object), floats, bools: each must be an int
+        w = np.array(integers(w.tolist(), "RNG words"), dtype=object)
+    lo, hi = int(w.min()), int(w.max())
+    if lo < 0 or hi >> RNG_WORD_BITS:
+        raise ValueError(f"RNG words must fit {RNG_WORD_BITS} bits, got {lo if lo < 0 else hi}")
+    return w.astype(np.uint32)
+
+
+def check_inv_temp(inv_temp) -> int:
+    """``inv_temp`` as an int that the 32-bit INV_TEMP register holds, or ValueError naming it."""
+    v = integer(inv_temp, "inv_temp")
+    if not 0 <= v <= INV_TEMP_REG_MAX:
+        raise ValueError(f"inv_temp must be in 0..2**32-1 (the INV_TEMP register), got {v}")
+    return v
+
+
+def check_codes(codes: np.ndarray, name: str) -> np.ndarray:
+    """A row (or rows) of logit codes as int64; a code outside int16 raises ValueError naming ``name``."""
+    r = np.asarray(codes)
+    if r.size and not integer_dtype(r.dtype):
+        raise ValueError(f"{name} must be integer logit codes, got dtype {r.dtype}")
+    r = r.astype(np.int64, copy=False)
+    if r.size and (r.min() < NEG_INF or r.max() > -NEG_INF - 1):
+        bad = int(r.min()) if r.min() < NEG_INF else int(r.max())
+        raise ValueError(f"{name} codes must fit int16, got {bad}")
+    return r
 
 
 def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:
@@ -236,9 +289,12 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
     MissingRow
         A row the round needs was not given (a ``ValueError``; it carries the partial state).
     ValueError
-        If the round needs more RNG words than given, or a draft token does not fit the 16-bit register
-        field.
+        If the round needs more RNG words than given, a draft token does not fit the 16-bit register
+        field, an RNG word 32 bits, ``inv_temp`` the INV_TEMP register or a row's code int16, or a build
+        parameter is not one hwcontract.params allows.
     """
+    lanes, vocab_max, gamma_max = check_build(lanes, vocab_max, "GAMMA_MAX", gamma_max)
+    inv_temp = check_inv_temp(inv_temp)
     p = np.asarray(p)
     if p.ndim != 2:
         raise ValueError(f"p must be 2-D (rows, V), got shape {p.shape}")
@@ -247,8 +303,6 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
     g = draft.size
     if g and (draft.min() < 0 or draft.max() > 0xFFFF):
         raise ValueError(f"draft tokens must fit 16 bits, got {draft.tolist()}")
-    if lanes < 1:
-        raise ValueError(f"lanes must be >= 1, got {lanes}")
 
     err = start_error(g, vocab, draft, greedy=greedy, inv_temp=inv_temp, vocab_max=vocab_max,
                       gamma_max=gamma_max)
@@ -291,10 +345,10 @@ def round_steps(vocab: int, draft, *, greedy: bool, inv_temp: int, words, lanes:
     """
     draft = np.asarray(draft, dtype=np.int64).ravel()
     g = draft.size
-    words = np.zeros(0, dtype=np.uint32) if words is None else np.asarray(words, dtype=np.uint32).ravel()
+    words = rng_words(words)
 
     def row(name: str, i: int):
-        r = np.asarray((yield Need(name, i, n_accept, accept_bits, rows, nw, tuple(last))), dtype=np.int64)
+        r = check_codes((yield Need(name, i, n_accept, accept_bits, rows, nw, tuple(last))), f"row {name}_{i}")
         if r.shape != (vocab,):
             raise ValueError(f"row {name}_{i} has shape {r.shape}, expected ({vocab},)")
         return r
@@ -413,17 +467,28 @@ def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, la
     Raises
     ------
     MissingRow
-        A row the walk needs is not in ``rows``.
+        A row the walk needs is not in ``rows`` (node 0's too: its row gives V).
+    ValueError
+        As :func:`verify`; a tree of more nodes than a register set holds (``TREE_MAX_NODES + 1``, the one past
+        it tests BAD_TREE).
     """
+    lanes, vocab_max, tree_max = check_build(lanes, vocab_max, "TREE_MAX", tree_max)
+    inv_temp = check_inv_temp(inv_temp)
     parents = [int(p) for p in parents]
     tokens = [int(t) for t in tokens]
     if len(tokens) != len(parents):
         raise ValueError(f"a tree needs one token per node: {len(parents)} parents, {len(tokens)} tokens")
+    if len(parents) > TREE_MAX_NODES + 1:
+        raise ValueError(f"a tree register set holds at most {TREE_MAX_NODES} nodes ({TREE_MAX_NODES + 1} to test "
+                         f"BAD_TREE), got {len(parents)}")
     if any(not 0 <= p <= 0xFF for p in parents[1:]) or any(not 0 <= t <= 0xFFFF for t in tokens[1:]):
         raise ValueError("tree parents must fit 8 bits and tokens 16 bits")
-    if lanes < 1:
-        raise ValueError(f"lanes must be >= 1, got {lanes}")
-    first = rows[0] if len(parents) else None
+    first = None
+    if parents:
+        try:
+            first = rows[0]
+        except (IndexError, KeyError):
+            raise MissingRow(Need("p", 0, 0, 0, 0, 0, (0, 0, 0, 0))) from None
     vocab = int(np.asarray(first).shape[-1]) if first is not None else 0
     err = tree_start_error(parents, tokens, vocab, greedy=greedy, inv_temp=inv_temp, vocab_max=vocab_max,
                            tree_max=tree_max)
@@ -530,7 +595,7 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
     kids: list[list[int]] = [[] for _ in range(n)]
     for j in range(1, n):
         kids[parents[j]].append(j)
-    words = np.zeros(0, dtype=np.uint32) if words is None else np.asarray(words, dtype=np.uint32).ravel()
+    words = rng_words(words)
     nbeats = -(-vocab // lanes)
     v = 0
     n_accept = path = rows = nw = 0
@@ -549,8 +614,8 @@ def tree_steps(vocab: int, parents, tokens, *, greedy: bool, inv_temp: int, word
     resc = 0
 
     while True:
-        r = np.asarray((yield Need("p", v, n_accept, _tree_bits(n_accept), rows, nw, tuple(last), path)),
-                       dtype=np.int64)
+        r = check_codes((yield Need("p", v, n_accept, _tree_bits(n_accept), rows, nw, tuple(last), path)),
+                        f"row p of node {v}")
         if r.shape != (vocab,):
             raise ValueError(f"row p of node {v} has shape {r.shape}, expected ({vocab},)")
         rows += 1

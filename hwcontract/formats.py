@@ -65,14 +65,18 @@ def inv_temp(temperature: float) -> int:
     """
     if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating)):
         raise ValueError(f"temperature must be a real number, got {temperature!r}")
-    t = float(temperature)
+    try:
+        t = float(temperature)
+    except OverflowError:               # an int past float's range: 256/T rounds to 0
+        raise ValueError(f"temperature {temperature!r} too large: INV_TEMP = round(256/T) is 0") from None
     if math.isnan(t) or t < 0:
         raise ValueError(f"temperature {temperature!r} must be >= 0")
     if t == 0:
         return 0
-    v = round((1 << INV_TEMP_FRAC) / t)
-    if v > INV_TEMP_MAX:
-        raise ValueError(f"temperature {temperature!r} too small: INV_TEMP = round(256/T) = {v} > {INV_TEMP_MAX}")
+    q = (1 << INV_TEMP_FRAC) / t
+    if math.isinf(q) or q >= INV_TEMP_MAX + 0.5:     # a subnormal T: 256/T overflows float
+        raise ValueError(f"temperature {temperature!r} too small: INV_TEMP = round(256/T) > {INV_TEMP_MAX}")
+    v = round(q)
     if v == 0:
         raise ValueError(f"temperature {temperature!r} too large: INV_TEMP = round(256/T) is 0")
     return v
@@ -278,7 +282,8 @@ def de_multiplier(scale: float) -> tuple[int, int]:
     """``(MULT, SHIFT)`` with ``MULT * 2**-SHIFT`` the nearest representable value to ``scale``.
 
     MULT is normalised to 2**15..2**16-1 where SHIFT allows (the most precise pair); a scale too small for
-    SHIFT = DE_SHIFT_MAX gets a smaller MULT, and one below 2**-49 is refused.
+    SHIFT = DE_SHIFT_MAX gets a smaller MULT, and one at or below 2**-49 (MULT rounds to 0, half to even) is
+    refused.
 
     Raises
     ------
@@ -297,7 +302,7 @@ def de_multiplier(scale: float) -> tuple[int, int]:
         shift -= 1
         mult = round(s * (1 << shift))
     if mult == 0:
-        raise ValueError(f"requantization scale {scale!r} below 2**-{DE_SHIFT_MAX + 1}: MULT rounds to 0")
+        raise ValueError(f"requantization scale {scale!r} at or below 2**-{DE_SHIFT_MAX + 1}: MULT rounds to 0")
     return mult, shift
 
 
@@ -312,11 +317,24 @@ def _de_geometry(rows: int, cols: int) -> None:
         raise ValueError(f"draftengine geometry {rows} x {cols}: ROWS must be in {DE_ROWS}, COLS in {DE_COLS}")
 
 
+def _de_fits(name: str, a, bits: int, signed: bool) -> np.ndarray:
+    """``a`` as an array if it holds integers that fit a ``bits``-wide (``signed``) field, else ValueError naming
+    ``name`` and a value that does not (a cast would wrap it into its neighbours' bits)."""
+    a = np.asarray(a)
+    if a.size and not integer_dtype(a.dtype):
+        raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+    lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
+    if a.size and (a.min() < lo or a.max() > hi):
+        bad = a.min() if a.min() < lo else a.max()
+        raise ValueError(f"{name}: value {int(bad)} outside {lo}..{hi}")
+    return a
+
+
 def de_weight_beats(w, rows: int, cols: int) -> np.ndarray:
     """The LOAD_W beats of an N x K int8 weight matrix: tile t (ROWS channels), chunk c (COLS features) is
     beat ``t * ceil(K / COLS) + c``, byte ``r * COLS + j`` = ``w[t * ROWS + r, c * COLS + j]``."""
     _de_geometry(rows, cols)
-    w = np.asarray(w)
+    w = _de_fits("weights", w, 8, True)
     n, k = w.shape
     nt, kc = -(-n // rows), -(-k // cols)
     pad = np.zeros((nt * rows, kc * cols), np.int8)
@@ -328,10 +346,11 @@ def de_param_beats(bias, mult, shift, rows: int, cols: int) -> np.ndarray:
     """The LOAD_P beats of per-channel (BIAS, MULT, SHIFT): tile t holds channels t * ROWS .. + ROWS - 1, the
     64-bit word of channel t * ROWS + r at bit 64 r (fields ``param_word``); zero words past N."""
     _de_geometry(rows, cols)
-    bias, mult, shift = (np.asarray(a, dtype=np.int64) for a in (bias, mult, shift))
+    f = _DE_PARAM
+    bias, mult, shift = (_de_fits(name.lower(), a, f[name].width, f[name].signed).astype(np.int64)
+                         for name, a in (("BIAS", bias), ("MULT", mult), ("SHIFT", shift)))
     n = bias.shape[0]
     nt = -(-n // rows)
-    f = _DE_PARAM
     words = np.zeros(nt * rows, np.uint64)
     words[:n] = ((bias.astype(np.uint64) & np.uint64(0xFFFFFFFF)) << np.uint64(f["BIAS"].lsb)) \
         | (mult.astype(np.uint64) << np.uint64(f["MULT"].lsb)) | (shift.astype(np.uint64) << np.uint64(f["SHIFT"].lsb))
@@ -357,7 +376,7 @@ def de_param_fields(beats, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def de_act_beats(x, rows: int, cols: int) -> np.ndarray:
     """The RUN beats of M x K int8 activations: token after token, ``ceil(K / (ROWS*COLS))`` beats each."""
     _de_geometry(rows, cols)
-    x = np.asarray(x)
+    x = _de_fits("activations", x, 8, True)
     m, k = x.shape
     rc = rows * cols
     ab = -(-k // rc)

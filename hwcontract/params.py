@@ -6,6 +6,7 @@ once. A toplevel that holds several cores (``system``) takes the union of their 
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -33,15 +34,34 @@ class Param:
     def check(self, value, core: str = "") -> int:
         """``value`` as an int, or ValueError naming the core, the parameter, the value and what is allowed."""
         where = f" of core {core!r}" if core else ""
-        try:
-            v = int(value, 0) if isinstance(value, str) else int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"parameter {self.name}={value!r}{where} is not an integer") from None
-        if isinstance(value, float) and value != v:
+        v = _whole(value)
+        if v is None:
             raise ValueError(f"parameter {self.name}={value!r}{where} is not an integer")
         if v not in self.allowed:
             raise ValueError(f"parameter {self.name}={v}{where} not in {self.describe()}")
         return v
+
+
+def _whole(value) -> int | None:
+    """``value`` as an int: a Python or numpy integer, a string in any base ``int(s, 0)`` reads, or a float
+    (Python or numpy) with no fraction; None for anything else, bools included (``int()`` would have taken
+    numpy's 4.5 as 4 and True as 1)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return int(f) if f.is_integer() else None
 
 
 def _pow2(lo: int, hi: int) -> tuple[int, ...]:

@@ -29,6 +29,7 @@ from typing import Iterable
 
 ACCESS_KINDS = ("ro", "rw", "pulse")
 WORD_BYTES = 4
+REG_BITS = 8 * WORD_BYTES     # every register's width
 
 # AXI response codes (AXI4-Lite BRESP/RRESP).
 RESP_OKAY = 0

@@ -55,6 +55,11 @@ def test_check_refuses_non_integers_and_unknown_names():
         params.check("verifier", {"LANES": "four"})
     with pytest.raises(ValueError, match=r"LANES=2\.5.* not an integer"):
         params.check("verifier", {"LANES": 2.5})
+    # numpy floats and bools: int() had taken np.float32(4.5) as LANES 4 and True as 1
+    for bad in (np.float32(4.5), np.float16(2.5), True, np.bool_(True)):
+        with pytest.raises(ValueError, match=r"LANES=.* not an integer"):
+            params.check("verifier", {"LANES": bad})
+    assert params.check("verifier", {"LANES": np.float64(4.0)})["LANES"] == 4
     with pytest.raises(KeyError, match=r"no parameter 'LANE'.*'GAMMA_MAX', 'LANES', 'TREE_MAX', 'VOCAB_MAX'"):
         params.check("verifier", {"LANE": 4})
     with pytest.raises(KeyError, match=r"unknown core 'verifyer'.*'kvpage', 'rng', 'treemask', 'verifier'"):
@@ -99,6 +104,10 @@ def test_inv_temp_round_trips():
         with pytest.raises(ValueError, match=f"temperature must be a real number, got {bad!r}"):
             formats.inv_temp(bad)
     assert formats.inv_temp(np.float32(0.5)) == 512 and formats.inv_temp(np.int64(1)) == 256     # numpy numbers
+    # a subnormal T (256/T overflows float) and an int past float's range had raised OverflowError
+    for bad, what in ((5e-324, "too small"), (1e-310, "too small"), (10 ** 400, "too large")):
+        with pytest.raises(ValueError, match=what):
+            formats.inv_temp(bad)
 
 
 def test_integer_dtypes_are_numpy_integers_and_not_durations():
@@ -227,3 +236,138 @@ def test_cpp_params_use_the_contract():
         cpp.verifier_tree_round(p, [0], [0], greedy=True, inv_temp=256, words=None, lanes=4, tree_max=65)
     with pytest.raises(ValueError, match=r"PAGES=48 .*\{16, 32"):
         cpp.KvpageCpp(pages=48)
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input: the golden models refuse what the C++ references refuse, with the same kind of error
+# ------------------------------------------------------------------------------------------------
+
+def _both(golden, cpp_fn):
+    """The golden callable, and the C++ one where a compiler is there."""
+    return [golden] + ([cpp_fn] if shutil.which("g++") else [])
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(lanes=3), r"LANES=3 .*\{1, 2, 4, 8\}"),
+    (dict(lanes=4, gamma_max=17), r"GAMMA_MAX=17 .*1\.\.16"),
+    (dict(lanes=4, vocab_max=70000), r"VOCAB_MAX=70000 .*1\.\.65536"),
+    (dict(lanes=4, words=[2 ** 32, 0]), r"RNG words must fit 32 bits, got 4294967296"),
+    (dict(lanes=4, words=[-1, 0]), r"RNG words must fit 32 bits, got -1"),
+    (dict(lanes=4, words=[0.5, 0]), r"RNG words must be integers"),
+    (dict(lanes=4, inv_temp=-1), r"inv_temp must be in 0\.\.2\*\*32-1.*got -1"),
+    (dict(lanes=4, p=[[40000, 0], [0, 0]]), r"codes must fit int16"),
+    (dict(lanes=4, p=[[0.5, 0], [0, 0]]), r"must be integer logit codes"),
+])
+def test_verifier_faces_refuse_the_same_inputs(kw, message):
+    """Before, the golden round ran all of these: LANES 3 and GAMMA_MAX 17 as builds no core has, the RNG word
+    2**32 as 0 (the draft accepted), -1 as 0xFFFFFFFF, INV_TEMP -1 as BAD_TEMP, the code 40000 as itself."""
+    from hls_ref import cpp
+    from hls_ref import verifier as ver
+    args = dict(p=np.zeros((2, 2), np.int16), q=np.zeros((1, 2), np.int16), draft=[1], greedy=False, inv_temp=256,
+                words=[0, 0], lanes=4)
+    args.update(kw)
+    for fn in _both(ver.verify, cpp.verifier_round):
+        with pytest.raises(ValueError, match=message):
+            fn(**args)
+
+
+def test_tree_faces_refuse_the_same_inputs():
+    """TREE_MAX 100 had built an 80-node path wider than 64 bits, a missing row 0 was a KeyError or IndexError
+    (the docstring promises MissingRow), NODES_MAX 65 a 65-bit mask row."""
+    from hls_ref import cpp
+    from hls_ref import treemask as tm
+    from hls_ref import verifier as ver
+    chain = list(range(-1, 79))
+    rows = np.zeros((80, 4), np.int16)
+    for fn in _both(ver.verify_tree, cpp.verifier_tree_round):
+        with pytest.raises(ValueError, match=r"TREE_MAX=100 .*1\.\.64"):
+            fn(rows, chain, [0] * 80, greedy=True, inv_temp=256, words=None, lanes=4, tree_max=100)
+        with pytest.raises(ValueError, match="holds at most 64 nodes"):
+            fn(rows, chain, [0] * 80, greedy=True, inv_temp=256, words=None, lanes=4)
+    for missing in ({1: np.zeros(4, np.int16)}, [], np.zeros((0, 4), np.int16)):
+        with pytest.raises(ver.MissingRow, match="row p_0"):
+            ver.verify_tree(missing, [0, 0], [0, 1], greedy=True, inv_temp=256, words=None, lanes=4)
+    for fn in _both(tm.tree_mask, cpp.treemask_words):
+        with pytest.raises(ValueError, match=r"NODES_MAX=65 .*1\.\.64"):
+            fn([0] + list(range(64)), nodes_max=65)
+
+
+@needs_gxx
+def test_cpp_exp_refuses_a_negative_distance():
+    """The C++ EXP returned 0 for -1, where the golden one raises."""
+    from hls_ref import cpp
+    for fn in (lambda d: formats.exp_q15(np.array([d])), cpp.verifier_exp):
+        with pytest.raises(ValueError, match="EXP distance must be >= 0, got -1"):
+            fn(-1)
+    assert cpp.verifier_exp(1 << 40) == 0 == int(formats.exp_q15(np.array([1 << 40]))[0])
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(code="WRITE", slot=0, row=-1), "row must fit 32 bits"),
+    (dict(code="TRANSLATE", slot=0, row=-1), "row must fit 32 bits"),
+    (dict(code="INFO", slot=2 ** 32), "slot must fit 32 bits"),
+    (dict(code="REFS", page=-3), "page must fit 32 bits"),
+    (dict(code="ROLLBACK", mask=-1), "mask must fit 64 bits"),
+    (dict(code="WRITE", slot=0, row=1.5), "row must be an integer"),
+])
+def test_kvpage_operands_fit_their_registers(kw, message):
+    """An operand no register holds is refused; the golden model had run WRITE row -1 as a branch's copy on
+    write on a sequence (corrupting its chain) and TRANSLATE row -1 as the last row."""
+    from hls_ref import kvpage as kv
+    with pytest.raises(ValueError, match=message):
+        kv.Op(**kw)
+    st, _ = kv.step(kv.KVState.empty(16, 4, 16), kv.Op("NEW"))
+    assert kv.Op("WRITE", slot=np.int64(0), row=np.uint8(0)) == kv.Op("WRITE", slot=0, row=0)
+
+
+def test_draftengine_values_are_checked_before_the_cast():
+    """uint64 2**64-1 had become -1 (and passed), 2**63 had been named as -9223372036854775808."""
+    from hls_ref import draftengine as de
+    ones = np.ones((1, 4), np.int8)
+    for x, shown in ((np.array([[2 ** 64 - 1, 0, 0, 0]], np.uint64), 2 ** 64 - 1),
+                     (np.array([[2 ** 63, 0, 0, 0]], np.uint64), 2 ** 63)):
+        with pytest.raises(ValueError, match=f"activations: value {shown} outside -128..127"):
+            de.run(de.Job(x, ones, np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int64), 32))
+    with pytest.raises(ValueError, match=f"bias: value {2 ** 64 - 1} outside"):
+        de.run(de.Job(ones, ones, np.array([2 ** 64 - 1], np.uint64), np.ones(1, np.int64), np.zeros(1, np.int64), 32))
+
+
+def test_draftengine_packers_refuse_values_their_fields_cannot_hold():
+    """MULT 70000 had spilled into SHIFT, SHIFT 100 had become 36, a weight of 200 had become -56."""
+    with pytest.raises(ValueError, match="mult: value 70000 outside 0..65535"):
+        formats.de_param_beats([0], [70000], [0], 4, 8)
+    with pytest.raises(ValueError, match="shift: value 100 outside 0..63"):
+        formats.de_param_beats([0], [1], [100], 4, 8)
+    with pytest.raises(ValueError, match="weights: value 200 outside -128..127"):
+        formats.de_weight_beats(np.array([[200]]), 4, 8)
+    with pytest.raises(ValueError, match="activations must be integers"):
+        formats.de_act_beats(np.array([[0.5]]), 4, 8)
+    with pytest.raises(ValueError, match=r"at or below 2\*\*-49"):
+        formats.de_multiplier(2.0 ** -49)
+
+
+def test_rng_seed_words_are_integers_that_fit():
+    """A seed past 64 bits had raised OverflowError, -1 was shown as 0xffffffffffffffff, 1.7 was taken as 1."""
+    from hls_ref.rng import check_seed
+    with pytest.raises(ValueError, match="must fit 32 bits .*got 0x10000000000000000"):
+        check_seed([2 ** 64, 0, 0, 1])
+    with pytest.raises(ValueError, match="must fit 32 bits .*got -0x1"):
+        check_seed([-1, 0, 0, 1])
+    with pytest.raises(ValueError, match="must be integers"):
+        check_seed([1.7, 0, 0, 1])
+    assert check_seed(np.array([1, 2, 3, 4], np.int64)).tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("param, message", [
+    ("LANES", "expected KEY=VALUE"),
+    ("LANES=3", r"LANES=3 of core 'verifier' not in \{1, 2, 4, 8\}"),
+    ("FOO=1", "no parameter 'FOO'"),
+])
+def test_convert_cli_names_a_bad_parameter(param, message, capsys, tmp_path):
+    """A usage error (exit 2) naming the parameter; before, ``LANES`` gave "dictionary update sequence element"
+    and every bad value a traceback (exit 1)."""
+    from fpga import convert
+    with pytest.raises(SystemExit) as stop:
+        convert.main(["--core", "verifier", "--out-dir", str(tmp_path), param])
+    assert stop.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
