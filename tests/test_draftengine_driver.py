@@ -142,7 +142,7 @@ def test_an_error_or_a_job_left_by_raw_register_traffic_is_not_taken_for_the_nex
     codes = {v for _, v, _ in drv.cmap.reg("CONFIG").field("OP").values}
     drv.write_fields("CONFIG", OP=next(c for c in range(16) if c not in codes))
     drv.start()
-    with pytest.raises(CoreError, match="still in error from an earlier operation this driver did not run") as e:
+    with pytest.raises(CoreError, match="still in error from an earlier operation") as e:
         drv.matmul(a.x, at)
     assert e.value.bits == ["BAD_OP"] and drv.read_fields("STATUS")["ERROR"] == 1      # left as it was
     drv.soft_reset()
@@ -181,3 +181,10 @@ def test_beats_and_activations_that_are_not_their_integers_are_refused_before_th
             drv.matmul_streamed(x, layer)
     assert drv.streamed_beats == 0
     assert np.array_equal(drv.matmul_streamed(a.x, layer)[0], golden.run(a).y)
+    # a Placement given to matmul_streamed: the error had been about layers placed since (or, after
+    # reset_memory, an AttributeError)
+    for reset in (False, True):
+        if reset:
+            drv.reset_memory()
+        with pytest.raises(ValueError, match="expected a Streamed from stream_layer"):
+            drv.matmul_streamed(a.x, at)

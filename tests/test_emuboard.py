@@ -110,6 +110,25 @@ def test_specdec_overlay_downloads_and_sets_the_fabric_clock(name):
     assert board.core("kvpage") is not before
 
 
+def test_a_download_gives_fresh_drivers(kv260):
+    """After ``download()`` the drivers pynq had bound were kept: ``ol.rng`` said it was seeded while the new
+    bitstream's RNG state was zero (every draw 0), and ``ol.cores()`` failed on a DMA channel the download had
+    stopped. The next ``ol.<cell>`` is a fresh driver."""
+    _, ol = kv260
+    ol.rng.seed([1, 2, 3, 4])
+    first = ol.rng.step()
+    ol.download()
+    assert not ol.rng.seeded
+    with pytest.raises(ValueError, match=r"call seed\(words\) first"):
+        ol.rng.step()
+    ol.rng.seed([1, 2, 3, 4])
+    assert ol.rng.step() == first
+    _, depth = ol.cores().masker.masks([-1, 0, 0, 1])       # through its DMA's S2MM channel
+    assert list(depth) == [0, 1, 1, 2]
+    de = ol.draft_engine()
+    assert de.free() == (de.wdepth, de.pdepth)
+
+
 def test_another_description_or_part_is_refused(tmp_path):
     """The KV260 emulation takes only the KV260 overlay: another board's description at parse time, another
     part's bitstream at download. Its files never go under bitstreams/."""

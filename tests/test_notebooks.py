@@ -168,14 +168,24 @@ def test_pynq_get_notebooks_finds_and_delivers_them(tmp_path):
 # The helper module
 # ------------------------------------------------------------------------------------------------
 def test_pick_backend(monkeypatch):
-    monkeypatch.setattr(notebook, "on_board", lambda: False)
+    monkeypatch.setattr(notebook, "on_board", lambda environ=None: False)
     assert notebook.pick_backend({}) == "ref"
     assert notebook.pick_backend({notebook.BACKEND_ENV: "pynq"}) == "pynq"
-    monkeypatch.setattr(notebook, "on_board", lambda: True)
+    monkeypatch.setattr(notebook, "on_board", lambda environ=None: True)
     assert notebook.pick_backend({}) == "pynq"
     assert notebook.pick_backend({notebook.BACKEND_ENV: "ref"}) == "ref"
     with pytest.raises(ValueError, match=r"SPECDEC_BACKEND='sim'.*ref, pynq"):
         notebook.pick_backend({notebook.BACKEND_ENV: "sim"})
+
+
+def test_pick_backend_reads_the_emulation_from_the_environment_it_is_given(monkeypatch):
+    """``pick_backend(environ)`` had read SPECDEC_EMULATE from the process's environment, not ``environ``."""
+    monkeypatch.setattr(runtime, "pynq_board_here", lambda: False)
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    assert notebook.pick_backend({runtime.EMULATE_ENV: "kv260"}) == "pynq"
+    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    assert notebook.pick_backend({}) == "ref"
+    assert notebook.pick_backend() == "pynq"
 
 
 def test_on_board_is_pynqs_device_or_the_emulation(monkeypatch):
@@ -206,6 +216,11 @@ def test_replay_rounds_keeps_the_accepted_rows_only():
     assert kv.free_pages == kv.pages and kv.live() == ([], [])
     with pytest.raises(ValueError, match="accepts 0..gamma=4"):
         notebook.replay_rounds(kv, [5], gamma=4, prompt_tokens=7, block=4)
+    # 1.5 accepted tokens had given a round of 5.5 tokens; an iterator was spent by the check (its message
+    # showed [] and nothing ran)
+    with pytest.raises(ValueError, match="accepted must be integers"):
+        notebook.replay_rounds(kv, [1.5], gamma=4, prompt_tokens=7, block=4)
+    assert [r["accepted"] for r in notebook.replay_rounds(kv, iter([1, 2]), gamma=4, prompt_tokens=7, block=4)] == [1, 2]
 
 
 def test_agreeing_rows_walk_the_chosen_path():
@@ -217,6 +232,14 @@ def test_agreeing_rows_walk_the_chosen_path():
     assert (res.path, res.next_token, res.rows) == ((1, 3, 5), 2, 4)
     with pytest.raises(ValueError, match="child of node 1"):
         notebook.agreeing_rows(tree, 1, 7, 10)
+    # node 9 had been a bare IndexError, node -1 built the rows of node 5, 7.0 a numpy IndexError
+    for node in (9, -1):
+        with pytest.raises(ValueError, match=f"node {node} is not a node of the tree"):
+            notebook.agreeing_rows(tree, node, 2, 10)
+    with pytest.raises(ValueError, match="next_token must be an integer, got 7.0"):
+        notebook.agreeing_rows(tree, 3, 7.0, 10)
+    with pytest.raises(ValueError, match="2 labels for 6 nodes"):
+        notebook.plot_tree(tree, ["a", "b"])
 
 
 # ------------------------------------------------------------------------------------------------

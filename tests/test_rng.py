@@ -11,7 +11,7 @@ from hls_ref import rng as golden
 from specdec.backends.golden import GoldenDevice, RngModel
 from specdec.drivers import Rng
 from specdec.drivers.base import description
-from specdec.errors import HardwareMismatch
+from specdec.errors import CoreError, HardwareMismatch
 from tb.rng.driver_checks import check_rng_driver
 
 N = 1 << 18
@@ -101,6 +101,20 @@ def test_register_writes_and_seeds_take_integers_only():
         rng.seed([1, 2, 3, 7.9])
     rng.seed([1, 2, 3, 7])
     assert rng.burst(3)["steps"] == 3
+
+
+def test_a_seed_after_a_refused_one_is_refused_and_not_loaded():
+    """After an all-zero seed (SEED_ZERO), the next seed had been written and loaded and then refused with the
+    earlier error, blamed on itself; the state it loaded showed after soft_reset. It is refused with nothing
+    written, and after soft_reset the next seed is the one in use."""
+    rng = Rng(description("rng", GoldenDevice({0: "rng"})))
+    with pytest.raises(CoreError, match="SEED_ZERO"):
+        rng.seed([0, 0, 0, 0])
+    with pytest.raises(CoreError, match="still in error from an earlier operation"):
+        rng.seed([1, 2, 3, 4])
+    rng.soft_reset()
+    rng.seed([5, 6, 7, 8])
+    assert rng.step() == int(golden.xoshiro128pp([5, 6, 7, 8], 1)[0][0])
 
 
 def test_draws_before_a_seed_are_refused():

@@ -17,7 +17,7 @@ import pytest
 import model_pairs
 from greedy_identity import (N_LONG, N_NEW, Reference, assert_exercised, assert_identical, greedy_job,
                              sim_available)
-from specdec import decode, metrics, models, pairs, runtime
+from specdec import decode, int8draft, metrics, models, pairs, runtime
 from specdec.decode import GenConfig, Generation, Round
 from specdec.errors import HardwareMismatch, OptionError, SpecdecError
 from specdec.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
@@ -388,10 +388,18 @@ def test_a_pair_given_must_serve_the_draft_the_job_asks_for(gpt2_dirs, gpt2_pair
     refused; the run had used the pair's draft and reported it as the job's (acceptance 0.467 for a 100-token hot
     vocabulary that gives 0.0 loaded by the job)."""
     job = greedy_job(gpt2_dirs, ["ROMEO:"], 4, 4)
+    engine = runtime.golden_draftengine()
+    at = engine.place(np.ones((8, 64), np.int8), np.zeros(8, np.int64), np.ones(8, np.int64), np.zeros(8, np.int64))
+    # a fabric job with a float draft had run the draft on the host and reported an engine of 0 layers, after
+    # resetting the engine's memory (a placement made before was lost)
     for bad, match in (({**job, "draft": PROMPT_LOOKUP}, "the job asks for draft 'prompt-lookup'"),
-                       ({**job, "draft_vocab": 100}, "a hot vocabulary of 100, the pair given drafts with")):
+                       ({**job, "draft_vocab": 100}, "a hot vocabulary of 100, the pair given drafts with"),
+                       ({**job, "draft_engine": "fabric"}, "draft engine .*which has no int8 engine layers")):
         with pytest.raises(ValueError, match=match):
-            runtime.execute(bad, runtime.golden_verifier(), gpt2_pair)
+            runtime.execute(bad, runtime.golden_verifier(), gpt2_pair, engine=engine)
+    with pytest.raises(ValueError, match="no int8 engine layers to bind"):
+        int8draft.bind(gpt2_pair.draft.lm.model, engine)
+    assert engine.matmul(np.ones((1, 64), np.int64), at, 32)[0].tolist() == [[64] * 8]    # still placed
     assert runtime.execute({**job, "draft": PROMPT_LOOKUP}, runtime.golden_verifier(),
                            with_prompt_lookup(gpt2_pair))["generations"][0]["tokens"]
 

@@ -155,6 +155,24 @@ def test_sampling_before_seed_is_refused_before_the_core():
     assert len(drv.verify([1, 2], p, p[:2], temperature=1.0).tokens) >= 1
 
 
+def test_greedy_takes_a_bool_only():
+    """``greedy="0"`` had been greedy on the host (a non-empty string), sampling in CONFIG: an unseeded tree round
+    accepted a draft token the target does not want, a chain round waited for q rows until it timed out."""
+    drv, _ = golden_verifier(4, 64, 16)
+    p = np.zeros((2, 8))
+    p[0, 5] = p[1, 7] = 6.0
+    for bad in ("0", "yes", 2, None):
+        with pytest.raises(ValueError, match=f"greedy must be a bool, got {bad!r}"):
+            drv.verify_tree([-1, 0], [0, 3], p, greedy=bad)
+        with pytest.raises(ValueError, match=f"greedy must be a bool, got {bad!r}"):
+            drv.verify([3], p, greedy=bad)
+    assert drv.read_reg("ROWS") == 0
+    assert list(drv.verify_tree([-1, 0], [0, 3], p, greedy=np.bool_(True)).tokens) == [5]
+    assert list(drv.verify([3], p, greedy=1).tokens) == [5]
+    with pytest.raises(ValueError, match=r"flat sequence of token ids, got shape \(1, 1\)"):
+        drv.verify([[3]], p, greedy=True)
+
+
 def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():
     """0.5 names no node and 2.0 is no token id: refused, not truncated (as a chain's draft tokens are)."""
     drv, _ = golden_verifier(4, 64, 16)

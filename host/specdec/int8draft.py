@@ -300,14 +300,17 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
     ``streaming=True`` streams every matrix, even of a draft that fits.
 
     Returns :func:`layout`'s figures and ``"layers"``, ``"streamed"`` (any matrix streams). Raises ValueError
-    when ``streaming=False`` and the draft does not fit (the message names the layer and what is left), or a
-    matrix cannot stream at all.
+    when ``streaming=False`` and the draft does not fit (the message names the layer and what is left), a
+    matrix cannot stream at all, or ``model`` has no engine layers (before the engine's memory is touched).
     """
     import functools
     if streaming not in ("auto", True, False):
         raise ValueError(f"streaming must be 'auto', True or False, got {streaming!r}")
-    engine.reset_memory()
     mods = engine_modules(model)
+    if not mods:        # a float model: nothing would run on the engine, and its placements would be lost
+        raise ValueError(f"{type(model).__name__} has no int8 engine layers to bind: quantize it first "
+                         "(int8draft.quantize, or demo_draft); the engine's memory is left as it was")
+    engine.reset_memory()
     # the matrices the engine holds: every layer's weights, and a second weight plane where a layer has one
     mats = [(m, attr, w, bias) for m in mods for attr, (w, bias, _) in zip(("runner", "runner2"), m.q.matrices())]
     plan = layout([w.shape for _, _, w, _ in mats], engine, stream_all=streaming is True)

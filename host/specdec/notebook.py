@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from hwcontract.regmap import integer, integers
+
 from .errors import SpecdecError
 
 if TYPE_CHECKING:
@@ -56,10 +58,12 @@ class BoardRequired(SpecdecError):
 # ------------------------------------------------------------------------------------------------
 # The backend
 # ------------------------------------------------------------------------------------------------
-def on_board() -> bool:
-    """Whether pynq finds a device here (a PYNQ board's PL), or ``SPECDEC_EMULATE`` names a board to emulate."""
+def on_board(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether pynq finds a device here (a PYNQ board's PL), or ``SPECDEC_EMULATE`` (in ``environ``, default
+    the process's environment) names a board to emulate."""
     from .runtime import EMULATE_ENV, pynq_board_here
-    return bool(os.environ.get(EMULATE_ENV)) or pynq_board_here()
+    env = os.environ if environ is None else environ
+    return bool(env.get(EMULATE_ENV)) or pynq_board_here()
 
 
 def pick_backend(environ: Mapping[str, str] | None = None) -> str:
@@ -77,7 +81,7 @@ def pick_backend(environ: Mapping[str, str] | None = None) -> str:
         if chosen not in BACKENDS:
             raise ValueError(f"{BACKEND_ENV}={chosen!r}: the notebooks run on one of {', '.join(BACKENDS)}")
         return chosen
-    return "pynq" if on_board() else "ref"
+    return "pynq" if on_board(env) else "ref"
 
 
 @dataclass
@@ -158,7 +162,10 @@ def connect(name: str | None = None) -> Backend:
         raise ValueError(f"backend {name!r}: the notebooks run on one of {', '.join(BACKENDS)}")
     if name == "ref":
         return Backend("ref", runtime.cores("ref"))
-    ol = runtime.pynq_overlay()
+    try:
+        ol = runtime.pynq_overlay()
+    except (FileNotFoundError, RuntimeError) as err:     # its advice names the CLI's options; here, the notebooks'
+        raise type(err)(f"{err}. In a notebook: connect('ref'), or {BACKEND_ENV}=ref") from None
     return Backend("pynq", ol.cores(), ol)
 
 
@@ -224,8 +231,13 @@ def agreeing_rows(tree: Tree, node: int, next_token: int, vocab: int) -> np.ndar
     Raises
     ------
     ValueError
-        ``next_token`` is one of ``node``'s children's tokens, or outside the vocabulary.
+        ``node`` is not a node of ``tree``, ``next_token`` is not an integer, is one of ``node``'s children's
+        tokens, or is outside the vocabulary.
     """
+    node = integer(node, "node")
+    next_token = integer(next_token, "next_token")
+    if not 0 <= node < tree.n:
+        raise ValueError(f"node {node} is not a node of the tree (0..{tree.n - 1})")
     if not 0 <= next_token < vocab:
         raise ValueError(f"next_token {next_token} outside the vocabulary 0..{vocab - 1}")
     if next_token in {tree.tokens[c] for c in tree.children(node)}:
@@ -251,8 +263,9 @@ def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens
     operations of the round, its copies on write and their CYCLES_BUSY).
     """
     from .pagetable import PagedKV
+    accepted = integers(accepted, "accepted")       # a list: an iterator would be spent by the check
     if not 0 <= min(accepted, default=0) <= max(accepted, default=0) <= gamma:
-        raise ValueError(f"accepted {list(accepted)}: each round accepts 0..gamma={gamma} draft tokens")
+        raise ValueError(f"accepted {accepted}: each round accepts 0..gamma={gamma} draft tokens")
     if prompt_tokens < 1:
         raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
     cache = PagedKV(kv, block)
@@ -314,9 +327,15 @@ def plot_speedup(rows: Sequence[dict], ax=None):
     return ax
 
 
+def _check_labels(labels: Sequence[str], n: int) -> None:
+    if len(labels) < n:
+        raise ValueError(f"{len(labels)} labels for {n} nodes: one label a node")
+
+
 def plot_tree(tree: Tree, labels: Sequence[str], path: Sequence[int] = (), ax=None):
     """The token tree, root on the left, one column per depth; nodes on ``path`` (the accepted ones) in
     green. Returns the axes."""
+    _check_labels(labels, tree.n)
     ax = _axes(ax, (7, 0.45 * tree.n + 1))
     depth = tree.depth()
     y: dict[int, float] = {}
@@ -345,6 +364,8 @@ def plot_mask(mask: np.ndarray, labels: Sequence[str] | None = None, ax=None):
     """The tree-attention mask: row i attends to column j when j is i or one of its ancestors. Returns the
     axes."""
     n = mask.shape[0]
+    if labels is not None:
+        _check_labels(labels, n)
     ax = _axes(ax, (5, 5))
     ax.imshow(mask, cmap="Greens", vmin=0, vmax=1.3)
     ticks = [f"{i}:{labels[i]}" if labels is not None else str(i) for i in range(n)]

@@ -70,21 +70,32 @@ class SpecdecOverlay(pynq.Overlay):
 
         pynq 4.0 reads a PL clock's achieved rate only from Zynq UltraScale+ parameters and would pass None
         for a Zynq-7000's (PYNQ 4.0 dropped those boards); PYNQ 3 set every clock from its divisors, as here.
+        The drivers bound before are dropped (:meth:`_fresh_drivers`).
         """
         clocks = self.clock_dict
         if all(c.get("frequency") is not None for c in clocks.values() if c.get("enable")):
             super().download(dtbo)
-            return
-        for i, c in clocks.items():
-            if c.get("enable"):
-                Clocks.set_pl_clk(i, c["divisor0"], c["divisor1"])
-            else:
-                Clocks.set_pl_clk(i)
-        Bitstream.download(self, self.parser)
-        if dtbo:
-            self.insert_dtbo(dtbo)
-        elif self.dtbo:
-            self.insert_dtbo()
+        else:
+            for i, c in clocks.items():
+                if c.get("enable"):
+                    Clocks.set_pl_clk(i, c["divisor0"], c["divisor1"])
+                else:
+                    Clocks.set_pl_clk(i)
+            Bitstream.download(self, self.parser)
+            if dtbo:
+                self.insert_dtbo(dtbo)
+            elif self.dtbo:
+                self.insert_dtbo()
+        self._fresh_drivers()
+
+    def _fresh_drivers(self) -> None:
+        """Forget the drivers bound before a download (pynq keeps each one it made): the new bitstream starts
+        every core from reset, its RNG state zero and its memories empty, and every DMA channel stopped. The
+        next ``ol.<cell>`` makes a fresh driver (a DMA's starts its channels; a core's knows it is not seeded
+        and holds no placements). A driver taken before the download is the old bitstream's: take it again."""
+        ip_map = self.__dict__.get("_ip_map")
+        if ip_map is not None:
+            self._ip_map = type(ip_map)(ip_map._description)
 
     def allocate(self, shape, dtype):
         """A buffer the overlay's DMAs reach (``pynq.allocate`` on this overlay's device)."""

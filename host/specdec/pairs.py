@@ -10,6 +10,7 @@ from . import models
 from .decode import Drafter, ModelDraft, PromptLookup, check_room, eos_ids
 from .eagle import EagleDraft
 from .errors import OptionError
+from .int8draft import engine_modules
 from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
 from .kvlayout import pick_block
 
@@ -149,12 +150,17 @@ def check_job(job: Job) -> None:
 
 def check_serves(pair: Pair, job: Job) -> None:
     """ValueError where a loaded ``pair``, given for ``job``, contradicts the draft options the job states: prompt
-    lookup, or a hot vocabulary, that the pair's draft is not (the pair would run, and the result describe a draft
+    lookup, a hot vocabulary or a draft on the draft engine (int8 layers), that the pair's draft is not (the pair would run, and the result describe a draft
     the job did not ask for). A pair given with another draft than the job's draft model is the caller's choice
     (a test's int8 twin, prompt lookup for a model job)."""
     if job.draft == PROMPT_LOOKUP and not isinstance(pair.draft, PromptLookup):
         raise ValueError(f"the job asks for draft {PROMPT_LOOKUP!r}, the pair given drafts with {pair.draft_name!r}: "
                          "give a prompt-lookup pair, or no pair (the job's models are then loaded)")
+    if job.draft_engine == "fabric" and not (isinstance(pair.draft, ModelDraft)
+                                             and engine_modules(pair.draft.lm.model)):
+        raise ValueError(f"the job runs its draft on the draft engine (draft_engine 'fabric'), the pair given drafts "
+                         f"with {pair.draft_name!r}, which has no int8 engine layers: give a pair whose draft "
+                         "int8draft.quantize made, or no pair (the job's models are then loaded)")
     if job.draft_vocab is not None and f"(hot vocabulary {job.draft_vocab})" not in pair.draft_name:
         raise ValueError(f"the job asks for a draft with a hot vocabulary of {job.draft_vocab}, the pair given drafts "
                          f"with {pair.draft_name!r}: give pairs.open_pair(..., draft_vocab={job.draft_vocab}), or "

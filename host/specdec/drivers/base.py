@@ -103,7 +103,8 @@ class SpecdecIP(DefaultIP):
         if status["ERROR"]:
             err = self.read_reg("ERR")
             raise CoreError(self.core_name, err, self.cmap.decode_err(err), "the core is still in error from an "
-                            "earlier operation this driver did not run; nothing was written")
+                            "earlier operation (one this driver refused, or traffic it did not run); nothing was "
+                            "written")
         if status["BUSY"]:
             raise SpecdecError(f"{self.core_name}: the core is BUSY with an operation this driver did not start "
                                "(raw register or stream traffic, or another program); nothing was written: call "
@@ -129,6 +130,7 @@ class SpecdecIP(DefaultIP):
         words = [integer(w, f"{self.core_name} seed word") for w in words]
         if len(words) != 4:
             raise ValueError(f"seed needs 4 words, got {len(words)}")
+        self.check_idle()       # an earlier error (a refused all-zero seed) is not this seed's: nothing written
         for i, w in enumerate(words):
             self.write_reg(f"SEED{i}", w)
         self.write_fields("CTRL", LOAD_SEED=1)

@@ -214,6 +214,9 @@ class DraftEngine(SpecdecIP):
         SpecdecError
             A layer was placed into the window after this one was prepared: streaming would overwrite it.
         """
+        if not isinstance(layer, Streamed):
+            raise ValueError(f"layer: expected a Streamed from stream_layer(), got {type(layer).__name__} (a Placement "
+                             "from place() runs with matmul())")
         if self._wnext > layer.wbase or self._pnext > layer.pbase:
             raise SpecdecError(f"draftengine: layers placed since this one was prepared to stream reach beat "
                                f"{self._wnext} and tile {self._pnext}, into its window from beat {layer.wbase} "

@@ -14,6 +14,7 @@ matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
 """
 from __future__ import annotations
 
+import operator
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -170,9 +171,23 @@ class Verifier(SpecdecIP):
         if stream is not None:
             self.attach(stream)
 
-    def _check_seeded(self, greedy: bool) -> None:
-        if not greedy:      # u = 0 would accept every draft token and resample token 0
+    def _mode(self, greedy) -> bool:
+        """``greedy`` as a bool: a bool, or the integer 0 or 1. Anything else (the string "0", which the host
+        took as greedy and the CONFIG write as sampling) raises ValueError naming it. A sampling round needs the
+        RNG seeded (u = 0 would accept every draft token and resample token 0)."""
+        if isinstance(greedy, (bool, np.bool_)):
+            mode = bool(greedy)
+        else:
+            try:
+                value = operator.index(greedy)
+            except TypeError:
+                value = None
+            if value not in (0, 1):
+                raise ValueError(f"greedy must be a bool, got {greedy!r}")
+            mode = bool(value)
+        if not mode:
             self.check_seeded("a sampling round")
+        return mode
 
     @property
     def lanes(self) -> int:
@@ -248,8 +263,11 @@ class Verifier(SpecdecIP):
         """
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
-        self._check_seeded(greedy)
-        d = np.asarray(draft).ravel()
+        greedy = self._mode(greedy)
+        d = np.asarray(draft)
+        if d.ndim > 1:
+            raise ValueError(f"draft tokens must be a flat sequence of token ids, got shape {d.shape}")
+        d = d.ravel()
         if d.size and not integer_dtype(d.dtype):
             raise ValueError(f"draft tokens must be integers, got {d.dtype}: {d.tolist()}")
         if d.size and (d.min() < 0 or d.max() > 0xFFFF):
@@ -368,8 +386,12 @@ class Verifier(SpecdecIP):
         """
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
-        self._check_seeded(greedy)
-        arrays = {"parents": np.asarray(parents).ravel(), "tokens": np.asarray(tokens).ravel()}
+        greedy = self._mode(greedy)
+        arrays = {"parents": np.asarray(parents), "tokens": np.asarray(tokens)}
+        for name, a in arrays.items():
+            if a.ndim > 1:
+                raise ValueError(f"tree {name} must be a flat sequence, got shape {a.shape}")
+        arrays = {name: a.ravel() for name, a in arrays.items()}
         for name, a in arrays.items():
             if a.size and not integer_dtype(a.dtype):
                 raise ValueError(f"tree {name} must be integers, got {a.dtype}: {a.tolist()}")
