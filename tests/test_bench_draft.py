@@ -94,6 +94,7 @@ def test_projection_pads_partial_tiles():
     (["--gamma", "17"], "--gamma must be"), (["--draft-vocab", "0"], "--draft-vocab must be"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be"), (["--n-prompts", "0"], "--n-prompts"),
     (["--gamma", "0"], "--gamma must be at least 1 for the draft bench"),    # it crashed after loading
+    (["--max-new-tokens", "1"], "--max-new-tokens must be at least 2 for the draft bench"),  # so did this
 ])
 def test_bad_options_exit_2_before_any_model_loads(extra, message, monkeypatch, capsys):
     monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))

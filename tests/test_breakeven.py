@@ -50,3 +50,22 @@ def test_prediction_equals_the_measured_speedup_when_the_model_holds():
 def test_needs_the_target_only_row():
     with pytest.raises(ValueError, match="gamma 0"):
         breakeven.report([row(2)])
+
+
+def test_a_negative_target_slope_is_taken_as_flat():
+    """Two close rows whose target times fall with more positions (noise) had fitted -6.11 ms a position and
+    predicted gamma 16 best; the slope is taken as 0 and the report says so."""
+    r2 = row(2)
+    r2["breakdown"] = {**r2["breakdown"], "target_s": T0}       # 3 positions cost less than 1 (T0 + TN)
+    rep = breakeven.report([row(0), r2], gamma_max=8)
+    assert rep["target_s_per_position"] == 0.0 and rep["target_slope_clamped"]
+    assert not breakeven.report([row(0), row(2)], gamma_max=8)["target_slope_clamped"]
+
+
+def test_needs_a_chain_that_drafted():
+    """Without acceptance measured (gamma 0 only, or chains that never drafted) no prediction is made: it had
+    reported a draft step of 0 ms and a best gamma of 1 from nothing."""
+    empty = {**row(2), "per_position_acceptance": []}
+    assert not breakeven.drafted([row(0), empty]) and breakeven.drafted([row(0), row(2)])
+    with pytest.raises(ValueError, match="drafted"):
+        breakeven.report([row(0), empty])

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import model_pairs
-from specdec import cli, kernels, models
+from specdec import bench_e2e, cli, kernels, models
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -363,6 +363,10 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert 0 <= res["rows"][1]["acceptance"] <= 1
     assert res["greedy_outputs_identical_across_gammas"] is True
     assert res["host"]["linear_kernel"] == kernels.kernel() and res["host"]["torch_threads"] >= 1
+    # the options that change what the rows measure are recorded (draft confidence, the paged caches' block)
+    assert res["draft_confidence"] is None and res["draft_vocab"] is None and res["draft_engine"] == "host"
+    assert res["kv_block"] == 16 and res["hf_assistant"] == gpt2_dirs[1]
+    assert any(g.startswith("speedup >= 1.5x at best gamma (greedy)") for g in res["goals_met"])
     # Hugging Face in the same run: target-only and assisted generation give our target-only tokens
     assert [p["name"] for p in res["peers"]] == ["hf-target", "hf-assisted-g2", "hf-assisted-heuristic",
                                                  "hf-assisted-default"]
@@ -389,6 +393,26 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
 def test_bench_e2e_bad_gammas_exit_2(gammas, message, capsys):
     assert exit_code(["bench", "e2e", "--gammas", gammas]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_e2e_pipelined_without_a_draft_model_exits_2_before_loading(no_model_load, capsys):
+    """An EAGLE head or prompt lookup with --pipelined: refused before the models load (it had loaded them and
+    failed with exit 1, saying gamma 2 was not a measured gamma)."""
+    for draft, what in (("smollm2-eagle-head", "an EAGLE head"), ("prompt-lookup", "prompt lookup")):
+        assert exit_code(["bench", "e2e", "--gammas", "0,2", "--pipelined", "2", "--draft", draft]) == 2
+        assert f"--draft {draft} is {what}" in capsys.readouterr().err
+    assert exit_code(["bench", "e2e", "--gammas", "0,2", "--pipelined", "2,2"]) == 2
+    assert "2 is given twice" in capsys.readouterr().err
+
+
+def test_bench_e2e_report_without_a_chain_gives_no_verdicts_from_nothing():
+    """gamma 0 and a tree, no chain: the tree had been reported MISSED against a chain of gamma None (0.00
+    tokens/call); the sampled speedup goal is issue #15's 1.3x, not greedy's 1.5x."""
+    tree = {"gamma": "static-4", "mode": "static", "positions_per_call": 4, "tokens_per_call": 2.0, "speedup": 1.2}
+    assert bench_e2e.tree_vs_chain([tree]) == [{
+        "tree": "static-4", "nodes": 4, "tokens_per_call": 2.0, "best_chain_gamma": None,
+        "best_chain_tokens_per_call": None, "higher": None, "speedup": 1.2, "best_chain_speedup": None}]
+    assert bench_e2e.speedup_goal({"temperature": 0.8}) == 1.3 and bench_e2e.speedup_goal({"temperature": 0}) == 1.5
 
 
 def test_bench_e2e_guard_outside_the_gammas_exits_2(capsys):

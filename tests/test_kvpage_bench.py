@@ -23,7 +23,8 @@ def test_bench_kv_small(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--pages", "100"], ["--pages", "a"], ["--max-blocks", "3"],
-                                  ["--pages", "2048"]])
+                                  ["--pages", "2048"],
+                                  ["--pages", "16,16"]])     # it had simulated and synthesised both, printed one
 def test_bench_kv_bad_input(argv, capsys):
     assert main(["bench", "kv", "--no-synth", "--no-decode", *argv]) == 2
     assert "error" in capsys.readouterr().err

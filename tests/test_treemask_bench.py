@@ -21,7 +21,8 @@ def test_bench_treemask_small(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--nodes", "0"], ["--nodes", "9", "--nodes-max", "8"], ["--nodes", "a,b"],
-                                  ["--nodes-max", "65"]])
+                                  ["--nodes-max", "65"],
+                                  ["--nodes", "8,8,1"]])         # measured twice and one result kept
 def test_bench_treemask_bad_input(argv, capsys):
     assert main(["bench", "treemask", "--no-synth", *argv]) == 2
     assert "error" in capsys.readouterr().err

@@ -226,7 +226,8 @@ def format_verifier(res: dict) -> str:
                  f"numpy float32 {res['cpu_numpy_s'] * 1e3:.2f} ms/round = {res['cpu_positions_per_s']:,.0f} "
                  f"positions/s; x{res['speedup_vs_numpy']:.2f}")
     if res.get("lut") is not None:
-        lines.append(f"  yosys: {res['lut']} LUT ({res['lut_pct']:.1f}%), {res['bram36']:g} BRAM36 "
+        lines.append(f"  yosys: {res['lut']} LUT + {res['lutram']} LUTRAM ({res['lut_pct']:.1f}% with LUTRAM), "
+                     f"{res['bram36']:g} BRAM36 "
                      f"({res['bram_pct']:.1f}%), {res['dsp']} DSP; arrival {res['arrival_ns']} ns (logic only)")
     for label, pr in res.get("projection", {}).items():
         if pr:
@@ -301,7 +302,7 @@ def format_treemask(res: dict) -> str:
                      f"ratio {s['ratio']:.3f}  stall {s['cycles_stall']}")
     r = res.get("resources")
     if r:
-        lines.append(f"  yosys: {r['lut']} LUT ({r['lut_pct']:.2f}%), {r['lutram']} LUTRAM, {r['ff']} FF, "
+        lines.append(f"  yosys: {r['lut']} LUT + {r['lutram']} LUTRAM ({r['lut_pct']:.2f}% with LUTRAM), {r['ff']} FF, "
                      f"{r['carry4']} CARRY4, {r['bram36']:g} BRAM36, {r['dsp']} DSP; arrival {r['arrival_ns']} ns "
                      f"(logic only)")
     return "\n".join(lines)
@@ -410,7 +411,8 @@ def format_kv(res: dict) -> str:
                      f"{c['rollback_constant']} {c['rollback_free_cycles']}")
         r = e.get("resources")
         if r:
-            lines.append(f"  yosys: {r['lut']} LUT ({r['lut_pct']:.2f}%), {r['lutram']} LUTRAM, {r['ff']} FF, "
+            lines.append(f"  yosys: {r['lut']} LUT + {r['lutram']} LUTRAM ({r['lut_pct']:.2f}% with LUTRAM), "
+                         f"{r['ff']} FF, "
                          f"{r['bram36']:g} BRAM36; arrival {r['arrival_ns']} ns ({r['arrival_note'] or 'logic only'})")
     for label, d in (res.get("decode") or {}).items():
         lines.append(f"decode {label}: {d['rounds']} rounds, pages in use max {d['pages_in_use_max']} of "

@@ -125,19 +125,23 @@ def _draft_step_s(res: dict) -> float | None:
     return spent / drafted if drafted else None
 
 
-def check_gamma(gamma: int) -> None:
+def check_options(gamma: int, max_new_tokens: int) -> None:
     """A ValueError unless the bench can measure acceptance at ``gamma`` (>= 1; the job checks the core's
-    limit): gamma 0 is target-only decoding, which drafts nothing."""
+    limit) with ``max_new_tokens`` a prompt: gamma 0 is target-only decoding, which drafts nothing, and so is a
+    budget of one token (a round drafts at most the tokens left but one, the target's own next token)."""
     if gamma < 1:
         raise ValueError(f"--gamma must be at least 1 for the draft bench, which measures the draft's acceptance "
                          f"(gamma 0 drafts nothing), got {gamma}")
+    if max_new_tokens < 2:
+        raise ValueError(f"--max-new-tokens must be at least 2 for the draft bench, which measures the draft's "
+                         f"acceptance (a round drafts the tokens left but one), got {max_new_tokens}")
 
 
 def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_vocab: int = 8192,
         n_agreement: int = 200, n_calibration: int = 400, progress=print) -> dict:
     """Measure everything in the module docstring; the result is the bench's JSON (a ValueError for a
-    ``gamma`` of :func:`check_gamma`, before anything loads)."""
-    check_gamma(gamma)
+    ``gamma`` or ``max_new_tokens`` of :func:`check_options`, before anything loads)."""
+    check_options(gamma, max_new_tokens)
     t0 = time.perf_counter()
     flt = pairs.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT, draft_vocab)
     fmodel = flt.draft.lm.model.float()

@@ -37,10 +37,13 @@ class CostModel:
             raise ValueError("the break-even model needs the target-only row (gamma 0)")
         pts = [(r["gamma"] + 1, r["breakdown"]["target_s"]) for r in chains]
         n, t = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+        self.slope_clamped = False
         if len(set(n)) > 1:
             self.t_slope, self.t_base = (float(x) for x in np.polyfit(n, t, 1))
         else:
             self.t_slope, self.t_base = 0.0, float(t.mean())
+        if self.t_slope < 0:        # more positions never cost less: noise between close points; taken as flat
+            self.t_slope, self.t_base, self.slope_clamped = 0.0, float(t.mean()), True
         spec = [r for r in chains if r["gamma"] > 0]
         steps = [r["breakdown"]["draft_s"] / r["gamma"] for r in spec]
         self.draft_step = float(np.mean(steps)) if steps else 0.0
@@ -69,13 +72,28 @@ class CostModel:
         return {"gamma": g, "tokens_per_call": e, "round_s": r, "speedup": e / r * self.baseline_s}
 
 
+def _drafting_chains(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["mode"] == "chain" and isinstance(r["gamma"], int) and r["gamma"] > 0
+            and any(a is not None for a in r["per_position_acceptance"] or [])]
+
+
+def drafted(rows: list[dict]) -> bool:
+    """Whether a chain row of gamma > 0 measured any acceptance (a draft token reached the verifier)."""
+    return bool(_drafting_chains(rows))
+
+
 def report(rows: list[dict], gamma_max: int = 16) -> dict:
     """Predicted against measured speedup for every measured row, and the prediction for every gamma up to
-    ``gamma_max``; the acceptance per position comes from the row with the deepest measured chain."""
+    ``gamma_max``; the acceptance per position comes from the row with the deepest measured chain.
+
+    Raises ValueError without the target-only row, or without a chain that measured acceptance
+    (:func:`drafted`): a prediction would rest on nothing."""
     model = CostModel(rows)
-    chains = [r for r in rows if r["mode"] == "chain" and isinstance(r["gamma"], int) and r["gamma"] > 0]
-    deepest = max(chains, key=lambda r: len(r["per_position_acceptance"] or []), default=None)
-    acc = list(deepest["per_position_acceptance"]) if deepest else []
+    chains = _drafting_chains(rows)
+    if not chains:
+        raise ValueError("the break-even model needs a chain of gamma > 0 that drafted (no acceptance measured)")
+    deepest = max(chains, key=lambda r: len(r["per_position_acceptance"] or []))
+    acc = list(deepest["per_position_acceptance"])
     out = []
     for r in rows:
         if r["gamma"] == 0 or r["mode"] == "pipelined" or (r["mode"] == "chain" and not isinstance(r["gamma"], int)):
@@ -93,6 +111,7 @@ def report(rows: list[dict], gamma_max: int = 16) -> dict:
     curve = [model.predict(acc, g) for g in range(1, gamma_max + 1)]
     best = max(curve, key=lambda p: p["speedup"]) if curve else None
     return {"draft_step_s": model.draft_step, "target_s_per_position": model.t_slope,
-            "target_s_fixed": model.t_base, "baseline_s_per_token": model.baseline_s,
+            "target_s_fixed": model.t_base, "target_slope_clamped": model.slope_clamped,
+            "baseline_s_per_token": model.baseline_s,
             "acceptance_per_position": acc, "rows": out, "curve": curve,
             "best_gamma": best["gamma"] if best else None}

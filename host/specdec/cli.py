@@ -242,6 +242,9 @@ def _int_list(text: str, flag: str, example: str) -> list[int]:
         values = []
     if not values:
         raise UsageError(f"{flag} {text!r}: expected comma-separated integers, e.g. {example}")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:       # it was measured again, and one result kept under its key
+        raise UsageError(f"{flag} {text!r}: {twice} is given twice")
     return values
 
 
@@ -283,7 +286,8 @@ def _bench_draft(args: argparse.Namespace) -> int:
     from specdec import bench_draft
     from specdec.job import Job
     try:
-        bench_draft.check_gamma(args.gamma)     # first: the job's message would offer 'auto', which this one refuses
+        bench_draft.check_options(args.gamma, args.max_new_tokens)     # first: the job's message would offer
+        # 'auto' for gamma, which this bench refuses
     except ValueError as err:
         raise UsageError(str(err)) from None
     # the job checks the loop's options (gamma, tokens, hot vocabulary) before anything loads
@@ -624,9 +628,18 @@ def _bench_e2e(args: argparse.Namespace) -> int:
         piped = [int(x) for x in args.pipelined.split(",")] if args.pipelined is not None else []
     except ValueError:
         raise UsageError(f"--pipelined: {args.pipelined!r} is not a comma-separated list of gammas") from None
-    for g in piped:
+    for i, g in enumerate(piped):
         if g == 0 or g not in gammas:
             raise UsageError(f"--pipelined: {g} is not one of the measured gammas other than 0 ({args.gammas})")
+        if g in piped[:i]:
+            raise UsageError(f"--pipelined {args.pipelined!r}: {g} is given twice")
+    if piped:
+        from specdec.job import PROMPT_LOOKUP
+        from specdec.pairs import eagle_dir, resolve_names
+        draft = resolve_names(job.target, job.draft)[1]
+        if draft == PROMPT_LOOKUP or eagle_dir(draft) is not None:
+            raise UsageError(f"--pipelined drafts the next round with a draft model while the target scores this "
+                             f"one: --draft {draft} is {'prompt lookup' if draft == PROMPT_LOOKUP else 'an EAGLE head'}")
     if piped and args.temperature:
         raise UsageError(f"--pipelined drafts ahead on the draft's greedy guess: it needs greedy decoding, got "
                          f"--temperature {args.temperature}")

@@ -240,7 +240,8 @@ def kvpage_ops(k: Lockstep) -> dict[str, dict]:
     full = min(rtl.max_blocks, rtl.pages)
     for r in range(full):
         k("write_row", seq, r)
-    k.measure(f"fork ({full} rows, a full block table)", "fork", seq, rows=full)
+    what = "a full block table" if full == rtl.max_blocks else "every page of the pool"
+    k.measure(f"fork ({full} rows, {what})", "fork", seq, rows=full)
     return k.out
 
 
