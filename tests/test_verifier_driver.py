@@ -171,6 +171,8 @@ def test_greedy_takes_a_bool_only():
     assert list(drv.verify([3], p, greedy=1).tokens) == [5]
     with pytest.raises(ValueError, match=r"flat sequence of token ids, got shape \(1, 1\)"):
         drv.verify([[3]], p, greedy=True)
+    # the root's parent and token are ignored, None included (as the treemask driver's masks() takes it)
+    assert list(drv.verify_tree([None, 0], [None, 3], p, greedy=True).tokens) == [5]
 
 
 def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():

@@ -387,14 +387,16 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
-        arrays = {"parents": np.asarray(parents), "tokens": np.asarray(tokens)}
+        # node 0's parent and token are ignored (-1, None, anything), as the treemask driver ignores its parent
+        root = lambda seq: seq if isinstance(seq, np.ndarray) or not len(seq) else [0, *list(seq)[1:]]  # noqa: E731
+        arrays = {"parents": np.asarray(root(parents)), "tokens": np.asarray(root(tokens))}
         for name, a in arrays.items():
             if a.ndim > 1:
                 raise ValueError(f"tree {name} must be a flat sequence, got shape {a.shape}")
         arrays = {name: a.ravel() for name, a in arrays.items()}
-        for name, a in arrays.items():
+        for (name, a), given in zip(arrays.items(), (parents, tokens)):
             if a.size and not integer_dtype(a.dtype):
-                raise ValueError(f"tree {name} must be integers, got {a.dtype}: {a.tolist()}")
+                raise ValueError(f"tree {name} must be integers, got {a.dtype}: {np.asarray(given).tolist()}")
         par, tok = ([int(x) for x in a] for a in arrays.values())
         n = len(par)
         if len(tok) != n:
