@@ -328,7 +328,9 @@ def test_gamma_over_gamma_max_raises():
 # ------------------------------------------------------------------------------------------------
 V_SMALL = 8
 PROMPT = [1, 5, 2]
-N_SAMPLES = 1000        # generations per case (4,000 under `long`: test_sampling_through_loop_follows_target_long)
+N_SAMPLES = 300         # generations per case in the default suite: the masked case's TV from the draft is 0.69,
+                        # and 200-1,000 generations all reject the draft at p = 0.0 (measured 2026-11-29)
+N_LONG = 4000           # under `long` (test_sampling_through_loop_follows_target_long), every case
 N_FABRIC = 600          # with the engine draft (4x the cost per generation): its TV from the target is ~0.6,
                         # so 600 samples still reject the draft's distribution at p ~ 0 (measured)
 INIT_STD = 0.1         # spread-out distributions: ~20-30 of the 64 outcomes above 1 %
@@ -396,7 +398,7 @@ def test_sampling_through_loop_follows_target(tiny_pair, case):
 @pytest.mark.long
 @pytest.mark.parametrize("case", list(CASES))
 def test_sampling_through_loop_follows_target_long(tiny_pair, case):
-    check_sampling_follows_target(tiny_pair, case, 4 * N_SAMPLES)
+    check_sampling_follows_target(tiny_pair, case, N_LONG)
 
 
 def fabric_draft(seed: int = 12):
