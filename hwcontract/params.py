@@ -46,7 +46,7 @@ def _whole(value) -> int | None:
     """``value`` as an int: a Python or numpy integer, a string in any base ``int(s, 0)`` reads, or a float
     (Python or numpy) with no fraction; None for anything else, bools included (``int()`` would have taken
     numpy's 4.5 as 4 and True as 1)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b":     # numpy's too
         return None
     if isinstance(value, str):
         try:
