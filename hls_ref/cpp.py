@@ -23,7 +23,7 @@ import numpy as np
 from hls_ref import treemask as golden_treemask
 from hls_ref import verifier as golden_verifier
 from hwcontract import params as hwparams
-from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT
+from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT, integers_in
 from hwcontract.regmap import (KV_SLOTS, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, VERIFIER_MAX_GAMMA,
                                VOCAB_LIMIT, core)
 
@@ -180,10 +180,7 @@ def _state_words(state) -> np.ndarray:
     s = np.asarray(state)
     if s.shape != (4,):
         raise ValueError(f"state must have 4 words s[0..3], got shape {s.shape}")
-    words = [int(v) for v in s]
-    if any(not 0 <= v <= 0xFFFFFFFF for v in words):
-        raise ValueError(f"state words must fit 32 bits, got {[hex(v) for v in words]}")
-    return np.array(words, dtype=np.uint32)
+    return integers_in("state words", s, 0, 0xFFFFFFFF).astype(np.uint32)
 
 
 def _check_n(n: int) -> int:

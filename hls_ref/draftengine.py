@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwcontract.formats import (DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX,
-                                de_param_fields, integer_dtype)
+                                de_param_fields, integer_dtype, integers_in)
 
 _LO, _HI = -(1 << (DE_OPERAND_BITS - 1)), (1 << (DE_OPERAND_BITS - 1)) - 1
 
@@ -50,10 +50,7 @@ def _ints(name: str, a, lo: int, hi: int, ndim: int) -> np.ndarray:
     arr = np.asarray(a)
     if arr.ndim != ndim or not (integer_dtype(arr.dtype) or arr.size == 0):
         raise ValueError(f"{name}: expected a {ndim}-D integer array, got shape {arr.shape} dtype {arr.dtype}")
-    bad = arr[(arr < lo) | (arr > hi)]     # before the cast: uint64 2**64-1 would become -1
-    if bad.size:
-        raise ValueError(f"{name}: value {int(bad.flat[0])} outside {lo}..{hi}")
-    return arr.astype(np.int64)
+    return integers_in(name, arr, lo, hi).astype(np.int64)       # the range before the cast
 
 
 def check(job: Job) -> Job:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hwcontract.formats import integer_dtype
-from hwcontract.regmap import integers
+from hwcontract.formats import integers_in
 
 M32 = 0xFFFFFFFF
 
@@ -21,14 +20,7 @@ def check_seed(seed) -> np.ndarray:
     s = np.asarray(seed)
     if s.shape[-1:] != (4,):
         raise ValueError(f"seed must have 4 words s[0..3], got shape {s.shape}")
-    if not integer_dtype(s.dtype):      # Python ints past int64 (object) must each be an int; floats never
-        if s.dtype != object:
-            raise ValueError(f"seed words must be integers, got {s.ravel().tolist()[:8]}")
-        integers(s.ravel().tolist(), "seed words")
-    lo, hi = int(s.min()), int(s.max())
-    if lo < 0 or hi > M32:
-        raise ValueError(f"seed words must fit 32 bits (0..{M32:#x}), got {lo if lo < 0 else hi:#x}")
-    s = s.astype(np.uint32)
+    s = integers_in("seed words", s, 0, M32).astype(np.uint32)
     if np.any(np.all(s == 0, axis=-1)):
         raise ValueError("seed is all zero: xoshiro128++ would output zeros forever")
     return s

@@ -34,9 +34,9 @@ import numpy as np
 from hwcontract import latency as lat
 from hwcontract import params as hwparams
 from hwcontract.formats import (EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, RNG_WORD_BITS, U_BITS,
-                                integer_dtype, rng_uniform, temper)
+                                integers_in, rng_uniform, temper)
 from hwcontract.formats import weights as _weights
-from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, integer, integers
+from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, integer
 
 NEG_INF = LOGIT_NEG_INF
 
@@ -75,15 +75,7 @@ def rng_words(words) -> np.ndarray:
     bits raises ValueError (a cast would wrap 2**32 to 0 and -1 to 0xFFFFFFFF)."""
     if words is None:
         return np.zeros(0, dtype=np.uint32)
-    w = np.asarray(words).ravel()
-    if w.size == 0:
-        return np.zeros(0, dtype=np.uint32)
-    if not integer_dtype(w.dtype):      # Python ints past int64 (object), floats, bools: each must be an int
-        w = np.array(integers(w.tolist(), "RNG words"), dtype=object)
-    lo, hi = int(w.min()), int(w.max())
-    if lo < 0 or hi >> RNG_WORD_BITS:
-        raise ValueError(f"RNG words must fit {RNG_WORD_BITS} bits, got {lo if lo < 0 else hi}")
-    return w.astype(np.uint32)
+    return integers_in("RNG words", words, 0, (1 << RNG_WORD_BITS) - 1).ravel().astype(np.uint32)
 
 
 def check_inv_temp(inv_temp) -> int:
@@ -96,14 +88,7 @@ def check_inv_temp(inv_temp) -> int:
 
 def check_codes(codes: np.ndarray, name: str) -> np.ndarray:
     """A row (or rows) of logit codes as int64; a code outside int16 raises ValueError naming ``name``."""
-    r = np.asarray(codes)
-    if r.size and not integer_dtype(r.dtype):
-        raise ValueError(f"{name} must be integer logit codes, got dtype {r.dtype}")
-    r = r.astype(np.int64, copy=False)
-    if r.size and (r.min() < NEG_INF or r.max() > -NEG_INF - 1):
-        bad = int(r.min()) if r.min() < NEG_INF else int(r.max())
-        raise ValueError(f"{name} codes must fit int16, got {bad}")
-    return r
+    return integers_in(f"{name} codes", codes, NEG_INF, -NEG_INF - 1).astype(np.int64, copy=False)
 
 
 def row_stats(zt: np.ndarray, lanes: int) -> tuple[int, int]:

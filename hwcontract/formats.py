@@ -19,12 +19,29 @@ import math
 
 import numpy as np
 
-from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, core
+from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, core, integers
 
 def integer_dtype(dtype) -> bool:
     """Whether ``dtype`` holds integers: a signed or unsigned numpy integer. Not bool, and not timedelta64, which
     numpy files under ``np.integer`` (``np.issubdtype`` would take durations as token ids or int8 values)."""
     return np.dtype(dtype).kind in "iu"
+
+
+def integers_in(name: str, values, lo: int, hi: int) -> np.ndarray:
+    """``values`` as an array (its own dtype) when every value is an integer in ``lo..hi``; else ValueError
+    naming ``name`` and a value that is not. The range is checked before any cast (uint64 2**64-1 is not -1, the
+    word 2**32 not 0); Python ints past int64 (an object array) are taken one by one."""
+    a = np.asarray(values)
+    if a.size == 0:
+        return a
+    if not integer_dtype(a.dtype):
+        if a.dtype != object:
+            raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+        integers(a.ravel().tolist(), name)
+    mn, mx = a.min(), a.max()
+    if mn < lo or mx > hi:
+        raise ValueError(f"{name}: value {int(mn if mn < lo else mx)} outside {lo}..{hi}")
+    return a
 
 
 LOGIT_FRAC = 8              # Q7.8: code = round(logit * 256)
@@ -318,16 +335,10 @@ def _de_geometry(rows: int, cols: int) -> None:
 
 
 def _de_fits(name: str, a, bits: int, signed: bool) -> np.ndarray:
-    """``a`` as an array if it holds integers that fit a ``bits``-wide (``signed``) field, else ValueError naming
-    ``name`` and a value that does not (a cast would wrap it into its neighbours' bits)."""
-    a = np.asarray(a)
-    if a.size and not integer_dtype(a.dtype):
-        raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+    """``a`` if its integers fit a ``bits``-wide (``signed``) field (:func:`integers_in`): a cast would wrap a
+    value that does not into its neighbours' bits."""
     lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
-    if a.size and (a.min() < lo or a.max() > hi):
-        bad = a.min() if a.min() < lo else a.max()
-        raise ValueError(f"{name}: value {int(bad)} outside {lo}..{hi}")
-    return a
+    return integers_in(name, a, lo, hi)
 
 
 def de_weight_beats(w, rows: int, cols: int) -> np.ndarray:

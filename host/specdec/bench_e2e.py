@@ -128,8 +128,11 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
         jobs[label], specs[label] = dataclasses.replace(job, tree=spec, draft_confidence=None), spec
         drafters[label] = pairs.drafter(pair, spec)
     for g in pipelined or []:
-        if not isinstance(pair.draft, ModelDraft) or g not in gammas or g == 0:
-            raise ValueError(f"pipelined gamma {g!r}: one of the measured gammas other than 0, with a draft model")
+        if g not in gammas or g == 0:
+            raise ValueError(f"pipelined gamma {g!r}: one of the measured gammas other than 0 ({gammas})")
+        if not isinstance(pair.draft, ModelDraft):
+            raise ValueError(f"pipelined gamma {g}: pipelined drafting needs a draft model, the pair drafts with "
+                             f"{pair.draft_name!r}")
         from .pipeline import PipelinedDraft
         label = f"{g}-pipelined"
         jobs[label], drafters[label] = dataclasses.replace(job, gamma=g, tree=None), PipelinedDraft(pair.draft.lm)

@@ -242,10 +242,15 @@ def _int_list(text: str, flag: str, example: str) -> list[int]:
         values = []
     if not values:
         raise UsageError(f"{flag} {text!r}: expected comma-separated integers, e.g. {example}")
-    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-    if twice is not None:       # it was measured again, and one result kept under its key
-        raise UsageError(f"{flag} {text!r}: {twice} is given twice")
+    _once_each(values, flag, text)
     return values
+
+
+def _once_each(values: list, flag: str, text: str) -> None:
+    """A UsageError naming a value ``flag`` lists twice (it would be measured again, one result kept)."""
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise UsageError(f"{flag} {text!r}: {twice} is given twice")
 
 
 def _bench_verifier(args: argparse.Namespace) -> int:
@@ -628,11 +633,10 @@ def _bench_e2e(args: argparse.Namespace) -> int:
         piped = [int(x) for x in args.pipelined.split(",")] if args.pipelined is not None else []
     except ValueError:
         raise UsageError(f"--pipelined: {args.pipelined!r} is not a comma-separated list of gammas") from None
-    for i, g in enumerate(piped):
+    for g in piped:
         if g == 0 or g not in gammas:
             raise UsageError(f"--pipelined: {g} is not one of the measured gammas other than 0 ({args.gammas})")
-        if g in piped[:i]:
-            raise UsageError(f"--pipelined {args.pipelined!r}: {g} is given twice")
+    _once_each(piped, "--pipelined", args.pipelined)
     if piped:
         from specdec.job import PROMPT_LOOKUP
         from specdec.pairs import eagle_dir, resolve_names

@@ -142,6 +142,12 @@ class DmaStream(RowStream):
         self.channel.wait()
 
 
+def _root_ignored(seq):
+    """A tree's parents or tokens with node 0's entry, which the core ignores, as 0 (-1, None, anything there;
+    the treemask driver's ``masks`` ignores it too). A numpy array is numbers already."""
+    return seq if isinstance(seq, np.ndarray) or not len(seq) else [0, *list(seq)[1:]]
+
+
 class Verifier(SpecdecIP):
     """Driver of the ``verifier`` core (golden model ``hls_ref.verifier``, RTL ``fpga.verifier``).
 
@@ -387,9 +393,7 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
-        # node 0's parent and token are ignored (-1, None, anything), as the treemask driver ignores its parent
-        root = lambda seq: seq if isinstance(seq, np.ndarray) or not len(seq) else [0, *list(seq)[1:]]  # noqa: E731
-        arrays = {"parents": np.asarray(root(parents)), "tokens": np.asarray(root(tokens))}
+        arrays = {"parents": np.asarray(_root_ignored(parents)), "tokens": np.asarray(_root_ignored(tokens))}
         for name, a in arrays.items():
             if a.ndim > 1:
                 raise ValueError(f"tree {name} must be a flat sequence, got shape {a.shape}")
