@@ -13,21 +13,29 @@ import os
 from pathlib import Path
 
 SEED, COUNT, OUT, LIMIT = "AGREE_SEED", "AGREE_COUNT", "AGREE_OUT", "AGREE_LIMIT"
+CROSS_LIMIT = "AGREE_CROSS_LIMIT"
 
 
-def environment(seed: int, count: int, out: Path, limit: int | None = None) -> dict[str, str]:
+def environment(seed: int, count: int, out: Path, limit: int | None = None,
+                cross_limit: int | None = None) -> dict[str, str]:
     """The simulator's extra environment for a set of ``count`` vectors from ``seed``, results to ``out``;
-    ``limit``: run only the set's first ``limit`` vectors (a slow stage's prefix)."""
+    ``limit``: run only the set's first ``limit`` vectors (a slow stage's prefix); ``cross_limit``: a stateful
+    sequence run whole on the quiet bus, and only its first ``cross_limit`` vectors under the other three
+    stimulus combinations."""
     env = {SEED: str(seed), COUNT: str(count), OUT: str(out)}
     if limit is not None:
         env[LIMIT] = str(limit)
+    if cross_limit is not None:
+        env[CROSS_LIMIT] = str(cross_limit)
     return env
 
 
-def vector_limit() -> int | None:
-    """How many of the set's vectors to run (None: all), inside the simulator."""
-    raw = os.environ.get(LIMIT)
-    return None if raw is None else int(raw)
+def vector_limit(stim_index: int = 0) -> int | None:
+    """How many of the set's vectors to run (None: all), inside the simulator, under stimulus combination
+    ``stim_index`` (:attr:`tb.common.Stimulus.index`; 0 is the quiet bus)."""
+    limits = [int(os.environ[name]) for name in (LIMIT,) + ((CROSS_LIMIT,) if stim_index else ())
+              if name in os.environ]
+    return min(limits, default=None)
 
 
 def vector_spec() -> tuple[int, int]:

@@ -448,7 +448,7 @@ def test_escaped_newline_in_prompt(gpt2_dirs, capsys):
 # ------------------------------------------------------------------------------------------------
 # Token trees on the command line
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["static", "eagle", "sequoia"])
+@pytest.mark.parametrize("kind", ["static", pytest.param("eagle", marks=pytest.mark.long), "sequoia"])
 def test_generate_tree_greedy_equals_chain(kind, gpt2_dirs, tmp_path, capsys):
     """``--tree KIND`` prints the same greedy text as the chain (both equal target-only greedy decoding)."""
     base = ["generate", "--prompt", "ROMEO:\\nBut soft", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1],

@@ -236,9 +236,12 @@ def test_greedy_identical_to_target_alone(eagle_pair, kv):
     assert 0 < res["summary"]["acceptance"] < 1
 
 
+@pytest.mark.long
 def test_calibrated_tree_over_the_head_is_greedy_identical(eagle_pair):
     """The head's calibrated EAGLE tree (measured on two corpus passages) through the paged loop: the target's
-    own greedy tokens, with calibrated coefficients unlike the draft's own (its rank-0 tokens favoured)."""
+    own greedy tokens, with calibrated coefficients unlike the draft's own (its rank-0 tokens favoured).
+    ``long``: the default suite calibrates the model draft's tree (tests/test_tree_decode.py) and runs the
+    head's uncalibrated tree (test_trees_of_the_head_are_greedy_identical_to_target_alone)."""
     prompts = corpus.sample_passages(2, held_out=True, seed=7)
     res = run_greedy_identical(eagle_pair, {
         "prompts": prompts, "max_new_tokens": 24, "seed": 0, "draft": HEAD,

@@ -367,8 +367,8 @@ def test_decode_through_pynq_on_the_emulated_board_equals_the_golden_backend(opt
     pytest.importorskip("torch")
     import model_pairs
     from greedy_identity import Reference, assert_identical, greedy_job
-    n_new = 24
-    job = {**greedy_job(opt_dirs, model_pairs.prompts(2), 4, n_new), "draft_engine": "fabric",
+    n_new = 16
+    job = {**greedy_job(opt_dirs, model_pairs.prompts(1), 4, n_new), "draft_engine": "fabric",
            "tree": {"kind": "eagle", "budget": 16, "depth": 6, "topk": 4}}
     board = EmulatedBoard(board_name)
     ol = runtime.pynq_overlay(device=board)

@@ -276,10 +276,11 @@ def test_generate_on_sim_is_quiet(gpt2_dirs, gpt2_pair):
     assert "UNOPTFLAT" not in text and "%Warning" not in text, build
 
 
-
+@pytest.mark.long
 def test_generate_on_sim_dumps_the_whole_run_as_waves(gpt2_dirs, tmp_path, capsys):
     """``specdec generate --backend sim --waves FILE``: an FST of the simulated chip over the whole generation,
-    named on stderr and in the JSON. The dump is this run's: the cycles in which the verifier's ``busy`` is high,
+    named on stderr and in the JSON (``long``: the default suite dumps single cores, in
+    test_waves_go_to_the_file_asked_for and tests/test_waves.py). The dump is this run's: the cycles in which the verifier's ``busy`` is high,
     counted on the dump's clock, are the CYCLES_BUSY its rounds reported, round by round; its rows came through
     the row feeder (``fpga.system.row_feed``), one load a row."""
     pywellen = pytest.importorskip("pywellen")

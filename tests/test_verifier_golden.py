@@ -329,13 +329,14 @@ def first_tokens(p, q, g: int, trials: int, inv_temp: int, lanes: int, rng) -> n
 
 LONG = pytest.mark.long
 LOSSLESS = [  # (family, V, gamma, trials, inv_temp, lanes); the 100,000-trial sets and two families under ``long``
+    # (and test_lossless_first_token_long: every family at 100,000 trials); the default suite draws 5,000
     pytest.param("random", 16, 1, 100_000, 256, 4, marks=LONG),
     pytest.param("peaked_q", 8, 1, 100_000, 256, 2, marks=LONG),
-    ("random", 32, 3, 10_000, 200, 8),
+    ("random", 32, 3, 5_000, 200, 8),
     pytest.param("equal", 32, 2, 20_000, 256, 4, marks=LONG),
-    ("disjoint", 16, 1, 10_000, 256, 4),
+    ("disjoint", 16, 1, 5_000, 256, 4),
     pytest.param("peaked_p", 8, 2, 20_000, 256, 1, marks=LONG),
-    ("peaked_q", 32, 3, 10_000, 384, 4),
+    ("peaked_q", 32, 3, 5_000, 384, 4),
 ]
 
 
@@ -372,7 +373,7 @@ def test_gamma0_plain_sampling():
     rng = np.random.default_rng(11)
     p = rng.integers(-2500, 1, (1, 24)).astype(np.int16)
     p[0, 5] = NEG
-    words = many_words(rng, 20_000, 1)
+    words = many_words(rng, 10_000, 1)
     toks = np.array([v.verify(p, None, [], greedy=False, inv_temp=256, words=w, lanes=4).next_token for w in words])
     d = v.verify(p, None, [], greedy=False, inv_temp=256, words=words[0], lanes=4)
     assert (d.rows, d.words, d.n_accept, d.accept_bits, d.err) == (1, 1, 0, 0, 0)

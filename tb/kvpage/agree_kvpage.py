@@ -48,7 +48,8 @@ def kvpage_results(drv: KVPage, ops: list[kv.Op]) -> list[dict]:
 
 @cross_test
 async def agree(dut, stim: Stimulus):
-    """The operations of ``AGREE_SEED``/``AGREE_COUNT`` for this build's PAGES and MAX_BLOCKS."""
+    """The operations of ``AGREE_SEED``/``AGREE_COUNT`` for this build's PAGES and MAX_BLOCKS (under a busy
+    bus, the prefix ``AGREE_CROSS_LIMIT`` says, if set)."""
     tb = AxilTB(dut, CMAP)
     await tb.reset()
     stim.apply(tb)
@@ -56,7 +57,7 @@ async def agree(dut, stim: Stimulus):
 
     def run() -> list[dict]:
         drv = KVPage(description("kvpage", SimDevice(tb.axil)))
-        ops = kvpage_set(seed, count, pages=drv.pages, max_blocks=drv.max_blocks)[:vector_limit()]
+        ops = kvpage_set(seed, count, pages=drv.pages, max_blocks=drv.max_blocks)[:vector_limit(stim.index)]
         return kvpage_results(drv, ops)
 
     write_results(await bridge(run)(), stim.index)

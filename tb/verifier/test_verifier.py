@@ -27,7 +27,7 @@ from specdec.backends import simulator as harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 from tb.verifier.verifier_tb import CMAP, RESULTS, VerifierTB, emask
 
-ROUNDS = int(os.environ.get("VERIFIER_ROUNDS", "200"))    # per build, dealt across the four combinations
+ROUNDS = int(os.environ.get("VERIFIER_ROUNDS", "60"))    # per build, dealt across the four combinations
 RANDOM_ROUNDS = cross_names("random_rounds")
 
 
