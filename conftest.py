@@ -13,18 +13,22 @@ from pathlib import Path
 
 import pytest
 
-#: The default suite's heaviest files (seconds of test time on 2 cores, measured 2026-11-26), run first: the two
+#: The default suite's heaviest files (seconds of test time, measured on 2 cores 2026-11-29), run first: the two
 #: xdist workers take whole files (``--dist loadfile``), and longest-first keeps one of them from running the
 #: last long file alone. Files not named keep their order after these.
-HEAVY_FIRST = ("tests/test_agreement.py",          # 169 s
-               "tests/test_notebooks.py",          # 113
-               "tests/test_runtime.py",            # 94
-               "tb/verifier/test_verifier.py",     # 84
-               "tests/test_tree_decode.py",        # 74
-               "tests/test_verifier_golden.py",    # 65
-               "tests/test_decode.py",             # 58
-               "tests/test_cli_generate.py",       # 47
-               "tests/test_emuboard.py")           # 35
+HEAVY_FIRST = ("tests/test_agreement.py",          # 75 s
+               "tests/test_cli_generate.py",       # 42
+               "tests/test_eagle.py",              # 33
+               "tests/test_tree_decode.py",        # 30
+               "tests/test_simulator.py",          # 25
+               "tb/kvpage/test_kvpage.py",         # 22
+               "tb/verifier/test_verifier.py",     # 21
+               "tests/test_runtime.py",            # 20
+               "tests/test_verifier_golden.py",    # 17
+               "tb/verifier/test_tree.py",         # 16
+               "tests/test_notebooks.py",          # 13
+               "tests/test_emuboard.py",           # 13
+               "tests/test_demo_pair.py")          # 12
 
 
 def pytest_addoption(parser):
