@@ -31,8 +31,9 @@ demo-tree: setup
 	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --tree eagle \
 	    --tree-budget 16 --max-new-tokens 48
 
-# two pytest workers (CI has 2 cores); a test file stays on one worker, builds are locked per toplevel
-PYTEST_JOBS ?= -n 2 --dist loadfile
+# two pytest workers (CI has 2 cores); a test file stays on one worker, builds are locked per toplevel; the files
+# go out in the order conftest.HEAVY_FIRST gives (xdist would order them by their number of tests)
+PYTEST_JOBS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 test: setup check-generated
 	$(PY) -m pytest -q -m "not long and not board and not vivado" $(PYTEST_JOBS) $(PYTEST_ARGS)

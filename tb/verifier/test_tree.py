@@ -32,7 +32,7 @@ from specdec.backends import simulator as harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test
 from tb.verifier.verifier_tb import TREE_RESULTS, TreeTB, emask
 
-ROUNDS = int(os.environ.get("VERIFIER_TREE_ROUNDS", "40"))    # per build, dealt across the combinations
+ROUNDS = int(os.environ.get("VERIFIER_TREE_ROUNDS", "80"))    # per build, dealt across the combinations
 ROUND_TESTS = cross_names("tree_rounds")
 
 # Rows whose running sum S_p exceeds the sum of their weights (rescale rounding), with a seed whose words

@@ -198,17 +198,16 @@ async def full_vocab(dut, stim: Stimulus):
 @pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.long), 4])
 def test_verifier(sim, waves, lanes):
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
-                waves=waves, extra_env={} if sim == "verilator" else {"VERIFIER_ROUNDS": "120"})
+                waves=waves)
 
 
 @pytest.mark.long
 @pytest.mark.icarus(only=True)
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_verifier_smoke(sim, waves, lanes):
-    """test_verifier on Icarus, fewer rounds (the default suite runs the verifier on Icarus in
-    tests/test_agreement.py)."""
+    """test_verifier on Icarus (the default suite runs the verifier on Icarus in tests/test_agreement.py)."""
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": lanes, "VOCAB_MAX": 64},
-                waves=waves, extra_env={"VERIFIER_ROUNDS": "120"})
+                waves=waves)
 
 
 @pytest.mark.long
