@@ -81,7 +81,7 @@ FLOWS = {
                      {"golden": 128, "cpp": 128, "verilator": 64, "icarus": 24}),
     # Verilator runs the whole set (the directed prefix, exhaustion, every slot's and page's queries, then
     # random operations) on the quiet bus, Icarus its first 40 operations (allocation, writes, a fork and its
-    # copy on write); under the other three stimulus combinations both run the first 40 and 12
+    # copy on write); under the other three stimulus combinations Verilator runs the first 40, Icarus the first 12
     "kvpage": Flow("kvpage", "tb.kvpage.agree_kvpage", "agree", {"PAGES": 16, "MAX_BLOCKS": 4},
                    {"golden": 600, "cpp": 600, "verilator": 60, "icarus": 6}, {"icarus": 40},
                    {"verilator": 40, "icarus": 12}),
