@@ -96,6 +96,26 @@ def test_width_mismatch_raises(gpt2_dirs, opt_dirs):
         pairs.open_pair(gpt2_dirs[0], opt_dirs[1])
 
 
+def test_a_pair_saved_with_one_tokenizer_reads_it_once(gpt2_dirs, tmp_path, monkeypatch):
+    """The GPT-2 pair's directories hold the same tokenizer files: ``open_pair`` reads them once, for the target.
+    A draft whose files differ by a byte has its own read (and compared with the target's)."""
+    from transformers import AutoTokenizer
+    reads, read = [], AutoTokenizer.from_pretrained
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
+                        lambda path, *a, **kw: reads.append(Path(path)) or read(path, *a, **kw))
+    assert models.same_tokenizer(*gpt2_dirs)
+    pair = pairs.open_pair(*gpt2_dirs)
+    assert reads == [Path(gpt2_dirs[0])] and pair.vocab == 50257
+    draft = tmp_path / "draft"
+    shutil.copytree(gpt2_dirs[1], draft)
+    config = draft / "tokenizer_config.json"
+    config.write_text(config.read_text() + "\n")
+    assert not models.same_tokenizer(gpt2_dirs[0], str(draft))
+    reads.clear()
+    pairs.open_pair(gpt2_dirs[0], str(draft))
+    assert reads == [Path(gpt2_dirs[0]), draft]
+
+
 def changed_tokenizer():
     """GPT-2's tokenizer with the ids of two tokens swapped: same size, one mapping changed."""
     from transformers import GPT2TokenizerFast

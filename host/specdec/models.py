@@ -238,10 +238,38 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no")
 
 
-def load(name: str, role: str = "model"):
+#: The files transformers reads a saved tokenizer from.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+
+
+def _tokenizer_bytes(name: str) -> dict[str, bytes] | None:
+    """The tokenizer files (:data:`TOKENIZER_FILES`) of the model ``name`` by file name, where it loads from a
+    directory here (the demo target's converted copy, the demo draft, a local directory) holding any; else None."""
+    where = _converted_dir() if name == DEMO_TARGET else _model_dir(name)
+    if where is None or not where.is_dir():
+        return None
+    try:
+        found = {f: (where / f).read_bytes() for f in TOKENIZER_FILES if (where / f).is_file()}
+    except OSError:
+        return None
+    return found or None
+
+
+def same_tokenizer(a: str, b: str) -> bool:
+    """Whether the models ``a`` and ``b`` read their tokenizers from the same bytes: two directories whose
+    tokenizer files (:data:`TOKENIZER_FILES`) are the same files, byte for byte. One tokenizer then serves both
+    (:func:`load`'s ``tokenizer``): reading GPT-2's takes transformers about 0.5 s, and a pair saved with one
+    tokenizer would read it twice only to find the two the same."""
+    files = _tokenizer_bytes(a)
+    return files is not None and files == _tokenizer_bytes(b)
+
+
+def load(name: str, role: str = "model", tokenizer=None):
     """(model, tokenizer) for a demo name, a local directory, or a hub id; the model's linear layers pick
     their kernel by rows (:func:`specdec.kernels.use_row_kernels`: a forward over a few positions costs little
-    more than over one). ``role`` (``target``, ``draft``) names the option in an error.
+    more than over one). ``role`` (``target``, ``draft``) names the option in an error. ``tokenizer``: one
+    already loaded from the same files (:func:`same_tokenizer`), returned instead of reading them again.
 
     Raises
     ------
@@ -263,7 +291,7 @@ def load(name: str, role: str = "model"):
     if path.is_dir():
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
-            tok = AutoTokenizer.from_pretrained(path)
+            tok = AutoTokenizer.from_pretrained(path) if tokenizer is None else tokenizer
         except (OSError, ValueError) as e:
             raise ModelError(f"model directory {str(path)!r} does not hold a causal LM with its tokenizer "
                              f"(config.json, weights, tokenizer files): {e}") from e

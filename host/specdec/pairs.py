@@ -57,7 +57,8 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     if head_dir is not None:
         from .eagle import load_head
         return Pair(t_lm, EagleDraft(load_head(head_dir, t_model), t_lm), t_tok, target, draft)
-    d_model, d_tok = models.load(draft, "draft")
+    # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
+    d_model, d_tok = models.load(draft, "draft", t_tok if models.same_tokenizer(target, draft) else None)
     vocab = models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
     name = draft
     if draft_vocab is not None:
