@@ -9,6 +9,7 @@ under the ``long`` marker (the default suite runs every core on Icarus in tests/
 """
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,10 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.path)).relative_to(root).as_posix()
         return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
     items.sort(key=rank)          # stable: the order within a file, and of the other files, is kept
+
+
+def pytest_collection_finish(session):
+    """Collection imported what the tests use (torch and transformers among it): hundreds of thousands of objects
+    that live as long as the worker. Frozen out of the garbage collector's sight (as
+    ``specdec.models.import_ml_stack`` does in a run), they are not walked again in every full collection."""
+    gc.freeze()

@@ -1,6 +1,7 @@
 """Model loading and pairing (``specdec.models``): tokenizer, bad inputs, KV-cache rollback."""
 from __future__ import annotations
 
+import gc
 import shutil
 from pathlib import Path
 
@@ -114,6 +115,23 @@ def test_a_pair_saved_with_one_tokenizer_reads_it_once(gpt2_dirs, tmp_path, monk
     reads.clear()
     pairs.open_pair(gpt2_dirs[0], str(draft))
     assert reads == [Path(gpt2_dirs[0]), draft]
+
+
+def test_the_ml_import_is_frozen_out_of_the_collectors_sight_and_the_collector_left_as_found():
+    """``models.import_ml_stack`` (the first model load's step) freezes what the import made, here hundreds of
+    thousands of objects (this worker has imported torch and transformers), and leaves the collector on or off
+    as the caller had it."""
+    gc.unfreeze()           # what the suite's collection froze (conftest.pytest_collection_finish)
+    try:
+        assert gc.get_freeze_count() == 0
+        models.import_ml_stack.__wrapped__()
+        assert gc.get_freeze_count() > 100_000 and gc.isenabled()
+        gc.disable()
+        models.import_ml_stack.__wrapped__()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.freeze()
 
 
 def changed_tokenizer():

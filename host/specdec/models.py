@@ -13,6 +13,7 @@ nothing on disk.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 import json
 import os
@@ -98,6 +99,36 @@ def require_ml_stack() -> None:
         raise ModelError(f"the models need {' and '.join(missing)}, which this Python cannot import: "
                          f"pip install {' '.join(missing)} (a PYNQ-Z2 has no torch wheels: record the rounds on a "
                          f"host with `specdec generate ... --record rounds.npz` and replay them with notebook 6)")
+
+
+@functools.lru_cache(maxsize=None)
+def import_ml_stack() -> None:
+    """Import torch and transformers' model and tokenizer classes, once per process, with the garbage collector
+    paused, then move what the import made out of the collector's sight (``gc.freeze``).
+
+    The import makes about 210,000 objects (modules, classes, functions) that live as long as the process. Left
+    in sight, the collector walks them during the import (0.45 s of its 4.5 s here), in every full collection
+    afterwards and once more at exit: three test files (CLI, EAGLE, trees) spent 12.8 s of their 98 s in 33 full
+    collections, and 3.2 s of 83 s with the import frozen (2026-11-29). Frozen objects are still freed by their
+    reference counts; only cyclic garbage made before this call, which the import makes little of, is never
+    collected.
+
+    Raises
+    ------
+    ModelError
+        torch or transformers cannot be imported (:func:`require_ml_stack`).
+    """
+    require_ml_stack()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (the lazy module's heavy part)
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _converted_dir() -> Path | None:
@@ -280,6 +311,7 @@ def load(name: str, role: str = "model", tokenizer=None):
     if not name:
         raise ModelError("no model given: pass a hub id, a local directory, or "
                          f"{DEMO_TARGET!r} / {DEMO_DRAFT!r}")
+    import_ml_stack()
     from .kernels import use_row_kernels
     if name == DEMO_TARGET:
         model, tok = load_demo_target()
