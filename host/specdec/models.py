@@ -300,7 +300,8 @@ def load(name: str, role: str = "model", tokenizer=None):
     """(model, tokenizer) for a demo name, a local directory, or a hub id; the model's linear layers pick
     their kernel by rows (:func:`specdec.kernels.use_row_kernels`: a forward over a few positions costs little
     more than over one). ``role`` (``target``, ``draft``) names the option in an error. ``tokenizer``: one
-    already loaded from the same files (:func:`same_tokenizer`), returned instead of reading them again.
+    already loaded from the same files (:func:`same_tokenizer`), returned instead of reading a local directory's
+    again (the demo target and hub ids read their own).
 
     Raises
     ------
