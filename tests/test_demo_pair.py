@@ -117,9 +117,9 @@ def fabric_pair(pair):
     hot = hot_head_model(pair.draft.lm.model, hot_ids(pair.tokenizer, 8192, pair.vocab)).float()
     lm = models.CausalLM(int8draft.demo_draft(hot, pair.tokenizer), "draft")
     assert lm.vocab == pair.vocab
-    # named as open_pair names it: a job's draft_vocab and draft_engine are checked against the name
+    # named as open_pair names it: a job's draft_vocab is checked against the name
     return dataclasses.replace(pair, draft=decode.ModelDraft(lm),
-                               draft_name=f"{pair.draft_name} (hot vocabulary 8192) on the int8 draft engine")
+                               draft_name=pairs.draft_name(pair.draft_name, 8192, "fabric"))
 
 
 @pytest.mark.long

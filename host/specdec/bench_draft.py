@@ -147,7 +147,7 @@ def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_voc
     fmodel = flt.draft.lm.model.float()
     qmodel = int8draft.demo_draft(fmodel, flt.tokenizer, n_calibration)
     q8 = dataclasses.replace(flt, draft=ModelDraft(models.CausalLM(qmodel, "draft")),
-                             draft_name=f"{flt.draft_name} on the int8 draft engine")
+                             draft_name=pairs.draft_name(flt.draft_name, draft_engine="fabric"))
     progress(f"models ready ({time.perf_counter() - t0:.0f} s)")
     agree = int8draft.agreement(fmodel, qmodel, flt.tokenizer,
                                 corpus.sample_passages(n_agreement, held_out=True, seed=2))

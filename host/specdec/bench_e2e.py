@@ -68,7 +68,7 @@ def assistant(pair: pairs.Pair, peers: list[hf_peers.Peer] | None) -> tuple[obje
         if name is not None:
             from .hotvocab import hot_head_model
             ids = pair.draft.head.hot_ids.numpy()
-            return hot_head_model(models.load(name)[0], ids), f"{name} (hot vocabulary {len(ids)})"
+            return hot_head_model(models.load(name)[0], ids), pairs.draft_name(name, len(ids))
     return None, None
 
 

@@ -60,16 +60,25 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
     d_model, d_tok = models.load(draft, "draft", t_tok if models.same_tokenizer(target, draft) else None)
     vocab = models.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
-    name = draft
     if draft_vocab is not None:
         from .hotvocab import hot_head_model, hot_ids
         d_model = hot_head_model(d_model, hot_ids(t_tok, draft_vocab, vocab))
-        name = f"{draft} (hot vocabulary {draft_vocab})"
     if draft_engine == "fabric":
         from .int8draft import demo_draft
         d_model = demo_draft(d_model.float(), t_tok)
-        name = f"{name} on the int8 draft engine"
-    return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target, name)
+    return Pair(t_lm, ModelDraft(models.CausalLM(d_model, "draft")), t_tok, target,
+                draft_name(draft, draft_vocab, draft_engine))
+
+
+#: How a draft's name says its hot vocabulary (:func:`draft_name`; :func:`check_serves` looks for it).
+_HOT_VOCAB = "(hot vocabulary {})"
+
+
+def draft_name(draft: str, draft_vocab: int | None = None, draft_engine: str = "host") -> str:
+    """The name a pair gives its draft model ``draft`` run with a hot vocabulary of ``draft_vocab`` tokens and on
+    ``draft_engine`` (the results report it; :func:`check_serves` reads the hot vocabulary from it)."""
+    name = draft if draft_vocab is None else f"{draft} {_HOT_VOCAB.format(draft_vocab)}"
+    return name if draft_engine == "host" else f"{name} on the int8 draft engine"
 
 
 def eagle_dir(draft: str):
@@ -162,7 +171,7 @@ def check_serves(pair: Pair, job: Job) -> None:
         raise ValueError(f"the job runs its draft on the draft engine (draft_engine 'fabric'), the pair given drafts "
                          f"with {pair.draft_name!r}, which has no int8 engine layers: give a pair whose draft "
                          "int8draft.quantize made, or no pair (the job's models are then loaded)")
-    if job.draft_vocab is not None and f"(hot vocabulary {job.draft_vocab})" not in pair.draft_name:
+    if job.draft_vocab is not None and _HOT_VOCAB.format(job.draft_vocab) not in pair.draft_name:
         raise ValueError(f"the job asks for a draft with a hot vocabulary of {job.draft_vocab}, the pair given drafts "
                          f"with {pair.draft_name!r}: give pairs.open_pair(..., draft_vocab={job.draft_vocab}), or "
                          "no pair")
