@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +68,24 @@ def test_context_length_from_the_config_file_equals_the_loaded_models(gpt2_pair,
 def test_context_length_from_a_config_file(tmp_path, text, want):
     (tmp_path / "config.json").write_text(text)
     assert models.config_context_length(str(tmp_path)) == want
+
+
+def test_the_demo_targets_config_is_read_without_importing_transformers(tmp_path):
+    """The checks before a run (the budget against the context, the vocabulary) read the demo target's converted
+    copy's config.json in a process that may never load a model (backend ``sim``: the models load inside the
+    simulation). Naming the copy imported transformers for its version, 1.5 s of every ``make demo``."""
+    snippet = (
+        "import json, sys\n"
+        "from specdec import models\n"
+        "where = models._converted_dir()\n"
+        "where.mkdir(parents=True)\n"
+        "(where / 'config.json').write_text(json.dumps({'max_position_embeddings': 8192, 'vocab_size': 49152}))\n"
+        "got = (models.config_context_length(models.DEMO_TARGET), models.config_vocab_size(models.DEMO_TARGET))\n"
+        "print(json.dumps([got, [m for m in ('transformers', 'torch') if m in sys.modules]]))\n")
+    proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, models.CACHE_ENV: str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [[8192, 49152], []]
 
 
 def test_empty_model_name_raises():
@@ -144,7 +166,6 @@ def changed_tokenizer():
 
 
 def _merges(tok) -> list[tuple[str, str]]:
-    import json
     merges = json.loads(tok.backend_tokenizer.to_str())["model"]["merges"]
     return [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -132,14 +133,15 @@ def import_ml_stack() -> None:
 
 
 def _converted_dir() -> Path | None:
-    """The directory of the demo target's converted copy, None when ``SPECDEC_CACHE=off``."""
+    """The directory of the demo target's converted copy, None when ``SPECDEC_CACHE=off``. The name holds the
+    installed transformers' version from its package metadata: importing transformers for it took 1.5 s, and a
+    ``sim`` run's own process never loads the models (its checks read the copy's config.json)."""
     require_ml_stack()
-    import transformers
     base = cache_root()
     if base is None:
         return None
     size = (smollm2_dir() / SMOLLM2_GGUF).stat().st_size
-    return base / f"{DEMO_TARGET}-f32-{size}-transformers{transformers.__version__}"
+    return base / f"{DEMO_TARGET}-f32-{size}-transformers{importlib.metadata.version('transformers')}"
 
 
 def _load_gguf():
