@@ -44,6 +44,21 @@ def test_bench_verifier_small(tmp_path):
         assert s["cycles"] == s["model_cycles"]            # hls_ref.verifier.chain_rtl_cycles
     assert res["scenarios"]["reject_0"]["n_accept"] == 0 and res["scenarios"]["all_accept"]["n_accept"] == 3
     assert res["cpu_numpy_s"] > 0
+    assert res["host"] == bench.host_info() and res["cpu"] == res["host"]["cpu"]     # numpy's peer timing: where
+
+
+def test_cpu_model_names_the_processor(tmp_path, monkeypatch):
+    """The CPU's model from cpuinfo (the benches' JSON records it beside their host timings); where cpuinfo names
+    none (an ARM board's) or cannot be read, what ``platform`` says, never an empty string."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
+    assert bench.cpu_model(info) == "AMD EPYC 7B13"
+    monkeypatch.setattr(bench.platform, "processor", lambda: "")
+    monkeypatch.setattr(bench.platform, "machine", lambda: "aarch64")
+    info.write_text("processor\t: 0\nBogoMIPS\t: 200.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd03\n")
+    assert bench.cpu_model(info) == "aarch64"
+    assert bench.cpu_model(tmp_path / "missing") == "aarch64"
 
 
 @pytest.mark.parametrize("argv,named", [(["--lanes", "3"], "--lanes 3"), (["--gamma", "0"], "--gamma 0"),

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import model_pairs
-from specdec import bench_e2e, cli, kernels, models
+from specdec import bench, bench_e2e, cli, kernels, models
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -363,6 +363,7 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert 0 <= res["rows"][1]["acceptance"] <= 1
     assert res["greedy_outputs_identical_across_gammas"] is True
     assert res["host"]["linear_kernel"] == kernels.kernel() and res["host"]["torch_threads"] >= 1
+    assert res["host"]["cpu"] == bench.cpu_model()
     # the options that change what the rows measure are recorded (draft confidence, the paged caches' block)
     assert res["draft_confidence"] is None and res["draft_vocab"] is None and res["draft_engine"] == "host"
     assert res["kv_block"] == 16 and res["hf_assistant"] == gpt2_dirs[1]

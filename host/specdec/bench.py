@@ -104,6 +104,26 @@ def numpy_round(p: np.ndarray, q: np.ndarray, draft, rng: np.random.Generator) -
     return g, int(np.searchsorted(cs, rng.random() * cs[-1], side="right"))
 
 
+def cpu_model(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
+    """The processor's model name (``model name`` in Linux's ``cpuinfo``), else what ``platform`` says (the
+    architecture at least; an ARM board's cpuinfo names no model): the benches' host timings mean little
+    without it, and ``platform.processor()`` is empty on Linux."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_info() -> dict:
+    """What every bench's JSON records of the machine it measured on: Python, the CPU count, the CPU's model."""
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "cpu": cpu_model()}
+
+
 def time_numpy(vocab: int, gamma: int, reps: int = 30, seed: int = 0) -> dict:
     """Median wall time of :func:`numpy_round` on an all-accept round (gamma + 1 target rows, gamma draft
     rows, one bonus sample: the same work as the RTL's all-accept round)."""
@@ -118,7 +138,7 @@ def time_numpy(vocab: int, gamma: int, reps: int = 30, seed: int = 0) -> dict:
         times.append(time.perf_counter() - t0)
         assert n == gamma
     return {"cpu_numpy_s": statistics.median(times[2:]), "cpu_numpy_reps": reps,
-            "cpu": platform.processor() or platform.machine(), "numpy": np.__version__}
+            "cpu": cpu_model(), "numpy": np.__version__}
 
 
 def run_rtl(core: str, test: str, sim: str, params: dict, **settings) -> dict:
@@ -200,7 +220,7 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
     if lanes == 8:
         goals["projection >= 8x numpy at L=8"] = res["speedup_vs_numpy"] >= GOALS["speedup_vs_numpy_l8"]
     res["goals_met"] = goals
-    res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    res["host"] = host_info()
     return res
 
 
@@ -288,7 +308,7 @@ def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None,
         row = hw.report(["treemask"], {"treemask": {"NODES_MAX": str(nodes_max)}})[0]
         res["resources"] = {k: row[k] for k in ("toplevel", "lut", "lutram", "ff", "carry4", "dsp", "bram36",
                                                  "lut_pct", "ff_pct", "arrival_ns", "arrival_note")}
-    res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    res["host"] = host_info()
     if out:
         Path(out).write_text(json.dumps(res, indent=2))
     return res
@@ -357,7 +377,7 @@ def kv(pages=(256, 1024), max_blocks: int = hwparams.defaults("kvpage")["MAX_BLO
         res["per_pages"][str(p)] = entry
     if decode:
         res["decode"] = kv_decode(decode_prompts, decode_tokens)
-    res["host"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    res["host"] = host_info()
     if out:
         Path(out).write_text(json.dumps(res, indent=2))
     return res

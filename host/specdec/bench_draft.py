@@ -33,6 +33,7 @@ import time
 from hwcontract import board
 
 from . import corpus, int8draft, models, pairs, runtime
+from .bench import host_info
 from .decode import ModelDraft
 
 GOALS = {"agreement": 0.98, "acceptance_gap": 0.02, "kv260_step_s": 1e-3}
@@ -188,7 +189,7 @@ def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_voc
                                    "met": fit["step_s"] <= GOALS["kv260_step_s"],
                                    "note": "the RTL's cycle model at clock_hz; weights on chip when they fit the "
                                            "KV260's engine build, else streamed (kv260_fit)"}},
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - t0, "host": host_info(),
     }
 
 

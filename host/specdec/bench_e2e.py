@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 from . import breakeven, corpus, kernels, models, pairs, peers as hf_peers, runtime
+from .bench import host_info
 from .builds import CORE_PARAMS
 from .decode import ADAPTIVE_GAMMAS, ModelDraft, Sampling, eos_ids
 from .eagle import EagleDraft
@@ -206,9 +206,7 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
            "bench_wall_s": time.time() - t0,
            "greedy_outputs_identical_across_gammas": same if job.sampling.greedy else None,
            "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None,
-           "host": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "cpu": platform.processor() or platform.machine(),
-                    "torch_threads": _torch_threads(), "linear_kernel": kernels.kernel()}}
+           "host": {**host_info(), "torch_threads": _torch_threads(), "linear_kernel": kernels.kernel()}}
     if spec_rows and any(r["gamma"] == 0 for r in rows):
         if breakeven.drafted(rows):
             res["breakeven"] = breakeven.report(rows, CORE_PARAMS["GAMMA_MAX"])
