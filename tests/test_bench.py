@@ -44,7 +44,7 @@ def test_bench_verifier_small(tmp_path):
         assert s["cycles"] == s["model_cycles"]            # hls_ref.verifier.chain_rtl_cycles
     assert res["scenarios"]["reject_0"]["n_accept"] == 0 and res["scenarios"]["all_accept"]["n_accept"] == 3
     assert res["cpu_numpy_s"] > 0
-    assert res["host"] == bench.host_info() and res["cpu"] == res["host"]["cpu"]     # where the numpy peer ran
+    assert res["host"] == bench.host_info()                  # where the numpy peer ran (its CPU: host.cpu)
 
 
 def test_cpu_model_names_the_processor(tmp_path, monkeypatch):

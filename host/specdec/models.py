@@ -211,6 +211,12 @@ def _model_dir(name: str) -> Path:
     return MODELS_DIR / name if name == DEMO_DRAFT else Path(name).expanduser()
 
 
+def _saved_dir(name: str) -> Path | None:
+    """The directory the model ``name`` loads its saved files from here: the demo target's converted copy (None
+    when ``SPECDEC_CACHE=off``), else :func:`_model_dir`. It need not exist (a copy not made yet, a hub id)."""
+    return _converted_dir() if name == DEMO_TARGET else _model_dir(name)
+
+
 def _path_like(name: str) -> bool:
     """Whether ``name`` can only be a path: a hub id is ``name`` or ``owner/name``, never absolute, never from
     ``.`` or ``~``."""
@@ -279,7 +285,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 def _tokenizer_bytes(name: str) -> dict[str, bytes] | None:
     """The tokenizer files (:data:`TOKENIZER_FILES`) of the model ``name`` by file name, where it loads from a
     directory here (the demo target's converted copy, the demo draft, a local directory) holding any; else None."""
-    where = _converted_dir() if name == DEMO_TARGET else _model_dir(name)
+    where = _saved_dir(name)
     if where is None or not where.is_dir():
         return None
     try:
@@ -383,7 +389,7 @@ def _saved_config_int(name: str, keys: tuple[str, ...]) -> int | None:
     through transformers, so a run whose models load elsewhere (backend ``sim``: inside the simulation) never
     imports torch for it. None where only loading the model tells (the demo target before its first conversion,
     a hub id, a config without the key or that cannot be read)."""
-    where = _converted_dir() if name == DEMO_TARGET else _model_dir(name)
+    where = _saved_dir(name)
     if where is None or not (where / "config.json").is_file():
         return None
     try:
