@@ -13,7 +13,6 @@ from myhdl import block
 
 from hwcontract.regmap import KV_SLOTS
 
-from . import draftengine as de_mod
 from . import rng as rng_mod
 from . import system as system_mod
 

@@ -127,7 +127,7 @@ def harness_verilog(verilog: str, top: str, clock: str = CLOCK) -> tuple[str, st
         f"reg [{n_out - 1}:0] misr;",
         f"wire [{n_out - 1}:0] o;",
         "always @(posedge clk) begin",
-        f"    sin <= {{sin, din}};" if n_in > 1 else "    sin <= din;",
+        "    sin <= {sin, din};" if n_in > 1 else "    sin <= din;",
         "    oq <= o;",
         f"    misr <= {{misr[{n_out - 2}:0], 1'b0}} ^ oq;" if n_out > 1 else "    misr <= misr ^ oq;",
         "end",

@@ -632,7 +632,6 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     cbusy, cstall = (Signal(intbv(0)[32:]) for _ in range(2))
     beat = Signal(bool(0))
     take = Signal(bool(0))
-    jbase = Signal(intbv(0)[18:])
     # tree mode
     tree = Signal(bool(0))
     n_nodes = Signal(intbv(0)[7:])      # NODES latched at START

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 ACCESS_KINDS = ("ro", "rw", "pulse")

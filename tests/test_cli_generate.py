@@ -282,7 +282,7 @@ def test_a_model_path_that_names_no_directory_exits_2_before_anything_loads(back
     afile.write_bytes(b"")
     assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--target", str(afile),
                       "--draft", "prompt-lookup"]) == 2
-    assert f"--target must be a hub id or a model directory" in capsys.readouterr().err
+    assert "--target must be a hub id or a model directory" in capsys.readouterr().err
     monkeypatch.setenv("HOME", str(tmp_path))
     assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", "~/no-such-model"]) == 2
     assert f"no such directory: {missing}" in capsys.readouterr().err      # ~ is the user's home

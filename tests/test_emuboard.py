@@ -178,7 +178,7 @@ def test_hash_mismatch_is_refused(kv260):
     id_offset, honest = model.cmap.reg("ID").offset, model.read
     model.read = lambda off: honest(off) ^ 1 if off == id_offset else honest(off)
     with pytest.raises(HardwareMismatch, match=f"{model.cmap.map_hash() ^ 1:#010x}"):
-        ol.verifier
+        _ = ol.verifier
     model.read = honest
     assert isinstance(ol.verifier, Verifier)
 

@@ -7,6 +7,9 @@ Checked on the import statements of every module (top-level and function-local i
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +87,13 @@ def test_product_code_keeps_to_python_310():
         bad += [f"{p.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_note"]
     assert not bad, f"call specdec.errors.add_note(error, note) instead of error.add_note(note): {bad}"
+
+
+def test_pyflakes_clean():
+    """No unused or undefined names, no unused imports and no placeholder-less f-strings anywhere in the tree
+    (ruff's pyflakes rules, pyproject.toml's ``[tool.ruff.lint]``; .gitignore'd paths such as build/ are skipped)."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    assert ruff, "ruff is not installed: `make setup` installs it (scripts/requirements-base.txt)"
+    r = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

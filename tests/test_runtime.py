@@ -310,7 +310,7 @@ def handmade() -> list[Generation]:
 
 def test_round_takes_named_fields_only():
     with pytest.raises(TypeError):
-        Round(2, 1, 2, 2, 0.1)      # noqa: the positional form is refused
+        Round(2, 1, 2, 2, 0.1)      # the positional form is refused
 
 
 def test_summarize_fields():

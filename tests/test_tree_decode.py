@@ -13,7 +13,7 @@ import pytest
 
 import model_pairs
 from specdec import decode, runtime, tree
-from specdec.decode import GenConfig, Sampling
+from specdec.decode import GenConfig
 from specdec.errors import CoreError, OptionError
 from specdec.job import TreeSpec
 

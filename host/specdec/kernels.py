@@ -68,6 +68,10 @@ import platform
 import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:       # imported where used: importing this module must not load torch
+    import torch
 
 #: Rows up to which :func:`linear` uses rowgemm (the table above: it loses to MKL from about 40 rows).
 ROWGEMM_ROWS_MAX = 32
@@ -134,8 +138,8 @@ class BlockQ8:
     quarter of the float32 bytes for the same products bit for bit (an int8 code times a scale with at most 11
     significant bits is exact in float32), or multiplies its float32 copy."""
 
-    codes: "torch.Tensor"
-    scales: "torch.Tensor"
+    codes: torch.Tensor
+    scales: torch.Tensor
 
     def __post_init__(self) -> None:
         # rowgemm_q8 reads both by these shapes: anything else would read out of bounds
