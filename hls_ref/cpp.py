@@ -338,7 +338,7 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
         raise ValueError(f"the round needed more rows than given (p: {p_arr.shape[0]}, q: {q_arr.shape[0]})")
     if rc != 0:
         raise ValueError(f"bad arguments: lanes={lanes}, vocab_max={vocab_max}, gamma_max={gamma_max}")
-    return {k: int(v) for k, v in zip(VERIFIER_FIELDS, result)}
+    return {k: int(v) for k, v in zip(VERIFIER_FIELDS, result, strict=True)}
 
 
 #: Keys of :func:`verifier_tree_round`'s result: :data:`VERIFIER_FIELDS`, then the ``TREE_RESULT`` register
@@ -403,7 +403,7 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
         raise ValueError(f"the round needed the row of a node past the {r_arr.shape[0]} rows given")
     if rc != 0:
         raise ValueError(f"bad arguments: lanes={lanes}, vocab_max={vocab_max}, tree_max={tree_max}")
-    return {k: int(v) for k, v in zip(VERIFIER_TREE_FIELDS, result)}
+    return {k: int(v) for k, v in zip(VERIFIER_TREE_FIELDS, result, strict=True)}
 
 
 def verifier_tables() -> tuple[np.ndarray, np.ndarray]:
@@ -485,7 +485,7 @@ def treemask_words(parents, nodes_max: int = TREE_MAX_NODES) -> tuple[list[int],
     out = np.zeros(2 * nregs * per, dtype=np.uint64)
     result = np.zeros(len(TREEMASK_FIELDS), dtype=np.uint32)
     lib.treemask_run(n, u32_ptr(regs), nodes_max, out.ctypes.data_as(_u64p), u32_ptr(result))
-    res = dict(zip(TREEMASK_FIELDS, (int(v) for v in result)))
+    res = dict(zip(TREEMASK_FIELDS, (int(v) for v in result), strict=True))
     words = [int(out[2 * k]) | (int(out[2 * k + 1]) << 64) for k in range(res["rows"])]
     return words, res
 

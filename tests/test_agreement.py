@@ -390,7 +390,7 @@ def test_verifier_sets_cover():
     b = flow.build()
     rounds = vectors.chain_set(SEED, flow.counts["golden"], vocab_max=b["VOCAB_MAX"], gamma_max=b["GAMMA_MAX"])
     kinds = [(r.greedy, w["err"] != 0, w["n_accept"] == r.gamma)
-             for r, w in zip(rounds, (chain_expected(r, b) for r in rounds))]
+             for r, w in zip(rounds, (chain_expected(r, b) for r in rounds), strict=True)]
     for greedy in (True, False):
         assert {(greedy, False, True), (greedy, False, False)} <= set(kinds), kinds
         assert {(greedy, False, True), (greedy, False, False)} <= set(kinds[:flow.counts["icarus"] * 2])

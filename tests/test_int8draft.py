@@ -178,7 +178,7 @@ def test_bind_places_the_largest_matrices_and_streams_the_rest_through_the_windo
     outs = [mod(x) for mod in model]                        # each matrix on the golden model, nothing bound
     big = runtime.golden_draftengine({"WDEPTH": 4096, "PDEPTH": 256})
     assert not int8draft.bind(model, big)["streamed"]
-    assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs))
+    assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs, strict=True))
     eng = runtime.golden_draftengine({"WDEPTH": 1536, "PDEPTH": 256})     # 2,048 beats do not fit
     report = int8draft.bind(model, eng)
     # the head (1,024) leaves 512 >= 256 for the rest: placed; one 256-beat layer more leaves 256: placed;
@@ -186,7 +186,7 @@ def test_bind_places_the_largest_matrices_and_streams_the_rest_through_the_windo
     assert (report["streamed"], report["streamed_weight_beats"], report["loads"]) == (True, 3 * 256, 3)
     assert eng.free() == (1536 - 1024 - 256, 256 - 128 - 32)
     eng.streamed_beats = 0
-    assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs))
+    assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs, strict=True))
     assert eng.streamed_beats == 3 * 256                                # each streamed matrix loaded once a step
     with pytest.raises(SpecdecError, match="into its window"):      # a placement after the streamed layers
         eng.place(np.zeros((8, 64), np.int64), np.zeros(8, np.int64), np.ones(8, np.int64), np.zeros(8, np.int64))

@@ -48,7 +48,7 @@ def test_replay_on_a_fresh_verifier_takes_every_recorded_decision(recorded, kind
             per_prompt.append([])
         else:
             per_prompt[-1] += next(it)
-    for got, g in zip(per_prompt, res["generations"]):
+    for got, g in zip(per_prompt, res["generations"], strict=True):
         assert got[:len(g["tokens"])] == g["tokens"]                    # the text the board would emit
     assert rec.info["texts"] == [g["text"] for g in res["generations"]]
     if kind == "tree":

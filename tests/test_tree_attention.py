@@ -98,7 +98,7 @@ def test_incremental_equals_one_shot(family_models, family):
         cols = order + level
         out = lm.forward_tree([tree.tokens[v] for v in level], mask[np.ix_(level, cols)], depth[level])
         order = cols
-        for v, row in zip(level, out):
+        for v, row in zip(level, out, strict=True):
             assert_close(row, one_shot[v], f"{family} level {d} node {v}")
     assert lm.pending == tree.n
     leaf = max(range(tree.n), key=lambda v: (len(tree.path_to(v)), v))

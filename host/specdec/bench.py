@@ -412,7 +412,7 @@ def kv_decode(n_prompts: int = 2, tokens: int = 32) -> dict:
             "ops": paged["kv"]["ops"], "op_cycles": paged["kv"]["op_cycles"],
             "free_pages_after": paged["kv"]["free_pages_after"],
             "identical_to_dense_cache": all(a["tokens"] == b["tokens"] for a, b in
-                                            zip(paged["generations"], dense["generations"])),
+                                            zip(paged["generations"], dense["generations"], strict=True)),
             "wall_s_paged": paged_s, "wall_s_dense": dense_s}
     return out
 

@@ -257,7 +257,7 @@ def peer_rows(outs: dict, ours: list[list[int]], base: float, greedy: bool) -> l
         tps = n_tok / wall if wall else 0.0
         rows.append({"name": name, "tokens_per_s": tps, "speedup": tps / base if base else None,
                      "new_tokens": n_tok, "wall_s": wall,
-                     "identical": all(t == o for (t, _), o in zip(runs, ours)) if greedy else None})
+                     "identical": all(t == o for (t, _), o in zip(runs, ours, strict=True)) if greedy else None})
     return rows
 
 

@@ -112,7 +112,7 @@ class VerifierTB(AxilTB):
         raise AssertionError("round never stopped")
 
     async def results(self) -> dict:
-        return {f: await self.read(r) for f, r in zip(FIELDS, RESULTS)}
+        return {f: await self.read(r) for f, r in zip(FIELDS, RESULTS, strict=True)}
 
     def _tally(self, p, q, draft, greedy, inv_temp, want) -> None:
         """Count the paths a round took (coverage of the test set)."""
@@ -235,7 +235,7 @@ class TreeTB(VerifierTB):
         raise AssertionError(f"the row at depth {depth} was never decided")
 
     async def tree_results(self) -> dict:
-        return {f: await self.read(r) for f, r in zip(TREE_FIELDS, TREE_RESULTS)}
+        return {f: await self.read(r) for f, r in zip(TREE_FIELDS, TREE_RESULTS, strict=True)}
 
     async def run_tree(self, rows, parents, tokens, greedy, inv_temp, check=True) -> dict:
         """One tree round as a host streams it; every result register against ``verify_tree``."""

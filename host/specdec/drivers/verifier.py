@@ -59,7 +59,7 @@ class Result:
 
 # result field -> its register: the map's RESULT and COUNTERS groups (Result declares the same fields, in order)
 _GROUPS = [core("verifier").group(g) for g in ("RESULT", "COUNTERS")]
-_RESULTS = {f: r for g in _GROUPS for f, r in zip(g.fields, g.registers)}
+_RESULTS = {f: r for g in _GROUPS for f, r in zip(g.fields, g.registers, strict=True)}
 
 
 @dataclass(frozen=True)
