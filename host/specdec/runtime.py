@@ -154,11 +154,6 @@ def pynq_overlay(bitstream: str | os.PathLike | None = None, device=None) -> Spe
     return SpecdecOverlay(path, device=device)
 
 
-def pynq_verifier(bitstream: str | os.PathLike | None = None, device=None) -> Verifier:
-    """The verifier on a board (backend ``pynq``): the overlay's driver with its DMA row stream."""
-    return pynq_cores(bitstream, device).verifier
-
-
 def pynq_cores(bitstream: str | os.PathLike | None = None, device=None) -> Cores:
     """The verifier, the treemask core and the kvpage core on a board (backend ``pynq``, see
     :func:`pynq_overlay`), the first two with their DMA channels; None for a core the overlay lacks."""

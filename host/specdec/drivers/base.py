@@ -52,7 +52,6 @@ class SpecdecIP(DefaultIP):
         super().__init__(description)
         self.cmap = core(self.core_name)
         self._status = self.cmap.reg("STATUS")
-        self._ctrl = self.cmap.reg("CTRL")
         #: Whether :meth:`seed` loaded the RNG state through this driver (cores with an RNG).
         self.seeded = False
         hw_id = self.read_reg("ID")
