@@ -1,4 +1,5 @@
-"""``specdec bench kv``: runs end to end on a small build (no synthesis, no decode) and rejects bad input."""
+"""``specdec bench kv``: runs end to end on a small build (no synthesis, no decode) and rejects bad input; its
+decode part (the demo pair on paged and dense caches) under ``long``."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,7 @@ import json
 import pytest
 
 from hls_ref import kvpage as golden
+from specdec.bench import kv_decode
 from specdec.cli import main
 
 
@@ -28,3 +30,16 @@ def test_bench_kv_small(tmp_path):
 def test_bench_kv_bad_input(argv, capsys):
     assert main(["bench", "kv", "--no-synth", "--no-decode", *argv]) == 2
     assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.long
+@pytest.mark.ml
+def test_bench_kv_decode():
+    """The bench's decodes (chain and EAGLE-2 tree) report the paged caches' pages and operations, and the
+    same tokens as the dense caches."""
+    res = kv_decode(1, 8)
+    assert set(res) == {"chain gamma 4", "eagle-16"}
+    for label, r in res.items():
+        assert r["identical_to_dense_cache"], label
+        assert r["kv_ops_per_round"] > 0 and r["ops"]["COMMIT"] > 0, (label, r["ops"])
+    assert res["eagle-16"]["ops"]["FORK"] > 0          # the tree branches its sequence
