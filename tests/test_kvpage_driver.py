@@ -7,7 +7,7 @@ import pytest
 
 from specdec import errors
 from specdec.drivers import KVPageError
-from specdec.pagetable import PagedKV
+from specdec.pagetable import PagedKV, PageTableMismatch
 from tb.kvpage.driver_checks import check_kvpage_driver, golden_driver
 
 
@@ -95,3 +95,63 @@ def test_an_error_left_by_raw_register_traffic_is_not_blamed_on_the_next_operati
     assert kv.live() == ([seq], []) and kv.new() == seq + 1
     with pytest.raises(ValueError, match=r"expected the branches' slots \(an iterable of ints\), got 3"):
         kv.rollback(3)
+
+
+def _table_after_a_round(block: int = 2) -> PagedKV:
+    """A page table after a prompt, a branch written past a shared page (copy on write), a commit and a new
+    branch with rows of its own."""
+    table = PagedKV(golden_driver(16, 8), block=block)
+    table.reserve(5)                    # rows 0..2
+    table.rollback(5)                   # committed
+    table.reserve(8)                    # row 2 written again (shared: copied), row 3 new
+    table.rollback(6)
+    table.reserve(7)
+    return table
+
+
+def test_page_table_mirror_check():
+    """``check()`` finds the host's mirror equal to the core's answers (INFO and TRANSLATE of every row), and
+    names the first difference once the mirror is wrong: a row's page, a row count."""
+    table = _table_after_a_round()
+    assert table.ops["copy"] >= 1 and table.branch is not None
+    table.check()
+    seq, branch = table.seq, table.branch
+    table.branch_rows[1] ^= 1
+    with pytest.raises(PageTableMismatch, match=rf"row 1 of slot {branch} is page {table.branch_rows[1] ^ 1}, "
+                                                rf"the host mirror says {table.branch_rows[1]}"):
+        table.check()
+    table.branch_rows[1] ^= 1
+    table.seq_rows.append(0)
+    with pytest.raises(PageTableMismatch, match=rf"slot {seq} has 3 rows, the host mirror 4"):
+        table.check()
+
+
+def _lying(table: PagedKV, monkeypatch, answer) -> None:
+    """The table's WRITEs answered by ``answer(slot, row, page, src)`` from the core's true (page, src)."""
+    honest = table.kv.write_row
+    monkeypatch.setattr(table.kv, "write_row", lambda slot, row: answer(slot, row, *honest(slot, row)))
+
+
+def test_page_table_refuses_an_append_answered_as_a_copy(monkeypatch):
+    table = PagedKV(golden_driver(16, 8), block=2)
+    _lying(table, monkeypatch, lambda slot, row, page, src: (page, 0))
+    with pytest.raises(PageTableMismatch, match="append of row 0 answered a copy from page 0"):
+        table.reserve(1)
+
+
+@pytest.mark.parametrize("lie, words", [
+    ("page", r"row 1 of slot \d+ is page {wrong}, the host mirror says {shared}"),
+    ("source", r"copy on write of row 1 from page {wrong}, the host mirror says the row was page {shared}"),
+], ids=["page", "source"])
+def test_page_table_refuses_answers_that_contradict_its_mirror(lie, words, monkeypatch):
+    """Writing a row the branch shares with its sequence: a core answering another page without a copy, or a
+    copy from another page than the row's, is refused naming both pages."""
+    table = PagedKV(golden_driver(16, 8), block=2)
+    table.reserve(3)                        # rows 0 and 1, the second half full
+    table.rollback(3)                       # committed: the next branch shares row 1
+    shared = table.seq_rows[1]
+    wrong = shared + 1
+    _lying(table, monkeypatch, lambda slot, row, page, src:
+           (wrong, None) if lie == "page" else (page, wrong))
+    with pytest.raises(PageTableMismatch, match=words.format(wrong=wrong, shared=shared)):
+        table.reserve(4)
