@@ -1,5 +1,6 @@
 """``specdec bench draft``: the projection's arithmetic on the demo draft's shapes, and bad options refused
-before any model loads (the measured run itself is the bench: bench/results/draft_demo.json)."""
+before any model loads (the measured run itself is the bench: bench/results/draft_demo.json; a short run of
+the whole bench under ``long``)."""
 from __future__ import annotations
 
 import pytest
@@ -103,3 +104,27 @@ def test_bad_options_exit_2_before_any_model_loads(extra, message, monkeypatch, 
         raise SystemExit(code)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.long
+@pytest.mark.ml
+def test_bench_runs_small_and_reproduces_the_committed_hardware_figures(tmp_path, capsys):
+    """The whole bench on one short prompt: the hardware figures (the cycle model on the demo draft's
+    layers, synthesis, the KV260 fit and the per-board projection) equal those of the committed run
+    (bench/results/draft_demo.json), which depend on no prompt; every goal's verdict follows its value."""
+    import json
+    from pathlib import Path
+    out = tmp_path / "draft.json"
+    assert cli.main(["bench", "draft", "--n-prompts", "1", "--max-new-tokens", "8", "--gamma", "2",
+                     "--n-agreement", "2", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    committed = json.loads((Path(__file__).resolve().parents[1] / "bench/results/draft_demo.json").read_text())
+    for key in ("cycles_per_token", "lut", "dsp", "bram36", "clock_hz", "projected_step_s", "kv260_fit", "layers"):
+        assert res[key] == committed[key], key
+    g = res["goals"]
+    assert g["agreement"]["met"] == (res["int8_vs_float_agreement"] >= g["agreement"]["goal"])
+    assert g["acceptance_gap"]["met"] == (g["acceptance_gap"]["value"] <= g["acceptance_gap"]["goal"])
+    assert g["kv260_step_s"]["met"] == (g["kv260_step_s"]["value"] <= g["kv260_step_s"]["goal"])
+    text = capsys.readouterr().out
+    assert f"{res['cycles_per_token']} cycles per token" in text
+    assert f"KV260 {res['projected_step_s']['kv260'] * 1e3:.3f} ms" in text
