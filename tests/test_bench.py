@@ -71,3 +71,22 @@ def test_bench_verifier_bad_input(argv, named, capsys):
     assert main(["bench", "verifier", "--no-synth", *argv]) == 2
     err = capsys.readouterr().err
     assert f"specdec: error: {named}" in err, err
+
+
+@pytest.mark.long
+def test_bench_verifier_small_with_synthesis(tmp_path, capsys):
+    """The synthesis half of the bench (yosys on the same build): resources and the logic-only clock in the
+    JSON, the projection at that clock, the goals that need them, and their line in the summary."""
+    out = tmp_path / "b.json"
+    assert main(["bench", "verifier", "--vocab", "64", "--gamma", "3", "--lanes", "4", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["lut"] > 0 and res["dsp"] > 0 and res["bram36"] >= 0 and 0 < res["arrival_ns"]
+    assert res["fmax_logic_only_hz"] == pytest.approx(1e9 / res["arrival_ns"])
+    logic = res["projection"]["logic_only"]
+    assert logic["clock_hz"] == pytest.approx(res["fmax_logic_only_hz"])
+    assert logic["positions_per_s"] <= res["positions_per_round"] * logic["clock_hz"] / res["cycles"] * (1 + 1e-9)
+    goals, limit = res["goals_met"], bench.GOALS
+    assert goals["arrival <= 4.0 ns"] == (res["arrival_ns"] <= limit["arrival_ns"])
+    assert goals["lut <= 15%"] == (res["lut_pct"] <= limit["lut_pct"])
+    assert goals["bram36 <= 35%"] == (res["bram_pct"] <= limit["bram_pct"])
+    assert f"yosys: {res['lut']} LUT" in capsys.readouterr().out
