@@ -37,6 +37,7 @@ from hwcontract.formats import (EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE,
                                 integers_in, rng_uniform, temper)
 from hwcontract.formats import weights as _weights
 from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, integer
+from hwcontract.tree import check_field_widths
 
 NEG_INF = LOGIT_NEG_INF
 
@@ -466,8 +467,7 @@ def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, la
     if len(parents) > TREE_MAX_NODES + 1:
         raise ValueError(f"a tree register set holds at most {TREE_MAX_NODES} nodes ({TREE_MAX_NODES + 1} to test "
                          f"BAD_TREE), got {len(parents)}")
-    if any(not 0 <= p <= 0xFF for p in parents[1:]) or any(not 0 <= t <= 0xFFFF for t in tokens[1:]):
-        raise ValueError("tree parents must fit 8 bits and tokens 16 bits")
+    check_field_widths(parents, tokens)
     first = None
     if parents:
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 
-from hwcontract.regmap import TREE_MAX_NODES
+from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS
 
 
 def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
@@ -32,3 +32,14 @@ def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
         if not 0 <= p < i:
             raise ValueError(f"node {i} has parent {p}: a parent must be a node before it (0..{i - 1})")
     return parents
+
+
+def check_field_widths(parents, tokens) -> None:
+    """ValueError unless every node's parent fits its ``TREE_PARENT_BITS``-bit register field and its token its
+    ``TREE_TOKEN_BITS``-bit field, naming the first node that does not (the root's entries, which the cores
+    ignore, are not checked). ``parents`` and ``tokens``: sequences of ints."""
+    for what, vals, bits in (("parent", parents, TREE_PARENT_BITS), ("token", tokens, TREE_TOKEN_BITS)):
+        top = (1 << bits) - 1
+        bad = next((i for i, x in enumerate(vals) if i and not 0 <= x <= top), None)
+        if bad is not None:
+            raise ValueError(f"tree {what}s must fit {bits} bits (0..{top}): node {bad}'s {what} is {vals[bad]}")

@@ -187,6 +187,40 @@ def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():
     assert drv.verify_tree(np.array([-1, 0, 0]), np.array([1, 2, 3], np.uint16), p, greedy=True).tokens
 
 
+@pytest.mark.parametrize("parents, tokens, rows, words", [
+    ([[-1, 0, 0]], [1, 2, 3], 3, r"tree parents must be a flat sequence, got shape \(1, 3\)$"),
+    ([-1, 0, 0], [1, [2], 3], 3, r"tree tokens must be a flat sequence, got shape \(3,\) with nested entries"),
+    (5, [1], 1, r"tree parents must be a flat sequence, got shape \(\)"),
+    ([-1, 0, 0], [1, 2], 3, r"a tree needs one token per node: 3 parents, 2 tokens"),
+    ([-1, 0, 256], [1, 2, 3], 3, r"tree parents must fit 8 bits \(0..255\): node 2's parent is 256"),
+    ([-1, 0, 0], [1, 2, 1 << 16], 3, r"tree tokens must fit 16 bits \(0..65535\): node 2's token is 65536"),
+    ([-1, 0, 0], [1, 2, 3], 2, r"p_logits must have shape \(N, V\) = \(3, V >= 1\) for a tree of N = 3 nodes, "
+                               r"got \(2, 40\)"),
+], ids=["2-D parents", "nested token", "a number", "lengths", "parent over 8 bits", "token over 16 bits", "rows"])
+def test_malformed_trees_are_refused_before_the_core(parents, tokens, rows, words):
+    """Each malformed tree or row block is named before anything reaches the core, which then verifies the
+    next good tree."""
+    drv, _ = golden_verifier(4, 64, 16)
+    p = np.random.default_rng(6).normal(0, 1, (3, 40))
+    with pytest.raises(ValueError, match=words):
+        drv.verify_tree(parents, tokens, p[:rows], greedy=True)
+    assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]    # nothing reached the core
+    assert drv.verify_tree([-1, 0, 0], [1, 2, 3], p, greedy=True).tokens
+
+
+def test_integer_codes_outside_int16_are_refused_naming_the_entry():
+    """Rows given as integer logit codes must fit the 16-bit code: a wider one is named (row, column, value)
+    rather than wrapped."""
+    drv, _ = golden_verifier(4, 64, 16)
+    p = np.zeros((2, 8), dtype=np.int32)
+    p[1, 6] = 1 << 15
+    with pytest.raises(ValueError, match=r"p_logits\[1, 6\] = 32768 in .*must fit int16 \(-32768..32767\)"):
+        drv.verify([1], p, greedy=True)
+    assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]
+    p[1, 6] = (1 << 15) - 1
+    assert drv.verify([1], p, greedy=True).tokens
+
+
 def test_durations_are_not_taken_as_logit_codes_or_token_ids():
     """numpy files timedelta64 under its integers: such logits were verified as codes and such draft tokens or
     tree nodes taken as ids. Refused before the core, naming the dtype."""

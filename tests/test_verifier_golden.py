@@ -575,3 +575,15 @@ def test_tree_accept_bits_register_width():
     d = v.verify_tree(rows, [0] + list(range(n - 1)), [0] + [3] * (n - 1), greedy=True, inv_temp=256,
                       words=None, lanes=4)
     assert d.n_accept == 40 and d.accept_bits == 0xFFFFFFFF and d.path == ((1 << 41) - 2) and d.node == 40
+
+
+@pytest.mark.parametrize("parents, tokens, words", [
+    ([-1, 0, 256], [0, 1, 2], r"tree parents must fit 8 bits \(0..255\): node 2's parent is 256"),
+    ([-1, 0, 0], [0, -1, 2], r"tree tokens must fit 16 bits \(0..65535\): node 1's token is -1"),
+])
+def test_tree_fields_that_do_not_fit_their_registers_are_named(parents, tokens, words):
+    """The golden model names the node whose parent or token does not fit its register field (the root's
+    entries are ignored, as the core ignores them)."""
+    rows = np.zeros((3, 8), dtype=np.int16)
+    with pytest.raises(ValueError, match=words):
+        v.verify_tree(rows, parents, tokens, greedy=True, inv_temp=256, words=[], lanes=4, vocab_max=64)

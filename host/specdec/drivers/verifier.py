@@ -28,6 +28,7 @@ from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
 from hwcontract.formats import LOGIT_NEG_INF
 from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core
+from hwcontract.tree import check_field_widths
 from .base import SpecdecIP, vlnv
 from .verifier_errors import RoundInputs, VerifierError, check_logits, draft_row, node_row, reason, target_row
 
@@ -393,10 +394,13 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
+        for name, given in (("parents", parents), ("tokens", tokens)):
+            # what was given, before the root's entry is replaced (which would turn [[...]] into one node)
+            a = given if isinstance(given, np.ndarray) else np.asarray(given, dtype=object)
+            if a.ndim != 1 or (a.dtype == object and any(np.ndim(x) for x in a)):
+                raise ValueError(f"tree {name} must be a flat sequence, got shape {a.shape}"
+                                 + (" with nested entries" if a.ndim == 1 else ""))
         arrays = {"parents": np.asarray(_root_ignored(parents)), "tokens": np.asarray(_root_ignored(tokens))}
-        for name, a in arrays.items():
-            if a.ndim > 1:
-                raise ValueError(f"tree {name} must be a flat sequence, got shape {a.shape}")
         arrays = {name: a.ravel() for name, a in arrays.items()}
         for (name, a), given in zip(arrays.items(), (parents, tokens)):
             if a.size and not integer_dtype(a.dtype):
@@ -405,10 +409,7 @@ class Verifier(SpecdecIP):
         n = len(par)
         if len(tok) != n:
             raise ValueError(f"a tree needs one token per node: {n} parents, {len(tok)} tokens")
-        if any(not 0 <= x <= 0xFF for x in par[1:]):
-            raise ValueError(f"tree parents must fit 8 bits (0..255), got {par}")
-        if any(not 0 <= x <= 0xFFFF for x in tok[1:]):
-            raise ValueError(f"tree tokens must fit 16 bits, got {tok}")
+        check_field_widths(par, tok)
         p = np.asarray(p_logits)
         if p.ndim != 2 or p.shape[0] != n or p.shape[1] == 0:
             raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for a tree of N = {n} nodes, "
