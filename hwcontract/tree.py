@@ -7,8 +7,30 @@ parent that comes before it (``0 <= parent[i] < i``), so node order is a topolog
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable, Mapping, Set
+
+import numpy as np
 
 from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS
+
+
+def flat_entries(name: str, given) -> list:
+    """A tree's ``given`` parents or tokens (any iterable, or a 1-D array) as a list; ValueError naming what was
+    given when it is no sequence or a nested one (``[[-1, 0, 0]]`` is not a tree of three nodes: taken as a list,
+    its one entry would be read as a one-node tree)."""
+    if isinstance(given, np.ndarray):
+        if given.ndim != 1:
+            raise ValueError(f"tree {name} must be a flat sequence, got an array of shape {given.shape}")
+        return given.tolist()
+    if isinstance(given, (str, bytes, Mapping, Set)) or not isinstance(given, Iterable):     # no order, or no entries
+        raise ValueError(f"tree {name} must be a flat sequence of integers, got {given!r}")
+    entries = list(given)
+    nested = next((i for i, x in enumerate(entries) if isinstance(x, (list, tuple, set, dict))
+                   or (isinstance(x, np.ndarray) and x.ndim)), None)
+    if nested is not None:
+        raise ValueError(f"tree {name} must be a flat sequence, got the nested entry {entries[nested]!r} at node "
+                         f"{nested}")
+    return entries
 
 
 def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:

@@ -35,6 +35,26 @@ def test_cycles_and_error_recovery_on_golden():
     assert mask.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]] and depth.tolist() == [0, 1, 2, 2]
 
 
+@pytest.mark.parametrize("parents, words", [
+    ([[-1, 0, 0]], r"flat sequence, got the nested entry \[-1, 0, 0\] at node 0"),
+    (np.array([[-1, 0, 0]]), r"flat sequence, got an array of shape \(1, 3\)"),
+    ([-1, [0], 0], r"flat sequence, got the nested entry \[0\] at node 1"),
+    (5, r"flat sequence of integers, got 5"),
+    ("abc", r"flat sequence of integers, got 'abc'"),
+    ({0: -1, 1: 0}, r"flat sequence of integers, got \{0: -1, 1: 0\}"),
+], ids=["nested", "2-D array", "nested entry", "a number", "a string", "a dict"])
+def test_parents_that_are_no_flat_sequence_are_refused_before_the_core(parents, words):
+    """``[[-1, 0, 0]]`` had been taken as a one-node tree (its one entry the root's, ignored) and answered with
+    a 1 x 1 mask; a number raised TypeError. Each is refused naming what was given, and nothing reaches the
+    core."""
+    drv, dev = golden_treemask(8)
+    nodes = drv.read_reg("NODES")
+    with pytest.raises(ValueError, match=r"tree parents must be a " + words):
+        drv.masks(parents)
+    assert not dev.models[0].frames and drv.read_reg("NODES") == nodes and not drv.read_fields("STATUS")["BUSY"]
+    assert drv.masks(iter([-1, 0, 0]))[1].tolist() == [0, 1, 1]         # any flat iterable
+
+
 def test_golden_sink_without_frame_times_out():
     _, dev = golden_treemask()
     with pytest.raises(CoreTimeout):

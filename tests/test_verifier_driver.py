@@ -188,15 +188,17 @@ def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():
 
 
 @pytest.mark.parametrize("parents, tokens, rows, words", [
-    ([[-1, 0, 0]], [1, 2, 3], 3, r"tree parents must be a flat sequence, got shape \(1, 3\)$"),
-    ([-1, 0, 0], [1, [2], 3], 3, r"tree tokens must be a flat sequence, got shape \(3,\) with nested entries"),
-    (5, [1], 1, r"tree parents must be a flat sequence, got shape \(\)"),
+    ([[-1, 0, 0]], [1, 2, 3], 3, r"tree parents must be a flat sequence, got the nested entry \[-1, 0, 0\] at node 0"),
+    ([-1, 0, 0], [1, [2], 3], 3, r"tree tokens must be a flat sequence, got the nested entry \[2\] at node 1"),
+    (np.array([[-1, 0, 0]]), [1, 2, 3], 3, r"tree parents must be a flat sequence, got an array of shape \(1, 3\)"),
+    (5, [1], 1, r"tree parents must be a flat sequence of integers, got 5"),
+    ({0: -1, 1: 0}, [1, 2], 2, r"tree parents must be a flat sequence of integers, got \{0: -1, 1: 0\}"),
     ([-1, 0, 0], [1, 2], 3, r"a tree needs one token per node: 3 parents, 2 tokens"),
     ([-1, 0, 256], [1, 2, 3], 3, r"tree parents must fit 8 bits \(0..255\): node 2's parent is 256"),
     ([-1, 0, 0], [1, 2, 1 << 16], 3, r"tree tokens must fit 16 bits \(0..65535\): node 2's token is 65536"),
     ([-1, 0, 0], [1, 2, 3], 2, r"p_logits must have shape \(N, V\) = \(3, V >= 1\) for a tree of N = 3 nodes, "
                                r"got \(2, 40\)"),
-], ids=["2-D parents", "nested token", "a number", "lengths", "parent over 8 bits", "token over 16 bits", "rows"])
+], ids=["nested parents", "nested token", "2-D array", "a number", "a dict", "lengths", "parent over 8 bits", "token over 16 bits", "rows"])
 def test_malformed_trees_are_refused_before_the_core(parents, tokens, rows, words):
     """Each malformed tree or row block is named before anything reaches the core, which then verifies the
     next good tree."""
@@ -206,6 +208,21 @@ def test_malformed_trees_are_refused_before_the_core(parents, tokens, rows, word
         drv.verify_tree(parents, tokens, p[:rows], greedy=True)
     assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]    # nothing reached the core
     assert drv.verify_tree([-1, 0, 0], [1, 2, 3], p, greedy=True).tokens
+
+
+def test_ragged_logit_rows_are_refused_naming_them():
+    """Rows of different lengths had raised numpy's "inhomogeneous shape" error, which names neither the
+    argument nor the rows; chain and tree alike, before the core."""
+    drv, _ = golden_verifier(4, 64, 16)
+    drv.seed([1, 2, 3, 4])
+    ragged = [[0.1, 0.2, 0.3], [0.4]]
+    with pytest.raises(ValueError, match=r"p_logits must be rows of one length \(N, V\), got rows of lengths \[3, 1\]"):
+        drv.verify([1], ragged, greedy=True)
+    with pytest.raises(ValueError, match=r"q_logits must be rows of one length .* lengths \[3, 1\]"):
+        drv.verify([1, 2], np.zeros((3, 3)), ragged, temperature=1.0)
+    with pytest.raises(ValueError, match=r"p_logits must be rows of one length .* lengths \[3, 1\]"):
+        drv.verify_tree([-1, 0], [0, 1], ragged, greedy=True)
+    assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]
 
 
 def test_integer_codes_outside_int16_are_refused_naming_the_entry():

@@ -580,10 +580,11 @@ def test_tree_accept_bits_register_width():
 @pytest.mark.parametrize("parents, tokens, words", [
     ([-1, 0, 256], [0, 1, 2], r"tree parents must fit 8 bits \(0..255\): node 2's parent is 256"),
     ([-1, 0, 0], [0, -1, 2], r"tree tokens must fit 16 bits \(0..65535\): node 1's token is -1"),
+    ([[-1, 0, 0]], [0, 1, 2], r"tree parents must be a flat sequence, got the nested entry \[-1, 0, 0\] at node 0"),
 ])
-def test_tree_fields_that_do_not_fit_their_registers_are_named(parents, tokens, words):
-    """The golden model names the node whose parent or token does not fit its register field (the root's
-    entries are ignored, as the core ignores them)."""
+def test_malformed_tree_fields_are_named(parents, tokens, words):
+    """The golden model refuses a nested tree, and names the node whose parent or token does not fit its
+    register field (the root's entries are ignored, as the core ignores them)."""
     rows = np.zeros((3, 8), dtype=np.int16)
     with pytest.raises(ValueError, match=words):
         v.verify_tree(rows, parents, tokens, greedy=True, inv_temp=256, words=[], lanes=4, vocab_max=64)

@@ -20,6 +20,7 @@ from hwcontract.formats import unpack_mask_word as unpack_word
 from ..backends.device import WordSink
 from ..errors import CoreTimeout, SpecdecError
 from hwcontract.regmap import TREE_MAX_NODES, core
+from hwcontract.tree import flat_entries
 from ..tree import check_parents
 from .base import SpecdecIP, vlnv
 
@@ -147,7 +148,7 @@ class TreeMask(SpecdecIP):
         """
         if self.sink is None:
             raise SpecdecError("treemask: no word sink attached (call attach(sink) first)")
-        parents = list(parents)         # any iterable of parents
+        parents = flat_entries("parents", parents)         # any iterable of parents, not a nested one
         parents = check_parents((0,) + tuple(parents[1:]) if parents else (), self.nodes_max)
         self.check_idle()               # a frame left by a tree this driver did not run is never taken for this one
         self.check_stream(self.sink)

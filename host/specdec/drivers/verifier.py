@@ -28,7 +28,7 @@ from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
 from hwcontract.formats import LOGIT_NEG_INF
 from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core
-from hwcontract.tree import check_field_widths
+from hwcontract.tree import check_field_widths, flat_entries
 from .base import SpecdecIP, vlnv
 from .verifier_errors import RoundInputs, VerifierError, check_logits, draft_row, node_row, reason, target_row
 
@@ -141,6 +141,16 @@ class DmaStream(RowStream):
         else:
             raise CoreTimeout(f"DMA send of {codes.nbytes} bytes not done after {self.poll_limit} polls")
         self.channel.wait()
+
+
+def _logit_rows(name: str, given) -> np.ndarray:
+    """``given`` (a block of logit rows) as an array; ValueError naming ``name`` when its rows differ in length
+    (numpy's own message names neither)."""
+    try:
+        return np.asarray(given)
+    except ValueError:
+        raise ValueError(f"{name} must be rows of one length (N, V), got rows of lengths "
+                         f"{[np.size(r) for r in given]}") from None
 
 
 def _root_ignored(seq):
@@ -281,7 +291,7 @@ class Verifier(SpecdecIP):
             raise ValueError(f"draft tokens must fit 16 bits, got {d.tolist()}")
         draft = tuple(int(x) for x in d)
         g = len(draft)
-        p = np.asarray(p_logits)
+        p = _logit_rows("p_logits", p_logits)
         if p.ndim != 2 or p.shape[0] != g + 1 or p.shape[1] == 0:
             raise ValueError(f"p_logits must have shape (g+1, V) = ({g + 1}, V >= 1) for g = {g} draft tokens, "
                              f"got {p.shape}")
@@ -290,7 +300,7 @@ class Verifier(SpecdecIP):
         if not greedy and (g or q_logits is not None):
             if q_logits is None:
                 raise ValueError(f"sampling mode needs q_logits of shape ({g}, {vocab}), got None")
-            q = np.asarray(q_logits)
+            q = _logit_rows("q_logits", q_logits)
             if q.shape != (g, vocab):
                 raise ValueError(f"q_logits must have shape (g, V) = ({g}, {vocab}) to match p_logits {p.shape}, "
                                  f"got {q.shape}")
@@ -394,12 +404,9 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
-        for name, given in (("parents", parents), ("tokens", tokens)):
-            # what was given, before the root's entry is replaced (which would turn [[...]] into one node)
-            a = given if isinstance(given, np.ndarray) else np.asarray(given, dtype=object)
-            if a.ndim != 1 or (a.dtype == object and any(np.ndim(x) for x in a)):
-                raise ValueError(f"tree {name} must be a flat sequence, got shape {a.shape}"
-                                 + (" with nested entries" if a.ndim == 1 else ""))
+        # flat as given, before the root's entry is replaced (a 1-D array is kept: its dtype is checked below)
+        parents, tokens = (g if isinstance(g, np.ndarray) and g.ndim == 1 else flat_entries(name, g)
+                           for name, g in (("parents", parents), ("tokens", tokens)))
         arrays = {"parents": np.asarray(_root_ignored(parents)), "tokens": np.asarray(_root_ignored(tokens))}
         arrays = {name: a.ravel() for name, a in arrays.items()}
         for (name, a), given in zip(arrays.items(), (parents, tokens)):
@@ -410,7 +417,7 @@ class Verifier(SpecdecIP):
         if len(tok) != n:
             raise ValueError(f"a tree needs one token per node: {n} parents, {len(tok)} tokens")
         check_field_widths(par, tok)
-        p = np.asarray(p_logits)
+        p = _logit_rows("p_logits", p_logits)
         if p.ndim != 2 or p.shape[0] != n or p.shape[1] == 0:
             raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for a tree of N = {n} nodes, "
                              f"got {p.shape}")
