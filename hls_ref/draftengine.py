@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hwcontract.formats import (DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX,
-                                de_param_fields, integer_dtype, integers_in)
+                                as_array, de_param_fields, integer_dtype, integers_in)
 
 _LO, _HI = -(1 << (DE_OPERAND_BITS - 1)), (1 << (DE_OPERAND_BITS - 1)) - 1
 
@@ -47,7 +47,7 @@ class Output:
 
 
 def _ints(name: str, a, lo: int, hi: int, ndim: int) -> np.ndarray:
-    arr = np.asarray(a)
+    arr = as_array(name, a)
     if arr.ndim != ndim or not (integer_dtype(arr.dtype) or arr.size == 0):
         raise ValueError(f"{name}: expected a {ndim}-D integer array, got shape {arr.shape} dtype {arr.dtype}")
     return integers_in(name, arr, lo, hi).astype(np.int64)       # the range before the cast

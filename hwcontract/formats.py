@@ -27,6 +27,16 @@ def integer_dtype(dtype) -> bool:
     return np.dtype(dtype).kind in "iu"
 
 
+def as_array(name: str, given) -> np.ndarray:
+    """``np.asarray(given)``; ValueError naming ``name`` and the rows' lengths when its rows differ in length
+    (numpy's own message, "inhomogeneous shape", names neither)."""
+    try:
+        return np.asarray(given)
+    except ValueError:
+        raise ValueError(f"{name} must be rows of one length, got rows of lengths "
+                         f"{[np.size(r) for r in given]}") from None
+
+
 def integers_in(name: str, values, lo: int, hi: int) -> np.ndarray:
     """``values`` as an array (its own dtype) when every value is an integer in ``lo..hi``; else ValueError
     naming ``name`` and a value that is not. The range is checked before any cast (uint64 2**64-1 is not -1, the

@@ -188,3 +188,27 @@ def test_beats_and_activations_that_are_not_their_integers_are_refused_before_th
             drv.reset_memory()
         with pytest.raises(ValueError, match="expected a Streamed from stream_layer"):
             drv.matmul_streamed(a.x, at)
+
+
+def test_ragged_arrays_and_empty_layer_shapes_are_named():
+    """Ragged weights or activations had raised numpy's "inhomogeneous shape" message, which names neither the
+    argument nor the rows; ``footprint`` of a layer with no rows had answered (0, 0) and ``window_tiles(0)``
+    raised ZeroDivisionError. Each is refused naming what was given, the memories unchanged."""
+    drv, dev = golden_engine(**SMALL)
+    wmem = dev.models[0].wmem.copy()
+    with pytest.raises(ValueError, match=r"weights must be rows of one length, got rows of lengths \[2, 1\]"):
+        drv.place([[1, 2], [3]], [0, 0], [1, 1], [0, 0])
+    a = draftengine_job(np.random.default_rng(7), 1, 20, 8, 8)
+    at = drv.place(a.w, a.bias, a.mult, a.shift)
+    with pytest.raises(ValueError, match=r"activations must be rows of one length, got rows of lengths \[20, 3\]"):
+        drv.matmul([[1] * 20, [1, 2, 3]], at)
+    with pytest.raises(ValueError, match=r"beats must be rows of one length"):
+        drv.send_beats([[0] * 64, [0]])
+    with pytest.raises(ValueError, match=r"footprint: a layer has N, K >= 1, got -1 x 5"):
+        drv.footprint(-1, 5)
+    with pytest.raises(ValueError, match=r"window_tiles: a layer has K >= 1 columns, got 0"):
+        drv.window_tiles(0)
+    assert drv.footprint(8, 20) == (2 * 2, 2)                # 4 x 16 tiles: ceil(8 / 4) x ceil(20 / 16) beats
+    assert drv.read_fields("STATUS")["BUSY"] == 0
+    assert np.array_equal(dev.models[0].wmem[len(wmem) // 2:], wmem[len(wmem) // 2:])   # nothing past the layer
+    assert np.array_equal(drv.matmul(a.x, at)[0], golden.run(a).y)

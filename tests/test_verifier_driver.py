@@ -216,11 +216,11 @@ def test_ragged_logit_rows_are_refused_naming_them():
     drv, _ = golden_verifier(4, 64, 16)
     drv.seed([1, 2, 3, 4])
     ragged = [[0.1, 0.2, 0.3], [0.4]]
-    with pytest.raises(ValueError, match=r"p_logits must be rows of one length \(N, V\), got rows of lengths \[3, 1\]"):
+    with pytest.raises(ValueError, match=r"p_logits must be rows of one length, got rows of lengths \[3, 1\]"):
         drv.verify([1], ragged, greedy=True)
-    with pytest.raises(ValueError, match=r"q_logits must be rows of one length .* lengths \[3, 1\]"):
+    with pytest.raises(ValueError, match=r"q_logits must be rows of one length, got rows of lengths \[3, 1\]"):
         drv.verify([1, 2], np.zeros((3, 3)), ragged, temperature=1.0)
-    with pytest.raises(ValueError, match=r"p_logits must be rows of one length .* lengths \[3, 1\]"):
+    with pytest.raises(ValueError, match=r"p_logits must be rows of one length, got rows of lengths \[3, 1\]"):
         drv.verify_tree([-1, 0], [0, 1], ragged, greedy=True)
     assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]
 

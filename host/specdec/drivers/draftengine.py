@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hls_ref import draftengine as golden
-from hwcontract.formats import de_act_beats, de_param_beats, de_unpack_outputs, de_weight_beats
-from hwcontract.regmap import DE_OUT_CODES
+from hwcontract.formats import as_array, de_act_beats, de_param_beats, de_unpack_outputs, de_weight_beats
+from hwcontract.regmap import DE_OUT_CODES, integer
 
 from ..backends.device import RowStream, WordSink
 from ..errors import SpecdecError
@@ -61,7 +61,7 @@ class Streamed:
 def _bytes(beats) -> np.ndarray:
     """``beats`` as a C-contiguous uint8 array; ValueError naming the dtype or the values unless they are
     integers in 0..255 (a float or an int8 -1 is not silently taken as another byte)."""
-    beats = np.asarray(beats)
+    beats = as_array("beats", beats)
     if beats.dtype.kind not in "ui":
         raise ValueError(f"beats: expected integers in 0..255 (uint8 bytes), got dtype {beats.dtype}")
     if beats.size and not 0 <= beats.min() <= beats.max() <= 255:
@@ -120,6 +120,8 @@ class DraftEngine(SpecdecIP):
     def window_tiles(self, k: int, free: tuple[int, int] | None = None) -> int:
         """ROWS-channel tiles of a K-column layer that one streamed load holds: as many as the free memories
         (:meth:`free`, or ``free``: weight beats and parameter tiles) take."""
+        if integer(k, "window_tiles: k") < 1:
+            raise ValueError(f"window_tiles: a layer has K >= 1 columns, got {k}")
         wfree, pfree = self.free() if free is None else free
         return min(wfree // -(-k // self.cols), pfree)
 
@@ -168,11 +170,13 @@ class DraftEngine(SpecdecIP):
 
     def footprint(self, n: int, k: int) -> tuple[int, int]:
         """Weight beats and parameter tiles an N x K layer takes in this core."""
+        if integer(n, "footprint: n") < 1 or integer(k, "footprint: k") < 1:
+            raise ValueError(f"footprint: a layer has N, K >= 1, got {n} x {k}")
         return -(-n // self.rows) * -(-k // self.cols), -(-n // self.rows)
 
     def _checked_layer(self, w, bias, mult, shift) -> golden.Job:
         """The layer as a golden job, after the golden model's checks and this core's K_MAX."""
-        w = np.asarray(w)
+        w = as_array("weights", w)
         job = golden.check(golden.Job(np.zeros((1, w.shape[1] if w.ndim == 2 else 1), np.int64), w, bias, mult,
                                       shift, 8))
         if job.w.shape[1] > self.k_max:
@@ -332,7 +336,7 @@ class DraftEngine(SpecdecIP):
     def _activations(x, k: int, out_bits: int, m_max: int | None) -> np.ndarray:
         """``x`` checked as M x ``k`` int8 activations (the golden model's value and ``out_bits`` checks), M at
         least 1 and at most ``m_max`` (None: any M)."""
-        x = np.asarray(x)
+        x = as_array("activations", x)
         if x.ndim != 2 or x.shape[1] != k or x.shape[0] < 1:
             raise ValueError(f"activations: expected (M, {k}) with M >= 1, got shape {x.shape}")
         golden.check(golden.Job(x, np.zeros((1, k), np.int64), [0], [0], [0], out_bits))   # values, out_bits

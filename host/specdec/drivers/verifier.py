@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from hwcontract.formats import integer_dtype, inv_temp, quantize
+from hwcontract.formats import as_array, integer_dtype, inv_temp, quantize
 
 from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
@@ -141,16 +141,6 @@ class DmaStream(RowStream):
         else:
             raise CoreTimeout(f"DMA send of {codes.nbytes} bytes not done after {self.poll_limit} polls")
         self.channel.wait()
-
-
-def _logit_rows(name: str, given) -> np.ndarray:
-    """``given`` (a block of logit rows) as an array; ValueError naming ``name`` when its rows differ in length
-    (numpy's own message names neither)."""
-    try:
-        return np.asarray(given)
-    except ValueError:
-        raise ValueError(f"{name} must be rows of one length (N, V), got rows of lengths "
-                         f"{[np.size(r) for r in given]}") from None
 
 
 def _root_ignored(seq):
@@ -291,7 +281,7 @@ class Verifier(SpecdecIP):
             raise ValueError(f"draft tokens must fit 16 bits, got {d.tolist()}")
         draft = tuple(int(x) for x in d)
         g = len(draft)
-        p = _logit_rows("p_logits", p_logits)
+        p = as_array("p_logits", p_logits)
         if p.ndim != 2 or p.shape[0] != g + 1 or p.shape[1] == 0:
             raise ValueError(f"p_logits must have shape (g+1, V) = ({g + 1}, V >= 1) for g = {g} draft tokens, "
                              f"got {p.shape}")
@@ -300,7 +290,7 @@ class Verifier(SpecdecIP):
         if not greedy and (g or q_logits is not None):
             if q_logits is None:
                 raise ValueError(f"sampling mode needs q_logits of shape ({g}, {vocab}), got None")
-            q = _logit_rows("q_logits", q_logits)
+            q = as_array("q_logits", q_logits)
             if q.shape != (g, vocab):
                 raise ValueError(f"q_logits must have shape (g, V) = ({g}, {vocab}) to match p_logits {p.shape}, "
                                  f"got {q.shape}")
@@ -417,7 +407,7 @@ class Verifier(SpecdecIP):
         if len(tok) != n:
             raise ValueError(f"a tree needs one token per node: {n} parents, {len(tok)} tokens")
         check_field_widths(par, tok)
-        p = _logit_rows("p_logits", p_logits)
+        p = as_array("p_logits", p_logits)
         if p.ndim != 2 or p.shape[0] != n or p.shape[1] == 0:
             raise ValueError(f"p_logits must have shape (N, V) = ({n}, V >= 1) for a tree of N = {n} nodes, "
                              f"got {p.shape}")
