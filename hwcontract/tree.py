@@ -14,14 +14,14 @@ import numpy as np
 from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS
 
 
-def flat_entries(name: str, given) -> list:
-    """A tree's ``given`` parents or tokens (any iterable, or a 1-D array) as a list; ValueError naming what was
-    given when it is no sequence or a nested one (``[[-1, 0, 0]]`` is not a tree of three nodes: taken as a list,
-    its one entry would be read as a one-node tree)."""
+def flat_entries(name: str, given) -> list | np.ndarray:
+    """A tree's ``given`` parents or tokens: a 1-D array as it is (its dtype for the caller to check), any other
+    iterable as a list; ValueError naming what was given when it is no sequence or a nested one (``[[-1, 0, 0]]``
+    is not a tree of three nodes: taken as a list, its one entry would be read as a one-node tree)."""
     if isinstance(given, np.ndarray):
         if given.ndim != 1:
             raise ValueError(f"tree {name} must be a flat sequence, got an array of shape {given.shape}")
-        return given.tolist()
+        return given
     if isinstance(given, (str, bytes, Mapping, Set)) or not isinstance(given, Iterable):     # no order, or no entries
         raise ValueError(f"tree {name} must be a flat sequence of integers, got {given!r}")
     entries = list(given)

@@ -53,6 +53,7 @@ def test_parents_that_are_no_flat_sequence_are_refused_before_the_core(parents, 
         drv.masks(parents)
     assert not dev.models[0].frames and drv.read_reg("NODES") == nodes and not drv.read_fields("STATUS")["BUSY"]
     assert drv.masks(iter([-1, 0, 0]))[1].tolist() == [0, 1, 1]         # any flat iterable
+    assert drv.masks(np.array([-1, 0, 1]))[1].tolist() == [0, 1, 2]     # a 1-D array
 
 
 def test_golden_sink_without_frame_times_out():

@@ -149,7 +149,7 @@ class TreeMask(SpecdecIP):
         if self.sink is None:
             raise SpecdecError("treemask: no word sink attached (call attach(sink) first)")
         parents = flat_entries("parents", parents)         # any iterable of parents, not a nested one
-        parents = check_parents((0,) + tuple(parents[1:]) if parents else (), self.nodes_max)
+        parents = check_parents((0,) + tuple(parents[1:]) if len(parents) else (), self.nodes_max)
         self.check_idle()               # a frame left by a tree this driver did not run is never taken for this one
         self.check_stream(self.sink)
         n = self.write_tree(parents)

@@ -394,9 +394,8 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
-        # flat as given, before the root's entry is replaced (a 1-D array is kept: its dtype is checked below)
-        parents, tokens = (g if isinstance(g, np.ndarray) and g.ndim == 1 else flat_entries(name, g)
-                           for name, g in (("parents", parents), ("tokens", tokens)))
+        # flat as given, before the root's entry is replaced
+        parents, tokens = flat_entries("parents", parents), flat_entries("tokens", tokens)
         arrays = {"parents": np.asarray(_root_ignored(parents)), "tokens": np.asarray(_root_ignored(tokens))}
         arrays = {name: a.ravel() for name, a in arrays.items()}
         for (name, a), given in zip(arrays.items(), (parents, tokens)):
