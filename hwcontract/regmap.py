@@ -27,6 +27,8 @@ import operator
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
+
 ACCESS_KINDS = ("ro", "rw", "pulse")
 WORD_BYTES = 4
 REG_BITS = 8 * WORD_BYTES     # every register's width
@@ -44,17 +46,25 @@ def integers(values, what: str) -> list[int]:
     if isinstance(values, (str, bytes)):
         raise ValueError(f"{what} must be integers, got text {values[:60]!r}")
     try:
-        out = [operator.index(v) for v in values]
+        items = list(values)        # once: a generator read twice would pass its bools unseen
     except TypeError:
         raise ValueError(f"{what} must be integers, got {str(values)[:80]}") from None
-    if any(isinstance(v, bool) for v in values):
-        raise ValueError(f"{what} must be integers, got bools: {str(values)[:80]}")
-    return out
+    shown = str(items if iter(values) is values else values)[:80]     # an iterator shows what it gave
+    if any(isinstance(v, (bool, np.bool_)) for v in items):
+        raise ValueError(f"{what} must be integers, got bools: {shown}")
+    try:
+        return [operator.index(v) for v in items]
+    except TypeError:
+        raise ValueError(f"{what} must be integers, got {shown}") from None
 
 
-def integer(value, what: str) -> int:
-    """``value`` as an int: a Python or numpy integer (or bool); anything else, a float even when whole, raises
-    ValueError naming ``what`` and the value (``int()`` would truncate 1.5 into a real field value, slot or row)."""
+def integer(value, what: str, *, flag: bool = False) -> int:
+    """``value`` as an int: a Python or numpy integer; anything else, a float even when whole, raises ValueError
+    naming ``what`` and the value (``int()`` would truncate 1.5 into a real field value, slot or row). A bool is
+    taken only where ``flag`` says the value is a bit field (``ENABLE=True``): as a slot, row, count or word
+    it is a mistake that would silently read as 0 or 1."""
+    if isinstance(value, (bool, np.bool_)) and not flag:
+        raise ValueError(f"{what} must be an integer, got the bool {value!r}")
     try:
         return operator.index(value)
     except TypeError:
@@ -115,7 +125,7 @@ class Register:
     def encode(self, **values: int) -> int:
         word = 0
         for name, v in values.items():
-            word = self.field(name).insert(word, integer(v, f"{self.name}.{name}"))
+            word = self.field(name).insert(word, integer(v, f"{self.name}.{name}", flag=True))
         return word
 
 

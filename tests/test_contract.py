@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hwcontract import formats, params
+from hwcontract import formats, params, regmap
 from hwcontract.regmap import core
 
 HEADER = Path(__file__).resolve().parents[1] / "hls_ref" / "include" / "specdec_regs.h"
@@ -72,6 +72,13 @@ def test_register_fields_take_integers_only():
     assert config.encode(GREEDY=True, TREE=np.uint8(1)) == config.encode(GREEDY=1, TREE=1)
     with pytest.raises(ValueError, match=re.escape("CONFIG.GREEDY must be an integer, got 0.5")):
         config.encode(GREEDY=0.5)
+    with pytest.raises(ValueError, match=re.escape("RES_SLOT must be an integer, got the bool True")):
+        regmap.integer(True, "RES_SLOT")                 # a bool is a field's flag, never a slot, row or count
+    # a generator's bools: the check read the iterable a second time, found it spent, and passed True as 1
+    for bools in ((v for v in (3, True)), np.array([1, 0], dtype=bool), [np.bool_(False)]):
+        with pytest.raises(ValueError, match="tokens must be integers, got bools"):
+            regmap.integers(bools, "tokens")
+    assert regmap.integers((v for v in np.arange(3)), "tokens") == [0, 1, 2]
     with pytest.raises(ValueError, match="field P0: value 256 outside 0..255"):
         core("verifier").reg("TREE_PARENT0").encode(P0=256)
 

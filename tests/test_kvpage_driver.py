@@ -51,14 +51,18 @@ def test_errors_name_the_operation():
 
 
 def test_a_non_integer_operand_is_refused_before_the_core():
-    """A float slot or row names itself; ``int()`` had truncated fork(1.5) to a fork of slot 1."""
+    """A float slot or row names itself; ``int()`` had truncated fork(1.5) to a fork of slot 1. A bool is no
+    slot either: fork(True) had forked slot 1 (``operator.index`` takes True as 1)."""
     kv = golden_driver(16, 4)
     seqs = [kv.new(), kv.new()]
     kv.write_row(seqs[1], 0)
     ops = kv.total_ops
     for call, what in ((lambda: kv.fork(1.5), "kvpage FORK: slot must be an integer, got 1.5"),
                        (lambda: kv.write_row(seqs[1], 1.0), "kvpage WRITE: row must be an integer, got 1.0"),
-                       (lambda: kv.rollback([1.5]), "kvpage rollback: a slot must be an integer, got 1.5")):
+                       (lambda: kv.rollback([1.5]), "kvpage rollback: a slot must be an integer, got 1.5"),
+                       (lambda: kv.fork(True), "kvpage FORK: slot must be an integer, got the bool True"),
+                       (lambda: kv.write_row(seqs[1], False), "kvpage WRITE: row must be an integer, got the bool"),
+                       (lambda: kv.rollback([seqs[1] == 1]), "kvpage rollback: a slot must be an integer, got the bool")):
         with pytest.raises(ValueError, match=re.escape(what)):
             call()
     assert kv.total_ops == ops and kv.live() == (seqs, [])       # nothing reached the core
