@@ -321,6 +321,14 @@ def test_draft_options_the_draft_cannot_take_exit_2_before_anything_loads(backen
     assert exit_code(["generate", "--prompt", "x", "--backend", backend, *head, "--draft-engine", "fabric"]) == 2
     err = capsys.readouterr().err
     assert "--draft-engine must be 'host' with the EAGLE head 'smollm2-eagle-head', got 'fabric'" in err, err
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", "prompt-lookup",
+                      "--draft-vocab", "0"]) == 2          # the CLI's words: 'none', not Python's None
+    err = capsys.readouterr().err
+    assert "--draft-vocab must be a hot-vocabulary size >= 1 (none: all tokens), got 0" in err, err
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", "prompt-lookup",
+                      "--draft-vocab", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "--draft-vocab must be none with prompt lookup (it has no LM head), got 100" in err, err
 
 
 @pytest.mark.parametrize("backend", ["ref", "pynq"])

@@ -167,9 +167,9 @@ class Job:
             raise OptionError("draft", self.draft, "a model for tree speculation (tree speculation drafts "
                                                    "with a model; prompt lookup builds no trees)")
         if self.draft_vocab is not None:
-            check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (None: all tokens)")
+            check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (none: all tokens)")
             if self.draft == PROMPT_LOOKUP:
-                raise OptionError("draft_vocab", self.draft_vocab, "None with prompt lookup (it has no LM head)")
+                raise OptionError("draft_vocab", self.draft_vocab, "none with prompt lookup (it has no LM head)")
         if check_confidence(self.draft_confidence) is not None:
             if self.draft == PROMPT_LOOKUP or self.tree is not None:
                 raise OptionError("draft_confidence", self.draft_confidence,
