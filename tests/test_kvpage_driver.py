@@ -113,6 +113,21 @@ def _table_after_a_round(block: int = 2) -> PagedKV:
     return table
 
 
+def test_page_table_takes_whole_token_counts_only():
+    """A block, an end or a length of 2.5 is named before the core; ``int()`` had made a 2.5-token block one of 2
+    tokens, and ``reserve(6.5)`` had written a row for half a token."""
+    table = _table_after_a_round()
+    state = (table.length, list(table.seq_rows), list(table.branch_rows), table.kv.total_ops)
+    for call, what in ((lambda: PagedKV(table.kv, block=2.5), "block must be an integer, got 2.5"),
+                       (lambda: table.reserve(8.5), "reserve's end must be an integer, got 8.5"),
+                       (lambda: table.rollback(6.0), "rollback's length must be an integer, got 6.0"),
+                       (lambda: table.rollback(True), "rollback's length must be an integer, got the bool True")):
+        with pytest.raises(ValueError, match=re.escape(f"paged KV cache: {what}")):
+            call()
+    assert (table.length, table.seq_rows, table.branch_rows, table.kv.total_ops) == state
+    table.check()
+
+
 def test_page_table_mirror_check():
     """``check()`` finds the host's mirror equal to the core's answers (INFO and TRANSLATE of every row), and
     names the first difference once the mirror is wrong: a row's page, a row count."""

@@ -221,6 +221,15 @@ def test_replay_rounds_keeps_the_accepted_rows_only():
     with pytest.raises(ValueError, match="accepted must be integers"):
         notebook.replay_rounds(kv, [1.5], gamma=4, prompt_tokens=7, block=4)
     assert [r["accepted"] for r in notebook.replay_rounds(kv, iter([1, 2]), gamma=4, prompt_tokens=7, block=4)] == [1, 2]
+    # a gamma or block of 2.5 had run (rounds of 3.5 tokens, pages of 2); a negative gamma blamed `accepted`
+    for kw, what in (({"gamma": 2.5}, "gamma must be an integer, got 2.5"),
+                     ({"block": 2.5}, "paged KV cache: block must be an integer, got 2.5"),
+                     ({"block": True}, "paged KV cache: block must be an integer, got the bool True"),
+                     ({"prompt_tokens": "7"}, "prompt_tokens must be an integer, got '7'"),
+                     ({"gamma": -1}, "gamma must be >= 0 draft tokens a round, got -1")):
+        with pytest.raises(ValueError, match=re.escape(what)):
+            notebook.replay_rounds(kv, [], **{"gamma": 4, "prompt_tokens": 7, "block": 4, **kw})
+    assert kv.free_pages == kv.pages and kv.live() == ([], [])
 
 
 def test_agreeing_rows_walk_the_chosen_path():

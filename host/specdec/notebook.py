@@ -264,6 +264,9 @@ def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens
     """
     from .pagetable import PagedKV
     accepted = integers(accepted, "accepted")       # a list: an iterator would be spent by the check
+    gamma, prompt_tokens = integer(gamma, "gamma"), integer(prompt_tokens, "prompt_tokens")  # 2.5 had run
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0 draft tokens a round, got {gamma}")
     if not 0 <= min(accepted, default=0) <= max(accepted, default=0) <= gamma:
         raise ValueError(f"accepted {accepted}: each round accepts 0..gamma={gamma} draft tokens")
     if prompt_tokens < 1:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from hwcontract.regmap import integer
+
 from .drivers.kvpage import KVPage, KVPageError
 from .errors import add_note
 from .kvlayout import DEFAULT_BLOCK, KVCapacityError, rows_for
@@ -51,9 +53,10 @@ class PagedKV:
 
     def __init__(self, kv: KVPage, block: int = DEFAULT_BLOCK,
                  on_copy: Callable[[int, int], None] | None = None) -> None:
-        if int(block) < 1:
+        block = integer(block, "paged KV cache: block")      # int() had made a block of 2.5 tokens one of 2
+        if block < 1:
             raise ValueError(f"paged KV cache: block must be >= 1 token per page, got {block}")
-        self.kv, self.block, self.on_copy = kv, int(block), on_copy
+        self.kv, self.block, self.on_copy = kv, block, on_copy
         self.seq: int | None = None
         self.branch: int | None = None
         self.seq_rows: list[int] = []
@@ -117,6 +120,7 @@ class PagedKV:
             The core refused a WRITE (POOL_EMPTY: the page pool is exhausted; BAD_ROW: past max_blocks
             rows). Rows written before it stay mapped to the branch; ``length`` does not move.
         """
+        end = integer(end, "paged KV cache: reserve's end")
         if end <= self.length:
             return
         if end > self.max_tokens:
@@ -164,6 +168,7 @@ class PagedKV:
     def rollback(self, length: int) -> None:
         """Keep the first ``length`` tokens: COMMIT the open branch keeping ``ceil(length / block)`` rows
         (FORK first when none is open and the cache holds more than ``length``)."""
+        length = integer(length, "paged KV cache: rollback's length")
         if not 0 <= length <= self.length:
             raise ValueError(f"paged KV cache: cannot keep {length} tokens of {self.length}")
         if self.branch is None and length < self.length:
