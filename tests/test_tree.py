@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hwcontract.regmap import TREE_MAX_NODES
-from specdec.tree import (Calibration, EagleTree, SequoiaTree, StaticTree, Tree, check_parents,
+from specdec.tree import (Calibration, EagleTree, SequoiaTree, StaticTree, TopologyTree, Tree, check_parents,
                           child_probabilities, parents_from_paths, sequoia_topology, tree_value)
 
 MEDUSA = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
@@ -38,6 +38,11 @@ def test_parents_from_paths_medusa():
     ([(0,), (-1,)], r"path \(-1,\) must be"),
     ([(0,), (0,)], r"repeat: \[\(0,\)\]"),
     ([(0,), (1, 0)], r"path \(1, 0\) has no parent: path \(1,\) is missing"),
+    # int() had taken rank 0.7 as 0 and 1.9 as 1 (a two-child tree), True as rank 1, "01" as the path (0, 1)
+    ([(0.7,), (1.9,)], r"a tree path's ranks must be integers, got \(0.7,\)"),
+    ([(0,), (True,)], r"a tree path's ranks must be integers, got bools: \(True,\)"),
+    ([(0,), "01"], r"a tree path's ranks must be integers, got text '01'"),
+    ("01", r"tree paths must be sequences of child ranks, got text '01'"),
 ])
 def test_parents_from_paths_errors(paths, match):
     with pytest.raises(ValueError, match=match):
@@ -61,6 +66,10 @@ def test_check_parents_errors():
     (dict(budget=65, depth=3, topk=2), r"budget .* got 65"),
     (dict(budget=10, depth=0, topk=2), r"depth must be an integer >= 1, got 0"),
     (dict(budget=10, depth=3, topk=0), r"topk must be an integer >= 1, got 0"),
+    # int(None) had raised a bare TypeError; 2.5 had named a range it is inside
+    (dict(budget=None, depth=3, topk=2), r"budget must be an integer, got None"),
+    (dict(budget=10, depth=2.5, topk=2), r"depth must be an integer, got 2.5"),
+    (dict(budget=10, depth=3, topk=True), r"topk must be an integer, got the bool True"),
 ])
 def test_eagle_rejects(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -88,6 +97,8 @@ def test_static_rejects_malformed_paths():
         StaticTree(None, [(1,), (0, 0)])
     with pytest.raises(ValueError, match=r"1\.\.64 nodes"):
         StaticTree(None, [(k,) for k in range(TREE_MAX_NODES)])
+    with pytest.raises(ValueError, match=r"a tree's ranks must be integers, got \[0, 1.5\]"):
+        TopologyTree(None, [-1, 0], [0, 1.5])            # had drafted the rank-1 token
 
 
 # --- Sequoia's dynamic program -----------------------------------------------------------------------------

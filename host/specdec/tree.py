@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hwcontract.regmap import TREE_MAX_NODES, integers
+from hwcontract.regmap import TREE_MAX_NODES, integer, integers
 from hwcontract.tree import check_parents
 
 if TYPE_CHECKING:
@@ -31,7 +31,9 @@ def parents_from_paths(paths) -> tuple[int, ...]:
     ValueError
         An empty or negative path, a duplicate, or a path whose parent path is missing (naming it).
     """
-    paths = [tuple(int(k) for k in p) for p in paths]
+    if isinstance(paths, (str, bytes)):
+        raise ValueError(f"tree paths must be sequences of child ranks, got text {paths[:60]!r}")
+    paths = [tuple(integers(p, "a tree path's ranks")) for p in paths]     # int() took 0.7 as rank 0, "01" as (0, 1)
     for p in paths:
         if not p or min(p) < 0:
             raise ValueError(f"tree path {p} must be a non-empty tuple of child ranks >= 0")
@@ -104,15 +106,17 @@ class Tree:
 
 
 def _check_budget(budget: int, name: str = "budget") -> int:
-    if isinstance(budget, bool) or int(budget) != budget or not 1 <= budget <= TREE_MAX_NODES:
+    value = integer(budget, name)       # int(None) had raised TypeError, int("3") != "3" a misleading range
+    if not 1 <= value <= TREE_MAX_NODES:
         raise ValueError(f"{name} must be a node count in 1..{TREE_MAX_NODES} (root included), got {budget!r}")
-    return int(budget)
+    return value
 
 
 def _check_positive(value: int, name: str) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
+    v = integer(value, name)
+    if v < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+    return v
 
 
 def _row(logits) -> np.ndarray:
@@ -295,7 +299,7 @@ class TopologyTree(TreeDrafter):
     def __init__(self, lm, parents, ranks) -> None:
         super().__init__(lm)
         self.parents = (-1,) + check_parents((0,) + tuple(parents[1:]))[1:]
-        ranks = tuple(int(r) for r in ranks)
+        ranks = tuple(integers(ranks, "a tree's ranks"))
         if len(ranks) != len(self.parents) or min(ranks[1:], default=0) < 0:
             raise ValueError(f"ranks must give one rank >= 0 per node ({len(self.parents)}), got {ranks}")
         seen = set()
@@ -358,7 +362,7 @@ class StaticTree(TopologyTree):
     name = "static"
 
     def __init__(self, lm, paths) -> None:
-        paths = [tuple(int(k) for k in p) for p in paths]
+        paths = [tuple(integers(p, "a tree path's ranks")) for p in paths]
         parents = parents_from_paths(paths)
         order = sorted(paths, key=lambda p: (len(p), p))
         super().__init__(lm, parents, (0,) + tuple(p[-1] for p in order))
