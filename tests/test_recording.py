@@ -58,6 +58,20 @@ def test_replay_on_a_fresh_verifier_takes_every_recorded_decision(recorded, kind
         assert all("q" in e for e in rec.events if e["op"] == "chain" and e["draft"])
 
 
+def test_a_tree_round_given_iterators_is_recorded_whole():
+    """``verify_tree`` takes parents and tokens as iterators; the recorder read them after the driver had, found
+    them spent, and recorded a round with no parents, which its replay refused."""
+    rv = recording.RecordingVerifier(runtime.golden_verifier())
+    rows = np.zeros((3, 16), np.float32)
+    rows[0, 5] = rows[1, 9] = 8.0                                   # the walk takes node 1 (token 5), emits 9
+    res = rv.verify_tree(iter([-1, 0, 0]), (t for t in [0, 5, 2]), rows, greedy=True)
+    assert res.path == (1,) and res.next_token == 9
+    (ev,) = rv.recording.events
+    assert ev["parents"] == [-1, 0, 0] and ev["tokens"] == [0, 5, 2] and ev["nodes"] == [0, 1]
+    rep = recording.replay(rv.recording, runtime.golden_verifier())
+    assert rep["matches"] == 1 and rep["mismatches"] == [] and rep["tokens"] == [[5, 9]]
+
+
 def test_a_changed_row_is_a_mismatch(recorded):
     rec, _ = recorded["greedy"]
     ev = next(e for e in rec.events if e["op"] == "chain" and e["result"]["n_accept"] < len(e["draft"]))

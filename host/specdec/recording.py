@@ -27,7 +27,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -127,6 +127,13 @@ def _tree_result(res) -> dict:
     return {"n_accept": res.n_accept, "next_token": res.next_token, "path": list(res.path)}
 
 
+def _once(values):
+    """An iterator (which ``verify_tree`` takes) read once, into a list: the driver reads it, and the record
+    would find it spent (a tree round recorded with no parents, which its replay refuses); anything else as
+    given (the driver's seed and chain draft take sequences only, and refuse an iterator before recording)."""
+    return list(values) if isinstance(values, Iterator) else values
+
+
 class RecordingVerifier:
     """A verifier driver that records every round it runs (and every seed) into :attr:`recording`.
 
@@ -161,6 +168,7 @@ class RecordingVerifier:
         return res
 
     def verify_tree(self, parents, tokens, p_logits, *, greedy: bool = False, temperature: float = 1.0):
+        parents, tokens = _once(parents), _once(tokens)
         p = np.asarray(p_logits)
         res = self.inner.verify_tree(parents, tokens, p, greedy=greedy, temperature=temperature)
         nodes = sorted({0, *res.path})
