@@ -20,6 +20,7 @@ import numpy as np
 from hwcontract import params as hwparams
 from hwcontract.formats import pack_mask_word
 from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, core
+from hwcontract.tree import node_entries
 
 _ERR = core("treemask").reg("ERR")
 ERR_BAD_NODES = _ERR.field("BAD_NODES").mask
@@ -79,7 +80,7 @@ def tree_mask(parents, nodes_max: int = TREE_MAX_NODES) -> Masks:
         ``err`` non-zero (BAD_NODES or BAD_PARENT) leaves the rows empty: the core sends nothing.
     """
     nodes_max = check_nodes_max(nodes_max)
-    parents = [int(p) for p in parents]
+    parents = node_entries("parents", parents)      # int() had taken parent 0.5 as node 0, True as node 1
     lim = (1 << TREE_PARENT_BITS) - 1
     if any(not 0 <= p <= lim for p in parents[1:]):
         raise ValueError(f"parent indices must fit {TREE_PARENT_BITS} bits (0..{lim}), got {parents}")

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
+from hwcontract.formats import integer_dtype
 from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS
 
 
@@ -33,6 +34,33 @@ def flat_entries(name: str, given) -> list | np.ndarray:
     return entries
 
 
+def node_entries(name: str, given) -> list[int]:
+    """A tree's ``given`` parents or tokens as a list of ints with the root's entry, which the cores ignore (-1,
+    None, anything), as 0: the one reading the drivers and the golden models share. ValueError naming what was
+    given when it is no flat sequence (:func:`flat_entries`) or an entry past the root is not an integer: a
+    float (0.7 is no node, and ``int()`` had made it node 0), a bool (True had been node 1), text."""
+    entries = flat_entries(name, given)
+    if isinstance(entries, np.ndarray):
+        if entries.size and not integer_dtype(entries.dtype):
+            raise ValueError(f"tree {name} must be integers, got {entries.dtype}: {entries.tolist()}")
+        return [0, *(int(x) for x in entries[1:])] if entries.size else []
+    bad = next((i for i, x in enumerate(entries) if i and not _is_int(x)), None)
+    if bad is not None:
+        raise ValueError(f"tree {name} must be integers: node {bad}'s is {entries[bad]!r}, in {str(entries)[:80]}")
+    return [0, *(operator.index(x) for x in entries[1:])] if entries else []
+
+
+def _is_int(x) -> bool:
+    """``x`` is an integer of any kind (Python, numpy), and no bool."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
+
 def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
     """``parents`` as a tuple after the checks the cores make (raising ValueError naming the bad value).
 
@@ -44,10 +72,9 @@ def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
         The largest N accepted.
     """
     parents = list(parents)
-    try:
-        parents = tuple(operator.index(p) for p in parents)     # an integer of any kind; 0.5 is no node
-    except TypeError:
-        raise ValueError(f"tree parents must be integers, got {parents!r}") from None
+    if not all(_is_int(p) for p in parents):        # an integer of any kind; 0.5 is no node, True no node 1
+        raise ValueError(f"tree parents must be integers, got {parents!r}")
+    parents = tuple(operator.index(p) for p in parents)
     if not 1 <= len(parents) <= max_nodes:
         raise ValueError(f"a tree has 1..{max_nodes} nodes (root included), got {len(parents)}")
     for i, p in enumerate(parents[1:], start=1):

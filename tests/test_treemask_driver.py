@@ -56,6 +56,17 @@ def test_parents_that_are_no_flat_sequence_are_refused_before_the_core(parents, 
     assert drv.masks(np.array([-1, 0, 1]))[1].tolist() == [0, 1, 2]     # a 1-D array
 
 
+def test_parents_that_are_no_integers_are_refused_before_the_core():
+    """True had been read as node 1 (``operator.index`` takes it): ``masks([-1, 0, True])`` answered a chain.
+    A float or a bool among the parents is named, and nothing reaches the core."""
+    drv, dev = golden_treemask(8)
+    for parents, words in (([-1, 0, True], r"node 2's is True"), ([-1, 0.5], r"node 1's is 0.5"),
+                           (np.array([-1, 0, 1], bool), r"got bool")):
+        with pytest.raises(ValueError, match=r"tree parents must be integers" + r".*" + words):
+            drv.masks(parents)
+    assert not dev.models[0].frames and not drv.read_fields("STATUS")["BUSY"]
+
+
 def test_golden_sink_without_frame_times_out():
     _, dev = golden_treemask()
     with pytest.raises(CoreTimeout):

@@ -176,13 +176,20 @@ def test_greedy_takes_a_bool_only():
 
 
 def test_non_integer_tree_parents_or_tokens_are_refused_before_the_core():
-    """0.5 names no node and 2.0 is no token id: refused, not truncated (as a chain's draft tokens are)."""
+    """0.5 names no node and 2.0 is no token id: refused, not truncated (as a chain's draft tokens are). A bool
+    is neither: True had been read as node 1 and as token 1 (numpy makes [0, 0, True] an int64 array)."""
     drv, _ = golden_verifier(4, 64, 16)
     p = np.random.default_rng(4).normal(0, 1, (3, 40))
-    with pytest.raises(ValueError, match=r"tree parents must be integers, got float64: \[-1.0, 0.5, 0.0\]"):
+    with pytest.raises(ValueError, match=r"tree parents must be integers: node 1's is 0.5, in \[-1, 0.5, 0\]"):
         drv.verify_tree([-1, 0.5, 0], [1, 2, 3], p, greedy=True)
-    with pytest.raises(ValueError, match=r"tree tokens must be integers, got float64"):
+    with pytest.raises(ValueError, match=r"tree tokens must be integers: node 1's is 2.0"):
         drv.verify_tree([-1, 0, 0], [1, 2.0, 3], p, greedy=True)
+    with pytest.raises(ValueError, match=r"tree parents must be integers, got float64: \[-1.0, 0.5, 0.0\]"):
+        drv.verify_tree(np.array([-1, 0.5, 0]), [1, 2, 3], p, greedy=True)
+    with pytest.raises(ValueError, match=r"tree parents must be integers: node 2's is True"):
+        drv.verify_tree([-1, 0, True], [1, 2, 3], p, greedy=True)
+    with pytest.raises(ValueError, match=r"tree tokens must be integers, got bool"):
+        drv.verify_tree([-1, 0, 0], np.array([1, 0, 1], bool), p, greedy=True)
     assert drv.read_reg("ROWS") == 0 and not drv.read_fields("STATUS")["BUSY"]    # nothing reached the core
     assert drv.verify_tree(np.array([-1, 0, 0]), np.array([1, 2, 3], np.uint16), p, greedy=True).tokens
 

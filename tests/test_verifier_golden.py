@@ -581,6 +581,10 @@ def test_tree_accept_bits_register_width():
     ([-1, 0, 256], [0, 1, 2], r"tree parents must fit 8 bits \(0..255\): node 2's parent is 256"),
     ([-1, 0, 0], [0, -1, 2], r"tree tokens must fit 16 bits \(0..65535\): node 1's token is -1"),
     ([[-1, 0, 0]], [0, 1, 2], r"tree parents must be a flat sequence, got the nested entry \[-1, 0, 0\] at node 0"),
+    # int() had taken parent 0.7 as node 0 and token True as token 1
+    ([-1, 0, 0.7], [0, 1, 2], r"tree parents must be integers: node 2's is 0.7"),
+    ([-1, 0, 0], [0, True, 2], r"tree tokens must be integers: node 1's is True"),
+    ([None, 0, 0], [None, 1, "2"], r"tree tokens must be integers: node 2's is '2'"),
 ])
 def test_malformed_tree_fields_are_named(parents, tokens, words):
     """The golden model refuses a nested tree, and names the node whose parent or token does not fit its

@@ -20,7 +20,7 @@ from hwcontract.formats import unpack_mask_word as unpack_word
 from ..backends.device import WordSink
 from ..errors import CoreTimeout, SpecdecError
 from hwcontract.regmap import TREE_MAX_NODES, core
-from hwcontract.tree import flat_entries
+from hwcontract.tree import node_entries
 from ..tree import check_parents
 from .base import SpecdecIP, vlnv
 
@@ -148,8 +148,7 @@ class TreeMask(SpecdecIP):
         """
         if self.sink is None:
             raise SpecdecError("treemask: no word sink attached (call attach(sink) first)")
-        parents = flat_entries("parents", parents)         # any iterable of parents, not a nested one
-        parents = check_parents((0,) + tuple(parents[1:]) if len(parents) else (), self.nodes_max)
+        parents = check_parents(node_entries("parents", parents), self.nodes_max)    # any flat iterable
         self.check_idle()               # a frame left by a tree this driver did not run is never taken for this one
         self.check_stream(self.sink)
         n = self.write_tree(parents)

@@ -28,7 +28,7 @@ from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
 from hwcontract.formats import LOGIT_NEG_INF
 from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core
-from hwcontract.tree import check_field_widths, flat_entries
+from hwcontract.tree import check_field_widths, node_entries
 from .base import SpecdecIP, vlnv
 from .verifier_errors import RoundInputs, VerifierError, check_logits, draft_row, node_row, reason, target_row
 
@@ -141,12 +141,6 @@ class DmaStream(RowStream):
         else:
             raise CoreTimeout(f"DMA send of {codes.nbytes} bytes not done after {self.poll_limit} polls")
         self.channel.wait()
-
-
-def _root_ignored(seq):
-    """A tree's parents or tokens with node 0's entry, which the core ignores, as 0 (-1, None, anything there;
-    the treemask driver's ``masks`` ignores it too). A numpy array is numbers already."""
-    return seq if isinstance(seq, np.ndarray) or not len(seq) else [0, *list(seq)[1:]]
 
 
 class Verifier(SpecdecIP):
@@ -394,14 +388,7 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
-        # flat as given, before the root's entry is replaced
-        parents, tokens = flat_entries("parents", parents), flat_entries("tokens", tokens)
-        arrays = {"parents": np.asarray(_root_ignored(parents)), "tokens": np.asarray(_root_ignored(tokens))}
-        arrays = {name: a.ravel() for name, a in arrays.items()}
-        for (name, a), given in zip(arrays.items(), (parents, tokens)):
-            if a.size and not integer_dtype(a.dtype):
-                raise ValueError(f"tree {name} must be integers, got {a.dtype}: {np.asarray(given).tolist()}")
-        par, tok = ([int(x) for x in a] for a in arrays.values())
+        par, tok = node_entries("parents", parents), node_entries("tokens", tokens)     # the root's entries as 0
         n = len(par)
         if len(tok) != n:
             raise ValueError(f"a tree needs one token per node: {n} parents, {len(tok)} tokens")
