@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from hwcontract.formats import integers_in
+from hwcontract.regmap import integer
 
 M32 = 0xFFFFFFFF
 
@@ -41,6 +42,7 @@ def xoshiro128pp(state, n: int) -> tuple[np.ndarray, np.ndarray]:
     out : ndarray of uint32, shape (..., n)
     new_state : ndarray of uint32, shape (..., 4)
     """
+    n = integer(n, "n")             # 2.5 had raised numpy's TypeError, True drawn one word
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     s = check_seed(state).copy()
@@ -80,5 +82,7 @@ def _one_generator(s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def uniform(words: np.ndarray, bits: int = 24) -> np.ndarray:
-    """The uniform fraction in [0, 1) that the hardware compares with: the top ``bits`` of each word."""
+    """The uniform fraction in [0, 1) that the hardware compares with: the top ``bits`` (1..32) of each word."""
+    if not 1 <= integer(bits, "bits") <= 32:
+        raise ValueError(f"bits must be in 1..32 (of a 32-bit word), got {bits}")     # 40 had answered zeros
     return (np.asarray(words, dtype=np.uint32) >> np.uint32(32 - bits)).astype(np.float64) / float(1 << bits)

@@ -63,6 +63,19 @@ def test_zero_seed_rejected():
         golden.xoshiro128pp([0, 0, 0, 0], 1)
 
 
+def test_golden_counts_are_named():
+    """A step count of 2.5 had raised numpy's TypeError and True drawn one word; ``uniform`` over 40 bits of a
+    32-bit word had answered zeros."""
+    for n, what in ((2.5, "n must be an integer, got 2.5"), (True, "n must be an integer, got the bool True"),
+                    (-1, "n must be >= 0, got -1")):
+        with pytest.raises(ValueError, match=re.escape(what)):
+            golden.xoshiro128pp([1, 2, 3, 4], n)
+    for bits in (0, 33, 40):
+        with pytest.raises(ValueError, match=rf"bits must be in 1\.\.32 \(of a 32-bit word\), got {bits}"):
+            golden.uniform(np.array([1, 2], np.uint32), bits)
+    assert golden.uniform(np.array([0xFFFFFFFF], np.uint32), 32)[0] == 1 - 2.0 ** -32
+
+
 # Statistical tests: each at a false-alarm rate of 1e-4 (fixed seed, so the outcome is deterministic;
 # the threshold says how unlikely a failure of a good generator is).
 ALPHA = 1e-4
