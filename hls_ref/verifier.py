@@ -36,7 +36,7 @@ from hwcontract import params as hwparams
 from hwcontract.formats import (EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, RNG_WORD_BITS, U_BITS,
                                 integers_in, rng_uniform, temper)
 from hwcontract.formats import weights as _weights
-from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, integer
+from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, flag, integer
 from hwcontract.tree import check_field_widths, node_entries
 
 NEG_INF = LOGIT_NEG_INF
@@ -280,7 +280,7 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
         parameter is not one hwcontract.params allows.
     """
     lanes, vocab_max, gamma_max = check_build(lanes, vocab_max, "GAMMA_MAX", gamma_max)
-    inv_temp = check_inv_temp(inv_temp)
+    inv_temp, greedy = check_inv_temp(inv_temp), flag(greedy, "greedy")      # "no" had run a greedy round
     p = np.asarray(p)
     if p.ndim != 2:
         raise ValueError(f"p must be 2-D (rows, V), got shape {p.shape}")
@@ -459,7 +459,7 @@ def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, la
         it tests BAD_TREE).
     """
     lanes, vocab_max, tree_max = check_build(lanes, vocab_max, "TREE_MAX", tree_max)
-    inv_temp = check_inv_temp(inv_temp)
+    inv_temp, greedy = check_inv_temp(inv_temp), flag(greedy, "greedy")      # "no" had run a greedy round
     parents, tokens = node_entries("parents", parents), node_entries("tokens", tokens)   # int() took 0.7 as 0
     if len(tokens) != len(parents):
         raise ValueError(f"a tree needs one token per node: {len(parents)} parents, {len(tokens)} tokens")

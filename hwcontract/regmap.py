@@ -71,6 +71,21 @@ def integer(value, what: str, *, flag: bool = False) -> int:
         raise ValueError(f"{what} must be an integer, got {value!r}") from None
 
 
+def flag(value, what: str) -> bool:
+    """``value`` as a one-bit flag: a bool (Python or numpy) or the integer 0 or 1; anything else raises ValueError
+    naming ``what`` and the value (the string "0" is truthy to Python and 0 to a register: a round the host took
+    as greedy and the core as sampling)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    try:
+        v = operator.index(value)
+    except TypeError:
+        v = None
+    if v not in (0, 1):
+        raise ValueError(f"{what} must be a bool, got {value!r}")
+    return bool(v)
+
+
 @dataclass(frozen=True)
 class Field:
     """A named bit field inside a register."""

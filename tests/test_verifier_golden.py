@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import re
 import zlib
 
 import numpy as np
@@ -575,6 +576,19 @@ def test_tree_accept_bits_register_width():
     d = v.verify_tree(rows, [0] + list(range(n - 1)), [0] + [3] * (n - 1), greedy=True, inv_temp=256,
                       words=None, lanes=4)
     assert d.n_accept == 40 and d.accept_bits == 0xFFFFFFFF and d.path == ((1 << 41) - 2) and d.node == 40
+
+
+def test_greedy_is_a_flag():
+    """The golden model takes ``greedy`` as the driver does (hwcontract.regmap.flag): the string "no" had run a
+    greedy round (truthy), and 2 one in a mode no CONFIG bit holds."""
+    rows = np.zeros((3, 8), dtype=np.int16)
+    for bad in ("no", 2, None, 0.5):
+        with pytest.raises(ValueError, match=re.escape(f"greedy must be a bool, got {bad!r}")):
+            v.verify(rows, rows[:2], [1, 2], greedy=bad, inv_temp=256, words=[1, 2, 3, 4], lanes=4)
+        with pytest.raises(ValueError, match=re.escape(f"greedy must be a bool, got {bad!r}")):
+            v.verify_tree(rows, [-1, 0, 0], [0, 1, 2], greedy=bad, inv_temp=256, words=[1, 2, 3, 4], lanes=4)
+    assert v.verify(rows, None, [1, 2], greedy=np.int64(1), inv_temp=256, words=None, lanes=4) == \
+        v.verify(rows, None, [1, 2], greedy=True, inv_temp=256, words=None, lanes=4)
 
 
 @pytest.mark.parametrize("parents, tokens, words", [

@@ -14,7 +14,6 @@ matching stream (``GoldenDevice.stream``, ``specdec.backends.sim.SimStream``).
 """
 from __future__ import annotations
 
-import operator
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from hwcontract.formats import as_array, integer_dtype, inv_temp, quantize
 from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
 from hwcontract.formats import LOGIT_NEG_INF
-from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core
+from hwcontract.regmap import TREE_MAX_NODES, VERIFIER_MAX_GAMMA, core, flag
 from hwcontract.tree import check_field_widths, node_entries
 from .base import SpecdecIP, vlnv
 from .verifier_errors import RoundInputs, VerifierError, check_logits, draft_row, node_row, reason, target_row
@@ -176,16 +175,7 @@ class Verifier(SpecdecIP):
         """``greedy`` as a bool: a bool, or the integer 0 or 1. Anything else (the string "0", which the host
         took as greedy and the CONFIG write as sampling) raises ValueError naming it. A sampling round needs the
         RNG seeded (u = 0 would accept every draft token and resample token 0)."""
-        if isinstance(greedy, (bool, np.bool_)):
-            mode = bool(greedy)
-        else:
-            try:
-                value = operator.index(greedy)
-            except TypeError:
-                value = None
-            if value not in (0, 1):
-                raise ValueError(f"greedy must be a bool, got {greedy!r}")
-            mode = bool(value)
+        mode = flag(greedy, "greedy")
         if not mode:
             self.check_seeded("a sampling round")
         return mode
