@@ -25,7 +25,7 @@ from hls_ref import verifier as golden_verifier
 from hwcontract import params as hwparams
 from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT, integers_in
 from hwcontract.regmap import (KV_SLOTS, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, VERIFIER_MAX_GAMMA,
-                               VOCAB_LIMIT, core)
+                               VOCAB_LIMIT, core, integer)
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC_DIR = ROOT / "hls_ref" / "cpp"
@@ -184,7 +184,7 @@ def _state_words(state) -> np.ndarray:
 
 
 def _check_n(n: int) -> int:
-    n = int(n)
+    n = integer(n, "n")            # int() had run 2.5 steps as 2
     if not 0 <= n <= 0xFFFFFFFF:
         raise ValueError(f"n must be in 0..2**32-1, got {n}")
     return n
@@ -417,7 +417,7 @@ def verifier_tables() -> tuple[np.ndarray, np.ndarray]:
 def verifier_exp(d: int) -> int:
     """``EXP(d)`` (Q1.15) of the C++ reference for a distance ``d >= 0`` (a negative one raises ValueError, as
     ``hwcontract.formats.exp_q15`` does)."""
-    d = int(d)
+    d = integer(d, "EXP distance")
     if d < 0:
         raise ValueError(f"EXP distance must be >= 0, got {d}")
     return int(_verifier().verifier_exp(min(d, EXP_LIMIT)))
@@ -535,7 +535,7 @@ def _kvpage() -> ctypes.CDLL:
 
 
 def _u32(name: str, v: int) -> int:
-    v = int(v)
+    v = integer(v, name)           # int() had taken slot 1.5 as 1
     if not 0 <= v <= 0xFFFFFFFF:
         raise ValueError(f"{name} must fit 32 bits, got {v}")
     return v
@@ -597,7 +597,7 @@ class KvpageCpp:
         operation gives ERR.BAD_OP). Returns as :meth:`op`."""
         if not self._h:
             raise ValueError("kvpage: core closed")
-        mask = int(mask)
+        mask = integer(mask, "mask")
         if not 0 <= mask < 1 << KV_SLOTS:
             raise ValueError(f"mask must fit {KV_SLOTS} bits (one per slot), got {mask:#x}")
         out = self._out

@@ -277,6 +277,20 @@ def test_bad_slot_row_page(pair):
     ls.dump()
 
 
+def test_operands_that_are_no_integers_are_named():
+    """The C++ reference's raw operands go through the contract's integer rule: int() had taken slot 1.5 as 1
+    and a mask of True as slot 0's bit."""
+    c = cpp.KvpageCpp(16, 4)
+    try:
+        for kw, what in (({"slot": 1.5}, "slot must be an integer, got 1.5"),
+                         ({"row": True}, "row must be an integer, got the bool True"),
+                         ({"mask": True}, "mask must be an integer, got the bool True")):
+            with pytest.raises(ValueError, match=what):
+                c.run(kv.OPS["NEW"], **kw)
+    finally:
+        c.close()
+
+
 def test_bad_op(pair):
     ls = pair(64, 16)
     s = ls.step(kv.Op("NEW")).regs["RES_SLOT"]

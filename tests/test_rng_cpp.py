@@ -72,6 +72,17 @@ def test_bad_state_rejected(state):
         cpp.rng_run(state, 1)
 
 
+def test_a_step_count_that_is_no_integer_is_named():
+    """int() had run 2.5 steps as 2 and True as 1: the C++ reference takes counts as the golden model does."""
+    for n, what in ((2.5, "n must be an integer, got 2.5"), (True, "n must be an integer, got the bool True")):
+        with pytest.raises(ValueError, match=what):
+            cpp.rng_run((1, 2, 3, 4), n)
+        with pytest.raises(ValueError, match=what):
+            cpp.rng_run_xor((1, 2, 3, 4), n)
+    with pytest.raises(ValueError, match="EXP distance must be an integer, got 1.5"):
+        cpp.verifier_exp(1.5)
+
+
 def test_build_is_cached_and_keyed_on_sources(tmp_path, monkeypatch):
     lib = cpp.build("rng", tmp_path)
     assert lib.name == f"librng-{cpp.digest('rng')}.so" and len(cpp.digest("rng")) == 12
