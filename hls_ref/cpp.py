@@ -23,9 +23,9 @@ import numpy as np
 from hls_ref import treemask as golden_treemask
 from hls_ref import verifier as golden_verifier
 from hwcontract import params as hwparams
-from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT, integers_in
-from hwcontract.regmap import (KV_SLOTS, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, VERIFIER_MAX_GAMMA,
-                               VOCAB_LIMIT, core, integer)
+from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT, draft_tokens, integers_in
+from hwcontract.regmap import KV_SLOTS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, flag, integer
+from hwcontract.tree import check_field_widths, node_entries
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC_DIR = ROOT / "hls_ref" / "cpp"
@@ -242,7 +242,6 @@ _VERIFIER = core("verifier")
 #: Keys of :func:`verifier_round`'s result, in the order of the C entry's ``result`` words: the verifier's
 #: ``RESULT`` register group in lower case, then the ERR bits and the cycle model's sampling beats.
 VERIFIER_FIELDS = _VERIFIER.group("RESULT").fields + ("err", "sample_beats")
-_DRAFT_BITS = _VERIFIER.reg("DRAFT0").field("LO").width
 
 
 @functools.lru_cache(maxsize=None)
@@ -321,16 +320,14 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     q_arr = _rows(q_arr, "q")
     if q_arr.shape[0] and q_arr.shape[1] != vocab:
         raise ValueError(f"p and q rows differ in length: {vocab} vs {q_arr.shape[1]}")
-    d = [int(x) for x in np.asarray(draft).reshape(-1)]
-    if any(not 0 <= x < 1 << _DRAFT_BITS for x in d):
-        raise ValueError(f"draft tokens must fit the {_DRAFT_BITS}-bit DRAFT fields, got {d}")
+    d = draft_tokens(draft)                 # int() had taken token 1.5 as 1
     d_arr = np.array(d if d else [0], dtype=np.uint16)
     w = golden_verifier.rng_words(words)
     w_arr = w if w.size else np.zeros(1, dtype=np.uint32)
     result = np.zeros(len(VERIFIER_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_round(
         p_arr.ctypes.data_as(_i16p), p_arr.shape[0], q_arr.ctypes.data_as(_i16p), q_arr.shape[0],
-        d_arr.ctypes.data_as(_u16p), len(d), vocab, lanes, int(bool(greedy)), inv_temp, u32_ptr(w_arr), len(w),
+        d_arr.ctypes.data_as(_u16p), len(d), vocab, lanes, int(flag(greedy, "greedy")), inv_temp, u32_ptr(w_arr), len(w),
         vocab_max, gamma_max, u32_ptr(result))
     if rc == -1:
         raise ValueError(f"the round needed more RNG words than the {len(w)} given")
@@ -378,24 +375,21 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
     inv_temp = golden_verifier.check_inv_temp(inv_temp)
     r_arr = _rows(rows, "rows")
     vocab = r_arr.shape[1]
-    par = [int(x) for x in np.asarray(parents).reshape(-1)]
-    tok = [int(x) for x in np.asarray(tokens).reshape(-1)]
+    par, tok = node_entries("parents", parents), node_entries("tokens", tokens)   # int() had taken 0.7 as 0
     if len(par) != len(tok):
         raise ValueError(f"a tree needs one token per node: {len(par)} parents, {len(tok)} tokens")
     if len(par) > TREE_MAX_NODES + 1:
         raise ValueError(f"a tree register set holds at most {TREE_MAX_NODES} nodes ({TREE_MAX_NODES + 1} to test "
                          f"BAD_TREE), got {len(par)}")
-    if any(not 0 <= x < 1 << TREE_PARENT_BITS for x in par[1:]) or any(not 0 <= x < 1 << TREE_TOKEN_BITS
-                                                                       for x in tok[1:]):
-        raise ValueError(f"tree parents must fit {TREE_PARENT_BITS} bits and tokens {TREE_TOKEN_BITS} bits")
-    p_arr = np.array([0] + par[1:], dtype=np.uint8)
-    t_arr = np.array([0] + tok[1:], dtype=np.uint16)
+    check_field_widths(par, tok)
+    p_arr = np.array(par, dtype=np.uint8)
+    t_arr = np.array(tok, dtype=np.uint16)
     w = golden_verifier.rng_words(words)
     w_arr = w if w.size else np.zeros(1, dtype=np.uint32)
     result = np.zeros(len(VERIFIER_TREE_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_tree_round(
         r_arr.ctypes.data_as(_i16p), r_arr.shape[0], p_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
-        t_arr.ctypes.data_as(_u16p), len(par), vocab, lanes, int(bool(greedy)), inv_temp, u32_ptr(w_arr),
+        t_arr.ctypes.data_as(_u16p), len(par), vocab, lanes, int(flag(greedy, "greedy")), inv_temp, u32_ptr(w_arr),
         w.size, vocab_max, tree_max, u32_ptr(result))
     if rc == -1:
         raise ValueError(f"the round needed more RNG words than the {len(w)} given")
@@ -475,11 +469,12 @@ def treemask_words(parents, nodes_max: int = TREE_MAX_NODES) -> tuple[list[int],
     per = len(reg.fields)
     lib = _treemask()
     nregs = int(lib.treemask_parent_regs())
-    vals = [0] + [int(p) for p in list(parents)[1:nregs * per]]
+    entries = node_entries("parents", parents)                # int() had taken parent 0.5 as node 0
+    vals = entries[:nregs * per]
     regs = np.zeros(nregs, dtype=np.uint32)
     for k in range(-(-len(vals) // per)):
         regs[k] = reg.encode(**{f"P{j}": v for j, v in enumerate(vals[per * k:per * k + per])})
-    n = len(parents)
+    n = len(entries)
     if not 0 <= n <= 0xFFFFFFFF:
         raise ValueError(f"{n} nodes do not fit the 32-bit NODES register")
     out = np.zeros(2 * nregs * per, dtype=np.uint64)

@@ -34,7 +34,7 @@ import numpy as np
 from hwcontract import latency as lat
 from hwcontract import params as hwparams
 from hwcontract.formats import (EXP_DEAD, EXP_FRAC, EXP_LIMIT, EXP_PY, EXP_WIDE, LOGIT_NEG_INF, RNG_WORD_BITS, U_BITS,
-                                integers_in, rng_uniform, temper)
+                                draft_tokens, integers_in, rng_uniform, temper)
 from hwcontract.formats import weights as _weights
 from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, flag, integer
 from hwcontract.tree import check_field_widths, node_entries
@@ -285,10 +285,8 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
     if p.ndim != 2:
         raise ValueError(f"p must be 2-D (rows, V), got shape {p.shape}")
     vocab = p.shape[1]
-    draft = np.asarray(draft, dtype=np.int64).ravel()
+    draft = np.array(draft_tokens(draft), dtype=np.int64)      # an int64 cast had taken token 1.5 as 1
     g = draft.size
-    if g and (draft.min() < 0 or draft.max() > 0xFFFF):
-        raise ValueError(f"draft tokens must fit 16 bits, got {draft.tolist()}")
 
     err = start_error(g, vocab, draft, greedy=greedy, inv_temp=inv_temp, vocab_max=vocab_max,
                       gamma_max=gamma_max)

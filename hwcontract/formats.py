@@ -37,6 +37,33 @@ def as_array(name: str, given) -> np.ndarray:
                          f"{[np.size(r) for r in given]}") from None
 
 
+#: A chain round's draft token: one DRAFTk register field.
+DRAFT_TOKEN_BITS = core("verifier").reg("DRAFT0").field("LO").width
+
+
+def draft_tokens(draft) -> list[int]:
+    """A chain round's ``draft`` tokens as ints that fit their DRAFTk fields: the one rule the verifier's driver,
+    golden model and C++ reference share. ValueError naming what was given: not a flat sequence, a float (1.5
+    had been token 1), a bool (numpy makes ``[True, 2]`` the ints 1 and 2), text, a token past the field."""
+    if isinstance(draft, np.ndarray):
+        if draft.ndim > 1:
+            raise ValueError(f"draft tokens must be a flat sequence of token ids, got shape {draft.shape}")
+        if draft.size and not integer_dtype(draft.dtype):
+            raise ValueError(f"draft tokens must be integers, got {draft.dtype}: {draft.tolist()}")
+        tokens = [int(x) for x in draft.ravel()]
+    else:
+        if isinstance(draft, (str, bytes)) or not hasattr(draft, "__iter__"):
+            raise ValueError(f"draft tokens must be a flat sequence of token ids, got {draft!r}")
+        items = list(draft)
+        if any(np.ndim(x) for x in items):
+            raise ValueError(f"draft tokens must be a flat sequence of token ids, got shape {np.shape(items)}")
+        tokens = integers(items, "draft tokens")
+    top = (1 << DRAFT_TOKEN_BITS) - 1
+    if any(not 0 <= t <= top for t in tokens):
+        raise ValueError(f"draft tokens must fit {DRAFT_TOKEN_BITS} bits (0..{top}), got {tokens}")
+    return tokens
+
+
 def integers_in(name: str, values, lo: int, hi: int) -> np.ndarray:
     """``values`` as an array (its own dtype) when every value is an integer in ``lo..hi``; else ValueError
     naming ``name`` and a value that is not. The range is checked before any cast (uint64 2**64-1 is not -1, the

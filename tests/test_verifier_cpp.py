@@ -8,10 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
+from hls_ref import treemask as tm
 from hls_ref import verifier as golden
 from hls_ref.vectors import chain_round, tree_round
 from hwcontract.formats import LOGIT_NEG_INF, quantize
 from hwcontract.regmap import core
+from specdec import runtime
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
@@ -208,3 +210,49 @@ def test_tree_full_vocab_64_nodes():
         got = compare_tree(rows, parents, tokens, greedy=greedy, inv_temp=inv_temp, words=words, lanes=4,
                            vocab_max=50272)
         assert got["err"] == 0
+
+
+@pytest.mark.parametrize("draft, words", [
+    ([1.5, 2], r"draft tokens must be integers, got \[1.5, 2\]"),
+    ([True, 2], r"draft tokens must be integers, got bools"),
+    ("12", r"draft tokens must be a flat sequence of token ids, got '12'"),
+    ([[1], [2]], r"draft tokens must be a flat sequence of token ids, got shape \(2, 1\)"),
+    (np.array([1.0, 2.0]), r"draft tokens must be integers, got float64"),
+    ([1, 1 << 16], r"draft tokens must fit 16 bits \(0..65535\), got \[1, 65536\]"),
+], ids=["float", "bool", "text", "nested", "float array", "wide"])
+def test_every_face_refuses_a_malformed_draft_alike(draft, words):
+    """hwcontract.formats.draft_tokens is the one rule: the golden model (an int64 cast had taken 1.5 as token
+    1), the C++ reference (int() likewise) and the driver ([True, 2] had been tokens 1 and 2) refuse alike."""
+    rows = np.zeros((3, 8), np.int16)
+    kw = dict(greedy=True, inv_temp=256, words=None, lanes=4)
+    drv = runtime.cores("ref").verifier
+    for face in (lambda: golden.verify(rows, None, draft, **kw), lambda: cpp.verifier_round(rows, None, draft, **kw),
+                 lambda: drv.verify(draft, rows, greedy=True)):
+        with pytest.raises(ValueError, match=words):
+            face()
+    assert drv.read_reg("ROWS") == 0
+
+
+@pytest.mark.parametrize("parents, tokens, greedy, words", [
+    ([-1, 0, 0.7], [0, 1, 2], True, r"tree parents must be integers: node 2's is 0.7"),
+    ([-1, 0, 0], [0, True, 2], True, r"tree tokens must be integers: node 1's is True"),
+    ([-1, 0, 256], [0, 1, 2], True, r"tree parents must fit 8 bits \(0..255\): node 2's parent is 256"),
+    ([-1, 0, 0], [0, 1, 2], "no", r"greedy must be a bool, got 'no'"),
+], ids=["float parent", "bool token", "wide parent", "greedy text"])
+def test_every_face_refuses_a_malformed_tree_alike(parents, tokens, greedy, words):
+    """The tree faces share hwcontract.tree.node_entries and check_field_widths and regmap.flag: the C++
+    reference's int() had taken parent 0.7 as node 0 and bool(greedy) the string 'no' as greedy."""
+    rows = np.zeros((3, 8), np.int16)
+    kw = dict(greedy=greedy, inv_temp=256, words=[1, 2, 3, 4], lanes=4)
+    drv = runtime.cores("ref").verifier
+    for face in (lambda: golden.verify_tree(rows, parents, tokens, **kw),
+                 lambda: cpp.verifier_tree_round(rows, parents, tokens, **kw),
+                 lambda: drv.verify_tree(parents, tokens, rows, greedy=greedy)):
+        with pytest.raises(ValueError, match=words):
+            face()
+    if "parents must be integers" in words:     # the treemask's three faces read parents the same way
+        masker = runtime.cores("ref").masker
+        for face in (lambda: tm.tree_mask(parents), lambda: cpp.treemask_words(parents),
+                     lambda: masker.masks(parents)):
+            with pytest.raises(ValueError, match=words):
+                face()

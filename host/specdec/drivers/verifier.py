@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from hwcontract.formats import as_array, integer_dtype, inv_temp, quantize
+from hwcontract.formats import as_array, draft_tokens, inv_temp, quantize
 
 from ..backends.device import RowStream
 from ..errors import CoreError, CoreTimeout, SpecdecError, add_note
@@ -255,15 +255,7 @@ class Verifier(SpecdecIP):
         if self.stream is None:
             raise RuntimeError("verifier: no row stream attached; call attach(stream) first")
         greedy = self._mode(greedy)
-        d = np.asarray(draft)
-        if d.ndim > 1:
-            raise ValueError(f"draft tokens must be a flat sequence of token ids, got shape {d.shape}")
-        d = d.ravel()
-        if d.size and not integer_dtype(d.dtype):
-            raise ValueError(f"draft tokens must be integers, got {d.dtype}: {d.tolist()}")
-        if d.size and (d.min() < 0 or d.max() > 0xFFFF):
-            raise ValueError(f"draft tokens must fit 16 bits, got {d.tolist()}")
-        draft = tuple(int(x) for x in d)
+        draft = tuple(draft_tokens(draft))
         g = len(draft)
         p = as_array("p_logits", p_logits)
         if p.ndim != 2 or p.shape[0] != g + 1 or p.shape[1] == 0:
