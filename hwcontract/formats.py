@@ -16,6 +16,7 @@ include.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def draft_tokens(draft) -> list[int]:
             raise ValueError(f"draft tokens must be integers, got {draft.dtype}: {draft.tolist()}")
         tokens = [int(x) for x in draft.ravel()]
     else:
-        if isinstance(draft, (str, bytes)) or not hasattr(draft, "__iter__"):
+        if isinstance(draft, (str, bytes, Mapping, Set)) or not isinstance(draft, Iterable):   # no order: no chain
             raise ValueError(f"draft tokens must be a flat sequence of token ids, got {draft!r}")
         items = list(draft)
         if any(np.ndim(x) for x in items):

@@ -58,12 +58,23 @@ def integers(values, what: str) -> list[int]:
         raise ValueError(f"{what} must be integers, got {shown}") from None
 
 
-def integer(value, what: str, *, flag: bool = False) -> int:
+def is_integer(x) -> bool:
+    """``x`` is an integer of any kind (Python, numpy) and no bool: a slot, a row, a node, a token, a count."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
+
+
+def integer(value, what: str, *, bool_ok: bool = False) -> int:
     """``value`` as an int: a Python or numpy integer; anything else, a float even when whole, raises ValueError
     naming ``what`` and the value (``int()`` would truncate 1.5 into a real field value, slot or row). A bool is
-    taken only where ``flag`` says the value is a bit field (``ENABLE=True``): as a slot, row, count or word
-    it is a mistake that would silently read as 0 or 1."""
-    if isinstance(value, (bool, np.bool_)) and not flag:
+    taken only where ``bool_ok`` says the value is a bit field's (``ENABLE=True``): as a slot, row, count or
+    word it is a mistake that would silently read as 0 or 1."""
+    if isinstance(value, (bool, np.bool_)) and not bool_ok:
         raise ValueError(f"{what} must be an integer, got the bool {value!r}")
     try:
         return operator.index(value)
@@ -140,7 +151,7 @@ class Register:
     def encode(self, **values: int) -> int:
         word = 0
         for name, v in values.items():
-            word = self.field(name).insert(word, integer(v, f"{self.name}.{name}", flag=True))
+            word = self.field(name).insert(word, integer(v, f"{self.name}.{name}", bool_ok=True))
         return word
 
 

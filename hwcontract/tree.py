@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Set
 import numpy as np
 
 from hwcontract.formats import integer_dtype
-from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS
+from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, is_integer
 
 
 def flat_entries(name: str, given) -> list | np.ndarray:
@@ -44,21 +44,10 @@ def node_entries(name: str, given) -> list[int]:
         if entries.size and not integer_dtype(entries.dtype):
             raise ValueError(f"tree {name} must be integers, got {entries.dtype}: {entries.tolist()}")
         return [0, *(int(x) for x in entries[1:])] if entries.size else []
-    bad = next((i for i, x in enumerate(entries) if i and not _is_int(x)), None)
+    bad = next((i for i, x in enumerate(entries) if i and not is_integer(x)), None)
     if bad is not None:
         raise ValueError(f"tree {name} must be integers: node {bad}'s is {entries[bad]!r}, in {str(entries)[:80]}")
     return [0, *(operator.index(x) for x in entries[1:])] if entries else []
-
-
-def _is_int(x) -> bool:
-    """``x`` is an integer of any kind (Python, numpy), and no bool."""
-    if isinstance(x, (bool, np.bool_)):
-        return False
-    try:
-        operator.index(x)
-    except TypeError:
-        return False
-    return True
 
 
 def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
@@ -72,7 +61,7 @@ def check_parents(parents, max_nodes: int = TREE_MAX_NODES) -> tuple[int, ...]:
         The largest N accepted.
     """
     parents = list(parents)
-    if not all(_is_int(p) for p in parents):        # an integer of any kind; 0.5 is no node, True no node 1
+    if not all(is_integer(p) for p in parents):        # an integer of any kind; 0.5 is no node, True no node 1
         raise ValueError(f"tree parents must be integers, got {parents!r}")
     parents = tuple(operator.index(p) for p in parents)
     if not 1 <= len(parents) <= max_nodes:

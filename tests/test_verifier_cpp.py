@@ -219,7 +219,8 @@ def test_tree_full_vocab_64_nodes():
     ([[1], [2]], r"draft tokens must be a flat sequence of token ids, got shape \(2, 1\)"),
     (np.array([1.0, 2.0]), r"draft tokens must be integers, got float64"),
     ([1, 1 << 16], r"draft tokens must fit 16 bits \(0..65535\), got \[1, 65536\]"),
-], ids=["float", "bool", "text", "nested", "float array", "wide"])
+    ({1: 0, 2: 0}, r"draft tokens must be a flat sequence of token ids, got \{1: 0, 2: 0\}"),   # no order: keys
+], ids=["float", "bool", "text", "nested", "float array", "wide", "dict"])
 def test_every_face_refuses_a_malformed_draft_alike(draft, words):
     """hwcontract.formats.draft_tokens is the one rule: the golden model (an int64 cast had taken 1.5 as token
     1), the C++ reference (int() likewise) and the driver ([True, 2] had been tokens 1 and 2) refuse alike."""
