@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
@@ -249,6 +250,32 @@ def test_agreeing_rows_walk_the_chosen_path():
         notebook.agreeing_rows(tree, 3, 7.0, 10)
     with pytest.raises(ValueError, match="2 labels for 6 nodes"):
         notebook.plot_tree(tree, ["a", "b"])
+    # a vocabulary of 16.5 had raised numpy's TypeError, naming no argument
+    with pytest.raises(ValueError, match="vocab must be an integer, got 16.5"):
+        notebook.agreeing_rows(tree, 3, 2, 16.5)
+
+
+def test_pictures_refuse_what_they_would_draw_wrong():
+    """Each had drawn a wrong picture, or failed inside matplotlib naming no argument: a path through a node the
+    tree does not have (drawn as nothing), acceptance values that are no probabilities (the string "x" drawn as
+    a category), a mask that is no square matrix (matplotlib's "Invalid shape")."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    tree = Tree((-1, 0, 0, 1), (9, 5, 6, 7))
+    labels = list("abcd")
+    with pytest.raises(ValueError, match=r"path \[0, 9\]: nodes of the tree are 0..3"):
+        notebook.plot_tree(tree, labels, path=[0, 9])
+    with pytest.raises(ValueError, match="path must be integers, got"):
+        notebook.plot_tree(tree, labels, path=[1.0])
+    for bad in ("x", 1.5, -0.1, True):
+        with pytest.raises(ValueError, match=re.escape(f"probabilities in [0, 1] or None, got {bad!r}")):
+            notebook.plot_acceptance([0.5, bad])
+    with pytest.raises(ValueError, match=r"mask must be a square \(N, N\) matrix, got shape \(4,\)"):
+        notebook.plot_mask(np.ones(4, bool))
+    assert notebook.plot_tree(tree, labels, path=np.array([1, 3])).texts
+    assert notebook.plot_acceptance([0.5, None, np.float32(0.25), 1]).patches
+    assert notebook.plot_mask(np.eye(3, dtype=bool), list("abc")).images
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ Executing a notebook off a board, skip them by their tag: nbclient's
 from __future__ import annotations
 
 import importlib.resources
+import numbers
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -236,6 +237,9 @@ def agreeing_rows(tree: Tree, node: int, next_token: int, vocab: int) -> np.ndar
     """
     node = integer(node, "node")
     next_token = integer(next_token, "next_token")
+    vocab = integer(vocab, "vocab")         # 16.5 had raised numpy's TypeError naming no argument
+    if vocab < 1:
+        raise ValueError(f"vocab must be at least 1 token, got {vocab}")
     if not 0 <= node < tree.n:
         raise ValueError(f"node {node} is not a node of the tree (0..{tree.n - 1})")
     if not 0 <= next_token < vocab:
@@ -308,8 +312,12 @@ def _legend(ax, twin) -> None:
 
 def plot_acceptance(per_position: Sequence[float | None], ax=None, label: str | None = None):
     """Per-position acceptance (P(draft token i accepted | position i reached)) as bars; returns the axes."""
-    ax = _axes(ax)
     vals = [np.nan if a is None else a for a in per_position]
+    bad = next((a for a in vals if not isinstance(a, numbers.Real) or isinstance(a, bool)
+                or not (np.isnan(a) or 0 <= a <= 1)), None)
+    if bad is not None:                     # matplotlib had drawn the string "x" as a category
+        raise ValueError(f"per_position must be probabilities in [0, 1] or None, got {bad!r}")
+    ax = _axes(ax)
     ax.bar(range(len(vals)), vals, label=label)
     ax.set(xlabel="draft position i", ylabel="P(accept | reached)", ylim=(0, 1.05), xticks=range(len(vals)))
     return ax
@@ -339,6 +347,9 @@ def plot_tree(tree: Tree, labels: Sequence[str], path: Sequence[int] = (), ax=No
     """The token tree, root on the left, one column per depth; nodes on ``path`` (the accepted ones) in
     green. Returns the axes."""
     _check_labels(labels, tree.n)
+    path = integers(path, "path")
+    if any(not 0 <= v < tree.n for v in path):    # a node off the tree had been drawn as nothing at all
+        raise ValueError(f"path {path}: nodes of the tree are 0..{tree.n - 1}")
     ax = _axes(ax, (7, 0.45 * tree.n + 1))
     depth = tree.depth()
     y: dict[int, float] = {}
@@ -366,6 +377,9 @@ def plot_tree(tree: Tree, labels: Sequence[str], path: Sequence[int] = (), ax=No
 def plot_mask(mask: np.ndarray, labels: Sequence[str] | None = None, ax=None):
     """The tree-attention mask: row i attends to column j when j is i or one of its ancestors. Returns the
     axes."""
+    mask = np.asarray(mask)
+    if mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
+        raise ValueError(f"mask must be a square (N, N) matrix, got shape {mask.shape}")
     n = mask.shape[0]
     if labels is not None:
         _check_labels(labels, n)
