@@ -220,6 +220,23 @@ def test_unknown_backend_raises():
         runtime.run({"prompts": ["x"]}, "fpga")
 
 
+def test_golden_cores_take_their_build_parameters_by_the_contracts_names():
+    """Each golden core builds at the parameters asked for, and an unknown name (a lower-case one, a typo) is a
+    KeyError listing the valid ones: it had been ignored, so {"lanes": 8} built LANES 4 and {"SLOTS": 16} a
+    kvpage of 64 slots."""
+    assert runtime.golden_verifier({"LANES": 8, "VOCAB_MAX": 64}).lanes == 8
+    assert runtime.golden_kvpage({"PAGES": 16, "MAX_BLOCKS": 8, "SLOTS": 16}).slots == 16
+    assert runtime.golden_masker({"NODES_MAX": 8}).nodes_max == 8
+    for make, core, bad in ((runtime.golden_verifier, "verifier", {"lanes": 8}),
+                            (runtime.golden_kvpage, "kvpage", {"SLOT": 16}),
+                            (runtime.golden_masker, "treemask", {"NODES": 8}),
+                            (runtime.golden_draftengine, "draftengine", {"ROW": 8})):
+        with pytest.raises(KeyError, match=f"core '{core}' has no parameter '{next(iter(bad))}'; valid parameters"):
+            make(bad)
+    with pytest.raises(ValueError, match=r"LANES=3 of core 'verifier' not in \{1, 2, 4, 8\}"):
+        runtime.golden_verifier({"LANES": 3})
+
+
 def test_golden_device_with_other_hash_is_refused():
     from specdec.backends.golden import GoldenDevice
     from specdec.drivers import Verifier

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
+from hwcontract import params as hwparams
+
 from . import models
 from .builds import CORE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
 from .decode import Drafter, Generation, generate
@@ -69,14 +71,20 @@ def cores(backend: str) -> Cores:
     raise ValueError(f"backend {backend!r}: cores in this process come from 'ref' or 'pynq'")
 
 
+def _golden_params(core: str, build: Mapping[str, int], params: Mapping[str, Any] | None) -> dict[str, int]:
+    """``build``'s parameters overridden by ``params``, checked by the contract (``hwcontract.params``), as the
+    golden model's keywords. An unknown name raises KeyError listing the valid ones: it had been ignored, so
+    ``golden_verifier({"lanes": 8})`` built the default LANES 4, and ``golden_kvpage({"SLOTS": 16})`` 64 slots."""
+    return {k.lower(): v for k, v in hwparams.check(core, {**build, **(params or {})}).items()}
+
+
 def golden_verifier(params: dict | None = None) -> Verifier:
-    """The verifier driver over the golden register model (backend ``ref``)."""
+    """The verifier driver over the golden register model (backend ``ref``); ``params`` override the project's
+    build (``hwcontract.params`` names: ``{"LANES": 8}``)."""
     from .backends.golden import GoldenDevice
     from .drivers import Verifier
     from .drivers.base import description
-    p = {**CORE_PARAMS, **(params or {})}
-    dev = GoldenDevice({0: "verifier"}, {0: {"lanes": p["LANES"], "vocab_max": p["VOCAB_MAX"],
-                                             "gamma_max": p["GAMMA_MAX"], "tree_max": p["TREE_MAX"]}})
+    dev = GoldenDevice({0: "verifier"}, {0: _golden_params("verifier", CORE_PARAMS, params)})
     return Verifier(description("verifier", dev), dev.stream(0))
 
 
@@ -87,8 +95,7 @@ def golden_draftengine(params: dict | None = None):
     from .builds import DRAFTENGINE_PARAMS
     from .drivers import DraftEngine
     from .drivers.base import description
-    p = {**DRAFTENGINE_PARAMS, **(params or {})}
-    dev = GoldenDevice({0: "draftengine"}, {0: {k.lower(): v for k, v in p.items()}})
+    dev = GoldenDevice({0: "draftengine"}, {0: _golden_params("draftengine", DRAFTENGINE_PARAMS, params)})
     return DraftEngine(description("draftengine", dev), dev.stream(0), dev.sink(0))
 
 
@@ -97,8 +104,7 @@ def golden_masker(params: dict | None = None) -> TreeMask:
     from .backends.golden import GoldenDevice
     from .drivers import TreeMask
     from .drivers.base import description
-    p = {**TREEMASK_PARAMS, **(params or {})}
-    dev = GoldenDevice({0: "treemask"}, {0: {"nodes_max": p["NODES_MAX"]}})
+    dev = GoldenDevice({0: "treemask"}, {0: _golden_params("treemask", TREEMASK_PARAMS, params)})
     return TreeMask(description("treemask", dev), dev.sink(0))
 
 
@@ -107,8 +113,7 @@ def golden_kvpage(params: dict | None = None) -> KVPage:
     from .backends.golden import GoldenDevice
     from .drivers import KVPage
     from .drivers.base import description
-    p = {**KV_PARAMS, **(params or {})}
-    dev = GoldenDevice({0: "kvpage"}, {0: {"pages": p["PAGES"], "max_blocks": p["MAX_BLOCKS"]}})
+    dev = GoldenDevice({0: "kvpage"}, {0: _golden_params("kvpage", KV_PARAMS, params)})
     return KVPage(description("kvpage", dev))
 
 
