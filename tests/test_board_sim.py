@@ -55,6 +55,18 @@ def test_decode_through_pynq_on_the_rtl_of_the_overlay(opt_dirs, opt_pair, board
     assert b["dmas"]["verifier_dma"]["bytes"]["MM2S"] > 0 and b["sim_ns"] > 0
 
 
+def test_a_replay_of_a_file_that_is_no_recording_fails_before_the_simulation(tmp_path, monkeypatch):
+    """A missing or damaged recording had built the overlay, started the simulation and failed inside it
+    ("1 of 1 cocotb tests failed"), naming neither the file nor the fault."""
+    from specdec.backends import simulator
+    monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("a simulation ran"))
+    with pytest.raises(FileNotFoundError, match="recording .*missing.npz' does not exist"):
+        runtime.replay_board_sim(tmp_path / "missing.npz", "pynq-z2")
+    (tmp_path / "notes.npz").write_text("not a recording")
+    with pytest.raises(ValueError, match="notes.npz: not a specdec recording"):
+        runtime.replay_board_sim(tmp_path / "notes.npz", "pynq-z2")
+
+
 @pytest.mark.ml
 @pytest.mark.long
 @pytest.mark.usefixtures("torch_threads")

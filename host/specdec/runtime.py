@@ -279,6 +279,8 @@ def replay_board_sim(path: str | os.PathLike, board: str = "pynq-z2", sim: str =
     ``replay``, with the board's figures."""
     from hwcontract.board import design
     from .backends.sim_board import BOARD_ENV, REPLAY_ENV, overlay_params
+    from .recording import load
+    load(path)      # before the build: a missing or damaged file had failed inside the simulation, naming neither
     job = as_job({"prompts": ["(replay)"]})          # the harness carries a job file; the replay ignores it
     return _simulate(job, "overlay", "specdec.backends.sim_board", sim, overlay_params(design(board)),
                      {BOARD_ENV: board, REPLAY_ENV: str(Path(path).resolve())})
