@@ -7,6 +7,7 @@ start after a commit.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -57,6 +58,24 @@ def test_check_parents_errors():
     with pytest.raises(ValueError, match=r"tree parents must be integers, got \[-1, 0.5\]"):
         check_parents([-1, 0.5])                       # not truncated to node 0
     assert check_parents(np.array([-1, 0, 1])) == (-1, 0, 1)
+    with pytest.raises(ValueError, match=r"tree parents must be integers, got \[-1, 0, True\]"):
+        check_parents([-1, 0, True])                   # not node 1
+
+
+def test_a_tree_names_a_node_it_does_not_have():
+    """``path_to(-1)`` had walked from the last node's parent, ``children(7)`` of a 4-node tree answered [],
+    ``path_to(1.0)`` raised a bare TypeError; ``tree_value`` took a parent 0.5 as a TypeError and True as
+    node 1."""
+    tree = Tree((-1, 0, 0, 1), (9, 5, 6, 7))
+    assert tree.path_to(3) == [0, 1, 3] and tree.children(np.int64(0)) == [1, 2]
+    for call, what in ((lambda: tree.path_to(-1), "node -1 is not a node of the tree (0..3)"),
+                       (lambda: tree.children(7), "node 7 is not a node of the tree (0..3)"),
+                       (lambda: tree.path_to(1.0), "node must be an integer, got 1.0"),
+                       (lambda: tree_value([-1, 0, 0.5], [0.5]), "tree parents must be integers, got [0, 0, 0.5]"),
+                       (lambda: tree_value([-1, 0, True], [0.5]), "tree parents must be integers, got [0, 0, True]")):
+        with pytest.raises(ValueError, match=re.escape(what)):
+            call()
+    assert tree_value(np.array([-1, 0, 1]), [0.5]) == 0.75
 
 
 # --- validation of the builders (no model needed: constructors check before drafting) -----------------------

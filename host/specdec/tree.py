@@ -85,12 +85,21 @@ class Tree:
             d[i] = d[self.parents[i]] + 1
         return d
 
+    def _node(self, v) -> int:
+        """``v`` as a node of this tree, or ValueError naming it (``path_to(-1)`` had walked from the last node's
+        parent, ``children(7)`` of a 2-node tree answered [])."""
+        v = integer(v, "node")
+        if not 0 <= v < self.n:
+            raise ValueError(f"node {v} is not a node of the tree (0..{self.n - 1})")
+        return v
+
     def children(self, v: int) -> list[int]:
+        v = self._node(v)
         return [j for j in range(v + 1, self.n) if self.parents[j] == v]
 
     def path_to(self, v: int) -> list[int]:
         """Nodes from the root to ``v``, root first."""
-        out = [v]
+        out = [self._node(v)]
         while out[-1]:
             out.append(self.parents[out[-1]])
         return out[::-1]
@@ -568,7 +577,7 @@ def tree_value(parents, acceptance) -> float:
     node order) is the draft's rank-i token: the sum over nodes of the product of ``m[rank]`` along the
     path (:func:`child_probabilities`); a child of rank >= len(acceptance) is never accepted."""
     m = child_probabilities(acceptance)
-    parents = list(parents)
+    parents = check_parents((0,) + tuple(parents)[1:])      # 0.5 had raised a bare TypeError, True been node 1
     reach, nchild, total = [1.0], [0] * len(parents), 0.0
     for i in range(1, len(parents)):
         r = nchild[parents[i]]
