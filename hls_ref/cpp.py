@@ -327,8 +327,8 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     result = np.zeros(len(VERIFIER_FIELDS), dtype=np.uint32)
     rc = _verifier().verifier_round(
         p_arr.ctypes.data_as(_i16p), p_arr.shape[0], q_arr.ctypes.data_as(_i16p), q_arr.shape[0],
-        d_arr.ctypes.data_as(_u16p), len(d), vocab, lanes, int(flag(greedy, "greedy")), inv_temp, u32_ptr(w_arr), len(w),
-        vocab_max, gamma_max, u32_ptr(result))
+        d_arr.ctypes.data_as(_u16p), len(d), vocab, lanes, int(flag(greedy, "greedy")), inv_temp, u32_ptr(w_arr),
+        len(w), vocab_max, gamma_max, u32_ptr(result))
     if rc == -1:
         raise ValueError(f"the round needed more RNG words than the {len(w)} given")
     if rc == -2:

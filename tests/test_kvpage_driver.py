@@ -62,7 +62,8 @@ def test_a_non_integer_operand_is_refused_before_the_core():
                        (lambda: kv.rollback([1.5]), "kvpage rollback: a slot must be an integer, got 1.5"),
                        (lambda: kv.fork(True), "kvpage FORK: slot must be an integer, got the bool True"),
                        (lambda: kv.write_row(seqs[1], False), "kvpage WRITE: row must be an integer, got the bool"),
-                       (lambda: kv.rollback([seqs[1] == 1]), "kvpage rollback: a slot must be an integer, got the bool")):
+                       (lambda: kv.rollback([seqs[1] == 1]),
+                        "kvpage rollback: a slot must be an integer, got the bool")):
         with pytest.raises(ValueError, match=re.escape(what)):
             call()
     assert kv.total_ops == ops and kv.live() == (seqs, [])       # nothing reached the core
