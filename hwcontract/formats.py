@@ -42,23 +42,37 @@ def as_array(name: str, given) -> np.ndarray:
 DRAFT_TOKEN_BITS = core("verifier").reg("DRAFT0").field("LO").width
 
 
+def flat_sequence(what: str, given, entry: str = "index") -> list | np.ndarray:
+    """``given`` as it is when a 1-D array (its dtype for the caller to check), else as a list; ValueError naming
+    ``what`` and what was given when it is no ordered sequence (text, a mapping, a set, a number) or a nested
+    one, with the nested entry's ``entry`` (``node`` of a tree, ``position`` of a chain): ``[[-1, 0, 0]]`` is no
+    tree of three nodes, though a list of it has one entry. The one shape rule of every token and tree input."""
+    if isinstance(given, np.ndarray):
+        if given.ndim != 1:
+            raise ValueError(f"{what} must be a flat sequence, got an array of shape {given.shape}")
+        return given
+    if isinstance(given, (str, bytes, Mapping, Set)) or not isinstance(given, Iterable):   # no order, or no entries
+        raise ValueError(f"{what} must be a flat sequence of integers, got {given!r}")
+    entries = list(given)
+    nested = next((i for i, x in enumerate(entries) if isinstance(x, (list, tuple, set, dict)) or np.ndim(x)), None)
+    if nested is not None:
+        raise ValueError(f"{what} must be a flat sequence, got the nested entry {entries[nested]!r} at {entry} "
+                         f"{nested}")
+    return entries
+
+
 def draft_tokens(draft) -> list[int]:
     """A chain round's ``draft`` tokens as ints that fit their DRAFTk fields: the one rule the verifier's driver,
-    golden model and C++ reference share. ValueError naming what was given: not a flat sequence, a float (1.5
-    had been token 1), a bool (numpy makes ``[True, 2]`` the ints 1 and 2), text, a token past the field."""
-    if isinstance(draft, np.ndarray):
-        if draft.ndim > 1:
-            raise ValueError(f"draft tokens must be a flat sequence of token ids, got shape {draft.shape}")
-        if draft.size and not integer_dtype(draft.dtype):
-            raise ValueError(f"draft tokens must be integers, got {draft.dtype}: {draft.tolist()}")
-        tokens = [int(x) for x in draft.ravel()]
+    golden model and C++ reference share. ValueError naming what was given: not a flat sequence
+    (:func:`flat_sequence`), a float (1.5 had been token 1), a bool (numpy makes ``[True, 2]`` the ints 1 and 2),
+    text, a token past the field."""
+    entries = flat_sequence("draft tokens", draft, "position")
+    if isinstance(entries, np.ndarray):
+        if entries.size and not integer_dtype(entries.dtype):
+            raise ValueError(f"draft tokens must be integers, got {entries.dtype}: {entries.tolist()}")
+        tokens = [int(x) for x in entries]
     else:
-        if isinstance(draft, (str, bytes, Mapping, Set)) or not isinstance(draft, Iterable):   # no order: no chain
-            raise ValueError(f"draft tokens must be a flat sequence of token ids, got {draft!r}")
-        items = list(draft)
-        if any(np.ndim(x) for x in items):
-            raise ValueError(f"draft tokens must be a flat sequence of token ids, got shape {np.shape(items)}")
-        tokens = integers(items, "draft tokens")
+        tokens = integers(entries, "draft tokens")
     top = (1 << DRAFT_TOKEN_BITS) - 1
     if any(not 0 <= t <= top for t in tokens):
         raise ValueError(f"draft tokens must fit {DRAFT_TOKEN_BITS} bits (0..{top}), got {tokens}")

@@ -7,39 +7,19 @@ parent that comes before it (``0 <= parent[i] < i``), so node order is a topolog
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
-from hwcontract.formats import integer_dtype
+from hwcontract.formats import flat_sequence, integer_dtype
 from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, is_integer
-
-
-def flat_entries(name: str, given) -> list | np.ndarray:
-    """A tree's ``given`` parents or tokens: a 1-D array as it is (its dtype for the caller to check), any other
-    iterable as a list; ValueError naming what was given when it is no sequence or a nested one (``[[-1, 0, 0]]``
-    is not a tree of three nodes: taken as a list, its one entry would be read as a one-node tree)."""
-    if isinstance(given, np.ndarray):
-        if given.ndim != 1:
-            raise ValueError(f"tree {name} must be a flat sequence, got an array of shape {given.shape}")
-        return given
-    if isinstance(given, (str, bytes, Mapping, Set)) or not isinstance(given, Iterable):     # no order, or no entries
-        raise ValueError(f"tree {name} must be a flat sequence of integers, got {given!r}")
-    entries = list(given)
-    nested = next((i for i, x in enumerate(entries) if isinstance(x, (list, tuple, set, dict))
-                   or (isinstance(x, np.ndarray) and x.ndim)), None)
-    if nested is not None:
-        raise ValueError(f"tree {name} must be a flat sequence, got the nested entry {entries[nested]!r} at node "
-                         f"{nested}")
-    return entries
 
 
 def node_entries(name: str, given) -> list[int]:
     """A tree's ``given`` parents or tokens as a list of ints with the root's entry, which the cores ignore (-1,
     None, anything), as 0: the one reading the drivers and the golden models share. ValueError naming what was
-    given when it is no flat sequence (:func:`flat_entries`) or an entry past the root is not an integer: a
+    given when it is no flat sequence (``formats.flat_sequence``) or an entry past the root is not an integer: a
     float (0.7 is no node, and ``int()`` had made it node 0), a bool (True had been node 1), text."""
-    entries = flat_entries(name, given)
+    entries = flat_sequence(f"tree {name}", given, "node")
     if isinstance(entries, np.ndarray):
         if entries.size and not integer_dtype(entries.dtype):
             raise ValueError(f"tree {name} must be integers, got {entries.dtype}: {entries.tolist()}")

@@ -71,8 +71,8 @@ def test_a_tree_names_a_node_it_does_not_have():
     for call, what in ((lambda: tree.path_to(-1), "node -1 is not a node of the tree (0..3)"),
                        (lambda: tree.children(7), "node 7 is not a node of the tree (0..3)"),
                        (lambda: tree.path_to(1.0), "node must be an integer, got 1.0"),
-                       (lambda: tree_value([-1, 0, 0.5], [0.5]), "tree parents must be integers, got [0, 0, 0.5]"),
-                       (lambda: tree_value([-1, 0, True], [0.5]), "tree parents must be integers, got [0, 0, True]")):
+                       (lambda: tree_value([-1, 0, 0.5], [0.5]), "tree parents must be integers: node 2's is 0.5"),
+                       (lambda: tree_value([-1, 0, True], [0.5]), "tree parents must be integers: node 2's is True")):
         with pytest.raises(ValueError, match=re.escape(what)):
             call()
     assert tree_value(np.array([-1, 0, 1]), [0.5]) == 0.75

@@ -215,11 +215,11 @@ def test_tree_full_vocab_64_nodes():
 @pytest.mark.parametrize("draft, words", [
     ([1.5, 2], r"draft tokens must be integers, got \[1.5, 2\]"),
     ([True, 2], r"draft tokens must be integers, got bools"),
-    ("12", r"draft tokens must be a flat sequence of token ids, got '12'"),
-    ([[1], [2]], r"draft tokens must be a flat sequence of token ids, got shape \(2, 1\)"),
+    ("12", r"draft tokens must be a flat sequence of integers, got '12'"),
+    ([[1], [2]], r"draft tokens must be a flat sequence, got the nested entry \[1\] at position 0"),
     (np.array([1.0, 2.0]), r"draft tokens must be integers, got float64"),
     ([1, 1 << 16], r"draft tokens must fit 16 bits \(0..65535\), got \[1, 65536\]"),
-    ({1: 0, 2: 0}, r"draft tokens must be a flat sequence of token ids, got \{1: 0, 2: 0\}"),   # no order: keys
+    ({1: 0, 2: 0}, r"draft tokens must be a flat sequence of integers, got \{1: 0, 2: 0\}"),   # no order: keys
 ], ids=["float", "bool", "text", "nested", "float array", "wide", "dict"])
 def test_every_face_refuses_a_malformed_draft_alike(draft, words):
     """hwcontract.formats.draft_tokens is the one rule: the golden model (an int64 cast had taken 1.5 as token

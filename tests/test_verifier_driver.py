@@ -169,7 +169,8 @@ def test_greedy_takes_a_bool_only():
     assert drv.read_reg("ROWS") == 0
     assert list(drv.verify_tree([-1, 0], [0, 3], p, greedy=np.bool_(True)).tokens) == [5]
     assert list(drv.verify([3], p, greedy=1).tokens) == [5]
-    with pytest.raises(ValueError, match=r"flat sequence of token ids, got shape \(1, 1\)"):
+    with pytest.raises(ValueError, match=r"draft tokens must be a flat sequence, got the nested entry \[3\] at "
+                                         r"position 0"):
         drv.verify([[3]], p, greedy=True)
     # the root's parent and token are ignored, None included (as the treemask driver's masks() takes it)
     assert list(drv.verify_tree([None, 0], [None, 3], p, greedy=True).tokens) == [5]

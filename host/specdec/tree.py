@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hwcontract.regmap import TREE_MAX_NODES, integer, integers
-from hwcontract.tree import check_parents
+from hwcontract.tree import check_parents, node_entries
 
 if TYPE_CHECKING:
     from .decode import Sampling, Support
@@ -59,7 +59,7 @@ class Tree:
     tokens: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "parents", (-1,) + check_parents((0,) + tuple(self.parents[1:]))[1:])
+        object.__setattr__(self, "parents", (-1,) + check_parents(node_entries("parents", self.parents))[1:])
         object.__setattr__(self, "tokens", tuple(integers(self.tokens, "tree tokens")))
         if len(self.tokens) != len(self.parents):
             raise ValueError(f"a tree needs one token per node: {len(self.parents)} nodes, "
@@ -307,7 +307,7 @@ class TopologyTree(TreeDrafter):
 
     def __init__(self, lm, parents, ranks) -> None:
         super().__init__(lm)
-        self.parents = (-1,) + check_parents((0,) + tuple(parents[1:]))[1:]
+        self.parents = (-1,) + check_parents(node_entries("parents", parents))[1:]
         ranks = tuple(integers(ranks, "a tree's ranks"))
         if len(ranks) != len(self.parents) or min(ranks[1:], default=0) < 0:
             raise ValueError(f"ranks must give one rank >= 0 per node ({len(self.parents)}), got {ranks}")
@@ -577,7 +577,7 @@ def tree_value(parents, acceptance) -> float:
     node order) is the draft's rank-i token: the sum over nodes of the product of ``m[rank]`` along the
     path (:func:`child_probabilities`); a child of rank >= len(acceptance) is never accepted."""
     m = child_probabilities(acceptance)
-    parents = check_parents((0,) + tuple(parents)[1:])      # 0.5 had raised a bare TypeError, True been node 1
+    parents = check_parents(node_entries("parents", parents))   # 0.5 had raised a bare TypeError, True been node 1
     reach, nchild, total = [1.0], [0] * len(parents), 0.0
     for i in range(1, len(parents)):
         r = nchild[parents[i]]
