@@ -19,8 +19,8 @@ import numpy as np
 
 from hwcontract import params as hwparams
 from hwcontract.formats import pack_mask_word
-from hwcontract.regmap import TREE_MAX_NODES, TREE_PARENT_BITS, core
-from hwcontract.tree import node_entries
+from hwcontract.regmap import TREE_MAX_NODES, core
+from hwcontract.tree import check_field_widths, node_entries
 
 _ERR = core("treemask").reg("ERR")
 ERR_BAD_NODES = _ERR.field("BAD_NODES").mask
@@ -81,9 +81,7 @@ def tree_mask(parents, nodes_max: int = TREE_MAX_NODES) -> Masks:
     """
     nodes_max = check_nodes_max(nodes_max)
     parents = node_entries("parents", parents)      # int() had taken parent 0.5 as node 0, True as node 1
-    lim = (1 << TREE_PARENT_BITS) - 1
-    if any(not 0 <= p <= lim for p in parents[1:]):
-        raise ValueError(f"parent indices must fit {TREE_PARENT_BITS} bits (0..{lim}), got {parents}")
+    check_field_widths(parents, ())                 # each parent fits its TREE_PARENT field
     err = start_error(parents, nodes_max)
     if err:
         return Masks((), (), 0, err)
