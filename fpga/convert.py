@@ -3,7 +3,8 @@
 MyHDL's output depends on the interpreter's string-hash seed (the order of some declarations) and carries a
 date line and its own path, and a second conversion in one process renames internals. :func:`convert` therefore converts in
 a fresh interpreter with ``PYTHONHASHSEED=0`` and drops the date line, so an unchanged core gives an
-unchanged file and the simulators' build caches hit across runs.
+unchanged file and the simulators' build caches hit across runs. Every memory carries the ``ram_style`` its
+block declared (``fpga.pipe.Ram``), so Vivado is asked to map each memory as the resource report counts it.
 
 Parameters, defaults and allowed values are the contract's (:mod:`hwcontract.params`).
 """
@@ -16,10 +17,12 @@ import importlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import types
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from hwcontract import params as hwparams
@@ -150,6 +153,7 @@ def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Pat
     mod = importlib.import_module(modname)
     name = toplevel_name(core, values)
     out_dir.mkdir(parents=True, exist_ok=True)
+    styles = capture_styles()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         inst = getattr(mod, top)(*mod.make_ports(**values), **values)
@@ -157,16 +161,8 @@ def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Pat
     path = out_dir / f"{name}.v"
     text = path.read_text()
     lines = [ln for ln in text.splitlines(keepends=True) if not ln.startswith(("// Date:", "// File:"))]
-    path.write_text("".join(_attributes(ln, core) for ln in lines))
+    path.write_text(mark_memories("".join(lines), core, styles))
     return path, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
-
-
-#: Memory name suffix -> the ram_style a MyHDL memory so named gets (MyHDL cannot write attributes).
-RAM_STYLES = {
-    "_lutram": "distributed",  # a small registered-address memory yosys and Vivado would put in a block RAM
-    "_bram": "block",          # a memory that must stay in block RAM where the part also has UltraRAM (the
-                               # KV260's URAM is the draft engine's weights'; unmarked memories may go there)
-}
 
 
 #: Cores whose module says ``shreg_extract = "no"``: their delay lines stay flip-flops, not SRL16/SRL32 shift
@@ -178,16 +174,85 @@ NO_SRL = {"verifier"}
 NO_SRL_ATTRIBUTE = '(* shreg_extract = "no" *)'
 
 
-def _attributes(line: str, core: str) -> str:
-    """The ``ram_style`` attribute of a memory declaration whose name ends in a :data:`RAM_STYLES` suffix, and
-    :data:`NO_SRL_ATTRIBUTE` on the module of a core in :data:`NO_SRL`."""
-    if line.startswith("module ") and core in NO_SRL:
-        return f"{NO_SRL_ATTRIBUTE}\n" + line
-    if line.startswith("reg "):
-        for suffix, style in RAM_STYLES.items():
-            if f"{suffix} [" in line:
-                return f'(* ram_style = "{style}" *) ' + line
-    return line
+def capture_styles() -> dict[str, str]:
+    """A dict that the next Verilog conversion in this process fills: Verilog memory name -> ``ram_style`` of
+    every memory its block declared as an ``fpga.pipe.Ram``. MyHDL's converter hands its memories, named, to
+    ``_convert_filter`` (its hook for such checks) and clears the names afterwards."""
+    from myhdl.conversion._toVerilog import toVerilog
+    styles: dict[str, str] = {}
+
+    def capture(self, h, intf, siglist, memlist, genlist) -> None:
+        styles.update({m.name: m.mem.style for m in memlist if hasattr(m.mem, "style")})
+
+    type(toVerilog)._convert_filter = capture          # the converter has __slots__: the hook is its class's
+    return styles
+
+
+#: A memory's declaration as MyHDL writes it: ``reg [W-1:0] name [0:DEPTH-1];`` (``wire`` when driven
+#: combinationally, ``signed`` for signed elements, no range for one-bit elements).
+MEMORY_DECLARATION = re.compile(r"^(?:reg|wire) (?:signed )?(?:\[(\d+):0\] )?(\w+) \[0:(\d+)-1\];$")
+#: The attribute written before a memory's declaration.
+RAM_STYLE_ATTRIBUTE = '(* ram_style = "{}" *) '
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One memory of a converted core: its Verilog name, depth, element width and ``ram_style``."""
+
+    name: str
+    depth: int
+    width: int
+    style: str | None
+
+
+def memories(text: str) -> list[Memory]:
+    """Every memory declared in converted Verilog ``text``, with the ``ram_style`` written on it (None: none)."""
+    out = []
+    for line in text.splitlines():
+        style = None
+        m = re.match(r'^\(\* ram_style = "(\w+)" \*\) (.*)$', line)
+        if m:
+            style, line = m.group(1), m.group(2)
+        d = MEMORY_DECLARATION.match(line)
+        if d:
+            width = int(d.group(1)) + 1 if d.group(1) is not None else 1
+            out.append(Memory(d.group(2), int(d.group(3)), width, style))
+    return out
+
+
+def initialised(text: str) -> set[str]:
+    """The memories an ``initial`` block of ``text`` assigns (MyHDL writes one per memory with
+    ``initial_values``)."""
+    return {n for body in re.findall(r"^initial begin(.*?)^end", text, re.M | re.S)
+            for n in re.findall(r"(\w+)\[", body)}
+
+
+def mark_memories(text: str, core: str, styles: dict[str, str]) -> str:
+    """``text`` with the ``ram_style`` of ``styles`` (:func:`capture_styles`) before each memory's declaration and
+    :data:`NO_SRL_ATTRIBUTE` on the module of a core in :data:`NO_SRL`.
+
+    Raises
+    ------
+    ValueError
+        A memory its block did not declare as an ``fpga.pipe.Ram`` (it would be mapped by each tool's own
+        heuristics), or an UltraRAM memory that an ``initial`` block fills (a URAM288 has no initial value).
+    """
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("module ") and core in NO_SRL:
+            line = f"{NO_SRL_ATTRIBUTE}\n" + line
+        d = MEMORY_DECLARATION.match(line.rstrip("\n"))
+        if d:
+            if d.group(2) not in styles:
+                raise ValueError(f"{core}: memory {d.group(2)} ({int(d.group(3))} words) has no ram_style: declare "
+                                 f"it as fpga.pipe.Ram(style, depth, width), a style of fpga.pipe.RAM_STYLES")
+            line = RAM_STYLE_ATTRIBUTE.format(styles[d.group(2)]) + line
+        out.append(line)
+    filled = sorted(n for n in initialised(text) if styles.get(n) == "ultra")
+    if filled:
+        raise ValueError(f"{core}: UltraRAM memories {filled} are filled by an initial block; a URAM288 has no "
+                         f"initial value (convert without initial_values)")
+    return "".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

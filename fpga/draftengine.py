@@ -15,10 +15,17 @@ so the array does one useful beat per cycle for any M and K: ``M * ceil(N/R) * c
 Structure (every path starts and ends at a register; ``ce`` stalls the whole pipeline while the output
 register holds a beat that m_axis does not take)::
 
-    issue -> weight/activation memory read (block RAM) -> register, chunk select -> DSP A/B, M, P
+    issue -> weight/activation memory read (block RAM; the weights' in UltraRAM with URAM = 1: the read and
+             WPIPE registers, the activation read WPIPE cycles later) -> register, chunk select -> DSP A/B, M, P
           -> adder tree (log2 COLS registered levels) -> accumulator
           -> parameter read -> requantize (REQUANT stages: bias, |t|, MULT on three DSP tiles, sign,
              rounding, coarse and fine shift, saturation) -> output register
+
+With URAM = 1 the weight memory is UltraRAM (``ram_style = "ultra"``, no initial value) read through
+``WPIPE = hwcontract.latency.de_wpipe(WDEPTH, 1)`` registers that Vivado packs into the URAM cascade. Those
+registers follow the read enable, not ``ce``, so a stall lets the reads in flight pass; ``weight_replay`` reads
+them again after the stall, holding ``ce`` low WPIPE cycles more (counted as stall cycles). Weight beats never
+loaded read as whatever the memory holds (X in Icarus): a RUN reads only the beats WBASE.. of its own tiles.
 
 Operations (CONFIG.OP): LOAD_W and LOAD_P write COUNT s_axis beats into the weight or parameter memory
 from ADDR; RUN takes M * ceil(K / (ROWS*COLS)) activation beats into the activation memory, then
@@ -28,7 +35,7 @@ TLAST on the last beat) stops the core with SHORT_STREAM / LONG_STREAM. In the e
 takes and drops s_axis beats, so a DMA transfer still completes, until CTRL.SOFT_RESET.
 
 Cycle model (``hls_ref.draftengine.cycles``): ``CYCLES_BUSY - CYCLES_STALL = DE_CHECK + beats in``, plus,
-for RUN, ``M * ceil(N/R) * ceil(K/C) + de_pipe(COLS) + 1`` (the last beat's handshake).
+for RUN, ``M * ceil(N/R) * ceil(K/C) + de_pipe(COLS, WPIPE) + 1`` (the last beat's handshake).
 """
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ from hwcontract import params as hwparams
 from hwcontract.regmap import DE_PARAM_WORD_BITS, core
 
 from .axil import AxiLite, axil_regs, register_signals
-from .pipe import delay, mul_latency, mul_wide
+from .pipe import Ram, delay, mul_latency, mul_wide, reg
 
 # FSM states
 (ST_IDLE, ST_CHK1, ST_CHK2, ST_CHK3, ST_CHK4, ST_LOAD, ST_ACT, ST_MAC, ST_DRAIN, ST_DONE,
@@ -52,8 +59,7 @@ def _signed(bits: int, val: int = 0) -> intbv:
 
 @block
 def ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem):
-    """The one port of :func:`sdp_ram` and :func:`weight_ram` over memory ``mem``: a write, and a registered
-    read enabled by ``ce``."""
+    """The one port of :func:`sdp_ram` over memory ``mem``: a write, and a registered read enabled by ``ce``."""
 
     @always(clk.posedge)
     def port():
@@ -67,19 +73,144 @@ def ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem):
 
 @block
 def sdp_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
-    """A simple dual-port block RAM of ``DEPTH`` words: a write port, and a registered read enabled by ``ce``.
-    Marked block RAM (``*_bram``, fpga.convert): where the part has UltraRAM it is the weights'
-    (:func:`weight_ram`). MyHDL names a memory after its variable here, which carries the mark."""
-    mem_bram = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
+    """A simple dual-port block RAM of ``DEPTH`` words (ram_style "block"): a write port, and a registered read
+    enabled by ``ce``."""
+    mem_bram = Ram("block", DEPTH, len(wdata))
     return ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem_bram)
 
 
 @block
-def weight_ram(clk, we, waddr, wdata, ce, raddr, rdata, DEPTH):
-    """:func:`sdp_ram` for the weights, unmarked: UltraRAM where the part has it (the KV260's 64 URAM288 hold
-    36,864 beats of 512 bits), block RAM on the xc7z020."""
-    mem = [Signal(intbv(0)[len(wdata):]) for _ in range(DEPTH)]
-    return ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem)
+def en_stage(clk, en, en_out, d, q):
+    """One pipeline register after an UltraRAM read: ``q = d`` when ``en`` (the read enable delayed to this
+    stage), and ``en_out`` = ``en`` a cycle later for the next stage (None: the last stage)."""
+
+    if en_out is None:
+        @always(clk.posedge)
+        def seq():
+            if en:
+                q.next = d
+    else:
+        @always(clk.posedge)
+        def seq():
+            en_out.next = en
+            if en:
+                q.next = d
+
+    return seq
+
+
+@block
+def uram_ram(clk, we, waddr, wdata, en, raddr, rdata, DEPTH, PIPE):
+    r"""The weight memory in UltraRAM (ram_style "ultra", no initial value): a write port, and a read of
+    ``PIPE + 1`` cycles, free running: ``rdata`` is ``mem[raddr]`` of the cycle ``PIPE + 1`` cycles earlier when
+    ``en`` was set in it, and holds otherwise.
+
+    The read register and ``PIPE`` registers after it, each enabled by ``en`` delayed to its stage, are UG901's
+    UltraRAM template: Vivado packs them into the URAMs' output and cascade registers (in a cascade those
+    registers follow the read enable down the column and take no other enable, so the read is not stalled
+    here; the engine replays the reads a stall leaves in flight)::
+
+        clk    _/~\_/~\_/~\_/~\_/~\_      (PIPE = 2)
+        en     __/~~~~~~~~~~~~~~~~
+        raddr  --< a0>< a1>< a2>--
+        rdata  ---------< m[a0]>< m[a1]>< m[a2]>
+    """
+    mem_uram = Ram("ultra", DEPTH, len(wdata))
+    qs = [Signal(intbv(0)[len(wdata):]) for _ in range(PIPE)] + [rdata]
+    ens = [Signal(bool(0)) for _ in range(PIPE)] + [None]
+    q0, en0 = qs[0], ens[0]         # plain names: a list element indexed in a generator would make the list a memory
+
+    @always(clk.posedge)
+    def port():
+        if we:
+            mem_uram[waddr].next = wdata
+        en0.next = en
+        if en:
+            q0.next = mem_uram[raddr]
+
+    return [port] + [en_stage(clk, ens[i], ens[i + 1], qs[i], qs[i + 1]) for i in range(PIPE)]
+
+
+@block
+def go_is_ce(go, ce, xaddr, xaddr_r):
+    """A block RAM build's pipeline enable and activation read: ``ce`` = ``go`` (a registered read keeps its
+    data through a stall) and the activation read at issue."""
+
+    @always_comb
+    def comb():
+        ce.next = go
+        xaddr_r.next = xaddr
+
+    return comb
+
+
+@block
+def replay_stage(clk, load, shift, d_load, d_shift, q):
+    """One address of the replay register: ``d_load`` when ``load``, else ``d_shift`` when ``shift``."""
+
+    @always(clk.posedge)
+    def seq():
+        if load:
+            q.next = d_load
+        elif shift:
+            q.next = d_shift
+
+    return seq
+
+
+@block
+def weight_replay(clk, rst, soft, go, ce, waddr0, raddr, PIPE):
+    r"""The read address of a weight memory with ``PIPE`` free-running registers after its read
+    (:func:`uram_ram`), for a pipeline that ``go`` stalls: ``ce`` = ``go`` and no replay pending.
+
+    A read issued at an enabled cycle reaches the pipeline's consumer ``PIPE + 1`` cycles later whether or not it
+    stalled, so a stall loses the reads then in flight. The addresses of the last ``PIPE + 1`` enabled cycles are
+    kept (``hist``); while ``go`` is low the memory reads the oldest, and for ``PIPE`` cycles after it the rest
+    in order, with ``ce`` held low (the pipeline counts them as stall cycles); then ``raddr`` is ``waddr0`` again,
+    and at every enabled cycle the read arriving is the one the global-enable pipeline would hold::
+
+        go     ~~~~\____/~~~~~~~~~~~~~~~~~~        (PIPE = 2)
+        ce     ~~~~\____________/~~~~~~~~~~
+        raddr  a3  h3  h3  h2  h1  a3  a4 ...   (hist[j]: waddr0 j enabled cycles ago)
+    """
+    W = len(waddr0)
+    hist = [waddr0] + [Signal(intbv(0)[W:]) for _ in range(PIPE + 1)]
+    rep = [Signal(intbv(0)[W:]) for _ in range(PIPE)]
+    rem = Signal(intbv(0, min=0, max=PIPE + 1))
+    shift = Signal(bool(0))
+    stalled = Signal(bool(0))
+    oldest, next_rep = hist[PIPE + 1], rep[PIPE - 1]
+    insts = [reg(clk, ce, hist[j], hist[j + 1]) for j in range(PIPE + 1)]
+    # a stall loads rep[j] with hist[j + 1]; a replay reads rep[PIPE - 1] and shifts the next newer address into
+    # it each cycle (rep[0]'s shift input is never read)
+    insts += [replay_stage(clk, stalled, shift, hist[j + 1], rep[j - 1] if j else hist[1], rep[j])
+              for j in range(PIPE)]
+
+    @always_comb
+    def control():
+        stalled.next = not go
+        shift.next = rem != 0
+        ce.next = go and rem == 0
+
+    @always_comb
+    def address():
+        if not go:
+            raddr.next = oldest
+        elif rem != 0:
+            raddr.next = next_rep
+        else:
+            raddr.next = waddr0
+
+    @always_seq(clk.posedge, reset=rst)
+    def count():
+        if soft:
+            rem.next = 0
+        elif not go:
+            rem.next = PIPE
+        elif rem != 0:
+            rem.next = rem - 1
+
+    return insts + [control, address, count]
 
 
 @block
@@ -245,7 +376,7 @@ def requant_lane(clk, ce, acc, bias, mult, shift, outsel, y, sat):
 @block
 def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
                 m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast,
-                ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16):
+                ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, URAM=0):
     """The int8 draft engine IP.
 
     Parameters
@@ -258,11 +389,11 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         Input stream, ``8 * ROWS * COLS`` bits: weight beats, parameter beats or activations.
     m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast :
         Output stream, ``32 * ROWS`` bits: one beat per (tile, token), TLAST on a job's last.
-    ROWS, COLS, WDEPTH, PDEPTH, K_MAX, M_MAX : int
+    ROWS, COLS, WDEPTH, PDEPTH, K_MAX, M_MAX, URAM : int
         Build parameters (``hwcontract.params``).
     """
     P = hwparams.check("draftengine", dict(ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX,
-                                           M_MAX=M_MAX))
+                                           M_MAX=M_MAX, URAM=URAM))
     cmap = core("draftengine")
     R, C = P["ROWS"], P["COLS"]
     RC = R * C
@@ -291,9 +422,10 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     # a tile is 432 bits instead of 512 (the KV260's build: the engine's block RAM 31.5 RAMB36 instead of 35)
     PUSED = max(f.lsb + f.width for f in pf.values())
     D_TREE = LC                                # registered adder-tree levels
-    D_ACC = 5 + D_TREE                         # issue -> the accumulator's input (read 1, reg 1, DSP 3, tree)
+    WPIPE = lat.de_wpipe(WDEPTH, URAM)         # registers after the weight memory's read (UltraRAM)
+    D_ACC = 5 + WPIPE + D_TREE                 # issue -> the accumulator's input (read 1 + WPIPE, reg 1, DSP 3, tree)
     D_REQ = lat.DE_REQUANT
-    if lat.de_pipe(C) != D_ACC + 1 + D_REQ + 1:
+    if lat.de_pipe(C, WPIPE) != D_ACC + 1 + D_REQ + 1:
         raise ValueError("draftengine: hwcontract.latency.de_pipe disagrees with the pipeline built here")
 
     regs = register_signals(cmap)
@@ -310,7 +442,7 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     f_op, f_out = cfg.field("OP"), cfg.field("OUT")
     OP_LW, OP_LP, OP_RUN = (f_op.code(n) for n in ("LOAD_W", "LOAD_P", "RUN"))
     OUT_BAD = max(v for _, v, _ in f_out.values) + 1          # the first code that is not a width
-    PARAMS_VAL = cmap.reg("PARAMS").encode(ROWS=R, COLS=C, M_MAX=M_MAX)
+    PARAMS_VAL = cmap.reg("PARAMS").encode(ROWS=R, COLS=C, M_MAX=M_MAX, URAM=URAM)
     N_LIMIT = R * PDEPTH
 
     cmd = regs["CTRL"]
@@ -344,7 +476,8 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     beats_in, beats_out, satcnt = Signal(intbv(0)[32:]), Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
     cbusy, cstall = Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
     tready = Signal(bool(0))
-    ce = Signal(bool(0))
+    go = Signal(bool(0))                       # the output register is not holding a beat back
+    ce = Signal(bool(0))                       # the pipeline's enable: go, and (UltraRAM) no weight read replayed
 
     # MAC issue counters
     t = Signal(intbv(0)[NTW:])
@@ -369,7 +502,7 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     lanes0 = Signal(intbv(0)[LR + 1:])
     prow0 = Signal(intbv(0)[PAW:])
 
-    # ---------------- memories (block RAM: registered reads) ----------------
+    # ---------------- memories (block RAM: registered reads; the weights' in UltraRAM: pipelined) ----------------
     we_w, we_p, we_x = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
     wa_w = Signal(intbv(0)[WAW:])
     wa_p = Signal(intbv(0)[PAW:])
@@ -381,13 +514,16 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     xc = Signal(intbv(0)[8 * C:])
     sel1 = Signal(intbv(0)[max(1, LR):])
     prow_a = Signal(intbv(0)[PAW:])
+    xaddr_r = Signal(intbv(0)[XAW:])            # the activation read, WPIPE cycles after issue (the weights' latency)
+    wen = Signal(bool(0))                      # the UltraRAM read runs (a RUN computes)
+    wraddr = Signal(intbv(0)[WAW:])             # its address (weight_replay)
     pq_m = Signal(intbv(0)[R * PUSED:])          # the parameter memory's read
     pq = Signal(intbv(0)[R * PUSED:])            # ... registered: the read is issued a cycle earlier for it
 
     @always_comb
     def handshake():
         tready.next = state == ST_LOAD or state == ST_ACT or state == ST_ERR
-        ce.next = not (m_axis_tvalid and not m_axis_tready)
+        go.next = not (m_axis_tvalid and not m_axis_tready)
 
     @always_comb
     def in_ports():
@@ -399,9 +535,18 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         wa_p.next = ptr[PAW:]
         wa_x.next = ptr[XAW:]
 
-    rams = [weight_ram(clk, we_w, wa_w, s_axis_tdata, ce, waddr0, wq, WDEPTH),
-            sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq_m, PDEPTH),
-            sdp_ram(clk, we_x, wa_x, s_axis_tdata, ce, xaddr0, xq, XDEPTH)]
+    if URAM:
+        @always_comb
+        def weights_read():
+            wen.next = state == ST_MAC or state == ST_DRAIN
+
+        rams = [weights_read, uram_ram(clk, we_w, wa_w, s_axis_tdata, wen, wraddr, wq, WDEPTH, WPIPE),
+                weight_replay(clk, rst, cmd(bit_soft), go, ce, waddr0, wraddr, WPIPE),
+                delay(clk, ce, xaddr0, xaddr_r, WPIPE)]
+    else:
+        rams = [sdp_ram(clk, we_w, wa_w, s_axis_tdata, ce, waddr0, wq, WDEPTH), go_is_ce(go, ce, xaddr0, xaddr_r)]
+    rams += [sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq_m, PDEPTH),
+             sdp_ram(clk, we_x, wa_x, s_axis_tdata, ce, xaddr_r, xq, XDEPTH)]
 
     @always_comb
     def chunk_shift():
@@ -417,7 +562,7 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     # the parameter tile is read D_ACC - 1 cycles after issue and registered, so that it meets the finished
     # accumulator D_ACC + 1 cycles after issue with no logic between the block RAM and the bias add
     insts += [handshake, in_ports, *rams, chunk_shift, stage2,
-              delay(clk, ce, sel0, sel1, 1), delay(clk, ce, prow0, prow_a, D_ACC - 1)]
+              delay(clk, ce, sel0, sel1, 1 + WPIPE), delay(clk, ce, prow0, prow_a, D_ACC - 1)]
 
     # ---------------- the array: products, adder trees, accumulators ----------------
     first_a = Signal(bool(0))
@@ -532,6 +677,9 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
             otdata.next = ybus
             osat.next = satbus & lanemask
             onew.next = evsr[DEV - 1]
+        elif otvalid and m_axis_tready:          # taken while a weight read is replayed: sent once
+            otvalid.next = 0
+            otlast.next = 0
 
     insts.append(outreg)
 
@@ -540,8 +688,10 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
         if busy:
             cbusy.next = cbusy + 1
+            # a stall: the pipeline holds (ce low), but not the cycle the job's last beat is taken, which ends the
+            # job whether or not a weight read is being replayed then
             if ((state == ST_LOAD or state == ST_ACT) and not s_axis_tvalid) or \
-                    ((state == ST_MAC or state == ST_DRAIN) and not ce):
+                    ((state == ST_MAC or state == ST_DRAIN) and not ce and not (otvalid and m_axis_tready and otlast)):
                 cstall.next = cstall + 1
         if pnew:
             satcnt.next = satcnt + pcq
@@ -691,7 +841,7 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
     return insts
 
 
-def make_ports(ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16):
+def make_ports(ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, URAM=0):
     """Top-level signals of :func:`draftengine` for conversion and simulation."""
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(core("draftengine").addr_width),
             Signal(intbv(0)[8 * ROWS * COLS:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)),

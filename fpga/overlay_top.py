@@ -25,7 +25,7 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
             draftengine_s_axis_tlast, draftengine_m_axis_tdata, draftengine_m_axis_tvalid,
             draftengine_m_axis_tready, draftengine_m_axis_tlast, rng_axil,
             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-            ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
+            ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
     """The verifier, treemask, kvpage and draft engine cores (:func:`fpga.system.system`) and
     the stand-alone RNG, on one clock and reset: the cells of ``hwcontract.board.design(board)``."""
     cores = system_mod.system(
@@ -36,13 +36,13 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
         draftengine_m_axis_tvalid, draftengine_m_axis_tready, draftengine_m_axis_tlast,
         VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX, NODES_MAX=NODES_MAX,
         PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS, ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX,
-        M_MAX=M_MAX, SLOTS=SLOTS)
+        M_MAX=M_MAX, SLOTS=SLOTS, URAM=URAM)
     r = rng_mod.rng(clk, rst, rng_axil)
     return cores, r
 
 
 def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
+               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
     """Top-level signals of :func:`overlay` for conversion and simulation."""
     return (*system_mod.core_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS,
                                WDEPTH, PDEPTH, K_MAX, M_MAX),

@@ -23,6 +23,28 @@ from hwcontract.formats import EH_LIST, EL_LIST, EXP_FRAC
 TILE_B = 16     # bits of the wide operand per DSP tile
 TILE_A = 24     # widest narrow operand (unsigned, fits the DSP48E1's 25-bit signed A port)
 
+#: The ``ram_style`` values a memory declares (Vivado's RAM_STYLE, UG901; yosys's memory_libmap reads the same
+#: attribute): UltraRAM, block RAM, distributed (LUT) RAM, or flip-flops.
+RAM_STYLES = ("ultra", "block", "distributed", "registers")
+
+
+class Ram(list):
+    """A memory: ``depth`` Signals of ``width`` bits, which MyHDL converts to one Verilog array (indexed by a
+    signal in a generator), and the ``ram_style`` it is built as.
+
+    The conversion (``fpga.convert``) writes ``(* ram_style = "<style>" *)`` on the array's declaration and
+    refuses an array that was not declared as a ``Ram``, so the synthesis tools map every memory as its block
+    says, not by their own heuristics (which differ: yosys and Vivado do not pick the same memories for URAM).
+    """
+
+    def __init__(self, style: str, depth: int, width: int) -> None:
+        if style not in RAM_STYLES:
+            raise ValueError(f"ram_style {style!r}: one of {RAM_STYLES}")
+        if depth < 1 or width < 1:
+            raise ValueError(f"a memory of {depth} x {width} bits: depth and width must be at least 1")
+        super().__init__(Signal(intbv(0)[width:]) for _ in range(depth))
+        self.style = style
+
 
 @block
 def reg(clk, ce, din, dout):

@@ -149,7 +149,7 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
            de_axil, de_s_axis_tdata, de_s_axis_tvalid, de_s_axis_tready, de_s_axis_tlast,
            de_m_axis_tdata, de_m_axis_tvalid, de_m_axis_tready, de_m_axis_tlast,
            feed_load=None, feed_len=None, feed_busy=None,
-           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64, ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
+           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64, ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
     """The four cores on one clock and reset.
 
     Parameters
@@ -175,7 +175,7 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         The :func:`row_feed` ports (simulation): given, the verifier's rows come from the feeder and
         ``s_axis`` is left unconnected; omitted (a board's block design, ``fpga.overlay_top``), they come
         through ``s_axis``.
-    ROWS, COLS, WDEPTH, PDEPTH, K_MAX, M_MAX : int
+    ROWS, COLS, WDEPTH, PDEPTH, K_MAX, M_MAX, URAM : int
         The draft engine's parameters.
     """
     rows = (s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast)
@@ -192,12 +192,12 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     kv = kvpage(clk, rst, kv_axil, PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS, SLOTS=SLOTS)
     de = draftengine(clk, rst, de_axil, de_s_axis_tdata, de_s_axis_tvalid, de_s_axis_tready, de_s_axis_tlast,
                      de_m_axis_tdata, de_m_axis_tvalid, de_m_axis_tready, de_m_axis_tlast,
-                     ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX, M_MAX=M_MAX)
+                     ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX, M_MAX=M_MAX, URAM=URAM)
     return feeder, ver, tm, kv, de
 
 
 def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
+               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
     """Top-level signals of :func:`system` for conversion and simulation: :func:`core_ports`, then
     :func:`feed_ports`."""
     return (*core_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS, WDEPTH,
@@ -212,7 +212,7 @@ def feed_ports(VOCAB_MAX=64, LANES=4):
 
 
 def core_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS):
+               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
     """The cores' ports of :func:`system`: every signal but the feeder's (a board's overlay has these)."""
     width = core("treemask").stream("m_axis").width
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False),

@@ -45,6 +45,7 @@ from hwcontract import params as hwparams
 from hwcontract.regmap import TREE_PARENT_BITS, core
 
 from .axil import AxiLite, axil_regs, register_signals
+from .pipe import Ram
 
 # FSM states
 ST_IDLE, ST_RUN, ST_DONE, ST_ERR = range(4)
@@ -176,8 +177,8 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     insts += [nodes_check, checks_reg]
 
     # ---------------- row and depth memories (distributed RAM) ----------------
-    rows_mem = [Signal(intbv(0)[W:]) for _ in range(MEM)]
-    depth_mem = [Signal(intbv(0)[PW:]) for _ in range(MEM)]
+    rows_mem = Ram("distributed", MEM, W)
+    depth_mem = Ram("distributed", MEM, PW)
     pidx = Signal(intbv(0)[PW:])
     rd_row = Signal(intbv(0)[W:])
     rd_depth = Signal(intbv(0)[PW:])

@@ -64,7 +64,7 @@ from hwcontract import params as hwparams
 from hwcontract.regmap import TREE_MAX_NODES, core
 
 from .axil import AxiLite, axil_hold_b, axil_regs, register_signals
-from .pipe import delay, exp_pipe, mul_latency, mul_wide, reg
+from .pipe import Ram, delay, exp_pipe, mul_latency, mul_wide, reg
 from .rng import xoshiro128pp
 
 # FSM states
@@ -345,10 +345,10 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     latency: the RAM's synchronous read, an output register, a registered mux.
 
     Block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
-    buffer; ``*_bram``, marked ram_style "block" by fpga.convert so that UltraScale+ keeps its URAM for the
+    buffer; declared ram_style "block", ``fpga.pipe.Ram``, so that UltraScale+ keeps its URAM for the
     draft engine). The tail (280 beats there) is split by bits when the beat is wider than 36 bits: its low
     36 bits in one more block RAM (512 x 36, a RAMB18, at the address's low 9 bits), the rest in distributed
-    RAM (``*_lutram``, marked ram_style "distributed") read through a registered address into a register; a
+    RAM (ram_style "distributed") read through a registered address into a register; a
     narrower beat's tail is all distributed RAM. At V = 50272, L = 4 that is 49 RAMB36 for both buffers
     (35.0%) and 28-bit instead of 64-bit distributed RAM: about 480 LUT fewer. The block RAMs' output
     registers (a RAM's clock-to-out is long: 4.3 ns on the ECP5 proxy) come before the mux, so no logic follows
@@ -357,7 +357,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     assert lat.VER_BUF_READ == 3
     MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
     TAIL = DEPTH - MAIN
-    mem_a_bram = [Signal(intbv(0)[DW:]) for _ in range(MAIN)]
+    mem_a_bram = Ram("block", MAIN, DW)
     rd_a = Signal(intbv(0)[DW:])
     rd_a2 = Signal(intbv(0)[DW:])
 
@@ -382,7 +382,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     # is a multiple of 512), the rest in distributed RAM; a narrow beat's tail is all distributed RAM
     CW = TAIL_BRAM_W if DW > TAIL_BRAM_W else 0
     BW = DW - CW
-    mem_b_lutram = [Signal(intbv(0)[BW:]) for _ in range(TAIL)]
+    mem_b_lutram = Ram("distributed", TAIL, BW)
     rb_addr = Signal(intbv(0, min=0, max=TAIL))
     rd_b = Signal(intbv(0)[BW:])
     rd_b2 = Signal(intbv(0)[BW:])
@@ -441,7 +441,7 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
 
         return insts + [out]
 
-    mem_c_bram = [Signal(intbv(0)[CW:]) for _ in range(SPLIT)]
+    mem_c_bram = Ram("block", SPLIT, CW)
     rd_c = Signal(intbv(0)[CW:])
     rd_c2 = Signal(intbv(0)[CW:])
     din_c = Signal(intbv(0)[CW:])

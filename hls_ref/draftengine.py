@@ -21,6 +21,7 @@ import numpy as np
 
 from hwcontract.formats import (DE_BIAS_BITS, DE_K_LIMIT, DE_MULT_BITS, DE_OPERAND_BITS, DE_OUT_BITS, DE_SHIFT_MAX,
                                 as_array, de_param_fields, integer_dtype, integers_in)
+from hwcontract.latency import DE_CHECK, de_pipe
 
 _LO, _HI = -(1 << (DE_OPERAND_BITS - 1)), (1 << (DE_OPERAND_BITS - 1)) - 1
 
@@ -109,24 +110,31 @@ def run(job: Job) -> Output:
 # The core around the arithmetic: its memories, its checks, its cycle count (fpga/draftengine.py)
 # ------------------------------------------------------------------------------------------------
 
+#: What a weight or parameter byte never loaded reads as in this model: zero. The core's memories have no
+#: initial value (an UltraRAM has none; Icarus shows X, Verilator 0), so a RUN's result is defined only over
+#: beats that were loaded: :func:`memory_run` computes from the beats WBASE.. and PBASE.. of the job's own tiles,
+#: which the driver loads whole (``DraftEngine.place``: every tile's beats, padding included), and the core
+#: reads no other beat into a result.
+UNLOADED = 0
+
 def tiles(m: int, k: int, n: int, rows: int, cols: int) -> tuple[int, int, int]:
     """``(NT, KC, AB)`` of a RUN: output tiles ceil(N/ROWS), weight chunks per tile ceil(K/COLS) and activation
     beats per token ceil(K/(ROWS*COLS))."""
     return -(-n // rows), -(-k // cols), -(-k // (rows * cols))
 
 
-def cycles(op: str, beats: int, m: int = 0, k: int = 0, n: int = 0, rows: int = 8, cols: int = 8) -> int:
+def cycles(op: str, beats: int, m: int = 0, k: int = 0, n: int = 0, rows: int = 8, cols: int = 8,
+           wpipe: int = 0) -> int:
     """The RTL's ``CYCLES_BUSY - CYCLES_STALL`` of one operation that ran to DONE.
 
     ``DE_CHECK`` cycles, one per s_axis beat, and for a RUN one per MAC issue (``M * NT * KC``: the array
-    does one weight beat per cycle) plus the pipeline (``hwcontract.latency.de_pipe``) and the last beat's
-    handshake.
+    does one weight beat per cycle) plus the pipeline (``hwcontract.latency.de_pipe``, with ``wpipe`` registers
+    after the weight memory's read: ``hwcontract.latency.de_wpipe`` of the build) and the last beat's handshake.
     """
-    from hwcontract.latency import DE_CHECK, de_pipe
     c = DE_CHECK + beats
     if op == "RUN":
         nt, kc, _ = tiles(m, k, n, rows, cols)
-        c += m * nt * kc + de_pipe(cols) + 1
+        c += m * nt * kc + de_pipe(cols, wpipe) + 1
     return c
 
 

@@ -25,8 +25,9 @@ from typing import Mapping
 from hwcontract import params as hwparams
 from hwcontract.regmap import KV_MAX_PAGES, core
 
-#: The fabric clock every core is built for and every board's PS generates (FCLK0 / PL0).
-FCLK_HZ = 150_000_000
+#: The Vivado releases the bitstream flow supports (``bitstreams/build.tcl`` resolves every IP's version from
+#: the catalog of the one that runs; tests/test_board_design.py runs the flow against each one's catalog).
+VIVADO_RELEASES = ("2022.2", "2023.1", "2023.2", "2024.1", "2024.2", "2025.1", "2025.2")
 #: The AXI DMA's buffer-length register width (bits) on every channel: transfers up to 64 MiB - 1 bytes,
 #: the IP's largest (PG021: c_sg_length_width 8..26).
 DMA_LENGTH_WIDTH = 26
@@ -35,7 +36,15 @@ DMA_BURST = 16
 #: Address window of one core's or one DMA's AXI-Lite slave in the block design (Vivado's 64 KiB minimum
 #: segment for a packaged IP; the cores decode only their low ``addr_width`` bits).
 SLAVE_RANGE = 0x1_0000
-#: pynq's VLNV of the AXI DMA IP (pynq.lib.dma.DMA binds to it).
+#: The Xilinx IPs the block design instantiates, as vendor:library:name with no version: ``build.tcl`` resolves
+#: each one's version from the catalog of the Vivado that runs (``get_ipdefs``), since the versions differ
+#: between releases (zynq_ultra_ps_e is 3.4 in 2022.2 and 3.5 from 2023.1). The AXI interconnect the
+#: automation adds (smartconnect or axi_interconnect) is Vivado's own choice.
+PS_IPS = {"zynq_ultra_ps_e": "xilinx.com:ip:zynq_ultra_ps_e", "processing_system7": "xilinx.com:ip:processing_system7"}
+RESET_IP = "xilinx.com:ip:proc_sys_reset"
+DMA_IP = "xilinx.com:ip:axi_dma"
+#: pynq's VLNV of the AXI DMA IP (pynq.lib.dma.DMA binds to it, and to no other version: a catalog whose
+#: axi_dma is another version builds a DMA pynq does not drive).
 DMA_VLNV = "xilinx.com:ip:axi_dma:7.1"
 #: The VLNV a core is packaged under (the drivers' ``bindto``).
 CORE_VENDOR, CORE_LIBRARY, CORE_VERSION = "specdec.dev", "specdec", "1.0"
@@ -103,6 +112,7 @@ class Ps:
     pll_fbdiv: int              # its feedback divisor
     pll_div2: int               # its output halved (Zynq UltraScale+ only)
     pll_srcsel: int             # a PL clock's SRCSEL field selecting that PLL
+    pll_set: bool               # whether the block design sets the PLL (else the board preset gives it)
     gp_width: int               # the GP master's data width (the preset's)
     ddr_segment: str            # the HP port's DDR address block, as Vivado names it
     ddr_base: int
@@ -116,9 +126,13 @@ class Ps:
 
 
 PS_TYPES = {
-    # Zynq UltraScale+ (KV260): IOPLL = 33.333 MHz x 90 / 2; HP0_FPD reaches the low 2 GiB of DDR at 32 bits.
+    # Zynq UltraScale+ (KV260): IOPLL = 33.333 MHz x 60 / 2 = 999.99 MHz, as Kria-PYNQ's base design sets it
+    # (Xilinx/Kria-PYNQ kv260/base/base.tcl: PSU__CRL_APB__IOPLL_CTRL__FBDIV 60, DIV2 1, PL0 = IOPLL / 10 =
+    # 99.999 MHz) and the boot firmware leaves it: pynq rewrites only a PL clock's divisors, never the PLL.
+    # HP0_FPD reaches the low 2 GiB of DDR at 32 bits.
     "zynq_ultra_ps_e": Ps(
-        arch="zynquplus", cpu="aarch64", ref_mhz=33.333, pll="IOPLL", pll_fbdiv=90, pll_div2=1, pll_srcsel=0,
+        arch="zynquplus", cpu="aarch64", ref_mhz=33.333, pll="IOPLL", pll_fbdiv=60, pll_div2=1, pll_srcsel=0,
+        pll_set=True,
         gp_width=128, ddr_segment="HP0_DDR_LOW", ddr_base=0x0, ddr_size=0x8000_0000,
         params=dict(ref="PSU__PSS_REF_CLK__FREQMHZ", fbdiv="PSU__CRL_APB__IOPLL_CTRL__FBDIV",
                     div2="PSU__CRL_APB__IOPLL_CTRL__DIV2", enable="PSU__FPGA_PL{i}_ENABLE",
@@ -128,9 +142,12 @@ PS_TYPES = {
                     set={"PSU__USE__M_AXI_GP0": 1, "PSU__USE__M_AXI_GP1": 0, "PSU__USE__S_AXI_GP2": 1},
                     hp_width="PSU__SAXIGP2__DATA_WIDTH"),
         fclk_pins=("pl_clk0", "pl_resetn0")),
-    # Zynq-7000 (PYNQ-Z2): IO PLL = 50 MHz x 20; HP0 reaches DDR and OCM in the low 512 MiB.
+    # Zynq-7000 (PYNQ-Z2): IO PLL = 50 MHz x 20 = 1,000 MHz, the PYNQ-Z2 board preset's (TUL's board files,
+    # Xilinx/XilinxBoardStore boards/TUL/pynq-z2/A.0/preset.xml: PCW_IOPLL_CTRL_FBDIV 20) and PYNQ's base
+    # design's (FCLK1 = IO PLL / 7 = 142.857 MHz). HP0 reaches DDR and OCM in the low 512 MiB.
     "processing_system7": Ps(
         arch="zynq", cpu="armv7l", ref_mhz=50.0, pll="IO PLL", pll_fbdiv=20, pll_div2=0, pll_srcsel=0,
+        pll_set=False,
         gp_width=32, ddr_segment="HP0_DDR_LOWOCM", ddr_base=0x0, ddr_size=0x2000_0000,
         params=dict(ref="PCW_CRYSTAL_PERIPHERAL_FREQMHZ", fbdiv="PCW_IOPLL_CTRL_FBDIV", div2=None,
                     enable="PCW_FPGA_FCLK{i}_ENABLE", src="PCW_FCLK{i}_PERIPHERAL_CLKSRC",
@@ -139,6 +156,41 @@ PS_TYPES = {
                     set={"PCW_USE_M_AXI_GP0": 1, "PCW_USE_S_AXI_HP0": 1}, hp_width="PCW_S_AXI_HP0_DATA_WIDTH"),
         fclk_pins=("FCLK_CLK0", "FCLK_RESET0_N")),
 }
+
+#: A PL clock divisor's range: each of the two divisors is a 6-bit field (1..63) on both PS types.
+PL_DIVISOR_MAX = 63
+
+
+@dataclass(frozen=True)
+class Clock:
+    """One fabric clock a PS makes: its PLL divided by ``div0 * div1``."""
+
+    div0: int
+    div1: int
+    mhz: float                  # what the PLL and the divisors give
+
+    @property
+    def hz(self) -> int:
+        return round(self.mhz * 1e6)
+
+    @property
+    def period_ns(self) -> float:
+        return 1e3 / self.mhz
+
+    @property
+    def label(self) -> str:
+        """The rate as the reports and the flow print it (``142.856 MHz``)."""
+        return f"{self.mhz:.3f} MHz"
+
+
+def pl_clock(ps: str, n: int) -> Clock:
+    """PL clock of PS type ``ps`` at divisor product ``n``: the pair of 6-bit divisors with ``div1`` smallest."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= PL_DIVISOR_MAX * PL_DIVISOR_MAX:
+        raise ValueError(f"PL clock divisor {n!r}: an integer in 1..{PL_DIVISOR_MAX ** 2}")
+    div1 = next((d for d in range(1, PL_DIVISOR_MAX + 1) if n % d == 0 and n // d <= PL_DIVISOR_MAX), None)
+    if div1 is None:
+        raise ValueError(f"PL clock divisor {n}: no two 6-bit divisors make it")
+    return Clock(n // div1, div1, ps_facts(ps).pll_mhz / n)
 
 
 def ps_facts(ps: str) -> Ps:
@@ -154,9 +206,9 @@ class Board:
 
     name: str
     part: str                 # the Vivado part
-    board_part: str           # the Vivado board preset (set_property board_part)
+    board_part: str           # the Vivado board preset the emulated board's .hwh names (the newest revision)
+    board_family: str         # vendor:board of the board files, any revision (get_board_parts, board detection)
     ps: str                   # the PS IP: processing_system7 or zynq_ultra_ps_e
-    ps_vlnv: str
     gp: str                   # the PS's AXI master the AXI-Lite slaves hang off
     hp: str                   # the PS's AXI slave port the DMAs reach DDR through
     hp_width: int             # that port's data width (bits)
@@ -164,8 +216,28 @@ class Board:
     pynq: str                 # the pynq releases that run on the board
     cells: tuple[Cell, ...]
     dmas: tuple[Dma, ...]
-    fclk_hz: int = FCLK_HZ
+    clock_divisors: tuple[int, ...]   # the fabric clock ladder: PLL divisor products, fastest first
     notes: str = ""
+
+    @property
+    def clocks(self) -> tuple[Clock, ...]:
+        """The fabric clock ladder, fastest first: the rates the flow tries in turn (``build.tcl``), each one
+        the board's PS really makes from the PLL its boot firmware sets."""
+        return tuple(pl_clock(self.ps, n) for n in self.clock_divisors)
+
+    @property
+    def fclk(self) -> Clock:
+        """The ladder's first rung: the clock the flow builds at first, and the emulated board's."""
+        return self.clocks[0]
+
+    @property
+    def fclk_hz(self) -> int:
+        return self.fclk.hz
+
+    @property
+    def ps_ip(self) -> str:
+        """The PS's vendor:library:name (its version is the running Vivado's: :data:`PS_IPS`)."""
+        return PS_IPS[self.ps]
 
     def cell(self, name: str) -> Cell:
         for c in self.cells:
@@ -181,11 +253,19 @@ class Board:
         raise KeyError(f"board {self.name}: core {core_name!r} has no DMA; DMAs serve "
                        f"{[d.core for d in self.dmas]}")
 
-    def ps_config(self) -> dict[str, int]:
-        """The PS parameters the block design sets (build.tcl, and the .hwh): its ports, the HP port's width and
-        PL clock 0 at the fabric clock (MHz)."""
-        p = ps_facts(self.ps).params
-        return {p["want"].format(i=0): self.fclk_hz // 1_000_000, **p["set"], p["hp_width"]: self.hp_width}
+    def ps_config(self, clock: Clock | None = None) -> dict[str, int | str]:
+        """The PS parameters the block design sets (build.tcl, and the .hwh): the PLL the PL clocks divide, as
+        the board's boot firmware sets it, where the design sets it (the ZU+ IOPLL, as Kria-PYNQ's base design
+        does; the Z2's IO PLL is derived from its board preset, PYNQ's base design leaves it unset), its ports,
+        the HP port's width and PL clock 0 at ``clock`` (default the ladder's first rung), requested in MHz to
+        three decimals. The flow reads the achieved rate back and stops when the PLL is not the firmware's."""
+        facts = ps_facts(self.ps)
+        p = facts.params
+        pll = {}
+        if facts.pll_set:
+            pll = {p["fbdiv"]: facts.pll_fbdiv, **({p["div2"]: facts.pll_div2} if p["div2"] else {})}
+        mhz = (clock or self.fclk).mhz
+        return {**pll, p["want"].format(i=0): f"{mhz:.3f}", **p["set"], p["hp_width"]: self.hp_width}
 
     def core_params(self) -> dict[str, dict[str, int]]:
         return {c.name: dict(c.params) for c in self.cells}
@@ -222,10 +302,11 @@ STREAM_PORTS: Mapping[str, tuple[str | None, str | None]] = MappingProxyType({
 #: so a wider array would idle), a weight memory that holds the demo draft's largest layer but not the head
 #: (4,096 beats of 32 bytes; the head streams in pieces), 512 parameter tiles.
 Z2_DRAFTENGINE = {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}
-#: The KV260's draft engine: 8 x 8 with the demo draft's weights on chip at a 2,048-token hot head, its second
-#: planes included (36,864 beats of 64 bytes = 2.25 MiB: URAM at 64-bit packing holds 2 MiB, block RAM the rest;
-#: a larger head streams: docs/draftengine.md, Sizing), parameter tiles for up to 16,384 channels.
-KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 36864, "PDEPTH": 2048, "K_MAX": 512, "M_MAX": 16}
+#: The KV260's draft engine: 8 x 8, its weights in the XCK26's 64 URAM288 (``URAM``: ram_style "ultra", the read
+#: pipelined through the 8-deep cascade, hwcontract.latency.de_wpipe): 32,768 beats of 64 bytes = 2 MiB, 8 URAMs
+#: wide (512 bits) by 8 deep, all of them; the weights that do not fit stream through the HP port
+#: (docs/draftengine.md, Sizing). Parameter tiles for up to 16,384 channels.
+KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 32768, "PDEPTH": 2048, "K_MAX": 512, "M_MAX": 16, "URAM": 1}
 
 #: The PYNQ-Z2's page table: 256 pages of 64-row tables and 16 slots (8 sequences with a branch each; a decode
 #: holds 2 per model cache). The per-slot registers and their multiplexers are most of the core, so 16 slots
@@ -252,13 +333,22 @@ _CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
               ("rng", {})],
 }
 
+#: Each board's fabric clock ladder, as PLL divisor products, fastest first: on the KV260 999.99 MHz / 7, 8, 9,
+#: 10 = 142.856, 124.999, 111.110, 99.999 MHz (the last is Kria-PYNQ's base design's PL0); on the PYNQ-Z2
+#: 1,000 MHz / 7 ... 10 = 142.857, 125, 111.111, 100 MHz (PYNQ's base design runs FCLK0 at 100, FCLK1 at 142.857).
+#: 150 MHz is not on either: the nearest rate at or below it is PLL / 7. The routed ECP5 proxy of every core
+#: closes at 100.8 MHz or more (README, hardware figures), so the floor of the ladder is 100 MHz.
+CLOCK_DIVISORS = (7, 8, 9, 10)
+
 _PS = {
-    "pynq-z2": dict(part="xc7z020clg400-1", board_part="tul.com.tw:pynq-z2:part0:1.0", ps="processing_system7",
-                    ps_vlnv="xilinx.com:ip:processing_system7:5.5", gp="M_AXI_GP0", hp="S_AXI_HP0", hp_width=64,
+    "pynq-z2": dict(part="xc7z020clg400-1", board_part="tul.com.tw:pynq-z2:part0:1.0",
+                    board_family="tul.com.tw:pynq-z2", ps="processing_system7",
+                    gp="M_AXI_GP0", hp="S_AXI_HP0", hp_width=64,
                     gp_base=0x4000_0000, pynq="3.x (PYNQ 4.0 dropped the PYNQ-Z1/Z2)",
                     notes="ARMv7, 512 MB: no torch; runs the cores with logits recorded or sent by a host"),
-    "kv260": dict(part="xck26-sfvc784-2LV-c", board_part="xilinx.com:kv260_som:part0:1.4", ps="zynq_ultra_ps_e",
-                  ps_vlnv="xilinx.com:ip:zynq_ultra_ps_e:3.5", gp="M_AXI_HPM0_FPD", hp="S_AXI_HP0_FPD",
+    "kv260": dict(part="xck26-sfvc784-2LV-c", board_part="xilinx.com:kv260_som:part0:1.4",
+                  board_family="xilinx.com:kv260_som", ps="zynq_ultra_ps_e",
+                  gp="M_AXI_HPM0_FPD", hp="S_AXI_HP0_FPD",
                   hp_width=128, gp_base=0xA000_0000, pynq="3.x and 4.x (Kria-PYNQ)",
                   notes="ARM64, 4 GB: runs the whole demo, models included"),
 }
@@ -279,4 +369,28 @@ def design(board: str) -> Board:
             mm2s, s2mm = STREAM_PORTS[name]
             dmas.append(Dma(dma_cell(name), name, mm2s, stream_width(name, mm2s, p) if mm2s else 0,
                             s2mm, stream_width(name, s2mm, p) if s2mm else 0))
-    return Board(name=board, cells=tuple(cells), dmas=tuple(dmas), **ps)
+    return Board(name=board, cells=tuple(cells), dmas=tuple(dmas), clock_divisors=CLOCK_DIVISORS, **ps)
+
+
+def board_of_part(board_part: str) -> str:
+    """The board (of :data:`BOARDS`) whose board files ``board_part`` (``vendor:board:component:revision``)
+    comes from, any revision: ``xilinx.com:kv260_som:part0:1.3`` is the KV260. KeyError naming the families."""
+    family = ":".join(str(board_part).split(":")[:2])
+    for name in BOARDS:
+        if design(name).board_family == family:
+            return name
+    raise KeyError(f"board preset {board_part!r} is none of specdec's boards (any revision of "
+                   f"{', '.join(design(n).board_family for n in BOARDS)})")
+
+
+#: The block automation build.tcl applies to each PS (``apply_bd_automation -rule xilinx.com:bd_rule:<ps> -config``):
+#: the board preset on both; on the Zynq-7000 its DDR and fixed I/O made external ports by name, as FINN's Zynq shell
+#: does, rather than left to the rule's defaults, and no AXI port added by the rule (the cores' automation adds them).
+PS_AUTOMATION: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "zynq_ultra_ps_e": MappingProxyType({"apply_board_preset": "1"}),
+    "processing_system7": MappingProxyType({"make_external": "FIXED_IO, DDR", "apply_board_preset": "1",
+                                            "Master": "Disable", "Slave": "Disable"}),
+})
+#: The environment variable naming a folder of board files build.tcl searches besides Vivado's board store (XHub):
+#: e.g. ``boards/`` of Xilinx/XilinxBoardStore at the running release's branch, or TUL's PYNQ-Z2 files.
+BOARD_REPO_ENV = "SPECDEC_BOARD_REPO"

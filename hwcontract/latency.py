@@ -43,7 +43,39 @@ def ver_prefix(lanes: int) -> int:
 DE_CHECK = 4
 DE_REQUANT = 2 + MUL_WIDE + 5   # bias, |t|, MULT product, sign, coarse shift, fine shift, rounding, saturation
 
+# UltraRAM (URAM288, UltraScale+; UG573): 4,096 words of 72 bits, cascaded in columns of at most 8 (Vivado's
+# default CASCADE_HEIGHT), no initial value
+URAM_WORDS = 4096
+URAM_BITS = 72
+URAM_CASCADE = 8
 
-def de_pipe(cols: int) -> int:
-    """Enabled cycles from a draftengine MAC issue to its result in the output register (COLS columns)."""
-    return 5 + (cols.bit_length() - 1) + 1 + DE_REQUANT + 1
+
+def uram_matrix(depth: int, width: int) -> tuple[int, int, int]:
+    """``(rows, columns, slices)`` of the URAM288 matrix of a ``depth`` x ``width`` memory as Vivado builds it
+    (UG901, "Pipelining the RAM"): ``ceil(depth / 4K)`` blocks cascaded in columns of at most
+    :data:`URAM_CASCADE`, and ``ceil(width / 72)`` such matrices side by side. It takes
+    ``ceil(depth / 4K) * slices`` URAM288."""
+    blocks = -(-depth // URAM_WORDS)
+    return min(blocks, URAM_CASCADE), -(-blocks // URAM_CASCADE), -(-width // URAM_BITS)
+
+
+def uram_blocks(depth: int, width: int) -> int:
+    """The URAM288 a ``depth`` x ``width`` memory takes in Vivado's matrix (:func:`uram_matrix`)."""
+    return -(-depth // URAM_WORDS) * uram_matrix(depth, width)[2]
+
+
+def de_wpipe(wdepth: int, uram: int) -> int:
+    """Pipeline registers after the draft engine's weight memory read: none in block RAM; in UltraRAM the rows
+    plus the columns of its matrix (:func:`uram_matrix`), which UG901 gives as the registers that pipeline a
+    URAM matrix fully: Vivado packs them into the URAMs' output and cascade registers, so a deep cascade's read
+    is register to register at any fabric clock the part runs."""
+    if not uram:
+        return 0
+    rows, columns, _ = uram_matrix(wdepth, 1)
+    return rows + columns
+
+
+def de_pipe(cols: int, wpipe: int = 0) -> int:
+    """Enabled cycles from a draftengine MAC issue to its result in the output register (COLS columns,
+    ``wpipe`` pipeline registers after the weight memory's read: :func:`de_wpipe`)."""
+    return 5 + wpipe + (cols.bit_length() - 1) + 1 + DE_REQUANT + 1

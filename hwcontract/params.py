@@ -97,6 +97,8 @@ CORES: dict[str, tuple[Param, ...]] = {
         Param("K_MAX", 1024, _pow2(256, 8192), "Largest K (a power of two): the activation memory holds "
                                                 "M_MAX * K_MAX / (ROWS * COLS) beats."),
         Param("M_MAX", DE_M_MAX, range(1, DE_M_MAX + 1), "Largest M (tokens per job)."),
+        Param("URAM", 0, range(0, 2), "1: the weight memory is UltraRAM (ram_style ultra), its read pipelined "
+                                 "(hwcontract.latency.de_wpipe); 0: block RAM, one read register."),
     ),
 }
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.

@@ -640,7 +640,8 @@ def _draftengine_map() -> CoreMap:
     b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
         Field("ROWS", 0, 5, "Output channels per tile (array rows)."),
         Field("COLS", 5, 5, "Input features per weight beat row (array columns)."),
-        Field("M_MAX", 10, 5, "Largest M accepted.")])
+        Field("M_MAX", 10, 5, "Largest M accepted."),
+        Field("URAM", 15, 1, "1: the weight memory is UltraRAM, its read pipelined (hwcontract.latency.de_wpipe).")])
     b.add("WDEPTH", "ro", "Weight memory depth (beats of ROWS * COLS bytes).")
     b.add("PDEPTH", "ro", "Parameter memory depth (tiles of ROWS channel words).")
     b.add("K_MAX", "ro", "Largest K accepted (activation memory: M_MAX * K_MAX / (ROWS * COLS) beats).")

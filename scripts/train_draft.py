@@ -4,7 +4,7 @@
     python scripts/train_draft.py                    # the committed model, ~75 min on one core of this 2-core machine
     python scripts/train_draft.py --smoke            # every stage at toy size, ~1 min
 
-Stages, each timed into the model card (models/<name>/training.json):
+Stages, each timed into the model card (host/specdec/data/models/<name>/training.json):
 1. data: the target greedily continues Shakespeare passages from the training plays (the four tragedies
    are held out, see specdec.corpus), keeping its top-k next-token probabilities at every generated
    position (the prompt itself is context only).
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "host"))
 
 import training  # noqa: E402
-from specdec import corpus  # noqa: E402
+from specdec import corpus, paths  # noqa: E402
 from specdec.models import load_demo_target  # noqa: E402
 
 NAME = "smollm2-shakespeare-draft-4x192"
@@ -43,7 +43,7 @@ NAME = "smollm2-shakespeare-draft-4x192"
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    training.data_args(ap, ROOT / "models" / NAME)
+    training.data_args(ap, paths.model_dir(NAME))
     ap.add_argument("--topk", type=int, default=8, help="target probabilities kept per position")
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4)
@@ -198,7 +198,7 @@ def evaluate(target, draft, tok, prompts, new_tokens: int, gamma: int = 4):
 
 
 def write_card(out: Path, card: dict) -> None:
-    """models/<name>/README.md from the training record (training.json)."""
+    """host/specdec/data/models/<name>/README.md from the training record (training.json)."""
     a, t, m = card["args"], card["seconds"], card["held_out"]
     text = f"""# {card['name']}
 
@@ -221,7 +221,7 @@ Held out ({m['positions']:,} positions): greedy agreement **{m['greedy_agreement
 **{m['tokens_per_call_gamma4']:.2f}** tokens per target call at gamma 4 in greedy speculation, replayed exactly
 from the per-position matches (goal >= 2.5).
 
-Load it with `transformers.AutoModelForCausalLM.from_pretrained("models/{card['name']}")`, or by name
+Load it with `transformers.AutoModelForCausalLM.from_pretrained("host/specdec/data/models/{card['name']}")`, or by name
 through `specdec` (`--draft {card['name']}`). `training.json` holds the full record.
 """
     (out / "README.md").write_text(text)

@@ -4,7 +4,7 @@
     python scripts/train_eagle.py             # the committed head, ~70 min on this 2-core machine (68.7 measured)
     python scripts/train_eagle.py --smoke     # every stage at toy size, ~1 min
 
-Stages, each timed into the card (models/<name>/training.json):
+Stages, each timed into the card (host/specdec/data/models/<name>/training.json):
 1. data: the target continues Shakespeare passages from the training plays (the four tragedies are held out,
    see specdec.corpus) by 64 tokens, greedily and, for as many other passages, by sampling at the settings
    the sampled benchmark runs (T 0.8, top-p 0.95: a head trained on greedy text only drifts on sampled text);
@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "host"))
 sys.path.insert(0, str(ROOT))
 
 import training  # noqa: E402
-from specdec import corpus, eagle, hotvocab  # noqa: E402
+from specdec import corpus, eagle, hotvocab, paths  # noqa: E402
 from specdec.decode import Sampling, mask_logits  # noqa: E402
 from specdec.models import DEMO_EAGLE, load_demo_target  # noqa: E402
 
@@ -52,7 +52,7 @@ NAME = DEMO_EAGLE
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    training.data_args(ap, ROOT / "models" / NAME)
+    training.data_args(ap, paths.model_dir(NAME))
     ap.add_argument("--hot-vocab", type=int, default=8192)
     ap.add_argument("--sampled-prompts", type=int, default=2048,
                     help="further training passages the target continues by sampling (0: greedy data only)")

@@ -30,6 +30,7 @@ from hls_ref import vectors
 from hls_ref import verifier as ver
 from hls_ref.rng import xoshiro128pp
 from hwcontract import params as hwparams
+from hwcontract.latency import de_wpipe
 from hwcontract.regmap import core
 from specdec.backends import simulator as harness
 from specdec.backends.golden import GoldenDevice
@@ -85,11 +86,12 @@ FLOWS = {
     "kvpage": Flow("kvpage", "tb.kvpage.agree_kvpage", "agree", {"PAGES": 16, "MAX_BLOCKS": 4},
                    {"golden": 600, "cpp": 600, "verilator": 60, "icarus": 6}, {"icarus": 40},
                    {"verilator": 40, "icarus": 12}),
-    # a build whose memories hold every vector: the hot head (1024 tiles x 24 chunks) and K = 4096. The
-    # default suite runs the small random jobs on both simulators, the large ones and the two largest sums on
-    # Verilator; the demo draft's shapes (M = 1 and 16, the hot head the largest) on Verilator under ``long``
+    # a build whose memories hold every vector: the hot head (1024 tiles x 24 chunks) and K = 4096, its weights
+    # in UltraRAM as the KV260's (the read and de_wpipe(24576, 1) = 7 registers). The default suite runs the
+    # small random jobs on both simulators, the large ones and the two largest sums on Verilator; the demo
+    # draft's shapes (M = 1 and 16, the hot head the largest) on Verilator under ``long``
     "draftengine": Flow("draftengine", "tb.draftengine.agree_draftengine", "agree",
-                        {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096},
+                        {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096, "URAM": 1},
                         {"golden": 60, "cpp": 60, "verilator": 12, "icarus": 4},
                         {"icarus": vectors.draftengine_prefix(4, "small"),
                          "verilator": vectors.draftengine_prefix(12, "largest")}),
@@ -337,7 +339,7 @@ def draftengine_expected(job: de.Job, b: dict[str, int]) -> dict:
     out = de.run(job)
     nt, _, ab = de.tiles(m, k, n, b["ROWS"], b["COLS"])
     return {"y": out.y.tolist(), "saturated": out.saturated, "beats_in": m * ab, "beats_out": nt * m,
-            "cycles": de.cycles("RUN", m * ab, m, k, n, b["ROWS"], b["COLS"])}
+            "cycles": de.cycles("RUN", m * ab, m, k, n, b["ROWS"], b["COLS"], de_wpipe(b["WDEPTH"], b["URAM"]))}
 
 
 @pytest.mark.parametrize("stage", STAGES)

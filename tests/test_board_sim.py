@@ -20,7 +20,8 @@ from hwcontract import board as bd
 def test_overlay_toplevel_takes_the_board_parameters():
     d = bd.design("kv260")
     p = overlay_params(d)
-    assert p["LANES"] == 8 and p["VOCAB_MAX"] == 50272 and p["WDEPTH"] == 36864 and p["PAGES"] == 1024
+    assert p["LANES"] == 8 and p["VOCAB_MAX"] == 50272 and p["PAGES"] == 1024
+    assert p["WDEPTH"] == bd.KV260_DRAFTENGINE["WDEPTH"] and p["URAM"] == 1
     assert set(p) == {k for c in d.cells for k in c.params}
 
 

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import corpus, decode, int8draft, models, pairs, runtime  # noqa: E402
+from specdec import corpus, decode, int8draft, models, pairs, paths, runtime  # noqa: E402
 from specdec.hotvocab import hot_head_model, hot_ids  # noqa: E402
 
 pytestmark = pytest.mark.ml
-DRAFT_DIR = models.MODELS_DIR / models.DEMO_DRAFT
+DRAFT_DIR = paths.model_dir(models.DEMO_DRAFT)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The documentation tells the truth about the command line and the tree.
 
-Documents: README.md, docs/*.md, models/**/README*.md and notebooks/*.ipynb (markdown cells as markdown,
-code cells for ``!specdec`` lines and backticked commands in their messages). Three checks:
+Documents: README.md, docs/*.md, host/specdec/data/models/**/README*.md and notebooks/*.ipynb (markdown cells as
+markdown, code cells for ``!specdec`` lines and backticked commands in their messages). Three checks:
 
 1. **Commands.** Every ``specdec ...`` command the documents show names a real command and only options
    of it, as ``specdec.cli.make_parser`` builds them (the parser itself, never a restated list; option
@@ -42,9 +42,10 @@ T = TypeVar("T")
 #: Top-level folders that hold build outputs, never documented sources.
 BUILD_OUTPUT_DIRS = frozenset({"build", "__pycache__"})
 
-#: Files a tool writes at run time, uncommitted (``make bitstream``: the overlay and its hardware handoff):
+#: Files a tool writes at run time, uncommitted (``make bitstream``: the overlay, its hardware handoff, reports):
 #: only their folder must exist.
-RUN_TIME_OUTPUTS = ("bitstreams/*/specdec.bit", "bitstreams/*/specdec.hwh")
+RUN_TIME_OUTPUTS = tuple(f"host/specdec/data/overlays/*/{f}"
+                         for f in ("specdec.bit", "specdec.hwh", "build.json", "timing.rpt", "utilization.rpt"))
 
 #: Fence languages whose lines are not shell commands.
 NON_SHELL_FENCES = frozenset({"python", "py", "json", "text", "verilog", "tcl", "cpp", "c++", "c"})
@@ -146,9 +147,9 @@ def split_markdown(text: str, path: str, cell: int | None = None) -> list[Chunk]
 
 
 def markdown_paths() -> list[str]:
-    """README.md, docs/*.md and models/**/README*.md, relative to the repository root."""
+    """README.md, docs/*.md and host/specdec/data/models/**/README*.md, relative to the repository root."""
     found = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-             *sorted((ROOT / "models").glob("**/README*.md"))]
+             *sorted((ROOT / "host/specdec/data/models").glob("**/README*.md"))]
     return [p.relative_to(ROOT).as_posix() for p in found if p.is_file()]
 
 
@@ -623,9 +624,9 @@ def test_checker_catches_missing_paths(tmp_path: Path) -> None:
     errors = [e for chunk in synthetic_chunks() for e in path_errors(chunk, pattern)]
     assert errors == ["docs/synthetic.md:4: named path 'host/specdec/nope.py' does not exist",
                       "docs/synthetic.md:5: linked path 'docs/gone.md' does not exist"], errors
-    (tmp_path / "bitstreams" / "kv260").mkdir(parents=True)
-    assert not missing_path("bitstreams/kv260/specdec.bit", tmp_path)
-    assert missing_path("bitstreams/zcu104/specdec.bit", tmp_path)
+    (tmp_path / "host/specdec/data/overlays/kv260").mkdir(parents=True)
+    assert not missing_path("host/specdec/data/overlays/kv260/specdec.bit", tmp_path)
+    assert missing_path("host/specdec/data/overlays/zcu104/specdec.bit", tmp_path)
     assert [p for _, p in paths_in("`fpga.convert`, hwcontract/board.py:12, notfpga/x", pattern)] == \
         ["hwcontract/board.py"]
 

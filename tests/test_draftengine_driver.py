@@ -21,7 +21,7 @@ def golden_engine(**params) -> tuple[DraftEngine, GoldenDevice]:
     return DraftEngine(description("draftengine", dev), dev.stream(0), dev.sink(0)), dev
 
 
-@pytest.mark.parametrize("params", [{}, SMALL], ids=["default", "r4c16"])
+@pytest.mark.parametrize("params", [{}, SMALL, dict(SMALL, wdepth=8192, uram=1)], ids=["default", "r4c16", "uram"])
 def test_driver_on_golden_model(params):
     drv, _ = golden_engine(**params)
     check_draftengine_driver(drv, count=30, exact_cycles=True)
@@ -84,6 +84,40 @@ def test_cycle_model_and_utilisation():
     for k, n in DRAFT_SHAPES:          # every demo-draft shape is a multiple of the 8 x 8 array: no padding
         assert golden.mac_utilisation(1, k, n, 8, 8) == 1.0
     assert golden.mac_utilisation(1, 9, 9, 8, 8) == 81 / (2 * 2 * 64)
+
+
+def test_the_uram_build_pipelines_its_weight_read_and_the_driver_reads_it_from_params():
+    """The KV260's build (weights in UltraRAM) reads its weights through the 8-deep cascade's rows plus its one
+    column of registers: 9 more cycles a job, which the cycle model adds; the driver learns the build from
+    PARAMS.URAM and WDEPTH, as it learns the array's shape."""
+    from hwcontract import board
+    from hwcontract.latency import de_pipe, de_wpipe
+    assert de_wpipe(32768, 1) == 8 + 1 and de_wpipe(36864, 1) == 8 + 2 and de_wpipe(4096, 1) == 2
+    assert de_wpipe(32768, 0) == 0 and de_pipe(8, 9) == de_pipe(8) + 9
+    assert golden.cycles("RUN", 3, 1, 192, 512, wpipe=9) == golden.cycles("RUN", 3, 1, 192, 512) + 9
+    assert golden.cycles("LOAD_W", 7, wpipe=9) == golden.cycles("LOAD_W", 7)        # loads read no weights
+    drv, _ = golden_engine(**{k.lower(): v for k, v in board.KV260_DRAFTENGINE.items()})
+    assert (drv.uram, drv.wpipe, drv.wdepth) == (1, 9, 32768)
+    check_job(drv, draftengine_job(np.random.default_rng(3), 2, 192, 64, 16), exact_cycles=True)
+    assert (golden_engine()[0].uram, golden_engine()[0].wpipe) == (0, 0)
+
+
+def test_unloaded_memory_reads_as_the_golden_models_unloaded_value():
+    """A RUN over weight and parameter beats never loaded computes from :data:`hls_ref.draftengine.UNLOADED` in
+    the golden register model (the RTL's memories hold no initial value: X in Icarus, so no test or driver runs
+    one; the driver runs only layers it placed)."""
+    drv, dev = golden_engine(**SMALL)
+    assert golden.UNLOADED == 0
+    model = next(iter(dev.models.values()))
+    assert (model.wmem == golden.UNLOADED).all() and (model.pmem == golden.UNLOADED).all()
+    cfg = drv.cmap.reg("CONFIG")
+    for name, v in dict(M=1, K=drv.cols, N=drv.rows, WBASE=0, PBASE=0).items():
+        drv.write_reg(name, v)
+    drv.write_reg("CONFIG", cfg.encode(OP=cfg.field("OP").code("RUN"), OUT=cfg.field("OUT").code("OUT32")))
+    drv.start()
+    drv.send_beats(de_act_beats(np.ones((1, drv.cols), np.int64), drv.rows, drv.cols))
+    assert drv.sink.recv() == [0]            # zero weights, zero bias: every lane 0
+    drv.wait_done()
 
 
 def test_unattached_and_timeouts():

@@ -19,13 +19,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import corpus, decode, eagle, kernels, models, pairs, runtime  # noqa: E402
+from specdec import corpus, decode, eagle, kernels, models, pairs, paths, runtime  # noqa: E402
 from specdec.errors import OptionError  # noqa: E402
 from specdec.hotvocab import hot_ids  # noqa: E402
 
 pytestmark = pytest.mark.ml
 HEAD = models.DEMO_EAGLE
-HEAD_DIR = models.MODELS_DIR / HEAD
+HEAD_DIR = paths.model_dir(HEAD)
 
 
 @pytest.fixture(scope="module")

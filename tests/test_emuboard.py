@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,12 +23,13 @@ from pynq.registers import RegisterMap
 
 from hls_ref import treemask as tm_ref
 from hwcontract import board as bd
-from specdec import hwh, runtime
+from specdec import hwh, paths, runtime
 from specdec.drivers import DmaSink, DmaStream, DraftEngine, KVPage, Rng, TreeMask, Verifier
-from specdec.emuboard import AXI_DMA_REGISTERS, ROOT, EmulatedBoard, bitstream_header
+from specdec.emuboard import AXI_DMA_REGISTERS, EmulatedBoard, bitstream_header
 from specdec.errors import BusError, CoreTimeout, HardwareMismatch, SpecdecError
 from specdec.overlay import SpecdecOverlay
 
+ROOT = Path(__file__).resolve().parents[1]
 DRIVERS = {"verifier": Verifier, "treemask": TreeMask, "kvpage": KVPage, "draftengine": DraftEngine, "rng": Rng}
 #: DMASR's error bits (PG021).
 ERROR_BITS = ("DMAIntErr", "DMASlvErr", "DMADecErr")
@@ -74,7 +76,7 @@ def test_overlay_parses_every_cell_and_binds_its_driver(name):
     ol = pynq.Overlay(str(board.bitfile), device=board, download=False)
     ip = ol.ip_dict
     assert set(ip) == {c.name for c in d.cells} | {m.cell for m in d.dmas} | {hwh.PS_CELL}
-    assert ip[hwh.PS_CELL]["type"] == d.ps_vlnv
+    assert ip[hwh.PS_CELL]["type"].rsplit(":", 1)[0] == d.ps_ip
     for c in d.cells:
         assert (ip[c.name]["type"], ip[c.name]["phys_addr"], ip[c.name]["addr_range"]) == (c.vlnv, c.base, c.range)
         assert isinstance(getattr(ol, c.name), DRIVERS[c.name])
@@ -91,13 +93,14 @@ def test_overlay_parses_every_cell_and_binds_its_driver(name):
         assert (dma.sendchannel is not None, dma.recvchannel is not None) == (m.mm2s_width > 0, m.s2mm_width > 0)
     clk = ol.clock_dict[0]
     assert clk["enable"] == 1
-    assert hwh.ps(d).pll_mhz / (clk["divisor0"] * clk["divisor1"]) == pytest.approx(d.fclk_hz / 1e6, rel=0.05)
+    assert hwh.ps(d).pll_mhz / (clk["divisor0"] * clk["divisor1"]) == pytest.approx(d.fclk.mhz, rel=1e-6)
 
 
 @pytest.mark.parametrize("name", bd.BOARDS)
 def test_specdec_overlay_downloads_and_sets_the_fabric_clock(name):
     """SpecdecOverlay downloads on both boards (a Zynq-7000's clock by its divisors, which pynq 4.0 leaves
-    unset): pynq.Clocks then reads the description's fabric clock from the emulated PS; the KV260's is 150 MHz.
+    unset): pynq.Clocks then reads the description's fabric clock from the emulated PS: the first rung of the
+    board's clock ladder, PLL / 7 (142.856 MHz on the KV260's 999.99 MHz IOPLL, 142.857 on the Z2's 1,000 MHz).
     A download resets the cores."""
     board = EmulatedBoard(name)
     before = board.core("kvpage")
@@ -105,9 +108,42 @@ def test_specdec_overlay_downloads_and_sets_the_fabric_clock(name):
     assert (ol.board, ol.design) == (name, bd.design(name)) and ol.is_loaded()
     clk = ol.clock_dict[0]
     assert pynq.Clocks.fclk0_mhz == pytest.approx(hwh.ps(ol.design).pll_mhz / (clk["divisor0"] * clk["divisor1"]))
+    assert pynq.Clocks.fclk0_mhz == pytest.approx(ol.design.fclk.mhz, rel=1e-6)
+    assert (clk["divisor0"], clk["divisor1"]) == (7, 1)
     if name == "kv260":
-        assert pynq.Clocks.fclk0_mhz == pytest.approx(clk["frequency"]) == pytest.approx(150, rel=1e-4)
+        assert clk["frequency"] == pytest.approx(999.99 / 7, rel=1e-6)
     assert board.core("kvpage") is not before
+
+
+def test_cycles_become_time_at_the_clock_pynq_reports():
+    """``ol.fclk_mhz`` is PL clock 0 as pynq reports it for the overlay's own device, not a figure of the design:
+    set to PLL / 10 after the download it reads PLL / 10, and ``ol.seconds`` converts at it; with two emulated
+    boards each overlay reads its own PS."""
+    kv, z2 = EmulatedBoard("kv260"), EmulatedBoard("pynq-z2")
+    ol_kv = SpecdecOverlay(kv.bitfile, device=kv)
+    ol_z2 = SpecdecOverlay(z2.bitfile, device=z2)
+    assert ol_z2.fclk_mhz == pytest.approx(bd.design("pynq-z2").fclk.mhz)
+    assert ol_kv.fclk_mhz == pytest.approx(bd.design("kv260").fclk.mhz) == pytest.approx(pynq.Clocks.fclk0_mhz)
+    pynq.Clocks.set_pl_clk(0, 10, 1)
+    tenth = hwh.ps(ol_kv.design).pll_mhz / 10
+    assert ol_kv.fclk_mhz == pytest.approx(tenth) == pytest.approx(99.999)
+    assert ol_kv.seconds(1_000_000) == pytest.approx(1 / tenth)
+    assert ol_z2.fclk_mhz == pytest.approx(bd.design("pynq-z2").fclk.mhz)
+
+
+@pytest.mark.parametrize("revision", ["1.3", "1.4", "9.9"])
+def test_the_board_is_found_by_its_board_files_family(tmp_path, revision):
+    """A .hwh naming any revision of the KV260's board files (kv260_som 1.3, as an older Vivado board store
+    holds) is the KV260 overlay; a board the project does not know is refused naming the families."""
+    board = EmulatedBoard("kv260", directory=tmp_path)
+    text = board.bitfile.with_suffix(".hwh").read_text()
+    board.bitfile.with_suffix(".hwh").write_text(text.replace(board.design.board_part,
+                                                              f"xilinx.com:kv260_som:part0:{revision}"))
+    ol = SpecdecOverlay(board.bitfile, device=board)
+    assert (ol.board, ol.design) == ("kv260", bd.design("kv260"))
+    assert hwh.board_of(f"tul.com.tw:pynq-z2:part0:{revision}") == "pynq-z2"
+    with pytest.raises(KeyError, match="xilinx.com:zcu104:part0:1.1.*xilinx.com:kv260_som"):
+        hwh.board_of("xilinx.com:zcu104:part0:1.1")
 
 
 def test_a_download_gives_fresh_drivers(kv260):
@@ -131,7 +167,7 @@ def test_a_download_gives_fresh_drivers(kv260):
 
 def test_another_description_or_part_is_refused(tmp_path):
     """The KV260 emulation takes only the KV260 overlay: another board's description at parse time, another
-    part's bitstream at download. Its files never go under bitstreams/."""
+    part's bitstream at download. Its files never go into the overlays folder, which holds real builds."""
     kv, z2 = EmulatedBoard("kv260"), EmulatedBoard("pynq-z2")
     with pytest.raises(RuntimeError, match="does not describe the specdec overlay of kv260"):
         pynq.Overlay(str(z2.bitfile), device=kv)
@@ -139,8 +175,8 @@ def test_another_description_or_part_is_refused(tmp_path):
     (tmp_path / "specdec.bit").write_bytes(bitstream_header(bd.design("pynq-z2")))
     with pytest.raises(RuntimeError, match=f"is for part '{z2.design.part}'"):
         pynq.Overlay(str(tmp_path / "specdec.bit"), device=kv)
-    where = ROOT / "bitstreams" / "emulated"
-    with pytest.raises(ValueError, match="bitstreams/ holds real builds only"):
+    where = paths.overlays_dir() / "emulated"
+    with pytest.raises(ValueError, match="overlays folder .* holds real builds only"):
         EmulatedBoard("kv260", directory=where)
     assert not where.exists()
 
@@ -329,8 +365,7 @@ def test_a_reset_on_one_channel_resets_the_whole_dma(kv260):
 # ------------------------------------------------------------------------------------------------
 def test_pynq_backend_on_the_emulated_board(monkeypatch):
     """SPECDEC_EMULATE=kv260 points backend pynq at the emulated KV260: the cores with their DMA channels, the
-    draft engine with a sink for its longest frame. The default bitstream is the KV260's build."""
-    assert runtime.DEFAULT_BITSTREAM == ROOT / "bitstreams" / "kv260" / "specdec.bit"
+    draft engine with a sink for its longest frame."""
     monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
     c = runtime.pynq_cores()
     assert isinstance(c.verifier.device, EmulatedBoard) and c.verifier.device.design.name == "kv260"

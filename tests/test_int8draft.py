@@ -165,7 +165,7 @@ def test_bind_places_the_largest_matrices_and_streams_the_rest_through_the_windo
     """A draft a little larger than the memories: the largest matrices are placed, each only while what is left
     still holds every other matrix whole; the rest stream into that window, one load a job, with the outputs of
     the draft placed whole on a larger engine. On the KV260's build this keeps the N = 8,192 draft's head and
-    seven layers' matrices on chip (tests/test_bench_draft.py)."""
+    six other matrices on chip (tests/test_bench_draft.py)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(7)
     def layer(name, n, k):

@@ -1,9 +1,11 @@
 """The notebooks (``notebooks/*.ipynb``, docs/notebooks.md): committed clean, delivered by ``specdec notebooks DIR``
 and by pynq's ``pynq.notebooks`` entry point, and executed cell by cell on the golden backend.
 
-Execution is nbclient's, in a kernel of this interpreter, with the cells tagged ``board`` skipped by their tag
-(``skip_cells_with_tag``): a cell that raises, a failing ``assert`` included, fails the test. Under ``long``
-every cell, the board's included, runs on the emulated KV260 (``SPECDEC_EMULATE=kv260``).
+Execution is nbclient's, in a kernel of this interpreter, every cell in order as "Run All" runs them: a cell that
+raises, a failing ``assert`` included, fails the test. Off a board (no emulation: the backend is picked as a
+newcomer's kernel picks it) the cells tagged ``board`` each print that they were skipped and how to run them
+emulated, and the notebook runs to its end; under ``long`` every cell, the board's included, runs on both
+emulated boards (``SPECDEC_EMULATE``).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-from specdec import cli, models, notebook, runtime  # noqa: E402
+from hwcontract import board as bd  # noqa: E402
+from specdec import cli, hwh, models, notebook, runtime, selftest  # noqa: E402
 from specdec.tree import Tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +43,17 @@ def is_board(cell) -> bool:
     return notebook.BOARD_TAG in cell.metadata.get("tags", [])
 
 
-def execute(nb, cwd: Path, skip_board: bool) -> None:
-    """Run every code cell of ``nb`` in a fresh kernel (outputs land in ``nb``); CellExecutionError on the first
-    cell that raises."""
+def execute(nb, cwd: Path) -> None:
+    """Run every code cell of ``nb`` in a fresh kernel, as "Run All" does (outputs land in ``nb``);
+    CellExecutionError on the first cell that raises."""
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     skip_cells_with_tag=notebook.BOARD_TAG if skip_board else "",
                                      resources={"metadata": {"path": str(cwd)}})
     client.execute()
+
+
+def text(cell) -> str:
+    """What a code cell printed."""
+    return "".join(o.get("text", "") for o in cell.outputs)
 
 
 #: The notebooks a PYNQ-Z2 runs (README: its ARMv7 image has no torch wheels; these need no model).
@@ -82,12 +89,25 @@ def golden_env(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
+@pytest.fixture
+def newcomer_env(monkeypatch):
+    """A newcomer's kernel off a board: no backend chosen, no emulated board (the first cell picks ``ref`` as pynq
+    finds no device), one torch thread."""
+    if runtime.pynq_board_here():
+        pytest.skip("pynq finds a board here: the notebooks pick it")
+    monkeypatch.delenv(notebook.BACKEND_ENV, raising=False)
+    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
 # ------------------------------------------------------------------------------------------------
 # The files
 # ------------------------------------------------------------------------------------------------
 def test_the_notebooks_are_committed_clean():
-    """The notebooks, numbered, without outputs, small; the first code cell picks the backend; every code
-    cell asserts what it shows; the board's cells are tagged, come last and stop off a board."""
+    """The notebooks, numbered, without outputs, small; the first code cell picks the backend (notebook 1's
+    second runs the self-test); every code cell asserts what it shows; the board's cells are tagged, come last
+    and run their body only on a board."""
     assert sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")) == NAMES
     for name in NAMES:
         path = NOTEBOOK_DIR / f"{name}.ipynb"
@@ -104,7 +124,10 @@ def test_the_notebooks_are_committed_clean():
         board = [i for i, c in enumerate(code) if is_board(c)]
         assert board, f"{name}: no cell tagged {notebook.BOARD_TAG!r}"
         assert board == list(range(board[0], len(code))), f"{name}: the board's cells must come last"
-        assert all(code[i].source.startswith("notebook.require_board(backend)") for i in board)
+        assert all(code[i].source.startswith("if notebook.board_cell(backend):\n") for i in board)
+        assert all(ln.startswith("    ") or not ln for i in board for ln in code[i].source.split("\n")[1:])
+    second = [c for c in read(NAMES[0]).cells if c.cell_type == "code"][1]
+    assert "report = selftest.run(backend.overlay)" in second.source
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,11 +223,34 @@ def test_on_board_is_pynqs_device_or_the_emulation(monkeypatch):
         assert notebook.on_board() == bool(Device.devices)
 
 
-def test_require_board_stops_on_the_golden_backend():
-    with pytest.raises(notebook.BoardRequired, match="needs a board"):
-        notebook.require_board(notebook.connect("ref"))
+def test_board_cell_runs_on_a_board_and_says_why_it_skips_elsewhere(monkeypatch, capsys):
+    """Off a board a board cell's body is skipped with a line saying why and how to run it emulated; on the
+    emulated board it runs."""
+    assert notebook.board_cell(notebook.connect("ref")) is False
+    assert capsys.readouterr().out == (
+        "skipped: this cell needs a board (tag 'board'), and the notebook runs on backend 'ref', the golden models. "
+        "On a PYNQ board it runs as it is; off a board, start Jupyter with SPECDEC_EMULATE=kv260 (or "
+        "SPECDEC_EMULATE=pynq-z2) to run it on the emulated board.\n")
+    monkeypatch.setenv(runtime.EMULATE_ENV, "pynq-z2")
+    assert notebook.board_cell(notebook.connect("pynq")) is True
+    assert capsys.readouterr().out == ""
     with pytest.raises(ValueError, match="backend 'sim'"):
         notebook.connect("sim")
+
+
+def test_cycles_become_time_at_the_clock_pynq_reports(monkeypatch):
+    """On a board the notebooks convert cycles at PL clock 0 as pynq reports it (here set to PLL / 9 after the
+    download); on ref, which has no clock, at the KV260's first clock rung."""
+    from pynq.ps import Clocks
+    ref = notebook.connect("ref")
+    assert ref.fclk_mhz == bd.design("kv260").fclk.mhz and ref.seconds(1000) == 1000 / (ref.fclk_mhz * 1e6)
+    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    board = notebook.connect("pynq")
+    assert board.fclk_mhz == pytest.approx(bd.design("kv260").fclk.mhz)
+    Clocks.set_pl_clk(0, 9, 1)
+    ninth = hwh.ps(bd.design("kv260")).pll_mhz / 9
+    assert board.fclk_mhz == pytest.approx(ninth) and board.seconds(1000) == pytest.approx(1000 / (ninth * 1e6))
+    assert "PL clock 0 of the kv260 as pynq reports it" == board.clock_source
 
 
 def test_replay_rounds_keeps_the_accepted_rows_only():
@@ -287,24 +333,29 @@ QUICK = {"01_getting_started", "04_kv_page_table"}
 
 @pytest.mark.ml
 @pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.long) for n in NAMES])
-def test_notebook_runs_on_the_golden_backend(name, tmp_path, golden_env, monkeypatch):
-    """Every cell but the board's runs without error (so every assert holds); the board's cells do not run;
-    the notebooks that plot show their plots. The PYNQ-Z2's notebooks run in a kernel without torch,
-    transformers and tokenizers, notebook 6 on a recording made here first, as a host would."""
+def test_run_all_off_a_board_runs_to_the_end(name, tmp_path, newcomer_env, monkeypatch):
+    """"Run All" in a newcomer's kernel off a board: the first cell picks the golden backend, every cell runs
+    without error (so every assert holds), each board cell printing that it was skipped and how to run it on the
+    emulated board (they had stopped the notebook with BoardRequired); notebook 1's self-test passes on the
+    golden models; the notebooks that plot show their plots. The PYNQ-Z2's notebooks run in a kernel without
+    torch, transformers and tokenizers, notebook 6 on a recording made here first, as a host would."""
     pytest.importorskip("torch")
     nb = read(name)
     if name in Z2_NOTEBOOKS:
         without_ml_stack(monkeypatch, tmp_path)
         if name == "06_recorded_rounds":
             record_rounds(tmp_path / "rounds.npz")
-    execute(nb, tmp_path, skip_board=True)
+    execute(nb, tmp_path)
     code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert "backend ref" in text(code[0])
     for c in code:
         if is_board(c):
-            assert c.execution_count is None and c.outputs == [], "a board cell ran off the board"
-        else:
-            assert c.execution_count is not None, f"a cell did not run:\n{c.source}"
-    assert "backend ref" in "".join(o.get("text", "") for o in code[0].outputs)
+            assert text(c).startswith("skipped: this cell needs a board") and "SPECDEC_EMULATE=kv260" in text(c)
+            assert [o for o in c.outputs if o.output_type != "stream"] == []
+    if name == NAMES[0]:
+        checks = len(selftest.CORE_CHECKS) + sum(len(c) for c in selftest.CORE_CHECKS.values())
+        assert text(code[1]).rstrip().endswith(f"passed: {checks} checks")
     images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
     assert bool(images) == (name in PLOTS)
 
@@ -314,20 +365,8 @@ def test_recorded_rounds_without_torch_or_a_recording_says_where_to_make_one(tmp
     without_ml_stack(monkeypatch, tmp_path)
     with pytest.raises(nbclient.exceptions.CellExecutionError, match="rounds.npz is missing and this machine "
                        "cannot run the models: write it on a host with `specdec generate ... --record"):
-        execute(read("06_recorded_rounds"), tmp_path, skip_board=True)
+        execute(read("06_recorded_rounds"), tmp_path)
     assert not (tmp_path / "rounds.npz").exists()
-
-
-def test_a_board_cell_off_the_board_says_so(tmp_path, golden_env):
-    """Run All off a board: every cell before the board's runs, and the first board cell stops with
-    BoardRequired."""
-    nb = read(NAMES[0])
-    with pytest.raises(nbclient.exceptions.CellExecutionError, match="BoardRequired"):
-        execute(nb, tmp_path, skip_board=False)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    first = next(i for i, c in enumerate(code) if is_board(c))
-    assert all(c.execution_count is not None for c in code[:first + 1])
-    assert all(c.execution_count is None for c in code[first + 1:])
 
 
 @pytest.mark.long
@@ -349,8 +388,13 @@ def test_notebook_runs_on_the_emulated_board(name, board, tmp_path, monkeypatch)
         without_ml_stack(monkeypatch, tmp_path)
         if name == "06_recorded_rounds":
             record_rounds(tmp_path / "rounds.npz")
-    execute(nb, tmp_path, skip_board=False)
+    execute(nb, tmp_path)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)
-    assert f"backend pynq: the specdec overlay on the {board}, emulated" in "".join(
-        o.get("text", "") for o in code[0].outputs)
+    assert f"backend pynq: the specdec overlay on the {board}, emulated" in text(code[0])
+    assert not any("skipped" in text(c) for c in code if is_board(c))
+    if name == NAMES[0]:        # the self-test, and the clock pynq reports
+        d = bd.design(board)
+        checks = len(d.cells) + sum(len(selftest.CORE_CHECKS[c.name]) for c in d.cells) + len(d.dmas) + 1
+        assert text(code[1]).rstrip().endswith(f"passed: {checks} checks")
+        assert f"fabric clock {d.fclk.mhz:.3f} MHz as pynq reports it" in text(code[-2])

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import termios
 import time
+from pathlib import Path
 
 import pytest
 
@@ -328,7 +329,8 @@ def test_make_demo_takes_any_prompt(target, tmp_path):
     fake.chmod(0o755)
     prompt = """It's "quoted" `x` \\n"""
     run = subprocess.run(["make", "--no-print-directory", "-o", "setup", target, f"VENV={fake.parent.parent}",
-                          f"DEMO_PROMPT={prompt}"], cwd=harness.ROOT, capture_output=True, text=True)
+                          f"DEMO_PROMPT={prompt}"], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True)
     assert run.returncode == 0, run.stderr
     args = run.stdout.splitlines()
     assert args[0] == "generate", args                     # the first line is specdec's own output

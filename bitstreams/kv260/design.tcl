@@ -2,32 +2,51 @@
 # source of the cells, parameters, addresses and DMA widths; the emulated board's .hwh comes from it
 # too). Do not edit: change hwcontract/board.py and run `make gen`. Sourced by bitstreams/build.tcl.
 set part xck26-sfvc784-2LV-c
-set board_part xilinx.com:kv260_som:part0:1.4
+# the board files, any revision: build.tcl takes the newest the board store holds (get_board_parts)
+set board_family xilinx.com:kv260_som
+set board_repo_env SPECDEC_BOARD_REPO
+# the Vivado releases the flow supports; another one runs with a warning
+set vivado_releases {2022.2 2023.1 2023.2 2024.1 2024.2 2025.1 2025.2}
+# Xilinx IPs as vendor:library:name: build.tcl takes the version the running Vivado's catalog holds
 set ps zynq_ultra_ps_e
-set ps_vlnv xilinx.com:ip:zynq_ultra_ps_e:3.5
+set ps_ip xilinx.com:ip:zynq_ultra_ps_e
+set reset_ip xilinx.com:ip:proc_sys_reset
+set dma_ip xilinx.com:ip:axi_dma
+# the one AXI DMA version pynq's DMA driver binds to
+set dma_vlnv xilinx.com:ip:axi_dma:7.1
+set ps_automation {apply_board_preset 1}
 set gp M_AXI_HPM0_FPD
 set hp S_AXI_HP0_FPD
-set hp_width 128
-set fclk_mhz 150
-# the PS's parameters the design sets (its ports, the HP width, PL clock 0 in MHz) and PL clock 0's pins
-set ps_config {PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ 150 PSU__USE__M_AXI_GP0 1 PSU__USE__M_AXI_GP1 0 PSU__USE__S_AXI_GP2 1 PSU__SAXIGP2__DATA_WIDTH 128}
+# the PS's parameters every rung shares (its PLL as the board's firmware sets it, its ports, the HP width)
+set ps_config {PSU__CRL_APB__IOPLL_CTRL__FBDIV 60 PSU__CRL_APB__IOPLL_CTRL__DIV2 1 PSU__USE__M_AXI_GP0 1 PSU__USE__M_AXI_GP1 0 PSU__USE__S_AXI_GP2 1 PSU__SAXIGP2__DATA_WIDTH 128}
+# PL clock 0: the parameter requesting its rate (MHz), the ones reporting the rate and divisors the PS made
+set fclk_request PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ
+set fclk_actual PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ
+set fclk_divisors {PSU__CRL_APB__PL0_REF_CTRL__DIVISOR0 PSU__CRL_APB__PL0_REF_CTRL__DIVISOR1}
+set pll {IOPLL 999.990}
+# the fabric clock ladder, fastest first: {request div0 div1 MHz}; the first rung that closes is built
+set clocks {
+  {142.856 7 1 142.855714}
+  {124.999 8 1 124.998750}
+  {111.110 9 1 111.110000}
+  {99.999 10 1 99.999000}
+}
 set fclk ps/pl_clk0
 set fclk_resetn ps/pl_resetn0
 set ip_vendor specdec.dev
 set ip_library specdec
 set ip_version 1.0
-set dma_vlnv xilinx.com:ip:axi_dma:7.1
 # cores: {cell module base range streams {PARAM value ...}}
 set cores {
   {verifier verifier_lanes8_vocab_max50272 0xa0000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 8 TREE_MAX 64 VOCAB_MAX 50272}}
   {treemask treemask 0xa0010000 0x10000 {m_axis} {NODES_MAX 64}}
   {kvpage kvpage_max_blocks256_pages1024 0xa0020000 0x10000 {} {MAX_BLOCKS 256 PAGES 1024 SLOTS 64}}
-  {draftengine draftengine_k_max512_pdepth2048_wdepth36864 0xa0030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 512 M_MAX 16 PDEPTH 2048 ROWS 8 WDEPTH 36864}}
+  {draftengine draftengine_k_max512_pdepth2048_uram1_wdepth32768 0xa0030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 512 M_MAX 16 PDEPTH 2048 ROWS 8 URAM 1 WDEPTH 32768}}
   {rng rng 0xa0040000 0x10000 {} {}}
 }
-# dmas: {cell core base mm2s_port mm2s_width s2mm_port s2mm_width length_width burst}
+# dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst}
 set dmas {
-  {verifier_dma verifier 0xa0050000 s_axis 128 {} 0 26 16}
-  {treemask_dma treemask 0xa0060000 {} 0 m_axis 128 26 16}
-  {draftengine_dma draftengine 0xa0070000 s_axis 512 m_axis 256 26 16}
+  {verifier_dma verifier 0xa0050000 0x10000 s_axis 128 {} 0 26 16}
+  {treemask_dma treemask 0xa0060000 0x10000 {} 0 m_axis 128 26 16}
+  {draftengine_dma draftengine 0xa0070000 0x10000 s_axis 512 m_axis 256 26 16}
 }

@@ -2,32 +2,51 @@
 # source of the cells, parameters, addresses and DMA widths; the emulated board's .hwh comes from it
 # too). Do not edit: change hwcontract/board.py and run `make gen`. Sourced by bitstreams/build.tcl.
 set part xc7z020clg400-1
-set board_part tul.com.tw:pynq-z2:part0:1.0
+# the board files, any revision: build.tcl takes the newest the board store holds (get_board_parts)
+set board_family tul.com.tw:pynq-z2
+set board_repo_env SPECDEC_BOARD_REPO
+# the Vivado releases the flow supports; another one runs with a warning
+set vivado_releases {2022.2 2023.1 2023.2 2024.1 2024.2 2025.1 2025.2}
+# Xilinx IPs as vendor:library:name: build.tcl takes the version the running Vivado's catalog holds
 set ps processing_system7
-set ps_vlnv xilinx.com:ip:processing_system7:5.5
+set ps_ip xilinx.com:ip:processing_system7
+set reset_ip xilinx.com:ip:proc_sys_reset
+set dma_ip xilinx.com:ip:axi_dma
+# the one AXI DMA version pynq's DMA driver binds to
+set dma_vlnv xilinx.com:ip:axi_dma:7.1
+set ps_automation {make_external {FIXED_IO, DDR} apply_board_preset 1 Master Disable Slave Disable}
 set gp M_AXI_GP0
 set hp S_AXI_HP0
-set hp_width 64
-set fclk_mhz 150
-# the PS's parameters the design sets (its ports, the HP width, PL clock 0 in MHz) and PL clock 0's pins
-set ps_config {PCW_FPGA0_PERIPHERAL_FREQMHZ 150 PCW_USE_M_AXI_GP0 1 PCW_USE_S_AXI_HP0 1 PCW_S_AXI_HP0_DATA_WIDTH 64}
+# the PS's parameters every rung shares (its PLL as the board's firmware sets it, its ports, the HP width)
+set ps_config {PCW_USE_M_AXI_GP0 1 PCW_USE_S_AXI_HP0 1 PCW_S_AXI_HP0_DATA_WIDTH 64}
+# PL clock 0: the parameter requesting its rate (MHz), the ones reporting the rate and divisors the PS made
+set fclk_request PCW_FPGA0_PERIPHERAL_FREQMHZ
+set fclk_actual PCW_ACT_FPGA0_PERIPHERAL_FREQMHZ
+set fclk_divisors {PCW_FCLK0_PERIPHERAL_DIVISOR0 PCW_FCLK0_PERIPHERAL_DIVISOR1}
+set pll {{IO PLL} 1000.000}
+# the fabric clock ladder, fastest first: {request div0 div1 MHz}; the first rung that closes is built
+set clocks {
+  {142.857 7 1 142.857143}
+  {125.000 8 1 125.000000}
+  {111.111 9 1 111.111111}
+  {100.000 10 1 100.000000}
+}
 set fclk ps/FCLK_CLK0
 set fclk_resetn ps/FCLK_RESET0_N
 set ip_vendor specdec.dev
 set ip_library specdec
 set ip_version 1.0
-set dma_vlnv xilinx.com:ip:axi_dma:7.1
 # cores: {cell module base range streams {PARAM value ...}}
 set cores {
   {verifier verifier_vocab_max50272 0x40000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 4 TREE_MAX 64 VOCAB_MAX 50272}}
   {treemask treemask 0x40010000 0x10000 {m_axis} {NODES_MAX 64}}
   {kvpage kvpage_slots16 0x40020000 0x10000 {} {MAX_BLOCKS 64 PAGES 256 SLOTS 16}}
-  {draftengine draftengine_pdepth512_rows4_wdepth4096 0x40030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 1024 M_MAX 16 PDEPTH 512 ROWS 4 WDEPTH 4096}}
+  {draftengine draftengine_pdepth512_rows4_wdepth4096 0x40030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 1024 M_MAX 16 PDEPTH 512 ROWS 4 URAM 0 WDEPTH 4096}}
   {rng rng 0x40040000 0x10000 {} {}}
 }
-# dmas: {cell core base mm2s_port mm2s_width s2mm_port s2mm_width length_width burst}
+# dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst}
 set dmas {
-  {verifier_dma verifier 0x40050000 s_axis 64 {} 0 26 16}
-  {treemask_dma treemask 0x40060000 {} 0 m_axis 128 26 16}
-  {draftengine_dma draftengine 0x40070000 s_axis 256 m_axis 128 26 16}
+  {verifier_dma verifier 0x40050000 0x10000 s_axis 64 {} 0 26 16}
+  {treemask_dma treemask 0x40060000 0x10000 {} 0 m_axis 128 26 16}
+  {draftengine_dma draftengine 0x40070000 0x10000 s_axis 256 m_axis 128 26 16}
 }

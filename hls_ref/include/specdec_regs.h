@@ -113,6 +113,10 @@
 #define SPECDEC_DRAFTENGINE_PARAM_M_MAX_DEFAULT            16
 #define SPECDEC_DRAFTENGINE_PARAM_M_MAX_MIN                1
 #define SPECDEC_DRAFTENGINE_PARAM_M_MAX_MAX                16
+/* draftengine.URAM: 1: the weight memory is UltraRAM (ram_style ultra), its read pipelined (hwcontract.latency.de_wpipe); 0: block RAM, one read register. Allowed: 0..1. */
+#define SPECDEC_DRAFTENGINE_PARAM_URAM_DEFAULT             0
+#define SPECDEC_DRAFTENGINE_PARAM_URAM_MIN                 0
+#define SPECDEC_DRAFTENGINE_PARAM_URAM_MAX                 1
 
 /* ==== core rng: xoshiro128++ uniform random number generator: 128-bit state loaded from SEED0..3, one 32-bit output per step. The verifier embeds the same generator for its acceptance tests. */
 #define SPECDEC_RNG_ID_HASH                                0xEE8698FEu  /* value of the ID register */
@@ -1814,7 +1818,7 @@
 #define SPECDEC_KVPAGE_COUNTERS_OPS_INDEX                  1u
 
 /* ==== core draftengine: int8 draft engine: an output-stationary ROWS x COLS array of int8 multiply-accumulates (int32 sums) with per-output-channel requantization (bias, 16-bit multiplier, shift, half-up rounding, saturation). Weight tiles and per-channel parameters are loaded once into on-chip memories (LOAD_W, LOAD_P); a job (RUN) streams in M activation vectors and streams out requantized outputs, one beat per (tile, token). */
-#define SPECDEC_DRAFTENGINE_ID_HASH                        0xDA198B5Fu  /* value of the ID register */
+#define SPECDEC_DRAFTENGINE_ID_HASH                        0xE1BA4790u  /* value of the ID register */
 #define SPECDEC_DRAFTENGINE_NUM_REGS                       21u
 #define SPECDEC_DRAFTENGINE_SPAN                           0x54u  /* bytes of register space */
 #define SPECDEC_DRAFTENGINE_ADDR_WIDTH                     8u  /* AXI4-Lite address bits */
@@ -1937,6 +1941,9 @@
 #define SPECDEC_DRAFTENGINE_PARAMS_M_MAX_LSB               10u  /* Largest M accepted. */
 #define SPECDEC_DRAFTENGINE_PARAMS_M_MAX_WIDTH             5u
 #define SPECDEC_DRAFTENGINE_PARAMS_M_MAX_MASK              0x00007C00u
+#define SPECDEC_DRAFTENGINE_PARAMS_URAM_LSB                15u  /* 1: the weight memory is UltraRAM, its read pipelined (hwcontract.latency.de_wpipe). */
+#define SPECDEC_DRAFTENGINE_PARAMS_URAM_WIDTH              1u
+#define SPECDEC_DRAFTENGINE_PARAMS_URAM_MASK               0x00008000u
 
 /* WDEPTH (ro) @ 0x34: Weight memory depth (beats of ROWS * COLS bytes). */
 #define SPECDEC_DRAFTENGINE_WDEPTH_OFFSET                  0x34u

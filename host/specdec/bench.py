@@ -6,9 +6,10 @@ simulation, every result checked against the golden model, cycles beside the cyc
 ``verifier``: one round of the verifier at (V, gamma, L) through the RTL under Verilator (cycles from the
 core's CYCLES_BUSY - CYCLES_STALL, against ``hls_ref.verifier.chain_rtl_cycles``), the streaming bound, yosys resources for that parameter set, the
 projected verified positions per second, and the measured time of a plain numpy float32 round on this
-machine. The projection (:func:`projections`) is given at 150 MHz, at the logic-only clock (1 / yosys
-arrival) and at the ECP5 post-route proxy's Fmax (when a route of that build is cached or ``pnr`` is asked),
-each with its ratio to numpy and the bound of one 64-bit HP port at that clock.
+machine. The projection (:func:`projections`) is given at the PYNQ-Z2's fabric clock (``CLOCK``: the first
+rung of its clock ladder in ``hwcontract.board``, unverified until Vivado closes timing there), at the
+logic-only clock (1 / yosys arrival) and at the ECP5 post-route proxy's Fmax (when a route of that build is
+cached or ``pnr`` is asked), each with its ratio to numpy and the bound of one 64-bit HP port at that clock.
 
 ``treemask``: the treemask core's RTL cycles per tree size N under Verilator against its cycle model
 (``hls_ref.treemask.cycles``), and its yosys resources.
@@ -29,11 +30,16 @@ from pathlib import Path
 
 import numpy as np
 
+from hwcontract import board
 from hwcontract import params as hwparams
 
-CLOCK_HZ = 150e6            # the projection's clock (the PYNQ-Z2 fabric target)
+#: The projection's clock: the PYNQ-Z2's fabric clock, the first rung of the flow's ladder (PLL / 7).
+CLOCK = board.design("pynq-z2").fclk
+CLOCK_HZ = CLOCK.hz
+CLOCK_NOTE = (f"the PYNQ-Z2's fabric clock, {CLOCK.label}: the first rung of its clock ladder "
+              f"(hwcontract.board), unverified until Vivado closes timing at it")
 GOALS = {"ratio": 1.05, "lut_pct": 15.0, "bram_pct": 35.0, "speedup_vs_numpy_l8": 8.0, "arrival_ns": 4.0}
-HP_PORT_BYTES = 8           # one PYNQ-Z2 HP port: 64 bits per clock
+HP_PORT_BYTES = board.design("pynq-z2").hp_width // 8    # one PYNQ-Z2 HP port: 64 bits per clock
 CODE_BYTES = 2              # a logit code is 16 bits
 HP_FORMULA = ("hp_port_bytes_per_s = 8 f; hp_port_rows_per_s = 8 f / (2 V) (a row is V 16-bit codes); "
               "hp_port_positions_per_s = hp_port_rows_per_s * positions_per_round / rows_per_round (a round "
@@ -182,13 +188,13 @@ def bench_verifier(vocab: int, gamma: int, lanes: int, backend: str = "sim", voc
     res = {"vocab": vocab, "gamma": gamma, "lanes": lanes, "vocab_max": vocab_max, "backend": f"sim:{sim}",
            "cycles": cyc, "model_cycles": main["model_cycles"], "bound_cycles": main["bound_cycles"],
            "ratio": main["ratio"],
-           "positions_per_round": positions, "clock_hz": CLOCK_HZ,
+           "positions_per_round": positions, "clock_hz": CLOCK_HZ, "clock_note": CLOCK_NOTE,
            "projected_positions_per_s": positions * CLOCK_HZ / cyc, "scenarios": scen,
            "sim_wall_s": sim_s}
     res.update(time_numpy(vocab, gamma))
     res["cpu_positions_per_s"] = positions / res["cpu_numpy_s"]
     res["speedup_vs_numpy"] = res["projected_positions_per_s"] / res["cpu_positions_per_s"]
-    clocks: dict[str, float | None] = {"target_150mhz": CLOCK_HZ}
+    clocks: dict[str, float | None] = {"fabric_clock": CLOCK_HZ}
     if synth:
         from fpga import hw
         row = hw.report(["verifier"], {"verifier": {"VOCAB_MAX": str(vocab_max), "LANES": str(lanes)}}, pnr=pnr,
@@ -241,7 +247,7 @@ def format_verifier(res: dict) -> str:
         lines.append(f"  {name:10s} rows {s['rows']:2d}  cycles {s['cycles']:8d}  model {s['model_cycles']:8d}  "
                      f"bound {s['bound_cycles']:8d}  "
                      f"ratio {s['ratio']:.4f}  stall {s['cycles_stall']}")
-    lines.append(f"  projected {res['projected_positions_per_s']:,.0f} positions/s at {res['clock_hz'] / 1e6:.0f} MHz; "
+    lines.append(f"  projected {res['projected_positions_per_s']:,.0f} positions/s at {res['clock_hz'] / 1e6:.3f} MHz; "
                  f"numpy float32 {res['cpu_numpy_s'] * 1e3:.2f} ms/round = {res['cpu_positions_per_s']:,.0f} "
                  f"positions/s; x{res['speedup_vs_numpy']:.2f}")
     if res.get("lut") is not None:

@@ -14,15 +14,18 @@ The engine's own figures come from the RTL in the same run:
 
 * ``cycles_per_token``: the engine jobs of one drafted token (per layer one job of ``act_planes`` rows, and one
   of one row for a second weight plane: ``specdec.int8draft``), each costed by the cycle model
-  (``hls_ref.draftengine.cycles``), which the cocotb tests and the agreement flow assert equal to the RTL's
-  ``CYCLES_BUSY - CYCLES_STALL`` on every job they run (the demo draft's shapes included);
-* ``lut``, ``dsp``, ``bram36``, ``clock_hz``: yosys synthesis of the ``ARRAY`` build (``fpga.hw.REPORT_ROWS``),
-  the clock the 150 MHz target or the logic-only arrival allows (no Xilinx place and route here);
-* ``projected_step_s``: the KV260 with its overlay's engine build (``hwcontract.board``): the weights on chip
-  when the draft fits its memories (cycles / clock), else, as ``int8draft.bind`` does, the largest matrices
-  on chip and the rest's weights and parameters streamed in before their jobs through the 128-bit HP port
-  (``kv260_fit``); the PYNQ-Z2 with each layer's weights and parameters streamed in before its job (LOAD_W,
-  LOAD_P) at one 64-bit HP port's 8 bytes a clock.
+  (``hls_ref.draftengine.cycles``) of the ``ARRAY`` with its weights in block RAM, which the cocotb tests and the
+  agreement flow assert equal to the RTL's ``CYCLES_BUSY - CYCLES_STALL`` on every job they run (the demo
+  draft's shapes included);
+* ``lut``, ``dsp``, ``bram36``, ``arrival_ns``: yosys synthesis of the ``ARRAY`` build (``fpga.hw.REPORT_ROWS``);
+* ``projected_step_s``: per board, at the board's fabric clock (``hwcontract.board.design(board).fclk``, the
+  first rung of the flow's clock ladder: unverified until Vivado closes timing there). The KV260 with its
+  overlay's engine build (``kv260_fit``): its jobs' cycles with the UltraRAM read's registers
+  (``hwcontract.latency.de_wpipe``), the weights on chip when the draft fits the build, else, as
+  ``int8draft.bind`` does, the largest matrices on chip and the rest's weights and parameters streamed in before
+  their jobs through the 128-bit HP port; the PYNQ-Z2 with each layer's weights and parameters streamed in
+  before its job (LOAD_W, LOAD_P) through its 64-bit HP port. Each says which limit binds: the array (the jobs'
+  cycles) or the HP port (the loads), which run one after the other.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import math
 import time
 
 from hwcontract import board
+from hwcontract.latency import de_wpipe
 
 from . import corpus, int8draft, models, pairs, runtime
 from .bench import host_info
@@ -38,8 +42,9 @@ from .decode import ModelDraft
 
 GOALS = {"agreement": 0.98, "acceptance_gap": 0.02, "kv260_step_s": 1e-3}
 ARRAY = (board.KV260_DRAFTENGINE["ROWS"], board.KV260_DRAFTENGINE["COLS"])    # R x C: the KV260's build
-CLOCK_HZ = 150e6                # the fabric target
-HP_PORT_BYTES = 8               # one PYNQ-Z2 HP port: 64 bits per clock
+CLOCK_NOTE = ("the board's fabric clock: the first rung of its clock ladder (hwcontract.board.design(board).fclk), "
+              "the fastest the bitstream flow tries; unverified until Vivado closes timing at it (no Xilinx place "
+              "and route here)")
 
 
 def layer_shapes(model) -> list[tuple[str, int, int, int]]:
@@ -50,34 +55,46 @@ def layer_shapes(model) -> list[tuple[str, int, int, int]]:
             for i, (w, _, rows) in enumerate(m.q.matrices())]
 
 
-def run_cycles(n: int, k: int, m: int) -> int:
+def run_cycles(n: int, k: int, m: int, wpipe: int = 0) -> int:
     """The cycle model's cycles of one RUN job on ``ARRAY``: ``m`` rows of ``k`` inputs, ``n`` outputs (its
-    activation beats in)."""
+    activation beats in), ``wpipe`` registers after the weight memory's read (``hwcontract.latency.de_wpipe``)."""
     from hls_ref import draftengine as de
     r, c = ARRAY
-    return de.cycles("RUN", m * de.tiles(m, k, n, r, c)[2], m, k, n, r, c)
+    return de.cycles("RUN", m * de.tiles(m, k, n, r, c)[2], m, k, n, r, c, wpipe)
 
 
-def projection(shapes: list[tuple[str, int, int, int]], clock_hz: float = CLOCK_HZ) -> dict:
-    """Cycles and seconds per drafted token on the engine (``ARRAY``), the jobs of :func:`layer_shapes`, per
-    board."""
+def step(run: int, load: int, clock_hz: int) -> dict:
+    """A draft step of ``run`` job cycles and ``load`` load cycles (one after the other) at ``clock_hz``: its
+    seconds and the limit that binds (``array`` or ``hp port``, whichever takes more cycles)."""
+    return {"run_cycles_per_token": run, "load_cycles_per_token": load, "clock_hz": clock_hz,
+            "step_s": (run + load) / clock_hz, "bound_by": "hp port" if load > run else "array"}
+
+
+def projection(shapes: list[tuple[str, int, int, int]]) -> dict:
+    """Cycles per drafted token on the engine (``ARRAY``, weights in block RAM), the jobs of :func:`layer_shapes`,
+    and the PYNQ-Z2's step: every weight and parameter beat streamed through its HP port before its job, at its
+    fabric clock."""
     from hls_ref import draftengine as de
     r, c = ARRAY
+    z2 = board.design("pynq-z2")
+    clock, port_bytes = z2.fclk_hz, z2.hp_width // 8
     macs = sum(m * n * k for _, n, k, m in shapes)
     run = sum(run_cycles(n, k, m) for _, n, k, m in shapes)
     mac_cycles = sum(m * math.prod(de.tiles(m, k, n, r, c)[:2]) for _, n, k, m in shapes)
     wbeats = sum(math.prod(de.tiles(1, k, n, r, c)[:2]) for _, n, k, _ in shapes)   # one beat per tile chunk
     beat_bytes = r * c
     pbeats = sum(de.tiles(1, k, n, r, c)[0] for _, n, k, _ in shapes)                # one beat per tile
-    load = stream_load_cycles(len(shapes), wbeats, HP_PORT_BYTES, pbeats)
+    load = stream_load_cycles(len(shapes), wbeats, port_bytes, pbeats)
+    z2_step = step(run, load, clock)
     return {"source": f"the RTL's cycle model, {r}x{c} array, the jobs of one drafted token",
             "macs_per_token": macs, "weight_bytes": sum(n * k for _, n, k, _ in shapes),
             "mac_cycles_per_token": mac_cycles,
             "cycles_per_token": run, "mac_utilisation_steady": macs / (mac_cycles * r * c),
             "mac_utilisation_with_overheads": macs / (run * r * c),
-            "stream_bytes_per_s_at_m1": beat_bytes * clock_hz, "hp_port_bytes_per_s": HP_PORT_BYTES * clock_hz,
-            "pynq_z2_load_cycles_per_token": load,
-            "on_chip": run / clock_hz, "pynq-z2": (load + run) / clock_hz}
+            "clock_hz": clock, "clock": z2.fclk.label, "clock_note": CLOCK_NOTE,
+            "stream_bytes_per_s_at_m1": beat_bytes * clock, "hp_port_bytes_per_s": port_bytes * clock,
+            "pynq_z2_load_cycles_per_token": load, "pynq-z2": z2_step["step_s"],
+            "pynq_z2_bound_by": z2_step["bound_by"]}
 
 
 def stream_load_cycles(loads: int, weight_beats: int, port_bytes: int, param_beats: int = 0) -> int:
@@ -89,35 +106,35 @@ def stream_load_cycles(loads: int, weight_beats: int, port_bytes: int, param_bea
             + (weight_beats + param_beats) * math.ceil(ARRAY[0] * ARRAY[1] / port_bytes))
 
 
-def kv260_fit(shapes: list[tuple[str, int, int, int]], run_cycles: int, clock_hz: float = CLOCK_HZ) -> dict:
+def kv260_fit(shapes: list[tuple[str, int, int, int]]) -> dict:
     """The KV260's draft step with its overlay's engine build, laid out as ``int8draft.bind`` lays it out
-    (``int8draft.layout``): placed when the draft's weights and parameters fit, the step then ``run_cycles``;
-    else the largest matrices placed and the rest streamed, their weights and parameters loaded before their
-    jobs at the HP port's width, the step ``run_cycles`` plus those loads."""
+    (``int8draft.layout``), at its fabric clock: its jobs' cycles with the build's weight read
+    (``hwcontract.latency.de_wpipe``: UltraRAM), plus, when the draft's weights and parameters do not all fit,
+    the loads of the matrices that stream (the largest stay on chip), through the HP port before their jobs."""
     design = board.design("kv260")
     params = dict(design.cell("draftengine").params)
     if (params["ROWS"], params["COLS"]) != ARRAY:
         raise ValueError(f"the KV260's engine is {params['ROWS']} x {params['COLS']}, the projection's {ARRAY}")
+    wpipe = de_wpipe(params["WDEPTH"], params["URAM"])
+    run = sum(run_cycles(n, k, m, wpipe) for _, n, k, m in shapes)
     size = int8draft.layout([(n, k) for _, n, k, _ in shapes], runtime.golden_draftengine(params))
     port_bytes = design.hp_width // 8
     load = stream_load_cycles(size["loads"], size["streamed_weight_beats"], port_bytes, size["streamed_param_tiles"])
     placed = size.pop("placed")
-    return {"build": params, "hp_port_bytes": port_bytes, **size, "placed": sum(placed), "matrices": len(placed),
-            "weight_capacity_beats": params["WDEPTH"],
-            "param_capacity_tiles": params["PDEPTH"], "load_cycles_per_token": load,
-            "step_s": (run_cycles + load) / clock_hz}
+    return {"build": params, "wpipe": wpipe, "hp_port_bytes": port_bytes, **size, "placed": sum(placed),
+            "matrices": len(placed), "weight_capacity_beats": params["WDEPTH"],
+            "param_capacity_tiles": params["PDEPTH"], **step(run, load, design.fclk_hz), "clock": design.fclk.label,
+            "clock_note": CLOCK_NOTE}
 
 
 def rtl_figures() -> dict:
-    """Synthesis of the engine's ``ARRAY`` build (xc7z020): resources, logic-only arrival, the clock it allows."""
+    """Synthesis of the engine's ``ARRAY`` build (xc7z020): resources and the logic-only arrival."""
     from fpga import hw
     spec = [(c, p) for c, p in hw.REPORT_ROWS if c == "draftengine" and (p["ROWS"], p["COLS"]) == ARRAY]
     row = hw.synth_rows(spec, jobs=1)[0]
-    fmax = row.get("fmax_logic_only_hz")
     return {"params": row["params"], "lut": row.get("lut"), "dsp": row.get("dsp"), "bram36": row.get("bram36"),
-            "arrival_ns": row.get("arrival_ns"), "error": row.get("error"),
-            "clock_hz": min(CLOCK_HZ, fmax) if fmax else None,
-            "clock_note": "150 MHz target where the logic-only arrival allows it (yosys sta, no routing)"}
+            "arrival_ns": row.get("arrival_ns"), "fmax_logic_only_hz": row.get("fmax_logic_only_hz"),
+            "error": row.get("error")}
 
 
 def _draft_step_s(res: dict) -> float | None:
@@ -166,15 +183,16 @@ def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_voc
     shapes = layer_shapes(qmodel)
     rtl = rtl_figures()
     progress(f"RTL: {rtl['lut']} LUT, {rtl['dsp']} DSP, {rtl['bram36']} RAMB36, arrival {rtl['arrival_ns']} ns")
-    proj = projection(shapes, rtl["clock_hz"] or CLOCK_HZ)
-    fit = kv260_fit(shapes, proj["cycles_per_token"], rtl["clock_hz"] or CLOCK_HZ)
+    proj = projection(shapes)
+    fit = kv260_fit(shapes)
     gap = abs(acc["int8"]["mean"] - acc["float"]["mean"])
     return {
         "draft": q8.draft_name, "draft_vocab": draft_vocab, "gamma": gamma, "prompts": n_prompts,
         "max_new_tokens": max_new_tokens, "agreement_passages": n_agreement, "calibration_passages": n_calibration,
-        "cycles_per_token": proj["cycles_per_token"], "clock_hz": rtl["clock_hz"], "lut": rtl["lut"],
-        "dsp": rtl["dsp"], "bram36": rtl["bram36"], "rtl": rtl,
-        "projected_step_s": {"pynq-z2": proj["pynq-z2"], "kv260": fit["step_s"]}, "projection": proj,
+        "cycles_per_token": proj["cycles_per_token"], "lut": rtl["lut"], "dsp": rtl["dsp"], "bram36": rtl["bram36"],
+        "rtl": rtl, "clock_hz": {"pynq-z2": proj["clock_hz"], "kv260": fit["clock_hz"]}, "clock_note": CLOCK_NOTE,
+        "projected_step_s": {"pynq-z2": proj["pynq-z2"], "kv260": fit["step_s"]},
+        "bound_by": {"pynq-z2": proj["pynq_z2_bound_by"], "kv260": fit["bound_by"]}, "projection": proj,
         "kv260_fit": fit,
         "layers": [{"name": n, "n": nn, "k": k, "m": m} for n, nn, k, m in shapes],
         "host_float_step_s": _draft_step_s(runs["float"]), "golden_int8_step_s": _draft_step_s(runs["int8"]),
@@ -187,8 +205,8 @@ def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_voc
                                      "met": gap <= GOALS["acceptance_gap"]},
                   "kv260_step_s": {"goal": GOALS["kv260_step_s"], "value": fit["step_s"],
                                    "met": fit["step_s"] <= GOALS["kv260_step_s"],
-                                   "note": "the RTL's cycle model at clock_hz; weights on chip when they fit the "
-                                           "KV260's engine build, else streamed (kv260_fit)"}},
+                                   "note": "the RTL's cycle model at the KV260's fabric clock; weights on chip "
+                                           "when they fit the KV260's engine build, else streamed (kv260_fit)"}},
         "wall_s": time.perf_counter() - t0, "host": host_info(),
     }
 
@@ -208,11 +226,15 @@ def format_draft(res: dict) -> str:
         f"{res['tokens_identical']}",
         f"draft step: host float {res['host_float_step_s'] * 1e3:.2f} ms, golden int8 {res['golden_int8_step_s'] * 1e3:.2f} "
         f"ms per drafted token",
-        f"projected ({res['projection']['source']}): KV260 {res['projected_step_s']['kv260'] * 1e3:.3f} ms "
+        f"projected ({res['projection']['source']}): KV260 {res['projected_step_s']['kv260'] * 1e3:.3f} ms at "
+        f"{res['kv260_fit']['clock']}, bound by the {res['bound_by']['kv260']} "
         f"(goal <= 1 ms: {mark(g['kv260_step_s']['met'])}; {_fit_words(res['kv260_fit'])}), "
-        f"PYNQ-Z2 {res['projected_step_s']['pynq-z2'] * 1e3:.2f} ms",
-        f"RTL ({ARRAY[0]}x{ARRAY[1]} build): {res['cycles_per_token']} cycles per token, {res['lut']} LUT, {res['dsp']} DSP, "
-        f"{res['bram36']} RAMB36, arrival {res['rtl']['arrival_ns']} ns",
+        f"PYNQ-Z2 {res['projected_step_s']['pynq-z2'] * 1e3:.2f} ms at {res['projection']['clock']}, bound by the "
+        f"{res['bound_by']['pynq-z2']} (clocks unverified without Vivado)",
+        f"RTL ({ARRAY[0]}x{ARRAY[1]} build): {res['cycles_per_token']} cycles per token "
+        f"({res['kv260_fit']['run_cycles_per_token']} on the KV260's, its UltraRAM read {res['kv260_fit']['wpipe']} "
+        f"registers longer), {res['lut']} LUT, {res['dsp']} DSP, {res['bram36']} RAMB36, arrival "
+        f"{res['rtl']['arrival_ns']} ns",
     ]
     return "\n".join(lines)
 

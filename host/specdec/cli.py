@@ -19,6 +19,7 @@ without touching the others::
                       [--json FILE] [--plot DIR]
     specdec notebooks DIR [--force]
     specdec waves FILE [--json OUT]
+    specdec board selftest [--bundle DIR]
 
 Exit status: 0 on success, 2 for a bad argument (found before anything loads or builds: the message names
 the option and the value), 1 for a failure during the run (the message says what failed).
@@ -89,7 +90,7 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
 
 #: Options that name a file, and a directory, the command writes at its end: checked before the run starts.
-OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot", "out_dir")
+OUTPUT_FILES, OUTPUT_DIRS = ("json", "record", "waves"), ("plot", "out_dir", "bundle")
 
 
 def _check_outputs(args: argparse.Namespace) -> list[Path]:
@@ -709,6 +710,39 @@ def _add_waves(sub: argparse._SubParsersAction) -> None:
     HANDLERS[("waves", "run")] = _waves
 
 
+def _board_selftest(args: argparse.Namespace) -> int:
+    from hwcontract.board import BOARDS
+    from specdec import runtime, selftest
+    emulate = os.environ.get(runtime.EMULATE_ENV)
+    if emulate and emulate not in BOARDS:
+        raise UsageError(f"{runtime.EMULATE_ENV}={emulate!r}: not a board; boards: {', '.join(BOARDS)} (or unset it "
+                         f"on a board)")
+    ol = runtime.pynq_overlay()
+    report = selftest.run(ol)
+    print(report.table())
+    if args.bundle:
+        written = selftest.write_bundle(report, ol, args.bundle)
+        print(f"bundle: wrote {', '.join(p.name for p in written)} into {Path(args.bundle).resolve()}")
+    for line in report.failures:
+        print(f"specdec: board selftest: {line}", file=sys.stderr)
+    return EXIT_OK if report.passed else EXIT_FAIL
+
+
+def _add_board(sub: argparse._SubParsersAction) -> None:
+    """``specdec board selftest``: the overlay's cores against the contract, their golden and cycle models."""
+    b = sub.add_parser("board", help="check the board: the overlay's cores, DMAs and clock")
+    b_sub = b.add_subparsers(dest="action", required=True, metavar="ACTION")
+    st = b_sub.add_parser("selftest", help="load the overlay (this board's, or the emulated board SPECDEC_EMULATE "
+                                          "names) and check every core's ID, a short run of each against its "
+                                          "golden and cycle models, every DMA channel and the clock; exit 1 on "
+                                          "any difference")
+    st.add_argument("--bundle", metavar="DIR", help="also write what a bring-up report needs into DIR (made if "
+                                                    "missing): the self-test (text, JSON), the .hwh's IP versions "
+                                                    "and clock, build.json, pynq's, Python's and the kernel's "
+                                                    "versions")
+    HANDLERS[("board", "selftest")] = _board_selftest
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The top-level parser with every command group."""
     parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding on an FPGA: tools.")
@@ -718,6 +752,7 @@ def make_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_notebooks(sub)
     _add_waves(sub)
+    _add_board(sub)
     return parser
 
 

@@ -27,7 +27,8 @@ is loaded); a download checks the bitstream's part and resets every core and DMA
 
 The hardware description is :func:`specdec.hwh.render` of the same design ``bitstreams/build.tcl`` builds.
 The emulation's files (``specdec.bit``, a header with no configuration data, and ``specdec.hwh``) live in
-its own directory, by default a temporary one; never under ``bitstreams/``, which holds real builds only.
+its own directory, by default a temporary one; never in the overlays folder (:func:`specdec.paths.overlays_dir`),
+which holds real builds only.
 """
 from __future__ import annotations
 
@@ -45,12 +46,11 @@ from hwcontract import board as bd
 from hwcontract import regmap
 from hwcontract.regmap import RESP_DECERR
 
-from . import hwh
+from . import hwh, paths
 from .backends.device import RowStream, WordSink
 from .backends.golden import MODELS, GoldenSink, GoldenStream
 from .errors import BusError, CoreTimeout
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Where the emulated DDR starts handing out buffers: past the first 256 MiB (the kernel's), as a CMA pool is.
 BUFFER_OFFSET = 0x1000_0000
 #: Buffers start on page boundaries, as pynq's allocator places them.
@@ -466,7 +466,7 @@ class EmulatedBoard(Device):
         One of :data:`hwcontract.board.BOARDS`.
     directory : path, optional
         Where the emulation writes ``specdec.bit`` and ``specdec.hwh`` (default: a temporary directory removed
-        with the board). Not under ``bitstreams/``.
+        with the board). Not in the overlays folder (:func:`specdec.paths.overlays_dir`).
     pl : optional
         The programmable logic (default :class:`GoldenPL`); see :class:`GoldenPL` for what it provides.
 
@@ -495,10 +495,10 @@ class EmulatedBoard(Device):
             self._tmp = tempfile.TemporaryDirectory(prefix=f"specdec-emulated-{board}-")
             directory = self._tmp.name
         self.directory = Path(directory).resolve()
-        real = ROOT / "bitstreams"
+        real = paths.overlays_dir().resolve()
         if self.directory == real or real in self.directory.parents:
-            raise ValueError(f"directory {self.directory}: bitstreams/ holds real builds only; the emulated "
-                             f"board writes its files elsewhere (default: a temporary directory)")
+            raise ValueError(f"directory {self.directory}: the overlays folder {real} holds real builds only; the "
+                             f"emulated board writes its files elsewhere (default: a temporary directory)")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.bitfile = self.directory / "specdec.bit"
         self.bitfile.write_bytes(bitstream_header(self.design))

@@ -16,6 +16,9 @@ It holds what pynq reads, and nothing the design does not have:
   width) and the defaults it leaves (no realignment engine, 32-bit addresses, not micro), and its masters'
   window into DDR through the PS's HP port.
 
+The readers (:func:`read_board_part`, :func:`read_modules`, :func:`read_pl0`) take any ``.hwh``, this one or
+Vivado's: the board files it names, every IP it resolved, and the fabric clock it asks the PS for.
+
 Left out, since pynq reads nothing there: port-level nets, the interconnects and the reset block. The cores'
 build parameters are baked into their Verilog (``fpga.convert``), so their cells have no IP parameters; the
 drivers read them from the cores' PARAMS registers.
@@ -25,8 +28,10 @@ build.tcl sets) are :data:`hwcontract.board.PS_TYPES`: the one table build.tcl's
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from xml.etree import ElementTree
 from xml.sax.saxutils import quoteattr
 
 from hwcontract import board as bd
@@ -36,6 +41,9 @@ from hwcontract.regmap import core
 DESIGN_NAME = "specdec"
 #: The PS cell's name in build.tcl (``create_bd_cell ... ps``).
 PS_CELL = "ps"
+#: The PS IP's version in the emulated description (Vivado writes the version its catalog has: 3.4 for
+#: zynq_ultra_ps_e in 2022.2, 3.5 from 2023.1; pynq reads the PS by its name, not its version).
+EMULATED_PS_VERSION = {"zynq_ultra_ps_e": "3.5", "processing_system7": "5.5"}
 #: The rate pynq gives a PL clock the design leaves disabled (``pynq.ps.DEFAULT_PL_CLK_MHZ``).
 IDLE_CLOCK_MHZ = 100.0
 _AXIMM, _AXIS = "xilinx.com:interface:aximm:1.0", "xilinx.com:interface:axis:1.0"
@@ -59,19 +67,20 @@ class PlClock:
     mhz: float                  # what the divisors give
 
 
-def pl_clocks(design: bd.Board) -> list[PlClock]:
-    """PL clocks 0..3: clock 0 the design's fabric clock, the others disabled (at pynq's idle rate).
+def pl_clocks(design: bd.Board, clock: bd.Clock | None = None) -> list[PlClock]:
+    """PL clocks 0..3: clock 0 the design's fabric clock (``clock``, default the first rung of its ladder,
+    :attr:`hwcontract.board.Board.clocks`), the others disabled (at pynq's idle rate).
 
-    The divisors are the pair, each 1..63, whose product brings the PLL closest to the wanted rate (the
-    smallest product on a tie, ``div1`` as small as it can be).
+    A disabled clock's divisors are the pair, each 1..63, whose product brings the PLL closest to pynq's idle
+    rate (the smallest product on a tie, ``div1`` as small as it can be).
     """
     p = ps(design)
-    out = []
-    for i in range(4):
-        want = design.fclk_hz / 1e6 if i == 0 else IDLE_CLOCK_MHZ
-        n = min(range(1, _DIV_MAX * _DIV_MAX + 1), key=lambda n: (abs(p.pll_mhz / n - want), n))
-        div1 = next(d for d in range(1, _DIV_MAX + 1) if n % d == 0 and n // d <= _DIV_MAX)
-        out.append(PlClock(i, i == 0, want, n // div1, div1, p.pll_mhz / n))
+    fclk = clock or design.fclk
+    out = [PlClock(0, True, round(fclk.mhz, 3), fclk.div0, fclk.div1, fclk.mhz)]
+    for i in range(1, 4):
+        n = min(range(1, _DIV_MAX * _DIV_MAX + 1), key=lambda n: (abs(p.pll_mhz / n - IDLE_CLOCK_MHZ), n))
+        c = bd.pl_clock(design.ps, n)
+        out.append(PlClock(i, False, IDLE_CLOCK_MHZ, c.div0, c.div1, c.mhz))
     return out
 
 
@@ -136,7 +145,7 @@ def _ps_module(d: bd.Board) -> list[str]:
     params = {names["ref"]: f"{p.ref_mhz:g}", names["fbdiv"]: p.pll_fbdiv}
     if names["div2"]:
         params[names["div2"]] = p.pll_div2
-    params.update(d.ps_config())                 # what build.tcl sets (design.tcl's ps_config)
+    params.update(d.ps_config())                 # what build.tcl sets at the ladder's first rung
     for c in pl_clocks(d):
         f = {k: v.format(i=c.index) for k, v in names.items() if isinstance(v, str) and "{i}" in v}
         params.update({f["enable"]: int(c.enabled), f["src"]: p.pll, f["div0"]: c.div0, f["div1"]: c.div1,
@@ -146,7 +155,8 @@ def _ps_module(d: bd.Board) -> list[str]:
     memory = [_memrange("reg0", c.base, c.range, c.name, d.gp, "REGISTER", "s_axil") for c in d.cells]
     memory += [_memrange("Reg", d.address(m.cell), bd.SLAVE_RANGE, m.cell, d.gp, "REGISTER", "S_AXI_LITE")
                for m in d.dmas]
-    return _module(PS_CELL, d.ps_vlnv, dict(sorted(params.items())), busifs, memory, IS_PL="FALSE")
+    vlnv = f"{d.ps_ip}:{EMULATED_PS_VERSION[d.ps]}"
+    return _module(PS_CELL, vlnv, dict(sorted(params.items())), busifs, memory, IS_PL="FALSE")
 
 
 def _core_module(d: bd.Board, c: bd.Cell) -> list[str]:
@@ -216,9 +226,40 @@ def render(board_name: str) -> str:
 
 
 def board_of(board_part: str) -> str:
-    """The board (of :data:`hwcontract.board.BOARDS`) whose Vivado board preset is ``board_part``."""
-    for name in bd.BOARDS:
-        if bd.design(name).board_part == board_part:
-            return name
-    raise KeyError(f"board preset {board_part!r} is none of specdec's boards: "
-                   f"{ {n: bd.design(n).board_part for n in bd.BOARDS} }")
+    """The board (of :data:`hwcontract.board.BOARDS`) whose board files ``board_part`` comes from, any revision
+    (:func:`hwcontract.board.board_of_part`)."""
+    return bd.board_of_part(board_part)
+
+
+def read_board_part(path: str | os.PathLike) -> str:
+    """SYSTEMINFO's BOARD of the ``.hwh`` at ``path``: the board files it was built with
+    (``vendor:board:component:revision``). ValueError when it names none."""
+    for _, elem in ElementTree.iterparse(path, events=("start",)):
+        if elem.tag == "SYSTEMINFO":
+            if not elem.get("BOARD"):
+                break
+            return elem.get("BOARD")
+    raise ValueError(f"{path}: no SYSTEMINFO with a BOARD (the board preset); cannot tell which board it is")
+
+
+def read_modules(path: str | os.PathLike) -> dict[str, str]:
+    """Every MODULE of the ``.hwh`` at ``path``: instance -> VLNV (the IP versions the build resolved)."""
+    return {m.get("INSTANCE"): m.get("VLNV") for m in ElementTree.parse(path).iter("MODULE")}
+
+
+def read_pl0(path: str | os.PathLike) -> dict[str, float | str]:
+    """PL clock 0 as the ``.hwh`` at ``path`` configures its PS: ``ps`` (the PS IP's name), ``requested_mhz``
+    and ``actual_mhz`` (the rate the divisors give, which pynq sets on download). ValueError when the
+    description has no PS of :data:`hwcontract.board.PS_IPS` or no PL clock 0 parameters."""
+    for m in ElementTree.parse(path).iter("MODULE"):
+        name = (m.get("VLNV") or "").rsplit(":", 1)[0]
+        ps_type = next((t for t, ip in bd.PS_IPS.items() if ip == name), None)
+        if ps_type is None:
+            continue
+        names = bd.ps_facts(ps_type).params
+        values = {p.get("NAME"): p.get("VALUE") for p in m.iter("PARAMETER")}
+        want, got = names["want"].format(i=0), names["got"].format(i=0)
+        if want not in values or got not in values:
+            raise ValueError(f"{path}: the PS {m.get('INSTANCE')!r} has no {want} and {got}: PL clock 0 unknown")
+        return {"ps": ps_type, "requested_mhz": float(values[want]), "actual_mhz": float(values[got])}
+    raise ValueError(f"{path}: no PS module ({', '.join(bd.PS_IPS.values())}) in the description")

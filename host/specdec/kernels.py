@@ -24,12 +24,13 @@ rows   F.linear    W @ x.T      numpy (OpenBLAS)    rowgemm
 layers multiply through :func:`linear`: up to :data:`ROWGEMM_ROWS_MAX` rows through ``rowgemm``
 (``csrc/rowgemm.cpp``: each thread streams its share of W's rows once, with a software prefetch, against the
 few rows of x held in L1; AVX2/FMA, OpenMP on torch's thread count), compiled with g++ on first use and cached
-under ``build/kernels``; more rows through ``W @ x.T`` (MKL with the weight as the row-major left operand,
-faster than ``F.linear`` from 2 rows up). Over the whole SmolLM2-135M forward (dense cache after 120 tokens,
-same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms with rowgemm against 112 / 129-131 /
-162-175 / 140-162 ms before. Off x86-64 (an ARM64 board such as the KV260), without g++ or AVX2/FMA, or with
-``SPECDEC_KERNEL=torch`` in the environment, every product takes the torch path (:func:`kernel` says which).
-All give the float32 product up to rounding (a few 1e-5 on the logits; ``tests/test_kernels.py``).
+in the build folder's ``kernels/`` (:func:`specdec.paths.build_dir`); more rows through ``W @ x.T`` (MKL with the
+weight as the row-major left operand, faster than ``F.linear`` from 2 rows up). Over the whole SmolLM2-135M
+forward (dense cache after 120 tokens, same day) 1 / 4 / 6 / 8 positions took 70 / 78-87 / 94-103 / 75-104 ms
+with rowgemm against 112 / 129-131 / 162-175 / 140-162 ms before. Off x86-64 (an ARM64 board such as the
+KV260), without g++ or AVX2/FMA, or with ``SPECDEC_KERNEL=torch`` in the environment, every product takes the
+torch path (:func:`kernel` says which). All give the float32 product up to rounding (a few 1e-5 on the logits;
+``tests/test_kernels.py``).
 
 Three later steps (2026-11-27). From 5 rows on, rowgemm was bound by its FMAs rather than by reading W: it took
 three W rows at a time there (twelve accumulators), and a whole forward over 8 positions went from 27.9 to 26.8
@@ -70,6 +71,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import paths
+
 if TYPE_CHECKING:       # imported where used: importing this module must not load torch
     import torch
 
@@ -83,11 +86,8 @@ CXXFLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-Wall")
 
 
 def _cache_dir() -> Path:
-    """``build/kernels`` in a source checkout (the package under host/), else ``~/.cache/specdec/kernels``."""
-    root = Path(__file__).resolve().parents[2]
-    if (root / "pyproject.toml").is_file() and os.access(root, os.W_OK):
-        return root / "build" / "kernels"
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "kernels"
+    """``kernels/`` in the build folder (:func:`specdec.paths.build_dir`)."""
+    return paths.build_dir() / "kernels"
 
 
 def _build() -> Path:

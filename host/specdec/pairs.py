@@ -6,7 +6,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import models
+from . import models, paths
 from .decode import Drafter, ModelDraft, PromptLookup, check_room, eos_ids
 from .eagle import EagleDraft
 from .errors import OptionError
@@ -82,9 +82,11 @@ def draft_name(draft: str, draft_vocab: int | None = None, draft_engine: str = "
 
 
 def eagle_dir(draft: str):
-    """The directory of the EAGLE head ``draft`` names (a directory, or a name under models/), else None."""
+    """The directory of the EAGLE head ``draft`` names (a directory, or the name of a model shipped with the
+    package: :func:`specdec.paths.model_dir`), else None."""
     from .eagle import is_head_dir
-    for path in (models.MODELS_DIR / draft, Path(draft)):
+    shipped = [paths.model_dir(draft)] if draft and Path(draft).name == draft else []
+    for path in (*shipped, Path(draft)):
         if is_head_dir(path):
             return path
     return None

@@ -30,7 +30,7 @@ import numpy as np
 
 from hwcontract import params as hwparams
 
-from . import models
+from . import models, paths
 from .builds import CORE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
 from .decode import Drafter, Generation, generate
 from .errors import raise_record
@@ -45,11 +45,9 @@ if TYPE_CHECKING:
     from .overlay import SpecdecOverlay
 
 BACKENDS = ("ref", "sim", "pynq")
-#: Where ``--backend pynq`` looks for the bitstream (override with SPECDEC_BITSTREAM): the KV260's build.
-DEFAULT_BITSTREAM = models.ROOT / "bitstreams" / "kv260" / "specdec.bit"
 #: Set to a board name to run ``--backend pynq`` on that board emulated (:mod:`specdec.emuboard`) instead of
 #: on the board this process runs on.
-EMULATE_ENV = "SPECDEC_EMULATE"
+EMULATE_ENV = paths.EMULATE_ENV
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,8 @@ def pynq_overlay(bitstream: str | os.PathLike | None = None, device=None) -> Spe
 
     ``device``: the pynq device to load it on (an :class:`~specdec.emuboard.EmulatedBoard`, or None: the board
     ``SPECDEC_EMULATE`` names, emulated, when it is set; else pynq's device, the board this runs on).
-    ``bitstream``: default the emulated board's own, else ``SPECDEC_BITSTREAM`` or :data:`DEFAULT_BITSTREAM`.
+    ``bitstream``: default the emulated board's own, else :func:`specdec.paths.bitstream`'s (``SPECDEC_BITSTREAM``,
+    or the overlay shipped with the package for the board this machine reports).
     """
     from .overlay import SpecdecOverlay
     if device is None and os.environ.get(EMULATE_ENV):
@@ -146,12 +145,14 @@ def pynq_overlay(bitstream: str | os.PathLike | None = None, device=None) -> Spe
         if name not in BOARDS:
             raise ValueError(f"{EMULATE_ENV}={name!r} is not a board; boards: {', '.join(BOARDS)}")
         device = EmulatedBoard(name)
-    emulated = getattr(device, "bitfile", None)
-    path = Path(bitstream or emulated or os.environ.get("SPECDEC_BITSTREAM", DEFAULT_BITSTREAM))
+    given = bitstream or getattr(device, "bitfile", None)
+    try:
+        path = Path(given) if given else paths.bitstream()
+    except paths.OverlayNotFound as err:
+        raise paths.OverlayNotFound(f"backend pynq: {err}; or use --backend ref or --backend sim") from None
     if not path.is_file():
-        raise FileNotFoundError(f"backend pynq: no bitstream at {path} (build one with `make bitstream`, or set "
-                                f"SPECDEC_BITSTREAM); off a board use --backend ref or --backend sim, or the "
-                                f"emulated board: {EMULATE_ENV}=kv260")
+        raise paths.OverlayNotFound(f"backend pynq: no bitstream at {path}; off a board use --backend ref or "
+                                    f"--backend sim, or the emulated board: {EMULATE_ENV}=kv260")
     if device is None and not pynq_board_here():
         raise RuntimeError(f"backend pynq: pynq finds no board on this machine to load {path} on (pynq: \"No "
                            f"Devices Found\"); off a board use --backend ref or --backend sim, or the emulated "
@@ -284,6 +285,17 @@ def replay_board_sim(path: str | os.PathLike, board: str = "pynq-z2", sim: str =
     job = as_job({"prompts": ["(replay)"]})          # the harness carries a job file; the replay ignores it
     return _simulate(job, "overlay", "specdec.backends.sim_board", sim, overlay_params(design(board)),
                      {BOARD_ENV: board, REPLAY_ENV: str(Path(path).resolve())})
+
+
+def selftest_board_sim(board: str = "pynq-z2", sim: str = "verilator") -> dict:
+    """The board self-test (:func:`specdec.selftest.run`) on the emulated ``board`` whose PL is the RTL (as
+    :func:`run_board_sim`); returns its report (:meth:`specdec.selftest.Report.to_dict`) under ``selftest``,
+    with the board's figures."""
+    from hwcontract.board import design
+    from .backends.sim_board import BOARD_ENV, SELFTEST_ENV, overlay_params
+    job = as_job({"prompts": ["(selftest)"]})        # the harness carries a job file; the self-test ignores it
+    return _simulate(job, "overlay", "specdec.backends.sim_board", sim, overlay_params(design(board)),
+                     {BOARD_ENV: board, SELFTEST_ENV: "1"})
 
 
 def _simulate(job: Job, top: str, module: str, sim: str, params: dict, env: dict | None = None,

@@ -26,7 +26,7 @@ def check_job(drv: DraftEngine, job: golden.Job, exact_cycles: bool) -> None:
     assert out.saturated == ref.saturated, (out.saturated, ref.saturated)
     nt, kc, ab = golden.tiles(m, k, n, drv.rows, drv.cols)
     assert drv.read_reg("BEATS_IN") == m * ab and drv.read_reg("BEATS_OUT") == nt * m
-    want = golden.cycles("RUN", m * ab, m, k, n, drv.rows, drv.cols)
+    want = golden.cycles("RUN", m * ab, m, k, n, drv.rows, drv.cols, drv.wpipe)
     assert drv.cycles - drv.stall == want, (drv.cycles, drv.stall, want, (m, k, n))
     if exact_cycles:
         assert drv.stall == 0, drv.stall

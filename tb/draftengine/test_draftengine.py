@@ -15,6 +15,7 @@ from cocotb.task import bridge
 from hls_ref import draftengine as golden
 from hls_ref.vectors import DRAFT_SHAPES, draftengine_job
 from hwcontract.formats import de_act_beats, de_unpack_outputs
+from hwcontract import board
 from hwcontract.regmap import core
 from specdec.backends import simulator as harness
 from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
@@ -45,8 +46,8 @@ async def pynq_driver(dut, stim: Stimulus):
 
     def run() -> None:
         drv = DraftEngine(description("draftengine", SimDevice(tb.axil)), stream, sink)
-        assert (drv.rows, drv.cols, drv.wdepth, drv.pdepth, drv.k_max, drv.m_max) == tuple(
-            param(n) for n in ("ROWS", "COLS", "WDEPTH", "PDEPTH", "K_MAX", "M_MAX"))
+        assert (drv.rows, drv.cols, drv.wdepth, drv.pdepth, drv.k_max, drv.m_max, drv.uram) == tuple(
+            param(n) for n in ("ROWS", "COLS", "WDEPTH", "PDEPTH", "K_MAX", "M_MAX", "URAM"))
         check_draftengine_driver(drv, seed=3 + stim.index, count=6,
                                  exact_cycles=not (stim.idle or stim.backpressure))
 
@@ -101,9 +102,12 @@ async def draft_shapes(dut, stim: Stimulus):
     await bridge(run)()
 
 
-#: Builds: the default (the xc7z020's), a 4 x 16 array with small memories, and the large-shape build.
+#: Builds: the default (the xc7z020's), a 4 x 16 array with small memories, the large-shape build, and the
+#: UltraRAM flavour (the KV260's weight memory) with small memories: 8,192 beats, two URAM288 deep, so its read
+#: takes the read register and hwcontract.latency.de_wpipe(8192, 1) = 3 more.
 SMALL = {"ROWS": 4, "COLS": 16, "WDEPTH": 256, "PDEPTH": 16, "K_MAX": 256, "M_MAX": 5}
 LARGE_BUILD = {"WDEPTH": 24576, "PDEPTH": 1024, "K_MAX": 4096}
+URAM_SMALL = {"ROWS": 4, "COLS": 16, "WDEPTH": 8192, "PDEPTH": 16, "K_MAX": 256, "M_MAX": 5, "URAM": 1}
 
 
 @pytest.mark.icarus(long=True)
@@ -125,3 +129,20 @@ def test_draftengine_draft_shapes(waves):
     default; Icarus takes minutes per hot-head job)."""
     harness.run("draftengine", "tb.draftengine.test_draftengine", "verilator", params=LARGE_BUILD, waves=waves,
                 testcase=cross_names("draft_shapes"))
+
+
+@pytest.mark.icarus
+def test_draftengine_uram(sim, waves):
+    """The UltraRAM build on both simulators: its weight reads pass through the pipeline registers during a
+    stall and are read again after it (backpressure on m_axis), and every job's cycles equal the cycle model with
+    the added stages; weights never loaded (X in Icarus) reach no result."""
+    harness.run("draftengine", "tb.draftengine.test_draftengine", sim, params=URAM_SMALL, waves=waves,
+                testcase=cross_names("pynq_driver", "start_while_busy"))
+
+
+@pytest.mark.long
+def test_draftengine_kv260(waves):
+    """The KV260's build itself (hwcontract.board.KV260_DRAFTENGINE: 32,768 beats in UltraRAM, the read and nine
+    registers) under every stimulus, on Verilator."""
+    harness.run("draftengine", "tb.draftengine.test_draftengine", "verilator", params=board.KV260_DRAFTENGINE,
+                waves=waves, testcase=cross_names("pynq_driver", "start_while_busy"))

@@ -14,7 +14,7 @@ import numpy as np
 from hls_ref import draftengine as de_ref
 from hls_ref import kvpage as kv_ref
 from hwcontract import params as hwparams
-from hwcontract.latency import DE_CHECK
+from hwcontract.latency import DE_CHECK, de_wpipe
 from hwcontract.regmap import DE_OUT_CODES
 from hls_ref import rng as rng_ref
 from hls_ref import treemask as tm_ref
@@ -391,25 +391,28 @@ class DraftengineModel(RegisterModel):
     (:func:`hls_ref.draftengine.memory_run`), queuing its m_axis words for :class:`GoldenSink` (BUSY until the
     sink takes them, as the RTL holds its results until the stream takes them). A frame
     shorter than expected raises SHORT_STREAM, a longer one LONG_STREAM (the rest is dropped, as the core
-    drains it). ``CYCLES_BUSY`` is the cycle model ``hls_ref.draftengine.cycles``; ``CYCLES_STALL`` 0.
+    drains it). ``CYCLES_BUSY`` is the cycle model ``hls_ref.draftengine.cycles``; ``CYCLES_STALL`` 0. Memory
+    never loaded reads as :data:`hls_ref.draftengine.UNLOADED` (zero).
 
     Parameters
     ----------
-    rows, cols, wdepth, pdepth, k_max, m_max : int
+    rows, cols, wdepth, pdepth, k_max, m_max, uram : int
         The build parameters (``hwcontract.params``).
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, wdepth: int = 1024, pdepth: int = 256, k_max: int = 1024,
-                 m_max: int = 16) -> None:
+                 m_max: int = 16, uram: int = 0) -> None:
         super().__init__(core("draftengine"))
         p = hwparams.check("draftengine", dict(ROWS=rows, COLS=cols, WDEPTH=wdepth, PDEPTH=pdepth, K_MAX=k_max,
-                                               M_MAX=m_max))
+                                               M_MAX=m_max, URAM=uram))
         self.rows, self.cols, self.wdepth, self.pdepth = p["ROWS"], p["COLS"], p["WDEPTH"], p["PDEPTH"]
-        self.k_max, self.m_max = p["K_MAX"], p["M_MAX"]
+        self.k_max, self.m_max, self.uram = p["K_MAX"], p["M_MAX"], p["URAM"]
+        self.wpipe = de_wpipe(self.wdepth, self.uram)
         rc = self.rows * self.cols
-        self.wmem = np.zeros((self.wdepth, rc), np.uint8)
-        self.pmem = np.zeros((self.pdepth, rc), np.uint8)
-        self.ro.update(PARAMS=self.cmap.reg("PARAMS").encode(ROWS=self.rows, COLS=self.cols, M_MAX=self.m_max),
+        self.wmem = np.full((self.wdepth, rc), de_ref.UNLOADED, np.uint8)
+        self.pmem = np.full((self.pdepth, rc), de_ref.UNLOADED, np.uint8)
+        self.ro.update(PARAMS=self.cmap.reg("PARAMS").encode(ROWS=self.rows, COLS=self.cols, M_MAX=self.m_max,
+                                                             URAM=self.uram),
                        WDEPTH=self.wdepth, PDEPTH=self.pdepth, K_MAX=self.k_max)
         self.frames: list[list[int]] = []
         self.pending: dict | None = None          # the operation waiting for its s_axis frame
@@ -484,7 +487,7 @@ class DraftengineModel(RegisterModel):
             raw = np.ascontiguousarray(lanes.astype("<i4")).view(np.uint8).reshape(len(lanes), -1)
             self.ro.update(SATURATED=sat, BEATS_OUT=len(lanes))
         self.ro["CYCLES_BUSY"] = de_ref.cycles(job["op"], want, job.get("m", 0), job.get("k", 0), job.get("n", 0),
-                                               self.rows, self.cols)
+                                               self.rows, self.cols, self.wpipe)
         self.pending = None
         if job["op"] == "RUN":
             self.emit([int.from_bytes(b.tobytes(), "little") for b in raw])     # done once the sink takes it

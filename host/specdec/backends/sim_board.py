@@ -12,7 +12,8 @@ binds the drivers by VLNV, the cores' registers go through pynq's ``MMIO``, thei
 
 The result (``SPECDEC_RESULT``) is the job's, with the board, the simulated time and each DMA's transfers. With
 ``SPECDEC_REPLAY`` naming a recording (:mod:`specdec.recording`) the test replays it on the board's verifier
-instead, as a PYNQ-Z2 without the models does (``runtime.replay_board_sim``).
+instead, as a PYNQ-Z2 without the models does (``runtime.replay_board_sim``); with ``SPECDEC_SELFTEST`` set it
+runs the board self-test (:mod:`specdec.selftest`, ``runtime.selftest_board_sim``).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from cocotb.utils import get_sim_time
 from hwcontract import board as bd
 from hwcontract.regmap import core
 
-from .. import recording, runtime
+from .. import recording, runtime, selftest
 from ..emuboard import EmulatedBoard
 from ..job import Job
 from .sim import AxilTB, SimDevice, SimSink, SimStream, run_job
@@ -38,6 +39,8 @@ POLL_US = 0.2
 BOARD_ENV = "SPECDEC_BOARD"
 #: Environment: a recording (``specdec.recording``) to replay on the board's verifier instead of running a job.
 REPLAY_ENV = "SPECDEC_REPLAY"
+#: Environment: set to run the board self-test instead of a job.
+SELFTEST_ENV = "SPECDEC_SELFTEST"
 
 
 def overlay_params(design: bd.Board) -> dict[str, int]:
@@ -83,8 +86,8 @@ class SimPL:
 @cocotb.test()
 async def decode_on_board(dut):
     """Run the job file's prompts through pynq's classes on the emulated board whose PL is this RTL."""
-    replaying = os.environ.get(REPLAY_ENV)
-    job = None if replaying else Job.from_json(Path(os.environ["SPECDEC_JOB"]).read_text())
+    replaying, selftesting = os.environ.get(REPLAY_ENV), os.environ.get(SELFTEST_ENV)
+    job = None if replaying or selftesting else Job.from_json(Path(os.environ["SPECDEC_JOB"]).read_text())
     design = bd.design(os.environ[BOARD_ENV])
     pl = SimPL(dut, design)
 
@@ -92,10 +95,12 @@ async def decode_on_board(dut):
         t0, ns0 = time.perf_counter(), get_sim_time("ns")
         board = EmulatedBoard(design.name, pl=pl)
         ol = runtime.pynq_overlay(device=board)
-        c = ol.cores()
-        if replaying:
-            res = {"replay": recording.replay(recording.load(replaying), c.verifier)}
+        if selftesting:             # before any driver is bound: the self-test reads the IDs first
+            res = {"selftest": selftest.run(ol).to_dict()}
+        elif replaying:
+            res = {"replay": recording.replay(recording.load(replaying), ol.cores().verifier)}
         else:
+            c = ol.cores()
             engine = ol.draft_engine() if job.draft_engine == "fabric" else None
             res = runtime.execute(job, c.verifier if job.speculative else None, masker=c.masker, kv=c.kv,
                                   engine=engine)

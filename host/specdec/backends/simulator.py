@@ -37,10 +37,10 @@ from cocotb_tools.runner import get_runner
 
 from fpga.convert import convert, params_for, toplevel_name
 
+from .. import paths
 from ..errors import SpecdecError
 
-ROOT = Path(__file__).resolve().parents[3]
-BUILD = Path(os.environ.get("SPECDEC_BUILD") or ROOT / "build") / "sim"
+BUILD = paths.build_dir() / "sim"
 LOGS = BUILD.parent / "logs"
 SIMULATORS = ("verilator", "icarus")
 #: The environment variable naming the file a cocotb module reports its progress into.

@@ -21,6 +21,7 @@ import numpy as np
 
 from hls_ref import draftengine as golden
 from hwcontract.formats import as_array, de_act_beats, de_param_beats, de_unpack_outputs, de_weight_beats
+from hwcontract.latency import de_wpipe
 from hwcontract.regmap import DE_OUT_CODES, integer
 
 from ..backends.device import RowStream, WordSink
@@ -88,8 +89,10 @@ class DraftEngine(SpecdecIP):
     def __init__(self, description: dict, stream: RowStream | None = None, sink: WordSink | None = None) -> None:
         super().__init__(description)
         p = self.read_fields("PARAMS")
-        self.rows, self.cols, self.m_max = p["ROWS"], p["COLS"], p["M_MAX"]
+        self.rows, self.cols, self.m_max, self.uram = p["ROWS"], p["COLS"], p["M_MAX"], p["URAM"]
         self.wdepth, self.pdepth, self.k_max = (self.read_reg(n) for n in ("WDEPTH", "PDEPTH", "K_MAX"))
+        #: Registers after the weight memory's read (UltraRAM builds): the cycle model's ``wpipe``.
+        self.wpipe = de_wpipe(self.wdepth, self.uram)
         self.stream, self.sink = stream, sink
         self._wnext = self._pnext = 0                 # the next free weight beat / parameter tile
         self._epoch = 0                               # placements of another epoch are refused (reset_memory)
