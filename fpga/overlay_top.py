@@ -1,5 +1,5 @@
 """overlay: every core cell of a board's block design in one toplevel, the RTL behind the emulated board
-when it runs on the simulation (``specdec.backends.sim_board``).
+when it runs on the simulation (``specdec.sim.cocotb_board``).
 
 On a board the cores are separate IP in one block design (``hwcontract.board``, ``bitstreams/build.tcl``); here
 one toplevel holds them all, at one board's parameters, so that a single cocotb run serves every window of the

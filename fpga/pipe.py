@@ -18,7 +18,7 @@ from __future__ import annotations
 from myhdl import Signal, always, always_comb, block, intbv
 
 from hwcontract import latency as lat
-from hwcontract.formats import EH_LIST, EL_LIST, EXP_FRAC
+from hwcontract.formats import EH_LIST, EL_LIST, EL_SIZE, EXP_FRAC, EXP_LIMIT
 
 TILE_B = 16     # bits of the wide operand per DSP tile
 TILE_A = 24     # widest narrow operand (unsigned, fits the DSP48E1's 25-bit signed A port)
@@ -166,15 +166,18 @@ def exp_pipe(clk, ce, m, z, out):
     (the block RAM's own read register); a fabric register after the block RAM (its clock-to-out plus the
     route to the DSP would otherwise share a cycle with the product); the DSP product (M, P); rounding.
     """
-    d_n, d = Signal(intbv(0)[12:]), Signal(intbv(0)[12:])
+    DW = (EXP_LIMIT - 1).bit_length()       # a distance below EXP_LIMIT
+    LW = (EL_SIZE - 1).bit_length()         # its low bits index EL, the rest EH
+    EW = EXP_FRAC + 1                       # a table value or EXP (Q1.15, up to 1.0)
+    d_n, d = Signal(intbv(0)[DW:]), Signal(intbv(0)[DW:])
     ok_n, ok, ok1, ok2, ok3, ok4 = (Signal(bool(0)) for _ in range(6))
-    eh_n, eh, el_n, el, ehr, elr = (Signal(intbv(0)[16:]) for _ in range(6))
-    prod_n, mm, prod = (Signal(intbv(0)[32:]) for _ in range(3))
-    out_n = Signal(intbv(0)[16:])
+    eh_n, eh, el_n, el, ehr, elr = (Signal(intbv(0)[EW:]) for _ in range(6))
+    prod_n, mm, prod = (Signal(intbv(0)[2 * EW:]) for _ in range(3))
+    out_n = Signal(intbv(0)[EW:])
 
     @always_comb
     def dist():
-        if z != 0 and z <= m and (m - z) < 4096:
+        if z != 0 and z <= m and (m - z) < EXP_LIMIT:
             ok_n.next = 1
             d_n.next = m - z
         else:
@@ -183,8 +186,8 @@ def exp_pipe(clk, ce, m, z, out):
 
     @always_comb
     def rom():
-        eh_n.next = EH_LIST[int(d[12:4])]
-        el_n.next = EL_LIST[int(d[4:0])]
+        eh_n.next = EH_LIST[int(d[DW:LW])]
+        el_n.next = EL_LIST[int(d[LW:0])]
 
     @always_comb
     def mul():
@@ -198,6 +201,7 @@ def exp_pipe(clk, ce, m, z, out):
             out_n.next = 0
 
     regs = [reg(clk, ce, d_n, d), reg(clk, ce, ok_n, ok), reg(clk, ce, eh_n, eh), reg(clk, ce, el_n, el),
-            reg(clk, ce, eh, ehr), reg(clk, ce, el, elr), reg(clk, ce, ok, ok1), reg(clk, ce, ok1, ok2), reg(clk, ce, prod_n, mm), reg(clk, ce, ok2, ok3), reg(clk, ce, mm, prod),
-            reg(clk, ce, ok3, ok4), reg(clk, ce, out_n, out)]
+            reg(clk, ce, eh, ehr), reg(clk, ce, el, elr), reg(clk, ce, ok, ok1), reg(clk, ce, ok1, ok2),
+            reg(clk, ce, prod_n, mm), reg(clk, ce, ok2, ok3), reg(clk, ce, mm, prod), reg(clk, ce, ok3, ok4),
+            reg(clk, ce, out_n, out)]
     return [dist, rom, mul, rnd] + regs

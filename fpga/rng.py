@@ -14,11 +14,18 @@ from __future__ import annotations
 
 from myhdl import Signal, always_comb, always_seq, block, intbv
 
-from hwcontract.regmap import core
+from hwcontract.formats import RNG_WORD_BITS
+from hwcontract.regmap import REG_BITS, core
 
 from .axil import AxiLite, axil_regs, register_signals
 
-M32 = 0xFFFFFFFF
+W = RNG_WORD_BITS               # one state word and one output
+W2, W3, W4 = 2 * W, 3 * W, 4 * W   # the seed's words s[1..3] end here
+M32 = (1 << W) - 1
+ROT_RES, ROT_S3 = 7, 11         # xoshiro128++'s rotations: rotl(s0 + s3, 7), rotl(s3, 11)
+ROR_RES, ROR_S3 = W - ROT_RES, W - ROT_S3
+if W != REG_BITS:
+    raise ValueError(f"rng: a {W}-bit word does not fill a {REG_BITS}-bit register")
 
 
 @block
@@ -31,19 +38,19 @@ def xoshiro128pp(clk, rst, load, seed, step, out):
         Clock and synchronous reset (state and output to 0: load a seed before stepping).
     load : Signal(bool)
         Load ``seed`` into the state (takes priority over ``step``).
-    seed : Signal(intbv[128])
+    seed : Signal(intbv[4 * RNG_WORD_BITS])
         s[0] in bits 31..0 up to s[3] in bits 127..96. The caller rejects an all-zero seed.
     step : Signal(bool)
         Advance one step; ``out`` shows the step's output from the next cycle on.
-    out : Signal(intbv[32])
+    out : Signal(intbv[RNG_WORD_BITS])
         The latest output (0 after reset or load).
     """
-    s0, s1, s2, s3 = (Signal(intbv(0)[32:]) for _ in range(4))
-    n0, n1, n2, n3 = (Signal(intbv(0)[32:]) for _ in range(4))
-    res = Signal(intbv(0)[32:])
-    sum03 = Signal(intbv(0)[32:])
-    t9 = Signal(intbv(0)[32:])
-    a2, a3, a1, a0 = (Signal(intbv(0)[32:]) for _ in range(4))
+    s0, s1, s2, s3 = (Signal(intbv(0)[W:]) for _ in range(4))
+    n0, n1, n2, n3 = (Signal(intbv(0)[W:]) for _ in range(4))
+    res = Signal(intbv(0)[W:])
+    sum03 = Signal(intbv(0)[W:])
+    t9 = Signal(intbv(0)[W:])
+    a2, a3, a1, a0 = (Signal(intbv(0)[W:]) for _ in range(4))
 
     @always_comb
     def next_state():
@@ -53,7 +60,7 @@ def xoshiro128pp(clk, rst, load, seed, step, out):
     @always_comb
     def next_state2():
         # result = rotl(s0 + s3, 7) + s0
-        res.next = ((((sum03 << 7) | (sum03 >> 25)) & M32) + s0) & M32
+        res.next = ((((sum03 << ROT_RES) | (sum03 >> ROR_RES)) & M32) + s0) & M32
         a2.next = s2 ^ s0
         a3.next = s3 ^ s1
 
@@ -67,15 +74,15 @@ def xoshiro128pp(clk, rst, load, seed, step, out):
         n0.next = a0
         n1.next = a1
         n2.next = a2 ^ t9
-        n3.next = ((a3 << 11) | (a3 >> 21)) & M32
+        n3.next = ((a3 << ROT_S3) | (a3 >> ROR_S3)) & M32
 
     @always_seq(clk.posedge, reset=rst)
     def update():
         if load:
-            s0.next = seed[32:0]
-            s1.next = seed[64:32]
-            s2.next = seed[96:64]
-            s3.next = seed[128:96]
+            s0.next = seed[W:0]
+            s1.next = seed[W2:W]
+            s2.next = seed[W3:W2]
+            s3.next = seed[W4:W3]
             out.next = 0
         elif step:
             s0.next = n0
@@ -111,18 +118,18 @@ def rng(clk, rst, s_axil):
 
     regfile = axil_regs(clk, rst, s_axil, cmap, regs)
 
-    seed = Signal(intbv(0)[128:])
+    seed = Signal(intbv(0)[W4:])
     load = Signal(bool(0))
     step = Signal(bool(0))
-    out = Signal(intbv(0)[32:])
+    out = Signal(intbv(0)[W:])
     gen = xoshiro128pp(clk, rst, load, seed, step, out)
 
     busy = Signal(bool(0))
     done = Signal(bool(0))
-    err = Signal(intbv(0)[32:])
-    left = Signal(intbv(0)[32:])
-    acc = Signal(intbv(0)[32:])
-    steps = Signal(intbv(0)[32:])
+    err = Signal(intbv(0)[REG_BITS:])
+    left = Signal(intbv(0)[REG_BITS:])
+    acc = Signal(intbv(0)[W:])
+    steps = Signal(intbv(0)[REG_BITS:])
     stepped = Signal(bool(0))     # out holds a new value this cycle: fold it into XOR/STEPS
     seed_zero = Signal(bool(0))
     cmd = regs["CTRL"]
@@ -131,7 +138,7 @@ def rng(clk, rst, s_axil):
 
     @always_comb
     def seed_bus():
-        seed.next = (seed3 << 96) | (seed2 << 64) | (seed1 << 32) | seed0
+        seed.next = (seed3 << W3) | (seed2 << W2) | (seed1 << W) | seed0
 
     @always_comb
     def seed_check():

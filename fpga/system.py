@@ -6,21 +6,20 @@ toplevel holds them all so a single cocotb run drives the whole loop: the verifi
 ``ver_axil`` and its row stream ``s_axis``; the treemask core's are ``tm_axil`` and ``m_axis``; the KV-cache
 page table's register port is ``kv_axil``; the draft engine's are ``de_axil``, ``de_s_axis`` and ``de_m_axis``
 (a job with a fabric draft, ``--draft-engine fabric``, drives them; any other job leaves the engine idle).
-One toplevel for every ``sim`` job: one Verilator build (about 80 CPU-seconds) serves the demo, the tree and
-the fabric draft, and the engine costs the other jobs nothing measurable in simulation speed (a 16-token
-decode: 30.0 s with the engine idle beside the cores, 30.6 s without it).
+One toplevel for every ``sim`` job: one Verilator build serves the demo, the tree and the fabric draft, and
+the idle engine costs the other jobs no measurable simulation speed (docs/benchmarks.md).
 
 In simulation the verifier's rows come from :func:`row_feed`, not through ``s_axis``: a row stream that
-Python drives beat by beat through cocotbext-axi runs at about 20,000 beats a second, so each row of the
-demo (SmolLM2, 12,288 beats at four lanes) took about 0.6 s, most of the decode. The feeder reads a whole
-row from a file (``$readmemh``) on one pulse of ``feed_load`` and offers it one beat a clock under TREADY,
-as the stream source did: the same beats, the same cycles, the same tokens (``make demo``, warm: 67.8 s ->
-38.7 s; the simulation's 1.1 -> 3.1 tokens a second).
+Python drives beat by beat through cocotbext-axi runs at about 20,000 beats a second, so a row of the demo
+(SmolLM2, 12,288 beats at four lanes) would take about 0.6 s, most of the decode. The feeder reads a whole
+row from a file (``$readmemh``) on one pulse of ``feed_load`` and offers it one beat a clock under TREADY, as
+a stream source does: the same beats, the same cycles, the same tokens.
 """
 from __future__ import annotations
 
 from myhdl import ResetSignal, Signal, always_seq, block, intbv
 
+from hwcontract.params import ROWS_PLUSARG
 from hwcontract.regmap import KV_SLOTS, core
 
 from .axil import AxiLite
@@ -28,9 +27,6 @@ from .draftengine import draftengine
 from .kvpage import kvpage
 from .treemask import treemask
 from .verifier import verifier
-
-#: The plusarg naming the file :func:`row_feed` reads a row from: ``+specdec_rows=<path>``.
-ROWS_PLUSARG = "specdec_rows"
 
 
 @block

@@ -42,7 +42,7 @@ from __future__ import annotations
 from myhdl import ConcatSignal, ResetSignal, Signal, always, always_comb, always_seq, block, intbv
 
 from hwcontract import params as hwparams
-from hwcontract.regmap import TREE_PARENT_BITS, core
+from hwcontract.regmap import REG_BITS, TREE_PARENT_BITS, core
 
 from .axil import AxiLite, axil_regs, register_signals
 from .pipe import Ram
@@ -71,9 +71,9 @@ def parent_check(K, parent, nodes, bad):
     ----------
     K : int
         The node (1..NODES_MAX-1).
-    parent : Signal(intbv[8])
+    parent : Signal(intbv[TREE_PARENT_BITS])
         Its PARENT field.
-    nodes : Signal(intbv[32])
+    nodes : Signal(intbv[REG_BITS])
         The NODES register.
     bad : Signal(bool)
         Output.
@@ -113,7 +113,7 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     IW = PW + 1                                     # counts 0..NODES_MAX
     MEM = 1 << PW                                   # memory entries (NODES_MAX rounded up to a power of 2)
     PB = TREE_PARENT_BITS
-    per_reg = 32 // PB
+    per_reg = REG_BITS // PB
     NREG = -(-NODES_MAX // per_reg)                 # PARENT registers this build reads
 
     regs = register_signals(cmap)
@@ -138,15 +138,15 @@ def treemask(clk, rst, s_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axi
     # ---------------- state ----------------
     state = Signal(intbv(ST_IDLE, min=0, max=4))
     busy = Signal(bool(0))
-    err = Signal(intbv(0)[32:])
+    err = Signal(intbv(0)[REG_BITS:])
     n = Signal(intbv(0)[IW:])                       # NODES of this operation
     i = Signal(intbv(0)[IW:])                       # next node to form
     nxt = Signal(intbv(0)[IW:])                     # i + 1
-    par = Signal(intbv(0)[32 * NREG:])              # PARENT* snapshot, node k in bits 8k+7:8k
-    rows = Signal(intbv(0)[32:])
+    par = Signal(intbv(0)[REG_BITS * NREG:])        # PARENT* snapshot, node k in bits 8k+7:8k
+    rows = Signal(intbv(0)[REG_BITS:])
     maxd = Signal(intbv(0)[PW:])
-    cbusy = Signal(intbv(0)[32:])
-    cstall = Signal(intbv(0)[32:])
+    cbusy = Signal(intbv(0)[REG_BITS:])
+    cstall = Signal(intbv(0)[REG_BITS:])
     bad_nodes = Signal(bool(0))
     bad_nodes_q, bad_parent_q = Signal(bool(0)), Signal(bool(0))   # the START checks, registered
     load = Signal(bool(0))                          # the output stage takes word i this cycle

@@ -184,7 +184,7 @@ def _state_words(state) -> np.ndarray:
 
 
 def _check_n(n: int) -> int:
-    n = integer(n, "n")            # int() had run 2.5 steps as 2
+    n = integer(n, "n")            # not int(), which runs 2.5 steps as 2
     if not 0 <= n <= 0xFFFFFFFF:
         raise ValueError(f"n must be in 0..2**32-1, got {n}")
     return n
@@ -320,7 +320,7 @@ def verifier_round(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: in
     q_arr = _rows(q_arr, "q")
     if q_arr.shape[0] and q_arr.shape[1] != vocab:
         raise ValueError(f"p and q rows differ in length: {vocab} vs {q_arr.shape[1]}")
-    d = draft_tokens(draft)                 # int() had taken token 1.5 as 1
+    d = draft_tokens(draft)                 # not int(), which takes token 1.5 as 1
     d_arr = np.array(d if d else [0], dtype=np.uint16)
     w = golden_verifier.rng_words(words)
     w_arr = w if w.size else np.zeros(1, dtype=np.uint32)
@@ -375,7 +375,7 @@ def verifier_tree_round(rows, parents, tokens, *, greedy: bool, inv_temp: int, w
     inv_temp = golden_verifier.check_inv_temp(inv_temp)
     r_arr = _rows(rows, "rows")
     vocab = r_arr.shape[1]
-    par, tok = node_entries("parents", parents), node_entries("tokens", tokens)   # int() had taken 0.7 as 0
+    par, tok = node_entries("parents", parents), node_entries("tokens", tokens)   # not int(), which takes 0.7 as 0
     if len(par) != len(tok):
         raise ValueError(f"a tree needs one token per node: {len(par)} parents, {len(tok)} tokens")
     if len(par) > TREE_MAX_NODES + 1:
@@ -469,7 +469,7 @@ def treemask_words(parents, nodes_max: int = TREE_MAX_NODES) -> tuple[list[int],
     per = len(reg.fields)
     lib = _treemask()
     nregs = int(lib.treemask_parent_regs())
-    entries = node_entries("parents", parents)                # int() had taken parent 0.5 as node 0
+    entries = node_entries("parents", parents)                # not int(), which takes parent 0.5 as node 0
     vals = entries[:nregs * per]
     regs = np.zeros(nregs, dtype=np.uint32)
     for k in range(-(-len(vals) // per)):
@@ -530,7 +530,7 @@ def _kvpage() -> ctypes.CDLL:
 
 
 def _u32(name: str, v: int) -> int:
-    v = integer(v, name)           # int() had taken slot 1.5 as 1
+    v = integer(v, name)           # not int(), which takes slot 1.5 as 1
     if not 0 <= v <= 0xFFFFFFFF:
         raise ValueError(f"{name} must fit 32 bits, got {v}")
     return v

@@ -80,7 +80,7 @@ def tree_mask(parents, nodes_max: int = TREE_MAX_NODES) -> Masks:
         ``err`` non-zero (BAD_NODES or BAD_PARENT) leaves the rows empty: the core sends nothing.
     """
     nodes_max = check_nodes_max(nodes_max)
-    parents = node_entries("parents", parents)      # int() had taken parent 0.5 as node 0, True as node 1
+    parents = node_entries("parents", parents)      # not int(): it takes 0.5 as node 0, True as 1
     check_field_widths(parents, ())                 # each parent fits its TREE_PARENT field
     err = start_error(parents, nodes_max)
     if err:

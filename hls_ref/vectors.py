@@ -9,7 +9,7 @@ The ``*_set`` functions are the agreement vectors of a core: a few directed vect
 random ones. A shorter set is a prefix of a longer one with the same seed (kvpage: up to its closing
 dump), so a slow stage (Icarus) runs the first vectors of what a fast stage (golden, C++) runs.
 
-Tree parent arrays follow ``specdec.tree``: ``parents[0] = -1`` (the root's entry, which every core
+Tree parent arrays follow ``specdec.decoding.tree``: ``parents[0] = -1`` (the root's entry, which every core
 ignores) and ``0 <= parents[i] < i``.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ M32 = 0xFFFFFFFF
 INV_TEMPS = (256, 256, 128, 512, 64, 65535, 1)
 #: Shapes of random trees: uniform parents, long thin, two-wide, a chain, bushy (late parents).
 TREE_STYLES = ("random", "deep", "wide", "chain", "bushy")
-#: Medusa/vLLM tree paths (``specdec.tree.parents_from_paths``): a 3-chain and the Medusa example tree
+#: Medusa/vLLM tree paths (``specdec.decoding.tree.parents_from_paths``): a 3-chain and the Medusa example tree
 #: (two root children, two grandchildren each), parents (-1, 0, 0, 1, 1, 2, 2).
 CHAIN3_PATHS = ((0,), (0, 0), (0, 0, 0))
 MEDUSA_PATHS = ((0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1))

@@ -280,12 +280,12 @@ def verify(p, q, draft, *, greedy: bool, inv_temp: int, words, lanes: int,
         parameter is not one hwcontract.params allows.
     """
     lanes, vocab_max, gamma_max = check_build(lanes, vocab_max, "GAMMA_MAX", gamma_max)
-    inv_temp, greedy = check_inv_temp(inv_temp), flag(greedy, "greedy")      # "no" had run a greedy round
+    inv_temp, greedy = check_inv_temp(inv_temp), flag(greedy, "greedy")      # a truthy "no" would run a greedy round
     p = np.asarray(p)
     if p.ndim != 2:
         raise ValueError(f"p must be 2-D (rows, V), got shape {p.shape}")
     vocab = p.shape[1]
-    draft = np.array(draft_tokens(draft), dtype=np.int64)      # an int64 cast had taken token 1.5 as 1
+    draft = np.array(draft_tokens(draft), dtype=np.int64)      # checked: an int64 cast takes 1.5 as token 1
     g = draft.size
 
     err = start_error(g, vocab, draft, greedy=greedy, inv_temp=inv_temp, vocab_max=vocab_max,
@@ -457,8 +457,8 @@ def verify_tree(rows, parents, tokens, *, greedy: bool, inv_temp: int, words, la
         it tests BAD_TREE).
     """
     lanes, vocab_max, tree_max = check_build(lanes, vocab_max, "TREE_MAX", tree_max)
-    inv_temp, greedy = check_inv_temp(inv_temp), flag(greedy, "greedy")      # "no" had run a greedy round
-    parents, tokens = node_entries("parents", parents), node_entries("tokens", tokens)   # int() took 0.7 as 0
+    inv_temp, greedy = check_inv_temp(inv_temp), flag(greedy, "greedy")      # a truthy "no" would run a greedy round
+    parents, tokens = node_entries("parents", parents), node_entries("tokens", tokens)   # not int(): 0.7 is no node
     if len(tokens) != len(parents):
         raise ValueError(f"a tree needs one token per node: {len(parents)} parents, {len(tokens)} tokens")
     if len(parents) > TREE_MAX_NODES + 1:

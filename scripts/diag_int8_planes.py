@@ -7,7 +7,7 @@ int8), so a layer would cost two engine jobs (two activation planes: the same we
 runs as a float emulation of the engine's arithmetic (int8 codes, int32 sums, the per-channel MULT / SHIFT
 requantization to int16, as ``hls_ref.draftengine.run``), on the same calibration and held-out passages as
 ``specdec bench draft``. Mode ``int8`` is the engine's one-plane scheme (96.57%); ``--act . --weight 'layers\.0\.'`` is what
-``specdec.int8draft`` now runs (98.11% here, the bench's figure comes from the real jobs).
+``specdec.models.int8draft`` now runs (98.11% here, the bench's figure comes from the real jobs).
 ``--act REGEX`` / ``--weight REGEX`` give the second activation / weight plane to the layers whose names match
 (the modes: ``act2`` is ``--act .``, ``weight2`` ``--weight .``, ``both`` both), to find the layers that need it.
 
@@ -22,7 +22,8 @@ import time
 import numpy as np
 
 from hwcontract.formats import DE_ACT_MAX
-from specdec import corpus, int8draft, models, pairs
+from specdec.app import pairs
+from specdec.models import corpus, int8draft, loading
 
 PLANE = int8draft.PLANE         # the second plane's steps per step of the first
 MODES = {"int8": (None, None), "act2": (".", None), "weight2": (None, "."), "both": (".", ".")}
@@ -63,7 +64,7 @@ def main(act: str | None, weight: str | None, n: int, alpha: float | None = None
     int8draft.weight_codes, int8draft.quantize_linear = codes, quantize_linear
     int8draft.QLinear.__call__ = emulate
     t0 = time.perf_counter()
-    flt = pairs.open_pair(models.DEMO_TARGET, models.DEMO_DRAFT, 8192)
+    flt = pairs.open_pair(loading.DEMO_TARGET, loading.DEMO_DRAFT, 8192)
     fmodel = flt.draft.lm.model.float()
     alphas = {"alpha": int8draft.ALPHA if alpha is None else alpha,
               "alpha_head": int8draft.ALPHA_HEAD if alpha_head is None else alpha_head}

@@ -23,7 +23,8 @@ import json
 from pathlib import Path
 
 from hwcontract import board
-from specdec import bench_draft, runtime
+from specdec.bench import draft as bench_draft
+from specdec.hw import cores
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The KV260's fabric clock the projections use: the first rung of its clock ladder (unverified without Vivado).
@@ -75,7 +76,7 @@ def main(results: Path) -> None:
     if (params["ROWS"], params["COLS"]) != bench_draft.ARRAY:
         raise SystemExit(f"the KV260's engine is {params['ROWS']} x {params['COLS']}, the bench's cycle model "
                          f"{bench_draft.ARRAY}")
-    engine = runtime.golden_draftengine(params)       # the build's sizes: footprint (weight beats, tiles)
+    engine = cores.golden_draftengine(params)       # the build's sizes: footprint (weight beats, tiles)
     port_bytes = board.design("kv260").hp_width // 8
     shapes = [(x["n"], x["k"], x["m"]) for x in res["layers"]]
     run, size = bench_draft.run_cycles, engine.footprint

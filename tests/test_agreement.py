@@ -32,10 +32,14 @@ from hls_ref.rng import xoshiro128pp
 from hwcontract import params as hwparams
 from hwcontract.latency import de_wpipe
 from hwcontract.regmap import core
-from specdec.backends import simulator as harness
-from specdec.backends.golden import GoldenDevice
-from specdec.drivers import DraftEngine, KVPage, Rng, TreeMask, Verifier
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.draftengine import DraftEngine
+from specdec.hw.drivers.kvpage import KVPage
+from specdec.hw.drivers.rng import Rng
+from specdec.hw.drivers.treemask import TreeMask
+from specdec.hw.drivers.verifier import Verifier
+from specdec.hw.golden import GoldenDevice
+from specdec.sim import harness
 from tb.agree import environment, merge_dealt, read_results
 from tb.common import Stimulus, cross_names
 from tb.draftengine.agree_draftengine import draftengine_results

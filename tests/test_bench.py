@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from specdec import bench
+from specdec.bench import host, rtl
 from specdec.cli import main
 
 
@@ -19,13 +19,13 @@ def test_numpy_round_reference():
     rng = np.random.default_rng(0)
     p = rng.standard_normal((3, 50)).astype(np.float32)
     # q = p: every draft passes, the bonus comes from p_2
-    n, x = bench.numpy_round(p, p[:2].copy(), [int(np.argmax(p[0])), 3], rng)
+    n, x = rtl.numpy_round(p, p[:2].copy(), [int(np.argmax(p[0])), 3], rng)
     assert n == 2 and 0 <= x < 50
     # the first draft token impossible under p: rejected at 0, the resample is never that token
     p2 = p.copy()
     p2[0, 7] = -np.inf
     for _ in range(50):
-        n, x = bench.numpy_round(p2, p[:2].copy(), [7, 0], rng)
+        n, x = rtl.numpy_round(p2, p[:2].copy(), [7, 0], rng)
         assert n == 0 and x != 7
 
 
@@ -44,7 +44,7 @@ def test_bench_verifier_small(tmp_path):
         assert s["cycles"] == s["model_cycles"]            # hls_ref.verifier.chain_rtl_cycles
     assert res["scenarios"]["reject_0"]["n_accept"] == 0 and res["scenarios"]["all_accept"]["n_accept"] == 3
     assert res["cpu_numpy_s"] > 0
-    assert res["host"] == bench.host_info()                  # where the numpy peer ran (its CPU: host.cpu)
+    assert res["host"] == host.host_info()                  # where the numpy peer ran (its CPU: host.cpu)
 
 
 def test_cpu_model_names_the_processor(tmp_path, monkeypatch):
@@ -53,12 +53,12 @@ def test_cpu_model_names_the_processor(tmp_path, monkeypatch):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n\n"
                     "processor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
-    assert bench.cpu_model(info) == "AMD EPYC 7B13"
-    monkeypatch.setattr(bench.platform, "processor", lambda: "")
-    monkeypatch.setattr(bench.platform, "machine", lambda: "aarch64")
+    assert host.cpu_model(info) == "AMD EPYC 7B13"
+    monkeypatch.setattr(host.platform, "processor", lambda: "")
+    monkeypatch.setattr(host.platform, "machine", lambda: "aarch64")
     info.write_text("processor\t: 0\nBogoMIPS\t: 200.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd03\n")
-    assert bench.cpu_model(info) == "aarch64"
-    assert bench.cpu_model(tmp_path / "missing") == "aarch64"
+    assert host.cpu_model(info) == "aarch64"
+    assert host.cpu_model(tmp_path / "missing") == "aarch64"
 
 
 @pytest.mark.parametrize("argv,named", [(["--lanes", "3"], "--lanes 3"), (["--gamma", "0"], "--gamma 0"),
@@ -85,7 +85,7 @@ def test_bench_verifier_small_with_synthesis(tmp_path, capsys):
     logic = res["projection"]["logic_only"]
     assert logic["clock_hz"] == pytest.approx(res["fmax_logic_only_hz"])
     assert logic["positions_per_s"] <= res["positions_per_round"] * logic["clock_hz"] / res["cycles"] * (1 + 1e-9)
-    goals, limit = res["goals_met"], bench.GOALS
+    goals, limit = res["goals_met"], rtl.GOALS
     assert goals["arrival <= 4.0 ns"] == (res["arrival_ns"] <= limit["arrival_ns"])
     assert goals["lut <= 15%"] == (res["lut_pct"] <= limit["lut_pct"])
     assert goals["bram36 <= 35%"] == (res["bram_pct"] <= limit["bram_pct"])

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdec import bench_draft, cli, models
+from specdec import cli
+from specdec.bench import draft as bench_draft
+from specdec.models import loading
 
 #: The demo draft's engine layers: 4 x (Q, K, V, O, gate, up, down), then the hot head (N, K).
 LAYERS = [(f"l{i}.{n}", nn, k) for i in range(4) for n, nn, k in
@@ -13,7 +15,7 @@ LAYERS = [(f"l{i}.{n}", nn, k) for i in range(4) for n, nn, k in
            ("down", 192, 512))] + [("lm_head", 8192, 192)]
 #: Its jobs with one int8 plane: (name, N, K, M = 1).
 DEMO = [(name, n, k, 1) for name, n, k in LAYERS]
-#: ... and as specdec.int8draft runs it: two activation planes (M = 2) everywhere, a second weight plane's job
+#: ... and as specdec.models.int8draft runs it: two activation planes (M = 2) everywhere, a second weight plane's job
 #: (M = 1) for each layer of the first decoder layer.
 DEMO_PLANES = [(name, n, k, 2) for name, n, k in LAYERS] + [(f"{name}.w2", n, k, 1) for name, n, k in LAYERS[:7]]
 
@@ -114,7 +116,7 @@ def test_projection_pads_partial_tiles():
     (["--max-new-tokens", "1"], "--max-new-tokens must be at least 2 for the draft bench"),  # so did this
 ])
 def test_bad_options_exit_2_before_any_model_loads(extra, message, monkeypatch, capsys):
-    monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))
+    monkeypatch.setattr(loading, "load", lambda name: pytest.fail(f"{name} loaded"))
     with pytest.raises(SystemExit) as e:
         code = cli.main(["bench", "draft", *extra])
         raise SystemExit(code)

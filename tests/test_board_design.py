@@ -29,7 +29,7 @@ import pytest
 
 from hwcontract import board as bd
 from hwcontract.params import toplevel_name
-from specdec import hwh
+from specdec.hw import hwh
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -153,7 +153,11 @@ def _label(clock: bd.Clock) -> str:
 
 
 def _drivers() -> dict[str, type]:
-    from specdec.drivers import DraftEngine, KVPage, Rng, TreeMask, Verifier
+    from specdec.hw.drivers.draftengine import DraftEngine
+    from specdec.hw.drivers.kvpage import KVPage
+    from specdec.hw.drivers.rng import Rng
+    from specdec.hw.drivers.treemask import TreeMask
+    from specdec.hw.drivers.verifier import Verifier
     return {d.core_name: d for d in (Verifier, TreeMask, KVPage, DraftEngine, Rng)}
 
 
@@ -249,7 +253,7 @@ def test_dmas_match_streams_and_drivers(built) -> None:
         assert int(cfg["CONFIG.c_sg_length_width"]) >= need, (dma.cell, need)
     ver = d.cell("verifier").params
     assert d.dma("verifier").mm2s_width == 16 * ver["LANES"]
-    from specdec.drivers.treemask import WORD_BYTES
+    from specdec.hw.streams import WORD_BYTES
     assert d.dma("treemask").s2mm_width == 8 * WORD_BYTES        # what DmaSink unpacks
     de = d.cell("draftengine").params
     assert d.dma("draftengine").mm2s_width == 8 * de["ROWS"] * de["COLS"]    # the driver's beat: ROWS*COLS bytes

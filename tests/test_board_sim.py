@@ -1,4 +1,4 @@
-"""The emulated board on the RTL (``specdec.backends.sim_board``): pynq's own classes driving the cocotb
+"""The emulated board on the RTL (``specdec.sim.cocotb_board``): pynq's own classes driving the cocotb
 simulation of the board's whole overlay (toplevel ``overlay`` at each board's parameters).
 
 pynq's ``Overlay`` parses the hardware description rendered from ``hwcontract.board`` and binds the drivers by
@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from specdec import runtime
-from specdec.backends.sim_board import overlay_params
+from specdec.app import runner
+from specdec.sim import jobs as sim_jobs
+from specdec.sim.jobs import overlay_params
 from hwcontract import board as bd
 
 def test_overlay_toplevel_takes_the_board_parameters():
@@ -38,8 +39,8 @@ def test_decode_through_pynq_on_the_rtl_of_the_overlay(opt_dirs, opt_pair, board
     n_new = 10
     job = {**greedy_job(opt_dirs, model_pairs.prompts(1), 4, n_new), "draft_engine": "fabric",
            "draft_vocab": 4096, "tree": {"kind": "eagle", "budget": 8, "depth": 4, "topk": 2}}
-    res = runtime.run_board_sim(job, board)
-    ref = runtime.run(job, "ref")
+    res = sim_jobs.run_board_sim(job, board)
+    ref = runner.run(job, "ref")
     print(json.dumps({"board": res["board"], "summary": res["summary"], "draft_engine": res["draft_engine"]}))
     assert res["backend"].startswith(f"pynq:emulated-{board}:")
     assert res["draft_engine"]["streamed"] == (board == "pynq-z2")
@@ -59,13 +60,13 @@ def test_decode_through_pynq_on_the_rtl_of_the_overlay(opt_dirs, opt_pair, board
 def test_a_replay_of_a_file_that_is_no_recording_fails_before_the_simulation(tmp_path, monkeypatch):
     """A missing or damaged recording had built the overlay, started the simulation and failed inside it
     ("1 of 1 cocotb tests failed"), naming neither the file nor the fault."""
-    from specdec.backends import simulator
+    from specdec.sim import harness as simulator
     monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("a simulation ran"))
     with pytest.raises(FileNotFoundError, match="recording .*missing.npz' does not exist"):
-        runtime.replay_board_sim(tmp_path / "missing.npz", "pynq-z2")
+        sim_jobs.replay_board_sim(tmp_path / "missing.npz", "pynq-z2")
     (tmp_path / "notes.npz").write_text("not a recording")
     with pytest.raises(ValueError, match="notes.npz: not a specdec recording"):
-        runtime.replay_board_sim(tmp_path / "notes.npz", "pynq-z2")
+        sim_jobs.replay_board_sim(tmp_path / "notes.npz", "pynq-z2")
 
 
 @pytest.mark.ml
@@ -77,13 +78,12 @@ def test_a_recording_replays_on_the_rtl_of_the_pynq_z2(opt_dirs, opt_pair, tmp_p
     decision again."""
     pytest.importorskip("torch")
     import model_pairs
-    from specdec import recording
     base = {"target": opt_dirs[0], "draft": opt_dirs[1], "prompts": model_pairs.prompts(1), "max_new_tokens": 8,
             "gamma": 4, "seed": 5}
     for extra in ({"sampling": {"temperature": 0.8, "top_k": 0, "top_p": 1.0}},
                   {"tree": {"kind": "eagle", "budget": 8, "depth": 4, "topk": 2}}):
-        rec, _ = recording.record({**base, **extra}, "ref", opt_pair)
-        res = runtime.replay_board_sim(rec.save(tmp_path / "rec.npz"), "pynq-z2")
+        rec, _ = runner.record({**base, **extra}, "ref", opt_pair)
+        res = sim_jobs.replay_board_sim(rec.save(tmp_path / "rec.npz"), "pynq-z2")
         rep = res["replay"]
         print(json.dumps({"rounds": rep["rounds"], "rows": rep["rows"], "sim_ns": res["board"]["sim_ns"]}))
         assert rep["mismatches"] == [] and rep["matches"] == rec.rounds > 0

@@ -1,9 +1,9 @@
-"""The break-even model (specdec.breakeven) on rows whose costs and acceptance are known exactly."""
+"""The break-even model (specdec.decoding.breakeven) on rows whose costs and acceptance are known exactly."""
 from __future__ import annotations
 
 import pytest
 
-from specdec import breakeven
+from specdec.decoding import breakeven
 
 DRAFT, T0, TN, REST = 0.005, 0.040, 0.004, 0.002      # draft step, T(n) = T0 + TN n, rest of a round
 ACC = [0.8, 0.6, 0.5, 0.5]

@@ -11,7 +11,10 @@ import sys
 import pytest
 
 import model_pairs
-from specdec import bench, bench_e2e, cli, kernels, models
+from specdec import cli, paths
+from specdec.app import runner
+from specdec.bench import e2e, e2e_report, host
+from specdec.models import kernels, loading
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -80,7 +83,7 @@ def no_model_load(monkeypatch):
     """Fail the test if anything tries to load a model."""
     def refuse(name, role="model"):
         raise AssertionError(f"{role} {name!r} loaded before the options were checked")
-    monkeypatch.setattr(models, "load", refuse)
+    monkeypatch.setattr(loading, "load", refuse)
 
 
 @pytest.mark.parametrize("argv", [
@@ -93,10 +96,9 @@ def no_model_load(monkeypatch):
 def test_a_python_without_torch_is_told_what_to_do_before_anything_runs(argv, no_model_load, monkeypatch, capsys):
     """As on a PYNQ-Z2 (no torch wheels): exit 1 naming what is missing, the install, and the Z2's way (a
     recording replayed by notebook 6), no traceback, nothing built or simulated."""
-    from specdec import runtime
-    from specdec.backends import simulator
-    monkeypatch.setenv(runtime.EMULATE_ENV, "pynq-z2")
-    for name in models.ML_STACK:
+    from specdec.sim import harness as simulator
+    monkeypatch.setenv(paths.EMULATE_ENV, "pynq-z2")
+    for name in loading.ML_STACK:
         monkeypatch.setitem(sys.modules, name, None)        # as absent: find_spec answers None, import fails
     monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("a simulation ran"))
     assert exit_code(argv) == cli.EXIT_FAIL
@@ -136,12 +138,11 @@ def test_tree_option_no_chosen_kind_reads_exits_2_before_any_model_loads(kinds, 
 
 def test_bench_trees_take_the_options_each_kind_reads(monkeypatch, no_model_load):
     """bench e2e runs several kinds with one set of options: each kind's spec gets the options it reads."""
-    from specdec import bench_e2e
     seen = {}
     def fake_run(job, gammas, *args, trees=(), **kwargs):
         seen["trees"] = trees
         raise SystemExit(0)
-    monkeypatch.setattr(bench_e2e, "run", fake_run)
+    monkeypatch.setattr(e2e, "run", fake_run)
     assert exit_code(["bench", "e2e", "--tree", "static,eagle,sequoia", "--tree-expand", "2", "--tree-acceptance",
                       "0.9,0.3", "--tree-budget", "8", "--no-peers"]) == 0
     static, eagle, sequoia = seen["trees"]
@@ -209,7 +210,7 @@ def test_kv_block_the_context_cannot_take_exits_2_before_any_model_loads(backend
                                                                         monkeypatch, capsys):
     """The page size is checked against the target's context from its config, before the models load (and
     before a simulation builds): the tiny GPT-2's 512 tokens at 1 a page need 2 x 513 pages of the core's 1,024."""
-    from specdec.backends import simulator
+    from specdec.sim import harness as simulator
     monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("the simulation started"))
     argv = ["generate", "--prompt", "x", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--kv-block", "1",
             "--backend", backend]
@@ -225,7 +226,7 @@ def test_bench_kv_block_the_context_cannot_take_exits_2_before_any_model_loads(g
                       "--gammas", "0,2"]) == 2
     assert "2 x 513 = 1026 pages" in capsys.readouterr().err
     # the same page size serves one cache (prompt lookup drafts with no model of its own)
-    from specdec.pairs import check_kv_fits
+    from specdec.app.checks import check_kv_fits
     check_kv_fits(gpt2_dirs[0], "prompt-lookup", 1024, 1024, 1)
 
 
@@ -239,12 +240,11 @@ def test_fabric_draft_on_pynq_without_a_board_fails_before_any_model_loads(no_mo
                                                                           capsys):
     """A fabric draft is taken on backend pynq (the board's overlay holds the engine); with no bitstream and no
     emulated board the run stops at the overlay, before any model loads, naming the path and SPECDEC_EMULATE."""
-    from specdec import runtime
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
     monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
     assert exit_code(["generate", "--prompt", "x", "--draft-engine", "fabric", "--backend", "pynq"]) == 1
     err = capsys.readouterr().err
-    assert f"no bitstream at {tmp_path / 'none.bit'}" in err and f"{runtime.EMULATE_ENV}=kv260" in err, err
+    assert f"no bitstream at {tmp_path / 'none.bit'}" in err and f"{paths.EMULATE_ENV}=kv260" in err, err
 
 
 def test_generate_unknown_model_exits_1_before_any_model_loads(no_model_load, monkeypatch, capsys):
@@ -261,10 +261,9 @@ def test_generate_unknown_model_exits_1_before_any_model_loads(no_model_load, mo
 @pytest.fixture
 def no_backend_start(monkeypatch, tmp_path):
     """Fail the test if the simulation starts; no board and no bitstream for the pynq backend."""
-    from specdec import runtime
-    from specdec.backends import simulator
+    from specdec.sim import harness as simulator
     monkeypatch.setattr(simulator, "run", lambda *a, **k: pytest.fail("the simulation started"))
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
     monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
 
 
@@ -371,7 +370,7 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert 0 <= res["rows"][1]["acceptance"] <= 1
     assert res["greedy_outputs_identical_across_gammas"] is True
     assert res["host"]["linear_kernel"] == kernels.kernel() and res["host"]["torch_threads"] >= 1
-    assert res["host"]["cpu"] == bench.cpu_model()
+    assert res["host"]["cpu"] == host.cpu_model()
     # the options that change what the rows measure are recorded (draft confidence, the paged caches' block)
     assert res["draft_confidence"] is None and res["draft_vocab"] is None and res["draft_engine"] == "host"
     assert res["kv_block"] == 16 and res["hf_assistant"] == gpt2_dirs[1]
@@ -418,10 +417,10 @@ def test_bench_e2e_report_without_a_chain_gives_no_verdicts_from_nothing():
     """gamma 0 and a tree, no chain: the tree had been reported MISSED against a chain of gamma None (0.00
     tokens/call); the sampled speedup goal is issue #15's 1.3x, not greedy's 1.5x."""
     tree = {"gamma": "static-4", "mode": "static", "positions_per_call": 4, "tokens_per_call": 2.0, "speedup": 1.2}
-    assert bench_e2e.tree_vs_chain([tree]) == [{
+    assert e2e_report.tree_vs_chain([tree]) == [{
         "tree": "static-4", "nodes": 4, "tokens_per_call": 2.0, "best_chain_gamma": None,
         "best_chain_tokens_per_call": None, "higher": None, "speedup": 1.2, "best_chain_speedup": None}]
-    assert bench_e2e.speedup_goal({"temperature": 0.8}) == 1.3 and bench_e2e.speedup_goal({"temperature": 0}) == 1.5
+    assert e2e_report.speedup_goal({"temperature": 0.8}) == 1.3 and e2e_report.speedup_goal({"temperature": 0}) == 1.5
 
 
 def test_bench_e2e_guard_outside_the_gammas_exits_2(capsys):
@@ -538,7 +537,7 @@ def test_bench_e2e_trees(gpt2_dirs, tmp_path):
 def test_best_tree_counts_only_trees_that_branched():
     """A tree row that was a chain in every round (a static tree of 4 nodes at depth 3 is gamma 3's chain) is
     not the best tree, however fast; it is named as chain-shaped."""
-    from specdec.bench_e2e import best_tree_vs_best_chain
+    from specdec.bench.e2e_report import best_tree_vs_best_chain
 
     def row(gamma, mode, tps, branched):
         return {"gamma": gamma, "mode": mode, "tokens_per_s": tps, "branched_rounds": branched}
@@ -559,11 +558,10 @@ def test_bench_e2e_bad_tree_kind_exit_2(no_model_load, capsys):
 
 def test_failure_during_a_run_exits_1(monkeypatch, capsys):
     """An error inside the run (here a ValueError from the loop) is a failure (1), not a bad argument (2)."""
-    from specdec import runtime
 
     def broken(job, backend, **options):
         raise ValueError("something broke inside the loop")
-    monkeypatch.setattr(runtime, "run", broken)
+    monkeypatch.setattr(runner, "run", broken)
     assert exit_code(["generate", "--prompt", "x"]) == 1
     assert "specdec: generate failed: something broke inside the loop" in capsys.readouterr().err
 
@@ -615,8 +613,7 @@ def test_a_refused_command_leaves_no_output_directory(tmp_path, capsys):
 def test_bench_e2e_on_pynq_without_a_bitstream_fails_before_the_models_load(no_model_load, tmp_path, monkeypatch,
                                                                             capsys):
     """The bitstream is looked for first: it was looked for once both models had loaded (15 s on the demo pair)."""
-    from specdec import runtime
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
     monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
     assert exit_code(["bench", "e2e", "--backend", "pynq", "--gammas", "0", "--n-prompts", "1",
                       "--max-new-tokens", "2", "--no-peers"]) == 1

@@ -18,6 +18,7 @@ import pytest
 
 from hwcontract import formats, params, regmap
 from hwcontract.regmap import core
+from specdec.hw.drivers import verifier
 
 HEADER = Path(__file__).resolve().parents[1] / "hls_ref" / "include" / "specdec_regs.h"
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -175,12 +176,11 @@ def test_golden_decision_follows_the_result_groups():
 
 
 def test_driver_result_follows_the_groups():
-    from specdec.drivers import verifier as drv
-    names = tuple(f.name for f in fields(drv.Result) if f.name != "draft")
+    names = tuple(f.name for f in fields(verifier.Result) if f.name != "draft")
     groups = VERIFIER.group("RESULT").fields + VERIFIER.group("COUNTERS").fields
-    assert names == groups == tuple(drv._RESULTS)
-    assert all(VERIFIER.reg(r).access == "ro" for r in drv._RESULTS.values())
-    assert drv._RESULTS["cycles_stall"] == "CYCLES_STALL"
+    assert names == groups == tuple(verifier._RESULTS)
+    assert all(VERIFIER.reg(r).access == "ro" for r in verifier._RESULTS.values())
+    assert verifier._RESULTS["cycles_stall"] == "CYCLES_STALL"
 
 
 @needs_gxx

@@ -1,9 +1,9 @@
-"""The prompt sources: the Shakespeare corpus's passages and prompt files (``specdec.corpus``)."""
+"""The prompt sources: the Shakespeare corpus's passages and prompt files (``specdec.models.corpus``)."""
 from __future__ import annotations
 
 import pytest
 
-from specdec import corpus
+from specdec.models import corpus
 
 
 def test_held_out_passages_are_the_tragedies():

@@ -1,4 +1,4 @@
-"""The decode loop's parts (``specdec.decode``) and its losslessness under sampling.
+"""The decode loop's parts (``specdec.decoding.loop``) and its losslessness under sampling.
 
 * ``mask_logits`` equals transformers' top-k / top-p warpers at V=50257.
 * ``lookup`` and ``GammaSchedule`` follow their documented rules; every draft source is a ``Drafter``.
@@ -13,9 +13,15 @@ import numpy as np
 import pytest
 
 import model_pairs
-from specdec import decode, runtime, tree
-from specdec.decode import Chain, Drafter, GammaSchedule, GenConfig, Sampling, lookup, mask_logits
+from specdec import errors
+from specdec.app import runner
+from specdec.decoding import base, drafters, loop, rows as decoding_rows, sequoia, tree, trees
+from specdec.decoding.base import Chain, Drafter, GenConfig, Sampling
+from specdec.decoding.drafters import lookup
+from specdec.decoding.loop import GammaSchedule
+from specdec.decoding.rows import mask_logits
 from specdec.errors import OptionError
+from specdec.hw import cores
 from tb.verifier.lossless import ALPHA, chi2_pvalue
 
 torch = pytest.importorskip("torch")
@@ -112,29 +118,29 @@ def test_draft_token_on_a_compact_row_is_the_full_rows(sampling):
     z[1] = np.round(z[1])
     z[2] = 0.0
     z[2, 100:103] = 1.0
-    support = decode.Support(ids, V_GPT2)
+    support = base.Support(ids, V_GPT2)
     for r in range(len(z)):
         full = np.full((1, V_GPT2), -np.inf, dtype=np.float32)
         full[0, ids] = z[r]
         for seed in range(4):
             got_rows, want_rows = [], []
             rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
-            got = decode.draft_token(torch.from_numpy(z[r:r + 1]), 0, "head", sampling, rng_a, got_rows, 0.3,
+            got = decoding_rows.draft_token(torch.from_numpy(z[r:r + 1]), 0, "head", sampling, rng_a, got_rows, 0.3,
                                      support)
-            want = decode.draft_token(torch.from_numpy(full), 0, "head", sampling, rng_b, want_rows, 0.3)
+            want = decoding_rows.draft_token(torch.from_numpy(full), 0, "head", sampling, rng_b, want_rows, 0.3)
             assert got == want
             assert len(got_rows) == len(want_rows) == (0 if sampling.greedy else 1)
             for a, b in zip(got_rows, want_rows):
                 np.testing.assert_array_equal(a, b)
             assert rng_a.random() == rng_b.random()          # the same draws taken
     with pytest.raises(ValueError, match="ascending"):
-        decode.Support(ids[::-1], V_GPT2)
+        base.Support(ids[::-1], V_GPT2)
     with pytest.raises(ValueError, match="0..50256"):
-        decode.Support(np.array([3, V_GPT2]), V_GPT2)
+        base.Support(np.array([3, V_GPT2]), V_GPT2)
     bad = torch.from_numpy(z[:1].copy())
     bad[0, 7] = float("nan")
-    with pytest.raises(decode.SpecdecError, match=f"token {ids[7]}"):
-        decode.draft_token(bad, 0, "head", sampling, np.random.default_rng(0), [], None, support)
+    with pytest.raises(errors.SpecdecError, match=f"token {ids[7]}"):
+        decoding_rows.draft_token(bad, 0, "head", sampling, np.random.default_rng(0), [], None, support)
 
 
 def test_mask_greedy_and_off_leave_logits_alone():
@@ -170,7 +176,7 @@ def test_lookup_without_match_is_empty(ctx, g):
 
 
 def test_prompt_lookup_q_is_a_point_mass():
-    chain = decode.PromptLookup(vocab=10).propose([1, 2, 3, 1, 2], 3, Sampling(), None)   # 3 positions: 2 tokens
+    chain = drafters.PromptLookup(vocab=10).propose([1, 2, 3, 1, 2], 3, Sampling(), None)   # 3 positions: 2 tokens
     assert chain.tokens == (3, 1)
     q = chain.q
     assert q.shape == (2, 10)
@@ -183,9 +189,9 @@ def test_prompt_lookup_q_is_a_point_mass():
 # ------------------------------------------------------------------------------------------------
 def test_every_draft_source_is_a_drafter(tiny_pair):
     _, draft = tiny_pair
-    sources = [decode.ModelDraft(draft), decode.PromptLookup(V_SMALL), decode.NoDraft(),
-               tree.StaticTree(draft, [(0,), (1,)]), tree.EagleTree(draft, 4, 2, 2),
-               tree.SequoiaTree(draft, [0.5, 0.2], 4, 2)]
+    sources = [drafters.ModelDraft(draft), drafters.PromptLookup(V_SMALL), drafters.NoDraft(),
+               trees.StaticTree(draft, [(0,), (1,)]), trees.EagleTree(draft, 4, 2, 2),
+               sequoia.SequoiaTree(draft, [0.5, 0.2], 4, 2)]
     assert all(isinstance(d, Drafter) for d in sources)
     assert not isinstance(object(), Drafter)
 
@@ -193,7 +199,7 @@ def test_every_draft_source_is_a_drafter(tiny_pair):
 def test_drafters_propose_within_the_budget(tiny_pair):
     """``budget`` counts target positions: a chain of budget - 1 tokens, a tree of budget nodes."""
     _, draft = tiny_pair
-    md, eagle = decode.ModelDraft(draft), tree.EagleTree(draft, 16, 3, 3)
+    md, eagle = drafters.ModelDraft(draft), trees.EagleTree(draft, 16, 3, 3)
     for d in (md, eagle):
         d.start(PROMPT)
     chain = md.propose(PROMPT, 4, Sampling(), np.random.default_rng(0))
@@ -208,7 +214,7 @@ def test_drafters_propose_within_the_budget(tiny_pair):
 def test_generate_refuses_a_source_that_is_not_a_drafter(tiny_pair):
     target, _ = tiny_pair
     with pytest.raises(TypeError, match="list is not a Drafter"):
-        decode.generate(target, [1, 2], runtime.golden_verifier(), PROMPT, GenConfig(4, 2))
+        loop.generate(target, [1, 2], cores.golden_verifier(), PROMPT, GenConfig(4, 2))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -233,7 +239,7 @@ class NanLM:
 
 def test_finite_check_passes_masked_and_huge_rows_and_names_the_first_bad_one():
     """-inf (a masked token) and finite rows whose sum overflows pass; NaN and +inf are found wherever they are."""
-    from specdec.decode import _check_finite
+    from specdec.decoding.rows import check_finite as _check_finite
     rows = torch.zeros(3, 50_000)
     rows[:, 5] = -float("inf")
     _check_finite(rows, "target")
@@ -241,15 +247,15 @@ def test_finite_check_passes_masked_and_huge_rows_and_names_the_first_bad_one():
     for i, j, bad in ((0, 0, float("nan")), (2, 49_999, float("inf")), (1, 7, float("nan"))):
         poisoned = rows.clone()
         poisoned[i, j] = bad
-        with pytest.raises(decode.SpecdecError, match=f"row {i}, token {j}:"):
+        with pytest.raises(errors.SpecdecError, match=f"row {i}, token {j}:"):
             _check_finite(poisoned, "target")
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_draft_nan_names_the_drafts_row(temperature):
     """NaN in the draft model's row at position 2 is refused naming that row, q_2 (not p_2, not row 0)."""
-    draft = decode.ModelDraft(NanLM(8, bad_call=3))
-    with pytest.raises(decode.SpecdecError) as exc:
+    draft = drafters.ModelDraft(NanLM(8, bad_call=3))
+    with pytest.raises(errors.SpecdecError) as exc:
         draft.propose([1, 2], 5, Sampling(temperature), np.random.default_rng(0))
     msg = str(exc.value)
     assert "q_2 (the draft's row at position 2), token 3" in msg and "nan" in msg, msg
@@ -257,7 +263,7 @@ def test_draft_nan_names_the_drafts_row(temperature):
 
 def test_gamma_auto_schedule_steps_and_bounds():
     s = GammaSchedule("auto", gamma_max=8)
-    assert s.gamma == decode.AUTO_GAMMA_START == 4
+    assert s.gamma == base.AUTO_GAMMA_START == 4
     s.update(4, 4)
     assert s.gamma == 6
     s.update(6, 6)
@@ -275,8 +281,8 @@ def test_gamma_auto_schedule_steps_and_bounds():
     assert s.gamma == 1                     # never below 1
 
 
-def model_round(g: int, n_accept: int, draft_step: float, cost) -> decode.Round:
-    return decode.Round(g=g, n_accept=n_accept, emitted=n_accept + 1, depth=g,
+def model_round(g: int, n_accept: int, draft_step: float, cost) -> base.Round:
+    return base.Round(g=g, n_accept=n_accept, emitted=n_accept + 1, depth=g,
                         total_s=g * draft_step + cost(g + 1), draft_s=g * draft_step)
 
 
@@ -287,11 +293,11 @@ def model_round(g: int, n_accept: int, draft_step: float, cost) -> decode.Round:
 ])
 def test_gamma_model_schedule_picks_the_predicted_best(accept, cheap, expect):
     """``--gamma model`` learns acceptance and costs from its rounds and moves to the predicted best gamma."""
-    from specdec.breakeven import expected_tokens
+    from specdec.decoding.breakeven import expected_tokens
     d = 0.001 if cheap else 0.005
     cost = lambda n: 0.040 + 0.004 * n          # noqa: E731  the target's and the rest's seconds at n positions
     s = GammaSchedule("model", gamma_max=16)
-    assert s.gamma == decode.AUTO_GAMMA_START
+    assert s.gamma == base.AUTO_GAMMA_START
     rng = np.random.default_rng(0)
     for _ in range(400):
         g = s.gamma
@@ -341,7 +347,7 @@ CASES = {"T1": Sampling(temperature=1.0), "T0.7-k5-p0.9": Sampling(temperature=0
 def tiny_pair(torch_threads):
     """(target, draft) CausalLMs: unrelated tiny GPT-2s over 8 tokens (2 layers vs 1), whose two-token
     distributions differ by a total variation of ~0.3 (T=1) to ~0.7 (masked case)."""
-    from specdec.models import CausalLM
+    from specdec.models.lm import CausalLM
     return (CausalLM(model_pairs.tiny_gpt2(V_SMALL, 2, seed=11, init_std=INIT_STD), "target"),
             CausalLM(model_pairs.tiny_gpt2(V_SMALL, 1, seed=12, init_std=INIT_STD), "draft"))
 
@@ -362,13 +368,13 @@ def exact_two_token_dist(lm, s: Sampling) -> np.ndarray:
 
 def sample_counts(target, draft, s: Sampling, n: int, seed: int) -> np.ndarray:
     """Counts of the two new tokens over n speculative generations (gamma 2, golden verifier)."""
-    verifier = runtime.golden_verifier()
-    md = decode.ModelDraft(draft)
+    verifier = cores.golden_verifier()
+    md = drafters.ModelDraft(draft)
     counts = np.zeros(V_SMALL * V_SMALL, dtype=np.int64)
     for i in range(n):
-        verifier.seed(runtime.seed_words(seed, i))
+        verifier.seed(runner.seed_words(seed, i))
         cfg = GenConfig(max_new_tokens=2, gamma=2, sampling=s, seed=seed + i, stop_at_eos=False)
-        gen = decode.generate(target, md, verifier, PROMPT, cfg)
+        gen = loop.generate(target, md, verifier, PROMPT, cfg)
         assert len(gen.tokens) == 2
         counts[gen.tokens[0] * V_SMALL + gen.tokens[1]] += 1
     return counts
@@ -403,13 +409,13 @@ def test_sampling_through_loop_follows_target_long(tiny_pair, case):
 
 def fabric_draft(seed: int = 12):
     """A tiny Llama over the same 8 tokens with every linear layer (Q, K, V, O, gate, up, down, the head) on
-    the draft engine: quantized by ``specdec.int8draft`` (calibrated on random token runs) and placed on the
+    the draft engine: quantized by ``specdec.models.int8draft`` (calibrated on random token runs) and placed on the
     golden register model through the DraftEngine driver."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specdec import int8draft
-    from specdec.models import CausalLM
+    from specdec.models import int8draft
+    from specdec.models.lm import CausalLM
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=V_SMALL, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
@@ -419,7 +425,7 @@ def fabric_draft(seed: int = 12):
     runs = [rnd.integers(0, V_SMALL, 6).tolist() for _ in range(32)]
     stats = int8draft.calibrate(model, lambda ids, return_tensors: {"input_ids": torch.tensor([ids])}, runs)
     q = int8draft.quantize(model, stats)
-    report = int8draft.bind(q, runtime.golden_draftengine())
+    report = int8draft.bind(q, cores.golden_draftengine())
     assert report["layers"] == 8
     return CausalLM(q, "draft"), q
 
@@ -457,24 +463,24 @@ def test_draft_confidence_stops_chains_and_keeps_greedy_identity(tiny_pair):
     tiny draft's spread rows) each round drafts one token (the last: what the budget leaves), at 0.001 the whole budget; the tokens are the
     target's greedy ones either way."""
     target, draft = tiny_pair
-    verifier = runtime.golden_verifier()
+    verifier = cores.golden_verifier()
     cfg = GenConfig(max_new_tokens=12, gamma=4, stop_at_eos=False)
-    full = decode.generate(target, decode.ModelDraft(draft), verifier, PROMPT, cfg)
-    low = decode.generate(target, decode.ModelDraft(draft, confidence=0.001), verifier, PROMPT, cfg)
-    high = decode.generate(target, decode.ModelDraft(draft, confidence=0.99), verifier, PROMPT, cfg)
+    full = loop.generate(target, drafters.ModelDraft(draft), verifier, PROMPT, cfg)
+    low = loop.generate(target, drafters.ModelDraft(draft, confidence=0.001), verifier, PROMPT, cfg)
+    high = loop.generate(target, drafters.ModelDraft(draft, confidence=0.99), verifier, PROMPT, cfg)
     assert high.tokens == low.tokens == full.tokens
     assert [r.g for r in low.rounds] == [r.g for r in full.rounds] and max(r.g for r in full.rounds) == 4
     assert {r.g for r in high.rounds[:-1]} == {1} and high.rounds[-1].g <= 1     # the last round: what is left
     with pytest.raises(OptionError, match="draft_confidence"):
-        decode.ModelDraft(draft, confidence=1.0)
+        drafters.ModelDraft(draft, confidence=1.0)
 
 
 def test_greedy_whole_loop_equals_argmax_chain(tiny_pair):
     target, draft = tiny_pair
-    verifier = runtime.golden_verifier()
+    verifier = cores.golden_verifier()
     cfg = GenConfig(max_new_tokens=12, gamma=3, stop_at_eos=False)
-    gen = decode.generate(target, decode.ModelDraft(draft), verifier, PROMPT, cfg)
-    ref = decode.generate(target, None, None, PROMPT, GenConfig(12, 0, stop_at_eos=False))
+    gen = loop.generate(target, drafters.ModelDraft(draft), verifier, PROMPT, cfg)
+    ref = loop.generate(target, None, None, PROMPT, GenConfig(12, 0, stop_at_eos=False))
     assert sum(r.emitted for r in gen.rounds) == 12 and sum(r.total_s for r in gen.rounds) <= gen.wall_s
     assert [r.g for r in ref.rounds] == [0] * 12
     ctx, want = list(PROMPT), []

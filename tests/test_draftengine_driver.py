@@ -7,10 +7,10 @@ import pytest
 from hls_ref import draftengine as golden
 from hls_ref.vectors import DRAFT_SHAPES, draftengine_job
 from hwcontract.formats import de_act_beats, de_param_beats, de_unpack_outputs, de_weight_beats
-from specdec.backends.golden import GoldenDevice
-from specdec.drivers import DraftEngine
-from specdec.drivers.base import description
 from specdec.errors import CoreError, CoreTimeout, SpecdecError
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.draftengine import DraftEngine
+from specdec.hw.golden import GoldenDevice
 from tb.draftengine.driver_checks import check_draftengine_driver, check_job
 
 SMALL = dict(rows=4, cols=16, wdepth=256, pdepth=16, k_max=256, m_max=5)

@@ -1,4 +1,4 @@
-"""The EAGLE-style draft head (specdec.eagle) with the demo target.
+"""The EAGLE-style draft head (specdec.decoding.eagle) with the demo target.
 
 * Its chains are what a full recomputation gives: the first draft token from the target's real features of the
   whole context (the head's cache rebuilt from the accepted tokens' real features after every round), the
@@ -19,18 +19,24 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import corpus, decode, eagle, kernels, models, pairs, paths, runtime  # noqa: E402
+from specdec import paths  # noqa: E402
+from specdec.app import pairs, runner  # noqa: E402
+from specdec.bench import e2e  # noqa: E402
+from specdec.decoding import (base, calibration, drafters, eagle, loop, rows as decoding_rows,  # noqa: E402
+                              trees as decoding_trees)
 from specdec.errors import OptionError  # noqa: E402
-from specdec.hotvocab import hot_ids  # noqa: E402
+from specdec.hw import cores  # noqa: E402
+from specdec.models import corpus, kernels, lm as models_lm, loading  # noqa: E402
+from specdec.models.hotvocab import hot_ids  # noqa: E402
 
 pytestmark = pytest.mark.ml
-HEAD = models.DEMO_EAGLE
+HEAD = loading.DEMO_EAGLE
 HEAD_DIR = paths.model_dir(HEAD)
 
 
 @pytest.fixture(scope="module")
 def target(torch_threads):
-    return models.load(models.DEMO_TARGET)
+    return loading.load(loading.DEMO_TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +62,7 @@ def reference_chain(head, model, context: list[int], g: int) -> list[int]:
 
 def test_chains_equal_a_full_recomputation_round_after_round(target):
     model, tok = target
-    lm = models.CausalLM(model, "target")
+    lm = models_lm.CausalLM(model, "target")
     head = eagle.load_head(HEAD_DIR, model)
     draft = eagle.EagleDraft(head, lm)
     seen = []
@@ -69,7 +75,7 @@ def test_chains_equal_a_full_recomputation_round_after_round(target):
         return chain
     draft.propose = checked
     prompt = pairs.encode(tok, corpus.sample_passages(1, held_out=True, seed=5)[0])[:40]
-    gen = decode.generate(lm, draft, runtime.golden_verifier(), prompt, decode.GenConfig(24, 3))
+    gen = loop.generate(lm, draft, cores.golden_verifier(), prompt, base.GenConfig(24, 3))
     assert len(seen) == len(gen.rounds) >= 3 and len(seen[0]) == 3
     accepted = [r.n_accept for r in gen.rounds]
     assert 0 < max(accepted) and min(accepted) < 3, accepted     # rounds that kept drafted slots and cut some
@@ -100,7 +106,7 @@ def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
     path; after the target verifies a tree and keeps a path, its features follow the kept nodes, the head
     drops its pending slots and feeds the accepted tokens again from those real features."""
     model, tok = target
-    lm = models.CausalLM(model, "target")
+    lm = models_lm.CausalLM(model, "target")
     head = eagle.load_head(HEAD_DIR, model)
     hl = eagle.HeadLM(head, lm)
     ctx = pairs.encode(tok, corpus.sample_passages(1, held_out=True, seed=3)[0])[:30]
@@ -122,7 +128,7 @@ def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
         assert close_rows(rows1[i], reference_row(head, model, ctx, [top[i]]))
         assert close_rows(rows2[i], reference_row(head, model, ctx, [top[i], kids[i]]))
     assert hl.pending == 4
-    with pytest.raises(models.CacheStateError, match="pending"):
+    with pytest.raises(models_lm.CacheStateError, match="pending"):
         hl.forward([top[0]])
     with pytest.raises(ValueError, match="one depth up"):           # a node whose parent was never forwarded
         hl.forward_tree([5], np.array([[0, 0, 0, 0, 1]], dtype=bool), [2])
@@ -145,8 +151,7 @@ def test_tree_rows_equal_a_full_recomputation_along_each_path(target):
     lm.forward(ctx[:-1])                    # (the recomputations above ran the target: its features again)
     assert close_rows(hl.forward(ctx[hl.length:])[-1], root)
     # Sequoia's calibration ranks the target's greedy token among the head's rows (its forward from position 0)
-    from specdec import tree
-    acc = tree.measure_acceptance(lm, hl, [ctx, nxt], 3, skip=1)
+    acc = calibration.measure_acceptance(lm, hl, [ctx, nxt], 3, skip=1)
     assert acc.shape == (3,) and 0.2 < acc[0] <= 1 and (0 <= acc).all() and (acc <= 1).all()
 
 
@@ -174,10 +179,10 @@ def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
 
 def test_bad_heads_and_options_are_refused(target, tmp_path):
     model, _ = target
-    with pytest.raises(models.ModelError, match="holds no EAGLE head"):
+    with pytest.raises(loading.ModelError, match="holds no EAGLE head"):
         eagle.load_head(tmp_path, model)
     (tmp_path / eagle.CONFIG_FILE).write_text(json.dumps({"vocab": 50257, "layer_config": {"hidden_size": 768}}))
-    with pytest.raises(models.ModelError, match="vocabulary 50257 and width 768"):
+    with pytest.raises(loading.ModelError, match="vocabulary 50257 and width 768"):
         eagle.load_head(tmp_path, model)
     with pytest.raises(ValueError, match="outside 0..49151"):
         eagle.new_head(model, np.array([0, 49152]))
@@ -197,7 +202,7 @@ def test_head_is_committed_small_and_documented():
 
 def run_greedy_identical(pair, job: dict) -> dict:
     """``job`` on the golden cores; every generation's tokens must equal the target's own greedy ``generate``."""
-    res = runtime.run(job, "ref", pair)
+    res = runner.run(job, "ref", pair)
     for g in res["generations"]:
         with torch.inference_mode():
             want = pair.target.model.generate(torch.tensor([g["prompt_ids"]]), max_new_tokens=job["max_new_tokens"],
@@ -208,22 +213,21 @@ def run_greedy_identical(pair, job: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def eagle_pair(target):
-    return pairs.open_pair(models.DEMO_TARGET, HEAD)
+    return pairs.open_pair(loading.DEMO_TARGET, HEAD)
 
 
 def test_pair_options_the_head_cannot_take(eagle_pair, monkeypatch):
     with monkeypatch.context() as mp:           # refused before any model loads
-        mp.setattr(models, "load", lambda name: pytest.fail(f"loaded {name} before refusing the option"))
+        mp.setattr(loading, "load", lambda name: pytest.fail(f"loaded {name} before refusing the option"))
         with pytest.raises(OptionError, match="draft_vocab"):
-            pairs.open_pair(models.DEMO_TARGET, HEAD, draft_vocab=2048)
+            pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_vocab=2048)
         with pytest.raises(OptionError, match="draft_engine"):
-            pairs.open_pair(models.DEMO_TARGET, HEAD, draft_engine="fabric")
-    from specdec import tree
-    from specdec.job import TreeSpec
+            pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_engine="fabric")
+    from specdec.app.job import TreeSpec
     built = pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))       # trees expand the head
-    assert isinstance(built, tree.StaticTree) and isinstance(built.lm, eagle.HeadLM)
+    assert isinstance(built, decoding_trees.StaticTree) and isinstance(built.lm, eagle.HeadLM)
     import dataclasses
-    lookup = dataclasses.replace(eagle_pair, draft=decode.PromptLookup(eagle_pair.vocab), draft_name="prompt-lookup")
+    lookup = dataclasses.replace(eagle_pair, draft=drafters.PromptLookup(eagle_pair.vocab), draft_name="prompt-lookup")
     with pytest.raises(OptionError, match="prompt lookup builds no trees"):
         pairs.drafter(lookup, TreeSpec(kind="eagle", budget=8))
 
@@ -253,13 +257,13 @@ def test_calibrated_tree_over_the_head_is_greedy_identical(eagle_pair):
 
 
 def test_hf_assisted_peers_get_the_default_draft_with_the_heads_hot_vocabulary(eagle_pair):
-    from specdec import bench_e2e, peers
-    model, name = bench_e2e.assistant(eagle_pair, peers.default_peers(4))
+    from specdec.bench import peers
+    model, name = e2e.assistant(eagle_pair, peers.default_peers(4))
     n = eagle_pair.draft.head.hot_ids.numel()
-    assert name == f"{models.DEMO_DRAFT} (hot vocabulary {n})"
+    assert name == f"{loading.DEMO_DRAFT} (hot vocabulary {n})"
     head = model.get_output_embeddings()
     assert head.weight.shape[0] == n and torch.equal(head.ids, eagle_pair.draft.head.hot_ids)
-    assert bench_e2e.assistant(eagle_pair, [peers.Peer("hf-target")]) == (None, None)    # not loaded unasked
+    assert e2e.assistant(eagle_pair, [peers.Peer("hf-target")]) == (None, None)    # not loaded unasked
 
 
 def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_seed(eagle_pair):
@@ -278,12 +282,12 @@ def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_see
         return chain
     draft.propose = spy
     prompt = pairs.encode(eagle_pair.tokenizer, corpus.sample_passages(1, held_out=True, seed=9)[0])[:32]
-    cfg = decode.GenConfig(16, 3, decode.Sampling(temperature=0.8, top_p=0.95), seed=4)
+    cfg = base.GenConfig(16, 3, base.Sampling(temperature=0.8, top_p=0.95), seed=4)
     runs = []
     for _ in range(2):
-        verifier = runtime.golden_verifier()
-        verifier.seed(runtime.seed_words(cfg.seed, 0))
-        runs.append(decode.generate(eagle_pair.target, draft, verifier, prompt, cfg).tokens)
+        verifier = cores.golden_verifier()
+        verifier.seed(runner.seed_words(cfg.seed, 0))
+        runs.append(loop.generate(eagle_pair.target, draft, verifier, prompt, cfg).tokens)
     assert runs[0] == runs[1] and len(runs[0]) == 16
     q = np.concatenate(rows)
     assert len(q) >= 6 and (q[:, outside] == -32768).all()
@@ -295,9 +299,9 @@ def test_sampled_chains_give_q_zero_outside_the_hot_vocabulary_and_repeat_by_see
         compact, full = draft.lm.compact_rows(h), draft.head.logits(h)
     for seed in range(3):
         got, want = [], []
-        assert decode.draft_token(compact, 0, "head", cfg.sampling, np.random.default_rng(seed), got, None,
+        assert decoding_rows.draft_token(compact, 0, "head", cfg.sampling, np.random.default_rng(seed), got, None,
                                   draft.lm.support) == \
-            decode.draft_token(full, 0, "head", cfg.sampling, np.random.default_rng(seed), want)
+            decoding_rows.draft_token(full, 0, "head", cfg.sampling, np.random.default_rng(seed), want)
         np.testing.assert_array_equal(got[0], want[0])
 
 
@@ -318,10 +322,10 @@ def test_trees_of_the_head_are_greedy_identical_to_target_alone(eagle_pair, kind
 def test_trees_ranked_on_compact_rows_equal_trees_ranked_on_full_rows(eagle_pair):
     """The tree builders rank the head's compact rows (its N hot entries, ascending ids): the same trees, node for
     node, as when they rank its full-vocabulary rows."""
-    from specdec import tree
     prompt = pairs.encode(eagle_pair.tokenizer, corpus.sample_passages(1, held_out=True, seed=5)[0])[:40]
     target = eagle_pair.target
-    for make in (lambda lm: tree.EagleTree(lm, 8, 3, 2), lambda lm: tree.StaticTree(lm, tree.default_paths(8, 3))):
+    for make in (lambda lm: decoding_trees.EagleTree(lm, 8, 3, 2),
+                 lambda lm: decoding_trees.StaticTree(lm, decoding_trees.default_paths(8, 3))):
         trees = []
         for compact in (True, False):
             builder = make(eagle.HeadLM(eagle_pair.draft.head, target))

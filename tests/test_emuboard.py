@@ -1,4 +1,4 @@
-"""The emulated board (``specdec.emuboard``): pynq's own Overlay, DMA driver and buffers against the golden
+"""The emulated board (``specdec.hw.emuboard``): pynq's own Overlay, DMA driver and buffers against the golden
 register models, reading the hardware description ``specdec.hwh`` renders from ``hwcontract.board``.
 
 The description must parse into every cell of the block design with its VLNV and address, and the drivers
@@ -23,11 +23,20 @@ from pynq.registers import RegisterMap
 
 from hls_ref import treemask as tm_ref
 from hwcontract import board as bd
-from specdec import hwh, paths, runtime
-from specdec.drivers import DmaSink, DmaStream, DraftEngine, KVPage, Rng, TreeMask, Verifier
-from specdec.emuboard import AXI_DMA_REGISTERS, EmulatedBoard, bitstream_header
+from specdec import paths
+from specdec.app import runner
+from specdec.decoding import drafters
 from specdec.errors import BusError, CoreTimeout, HardwareMismatch, SpecdecError
-from specdec.overlay import SpecdecOverlay
+from specdec.hw import cores, hwh, overlay
+from specdec.hw.drivers.draftengine import DraftEngine
+from specdec.hw.drivers.kvpage import KVPage
+from specdec.hw.drivers.rng import Rng
+from specdec.hw.drivers.treemask import TreeMask
+from specdec.hw.drivers.verifier import Verifier
+from specdec.hw.emuboard import AXI_DMA_REGISTERS, EmulatedBoard, bitstream_header
+from specdec.hw.overlay import SpecdecOverlay
+from specdec.hw.streams import DmaSink, DmaStream
+from specdec.models import lm
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVERS = {"verifier": Verifier, "treemask": TreeMask, "kvpage": KVPage, "draftengine": DraftEngine, "rng": Rng}
@@ -366,29 +375,29 @@ def test_a_reset_on_one_channel_resets_the_whole_dma(kv260):
 def test_pynq_backend_on_the_emulated_board(monkeypatch):
     """SPECDEC_EMULATE=kv260 points backend pynq at the emulated KV260: the cores with their DMA channels, the
     draft engine with a sink for its longest frame."""
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
-    c = runtime.pynq_cores()
+    monkeypatch.setenv(paths.EMULATE_ENV, "kv260")
+    c = overlay.pynq_cores()
     assert isinstance(c.verifier.device, EmulatedBoard) and c.verifier.device.design.name == "kv260"
     assert isinstance(c.verifier.stream, DmaStream) and isinstance(c.masker.sink, DmaSink)
     assert isinstance(c.kv, KVPage)
-    de = runtime.pynq_draftengine()
+    de = overlay.pynq_draftengine()
     assert isinstance(de.stream, DmaStream) and isinstance(de.sink, DmaSink)
     word = bd.design("kv260").dma("draftengine").s2mm_width // 8
     assert de.sink.buffer.nbytes == de.m_max * de.pdepth * word == 16 * 2048 * 32
-    monkeypatch.setenv(runtime.EMULATE_ENV, "zedboard")
+    monkeypatch.setenv(paths.EMULATE_ENV, "zedboard")
     with pytest.raises(ValueError, match="SPECDEC_EMULATE='zedboard' is not a board; boards: pynq-z2, kv260"):
-        runtime.pynq_cores()
+        overlay.pynq_cores()
 
 
 @pytest.fixture(scope="module")
 def fabric_pair(opt_pair):
     """The OPT pair with its draft on the int8 draft engine at a 4,096-token hot head (what the KV260's
     engine memories hold; the full 50,272-token head does not fit)."""
-    from specdec import decode, int8draft, models
-    from specdec.hotvocab import hot_head_model, hot_ids
+    from specdec.models import int8draft
+    from specdec.models.hotvocab import hot_head_model, hot_ids
     hot = hot_head_model(opt_pair.draft.lm.model, hot_ids(opt_pair.tokenizer, 4096, opt_pair.vocab))
     q = int8draft.demo_draft(hot.float(), opt_pair.tokenizer, n_calibration=16)
-    return dataclasses.replace(opt_pair, draft=decode.ModelDraft(models.CausalLM(q, "draft")), draft_name="int8")
+    return dataclasses.replace(opt_pair, draft=drafters.ModelDraft(lm.CausalLM(q, "draft")), draft_name="int8")
 
 
 @pytest.mark.ml
@@ -406,12 +415,12 @@ def test_decode_through_pynq_on_the_emulated_board_equals_the_golden_backend(opt
     job = {**greedy_job(opt_dirs, model_pairs.prompts(1), 4, n_new), "draft_engine": "fabric",
            "tree": {"kind": "eagle", "budget": 16, "depth": 6, "topk": 4}}
     board = EmulatedBoard(board_name)
-    ol = runtime.pynq_overlay(device=board)
+    ol = overlay.pynq_overlay(device=board)
     c = ol.cores()
     engine = ol.draft_engine()
-    res = runtime.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, engine=engine)
-    ref = runtime.execute(job, runtime.golden_verifier(), fabric_pair, masker=runtime.golden_masker(),
-                          kv=runtime.golden_kvpage(), engine=runtime.golden_draftengine())
+    res = runner.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, engine=engine)
+    ref = runner.execute(job, cores.golden_verifier(), fabric_pair, masker=cores.golden_masker(),
+                          kv=cores.golden_kvpage(), engine=cores.golden_draftengine())
     assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
     assert_identical(res, Reference(fabric_pair), n_new)
     rounds = [r for g in res["generations"] for r in g["rounds"]]
@@ -431,7 +440,7 @@ def test_cli_generate_on_the_emulated_board(opt_dirs, opt_pair, monkeypatch, cap
     pytest.importorskip("torch")
     import model_pairs
     from specdec import cli
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setenv(paths.EMULATE_ENV, "kv260")
     prompt = model_pairs.prompts(1)[0]
     argv = ["generate", "--prompt", prompt, "--target", opt_dirs[0], "--draft", opt_dirs[1], "--backend", "pynq",
             "--gamma", "4", "--max-new-tokens", "12"]

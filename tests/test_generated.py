@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ def _load_gen():
 
 
 gen = _load_gen()
+#: scripts/gen_figures.py, as gen.py imported it (the README's figures table)
+gen_figures = sys.modules["gen_figures"]
 
 
 def run_gen(*args: str) -> subprocess.CompletedProcess:
@@ -89,7 +92,8 @@ def test_check_reports_missing_and_stale(tmp_path):
 
 def test_render_is_deterministic():
     assert gen.outputs() == gen.outputs()
-    assert set(gen.outputs()) == {gen.HEADER_PATH, gen.MARKDOWN_PATH} | {gen.design_path(b) for b in gen.BOARDS}
+    assert set(gen.outputs()) == ({gen.HEADER_PATH, gen.MARKDOWN_PATH, gen.README}
+                                  | {gen.design_path(b) for b in gen.BOARDS})
     assert HEADER.read_text() == gen.render_header()
     assert MARKDOWN.read_text() == gen.render_markdown()
 
@@ -305,3 +309,18 @@ def test_markdown_lists_groups_formats_and_parameters():
     for core, ps in params.CORES.items():
         for p in ps:
             assert f"| {core} | `{p.name}` | {p.default} | {p.describe()} |" in md, (core, p.name)
+
+
+def test_figures_follow_the_results(tmp_path):
+    """The README's figures table reads bench/results: a changed result changes the table, and the committed README
+    holds the table the committed results give."""
+    assert gen_figures.render_table(ROOT) in (ROOT / "README.md").read_text(encoding="utf-8")
+    shutil.copytree(ROOT / "bench" / "results", tmp_path / "bench" / "results")
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    path = tmp_path / "bench" / "results" / "verifier_v50257_g4_l4.json"
+    data = json.loads(path.read_text())
+    data["ratio"] = 1.0777
+    path.write_text(json.dumps(data))
+    table = gen_figures.render_table(tmp_path)
+    assert "| 1.0777 |" in table and table != gen_figures.render_table(ROOT)
+    assert gen_figures.render_table(tmp_path) in gen_figures.render_readme(tmp_path)

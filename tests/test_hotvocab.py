@@ -1,4 +1,4 @@
-"""The hot-vocabulary draft head (specdec.hotvocab): its map is checked, its logits are the full head's on
+"""The hot-vocabulary draft head (specdec.models.hotvocab): its map is checked, its logits are the full head's on
 the hot rows and -inf elsewhere, and the loop stays lossless with it."""
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 
 import model_pairs
-from specdec import decode, hotvocab, runtime
-from specdec.decode import GenConfig, ModelDraft, Sampling
+from specdec.app.job import PROMPT_LOOKUP, Job
+from specdec.decoding import loop
+from specdec.decoding.base import GenConfig, Sampling
+from specdec.decoding.drafters import ModelDraft
 from specdec.errors import OptionError
-from specdec.job import PROMPT_LOOKUP, Job
+from specdec.hw import cores
+from specdec.models import hotvocab, loading
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("torch_threads")
@@ -46,8 +49,7 @@ def test_hot_head_keeps_the_hot_rows_and_masks_the_rest():
 
 
 def test_hot_ids_are_the_most_frequent_training_tokens():
-    from specdec import models
-    tok = models.gpt2_tokenizer()
+    tok = loading.gpt2_tokenizer()
     ids = hotvocab.hot_ids(tok, 200, 50257)
     assert len(ids) == len(set(ids.tolist())) == 200
     counts = hotvocab._counts(tok)
@@ -59,11 +61,11 @@ def test_hot_ids_are_the_most_frequent_training_tokens():
 
 
 def test_counts_are_kept_on_disk_keyed_by_text_and_tokenizer(tmp_path, monkeypatch):
-    from specdec import corpus, models
-    tok = models.gpt2_tokenizer()
+    from specdec.models import corpus
+    tok = loading.gpt2_tokenizer()
     texts = ["To be, or not to be", "that is the question:", "to be"]
     monkeypatch.setattr(corpus, "passages", lambda held_out: list(texts))
-    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(loading.CACHE_ENV, str(tmp_path))
     hotvocab._counts.cache_clear()
     first = hotvocab._counts(tok)
     assert first[tok(" be")["input_ids"][0]] == 3
@@ -75,7 +77,7 @@ def test_counts_are_kept_on_disk_keyed_by_text_and_tokenizer(tmp_path, monkeypat
     hotvocab._counts.cache_clear()
     assert hotvocab._counts(tok)[tok("be")["input_ids"][0]] == first[tok("be")["input_ids"][0]] + 1
     assert len(list((tmp_path / "hotvocab").iterdir())) == 2
-    monkeypatch.setenv(models.CACHE_ENV, "off")
+    monkeypatch.setenv(loading.CACHE_ENV, "off")
     hotvocab._counts.cache_clear()
     assert hotvocab._counts(tok) and len(list((tmp_path / "hotvocab").iterdir())) == 2
     hotvocab._counts.cache_clear()
@@ -85,17 +87,17 @@ def test_counts_are_kept_on_disk_keyed_by_text_and_tokenizer(tmp_path, monkeypat
 def test_loop_with_a_hot_draft(sampling):
     """Greedy: target-only's tokens. Sampled: every token can still come out, also those outside the hot set
     (the verifier resamples them from the target)."""
-    from specdec.models import CausalLM
+    from specdec.models.lm import CausalLM
     target = CausalLM(model_pairs.tiny_gpt2(V, 2, seed=1, init_std=0.1), "target")      # spread-out rows
     hot_ids = np.arange(0, V, 2)                         # the even tokens only
     draft = ModelDraft(CausalLM(hotvocab.hot_head_model(model_pairs.tiny_gpt2(V, 1, seed=2, init_std=0.1), hot_ids),
                                 "draft"))
     cfg = GenConfig(24, 3, sampling=sampling, seed=1, stop_at_eos=False)
-    verifier = runtime.golden_verifier()
+    verifier = cores.golden_verifier()
     verifier.seed([5, 6, 7, 8])
-    gen = decode.generate(target, draft, verifier, [3, 17, 5], cfg)
+    gen = loop.generate(target, draft, verifier, [3, 17, 5], cfg)
     if sampling.greedy:
-        base = decode.generate(target, None, None, [3, 17, 5], GenConfig(24, 0, stop_at_eos=False))
+        base = loop.generate(target, None, None, [3, 17, 5], GenConfig(24, 0, stop_at_eos=False))
         assert gen.tokens == base.tokens
     else:
         assert any(t % 2 for t in gen.tokens)            # an odd token: not from the draft's head

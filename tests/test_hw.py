@@ -179,7 +179,7 @@ def test_memories_carry_their_ram_style() -> None:
     the verifier's buffer tails, treemask's rows and the AXI-Lite shadow bytes in distributed RAM, kvpage's
     per-slot state in flip-flops; the draft engine's weights in block RAM unless its build says URAM."""
     from fpga.convert import convert, memories
-    from specdec.backends.simulator import BUILD
+    from specdec.sim.harness import BUILD
     styles = {}
     for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("draftengine", None),
                          ("treemask", None)):
@@ -225,7 +225,7 @@ def test_the_kv260_weight_memory_is_marked_ultraram_and_fits_the_part() -> None:
     from fpga.overlay_budget import OVERLAY_CORES, PARTS
     from hwcontract import board
     from hwcontract.latency import de_wpipe, uram_blocks, uram_matrix
-    from specdec.backends.simulator import BUILD
+    from specdec.sim.harness import BUILD
     build = board.design("kv260").cell("draftengine").params
     text = convert("draftengine", build, BUILD / "src").read_text()
     ultra = [m for m in memories(text) if m.style == "ultra"]
@@ -246,7 +246,7 @@ def test_only_the_verifier_says_no_srl() -> None:
     """The verifier's module carries ``shreg_extract = "no"`` (fpga.convert.NO_SRL: its delay lines stay
     flip-flops), on the line before its module; no other core's does."""
     from fpga.convert import NO_SRL, NO_SRL_ATTRIBUTE, convert
-    from specdec.backends.simulator import BUILD
+    from specdec.sim.harness import BUILD
     assert NO_SRL == {"verifier"}
     for core, params in (("verifier", {"VOCAB_MAX": 50272}), ("kvpage", None), ("rng", None)):
         lines = convert(core, params, BUILD / "src").read_text().splitlines()
@@ -312,7 +312,7 @@ def test_conversion_gives_the_same_verilog_in_every_process(tmp_path):
 def test_verilator_builds_compile_through_ccache(tmp_path, monkeypatch):
     """With ccache on PATH, a Verilator build's ``make`` sees OBJCACHE (and CCACHE_DIR under build/) for the
     build only; Icarus builds and a machine without ccache see neither."""
-    from specdec.backends import simulator as harness
+    from specdec.sim import harness
     fake = tmp_path / "ccache"
     fake.write_text("#!/bin/sh\nexec \"$@\"\n")
     fake.chmod(0o755)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from fpga import hw, overlay_budget, pnr
-from specdec import bench, cli
-from specdec.backends import simulator as harness
+from specdec import cli
+from specdec.bench import rtl
+from specdec.sim import harness
 
 
 
@@ -359,7 +360,7 @@ def test_overlay_boards_and_hook() -> None:
 
 def test_projection_formula() -> None:
     f, vocab = 100e6, 50_000
-    pr = bench.projections(5, 9, 62_500, vocab, 1_000.0, {"a": f, "b": None})
+    pr = rtl.projections(5, 9, 62_500, vocab, 1_000.0, {"a": f, "b": None})
     assert pr["b"] is None
     a = pr["a"]
     assert a["positions_per_s"] == pytest.approx(5 * f / 62_500)

@@ -1,4 +1,4 @@
-"""The draft on the int8 engine's arithmetic (specdec.int8draft): each layer is the golden engine's job on
+"""The draft on the int8 engine's arithmetic (specdec.models.int8draft): each layer is the golden engine's job on
 the quantized integers, the LM head writes Q7.8 logit codes, and the demo draft's int8 twin agrees with its
 float twin on held-out text (goal 98%; 98.09% on 200 passages with the second int8 planes, 96.57% with one,
 docs/draftengine.md)."""
@@ -10,10 +10,13 @@ import pytest
 import model_pairs
 from hls_ref import draftengine as golden
 from hwcontract.formats import LOGIT_FRAC
-from specdec import corpus, int8draft, models, runtime
+from specdec import paths
+from specdec.app import runner
+from specdec.app.job import Job
 from specdec.errors import OptionError, SpecdecError
-from specdec.job import Job
-from specdec.hotvocab import hot_head_model, hot_ids
+from specdec.hw import cores
+from specdec.models import corpus, int8draft, loading
+from specdec.models.hotvocab import hot_head_model, hot_ids
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -81,7 +84,7 @@ def test_every_linear_layer_runs_on_the_engine_and_the_head_writes_logit_codes()
 
 @pytest.fixture(scope="module")
 def demo_draft():
-    m, tok = models.load(models.DEMO_DRAFT)
+    m, tok = loading.load(loading.DEMO_DRAFT)
     m = hot_head_model(m, hot_ids(tok, 8192, m.get_output_embeddings().weight.shape[0])).float().eval()
     return m, tok
 
@@ -117,12 +120,12 @@ def test_job_checks_the_draft_engine(kw, message):
 def test_a_fabric_draft_on_a_board_goes_to_the_overlay_before_any_model_loads(monkeypatch, tmp_path):
     """Backend pynq takes a fabric draft (the overlay holds the engine: tests/test_emuboard.py runs it on the
     emulated KV260); the overlay is loaded before any model, so a missing bitstream stops the run first."""
-    monkeypatch.setattr(models, "load", lambda name: pytest.fail(f"{name} loaded"))
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.setattr(loading, "load", lambda name: pytest.fail(f"{name} loaded"))
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
     monkeypatch.setenv("SPECDEC_BITSTREAM", str(tmp_path / "none.bit"))
     Job(prompts=("x",), draft_engine="fabric").check_backend("pynq")         # no OptionError
     with pytest.raises(FileNotFoundError, match="no bitstream at .*none.bit"):
-        runtime.run({"prompts": ["x"], "draft_engine": "fabric"}, "pynq")
+        runner.run({"prompts": ["x"], "draft_engine": "fabric"}, "pynq")
 
 
 def test_bind_places_what_fits_and_streams_what_does_not():
@@ -136,11 +139,11 @@ def test_bind_places_what_fits_and_streams_what_does_not():
                           np.full(n, 1 << 14), np.full(n, 20), 1.0, np.ones(n), 16, np.ones(k))
     model = torch.nn.Sequential(int8draft.EngineModule(q))
     x = torch.from_numpy(rng.normal(size=(20, k)))                          # M = 20: two jobs of M_MAX 16
-    small = runtime.golden_draftengine({"WDEPTH": 256, "PDEPTH": 16})
+    small = cores.golden_draftengine({"WDEPTH": 256, "PDEPTH": 16})
     with pytest.raises(ValueError, match="a 600 x 64 layer needs 600 weight beats and 75 parameter tiles; "
                                          "256 and 16 are free"):
         int8draft.bind(model, small, streaming=False)
-    fits = runtime.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
+    fits = cores.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
     report = int8draft.bind(model, fits)
     assert (report["layers"], report["weight_beats"], report["param_tiles"], report["streamed"]) == (1, 600, 75, False)
     assert (report["streamed_weight_beats"], report["loads"]) == (0, 0)
@@ -176,10 +179,10 @@ def test_bind_places_the_largest_matrices_and_streams_the_rest_through_the_windo
     model = torch.nn.Sequential(layer("head", 1024, 64), *(layer(f"l{i}", 256, 64) for i in range(4)))
     x = torch.from_numpy(rng.normal(size=(3, 64)))
     outs = [mod(x) for mod in model]                        # each matrix on the golden model, nothing bound
-    big = runtime.golden_draftengine({"WDEPTH": 4096, "PDEPTH": 256})
+    big = cores.golden_draftengine({"WDEPTH": 4096, "PDEPTH": 256})
     assert not int8draft.bind(model, big)["streamed"]
     assert all(torch.equal(mod(x), want) for mod, want in zip(model, outs, strict=True))
-    eng = runtime.golden_draftengine({"WDEPTH": 1536, "PDEPTH": 256})     # 2,048 beats do not fit
+    eng = cores.golden_draftengine({"WDEPTH": 1536, "PDEPTH": 256})     # 2,048 beats do not fit
     report = int8draft.bind(model, eng)
     # the head (1,024) leaves 512 >= 256 for the rest: placed; one 256-beat layer more leaves 256: placed;
     # another would leave 0: the other three stream through the 256-beat window, one load each
@@ -203,7 +206,7 @@ def test_bind_puts_a_second_weight_plane_on_the_engine_as_one_more_matrix():
                                   float(np.abs(x @ w.T).max()), act_planes=2, weight_planes=2)
     model = torch.nn.Sequential(int8draft.EngineModule(q))
     want = model(torch.from_numpy(x))                        # the golden model (no engine bound yet)
-    eng = runtime.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
+    eng = cores.golden_draftengine({"WDEPTH": 1024, "PDEPTH": 128})
     one = int8draft.bind(model, eng)
     assert one["weight_beats"] == 2 * eng.footprint(40, 64)[0] and not one["streamed"]
     assert torch.equal(model(torch.from_numpy(x)), want) and eng.jobs == 2

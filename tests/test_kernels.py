@@ -1,5 +1,5 @@
-"""specdec.kernels: the linear layers' kernel chosen by rows (rowgemm, W @ x.T, F.linear) gives F.linear's values,
-falls back to torch when rowgemm cannot run, and models load with it."""
+"""specdec.models.kernels: the linear layers' kernel chosen by rows (rowgemm, W @ x.T, F.linear) gives F.linear's
+values, falls back to torch when rowgemm cannot run, and models load with it."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import kernels  # noqa: E402
+from specdec.models import kernels, loading  # noqa: E402
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 16, 64])
@@ -277,8 +277,8 @@ def test_use_row_kernels_routes_plain_linears_only():
 
 @pytest.mark.ml
 def test_loaded_models_use_row_kernels(torch_threads):
-    """A model from specdec.models.load multiplies by rows (Llama and OPT: nn.Linear; GPT-2 keeps its Conv1D)."""
-    from specdec import models
-    model, _ = models.load(models.DEMO_DRAFT)
+    """A model from specdec.models.loading.load multiplies by rows (Llama and OPT: nn.Linear; GPT-2 keeps its
+    Conv1D)."""
+    model, _ = loading.load(loading.DEMO_DRAFT)
     plain = [m for m in model.modules() if type(m) is torch.nn.Linear]
     assert plain and all("forward" in vars(m) for m in plain)

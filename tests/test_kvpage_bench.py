@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hls_ref import kvpage as golden
-from specdec.bench import kv_decode
+from specdec.bench.rtl import kv_decode
 from specdec.cli import main
 
 

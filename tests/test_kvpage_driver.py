@@ -6,8 +6,8 @@ import re
 import pytest
 
 from specdec import errors
-from specdec.drivers import KVPageError
-from specdec.pagetable import PagedKV, PageTableMismatch
+from specdec.hw.drivers.kvpage import KVPageError
+from specdec.kv.pagetable import PageTableMismatch, PagedKV
 from tb.kvpage.driver_checks import check_kvpage_driver, golden_driver
 
 

@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 
 import model_pairs
-from specdec import models, pairs
-from specdec.models import CausalLM, ModelError
+from specdec.app import pairs
+from specdec.models import lm as models_lm, loading
+from specdec.models.lm import CausalLM
+from specdec.models.loading import ModelError
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
 
 
 def test_gpt2_tokenizer_is_the_real_bpe():
-    tok = models.gpt2_tokenizer()
+    tok = loading.gpt2_tokenizer()
     assert tok("Hello world")["input_ids"] == [15496, 995]
     assert len(tok.get_vocab()) == 50257
     assert tok.decode([15496, 995]) == "Hello world"
@@ -30,19 +32,19 @@ def test_unknown_hub_model_offline_names_it(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     name = "no-such-org/no-such-model-specdec"
     with pytest.raises(ModelError) as exc:
-        models.load(name, "target")
+        loading.load(name, "target")
     msg = str(exc.value)
     assert name in msg and "HF_HUB_OFFLINE" in msg and "--target /path/to/no-such-model-specdec" in msg
     with pytest.raises(ModelError, match="--draft /path/to/no-such-model-specdec"):
-        models.check_source(name, "draft")              # before anything loads
-    models.check_source("smollm2-135m-instruct", "target")    # the demo target: the GGUF, converted on first use
+        loading.check_source(name, "draft")              # before anything loads
+    loading.check_source("smollm2-135m-instruct", "target")    # the demo target: the GGUF, converted on first use
 
 
 def test_a_model_directory_may_start_from_home(gpt2_dirs, monkeypatch):
     home = Path(gpt2_dirs[0]).parent
     monkeypatch.setenv("HOME", str(home))
-    models.check_source(f"~/{Path(gpt2_dirs[0]).name}", "target")
-    model, _ = models.load(f"~/{Path(gpt2_dirs[0]).name}", "target")
+    loading.check_source(f"~/{Path(gpt2_dirs[0]).name}", "target")
+    model, _ = loading.load(f"~/{Path(gpt2_dirs[0]).name}", "target")
     assert model.config.n_layer == 2
 
 
@@ -50,8 +52,8 @@ def test_context_length_from_the_config_file_equals_the_loaded_models(gpt2_pair,
     """Read from config.json before anything loads (GPT-2 names it ``n_positions``), it is the loaded model's;
     so is the vocabulary size, the width of the loaded pair's logits."""
     for pair, dirs in ((gpt2_pair, gpt2_dirs), (opt_pair, opt_dirs)):
-        assert models.config_context_length(dirs[0]) == models.context_length(pair.target.model) == 512
-        assert models.config_vocab_size(dirs[1]) == pair.vocab == (50257 if pair is gpt2_pair else 50272)
+        assert loading.config_context_length(dirs[0]) == models_lm.context_length(pair.target.model) == 512
+        assert loading.config_vocab_size(dirs[1]) == pair.vocab == (50257 if pair is gpt2_pair else 50272)
 
 
 @pytest.mark.parametrize("text, want", [
@@ -67,7 +69,7 @@ def test_context_length_from_the_config_file_equals_the_loaded_models(gpt2_pair,
 ])
 def test_context_length_from_a_config_file(tmp_path, text, want):
     (tmp_path / "config.json").write_text(text)
-    assert models.config_context_length(str(tmp_path)) == want
+    assert loading.config_context_length(str(tmp_path)) == want
 
 
 def test_the_demo_targets_config_is_read_without_importing_transformers(tmp_path):
@@ -76,26 +78,26 @@ def test_the_demo_targets_config_is_read_without_importing_transformers(tmp_path
     simulation). Naming the copy imported transformers for its version, 1.5 s of every ``make demo``."""
     snippet = (
         "import json, sys\n"
-        "from specdec import models\n"
-        "where = models._converted_dir()\n"
+        "from specdec.models import loading\n"
+        "where = loading._converted_dir()\n"
         "where.mkdir(parents=True)\n"
         "(where / 'config.json').write_text(json.dumps({'max_position_embeddings': 8192, 'vocab_size': 49152}))\n"
-        "got = (models.config_context_length(models.DEMO_TARGET), models.config_vocab_size(models.DEMO_TARGET))\n"
+        "got = (loading.config_context_length(loading.DEMO_TARGET), loading.config_vocab_size(loading.DEMO_TARGET))\n"
         "print(json.dumps([got, [m for m in ('transformers', 'torch') if m in sys.modules]]))\n")
     proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, models.CACHE_ENV: str(tmp_path)})
+                          env={**os.environ, loading.CACHE_ENV: str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [[8192, 49152], []]
 
 
 def test_empty_model_name_raises():
     with pytest.raises(ModelError, match="no model given"):
-        models.load("")
+        loading.load("")
 
 
 def test_directory_without_model_raises(tmp_path):
     with pytest.raises(ModelError, match=str(tmp_path)):
-        models.load(str(tmp_path))
+        loading.load(str(tmp_path))
 
 
 def test_directory_without_tokenizer_raises(gpt2_dirs, tmp_path):
@@ -105,7 +107,7 @@ def test_directory_without_tokenizer_raises(gpt2_dirs, tmp_path):
         if f.name in ("config.json", "model.safetensors", "generation_config.json"):
             shutil.copy(f, d)
     with pytest.raises(ModelError, match="tokenizer"):
-        models.load(str(d))
+        loading.load(str(d))
 
 
 def test_pair_loads_at_real_vocab_sizes(gpt2_pair, opt_pair):
@@ -126,30 +128,30 @@ def test_a_pair_saved_with_one_tokenizer_reads_it_once(gpt2_dirs, tmp_path, monk
     reads, read = [], AutoTokenizer.from_pretrained
     monkeypatch.setattr(AutoTokenizer, "from_pretrained",
                         lambda path, *a, **kw: reads.append(Path(path)) or read(path, *a, **kw))
-    assert models.same_tokenizer(*gpt2_dirs)
+    assert loading.same_tokenizer(*gpt2_dirs)
     pair = pairs.open_pair(*gpt2_dirs)
     assert reads == [Path(gpt2_dirs[0])] and pair.vocab == 50257
     draft = tmp_path / "draft"
     shutil.copytree(gpt2_dirs[1], draft)
     config = draft / "tokenizer_config.json"
     config.write_text(config.read_text() + "\n")
-    assert not models.same_tokenizer(gpt2_dirs[0], str(draft))
+    assert not loading.same_tokenizer(gpt2_dirs[0], str(draft))
     reads.clear()
     pairs.open_pair(gpt2_dirs[0], str(draft))
     assert reads == [Path(gpt2_dirs[0]), draft]
 
 
 def test_the_ml_import_is_frozen_out_of_the_collectors_sight_and_the_collector_left_as_found():
-    """``models.import_ml_stack`` (the first model load's step) freezes what the import made, here hundreds of
+    """``loading.import_ml_stack`` (the first model load's step) freezes what the import made, here hundreds of
     thousands of objects (this worker has imported torch and transformers), and leaves the collector on or off
     as the caller had it."""
     gc.unfreeze()           # what the suite's collection froze (conftest.pytest_collection_finish)
     try:
         assert gc.get_freeze_count() == 0
-        models.import_ml_stack.__wrapped__()
+        loading.import_ml_stack.__wrapped__()
         assert gc.get_freeze_count() > 100_000 and gc.isenabled()
         gc.disable()
-        models.import_ml_stack.__wrapped__()
+        loading.import_ml_stack.__wrapped__()
         assert not gc.isenabled()
     finally:
         gc.enable()
@@ -159,7 +161,7 @@ def test_the_ml_import_is_frozen_out_of_the_collectors_sight_and_the_collector_l
 def changed_tokenizer():
     """GPT-2's tokenizer with the ids of two tokens swapped: same size, one mapping changed."""
     from transformers import GPT2TokenizerFast
-    tok = models.gpt2_tokenizer()
+    tok = loading.gpt2_tokenizer()
     vocab = tok.get_vocab()
     vocab["Hello"], vocab["world"] = vocab["world"], vocab["Hello"]
     return GPT2TokenizerFast(vocab=vocab, merges=_merges(tok))

@@ -22,8 +22,11 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 from hwcontract import board as bd  # noqa: E402
-from specdec import cli, hwh, models, notebook, runtime, selftest  # noqa: E402
-from specdec.tree import Tree  # noqa: E402
+from specdec import cli, paths  # noqa: E402
+from specdec.app import notebook, runner  # noqa: E402
+from specdec.decoding.tree import Tree  # noqa: E402
+from specdec.hw import cores, hwh, overlay, selftest  # noqa: E402
+from specdec.models import loading  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -59,7 +62,7 @@ def text(cell) -> str:
 #: The notebooks a PYNQ-Z2 runs (README: its ARMv7 image has no torch wheels; these need no model).
 Z2_NOTEBOOKS = {"01_getting_started", "04_kv_page_table", "06_recorded_rounds"}
 #: What a PYNQ-Z2 lacks: the models' stack (what ``specdec.models`` requires) and the tokenizers.
-ML_STACK = (*models.ML_STACK, "tokenizers")
+ML_STACK = (*loading.ML_STACK, "tokenizers")
 
 
 def without_ml_stack(monkeypatch, tmp_path: Path) -> None:
@@ -74,9 +77,8 @@ def without_ml_stack(monkeypatch, tmp_path: Path) -> None:
 
 def record_rounds(path: Path) -> None:
     """What a host writes for notebook 6 (``specdec generate ... --record``): the notebook's own recording job."""
-    from specdec import recording
     job = {"prompts": ["To be, or not to be"], "max_new_tokens": 24, "gamma": 4, "seed": 0}
-    recording.record(job, "ref")[0].save(path)
+    runner.record(job, "ref")[0].save(path)
 
 
 @pytest.fixture
@@ -84,7 +86,7 @@ def golden_env(monkeypatch):
     """The kernel's environment: the golden backend chosen explicitly, no emulated board, one torch thread (as
     every model test here)."""
     monkeypatch.setenv(notebook.BACKEND_ENV, "ref")
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
@@ -93,10 +95,10 @@ def golden_env(monkeypatch):
 def newcomer_env(monkeypatch):
     """A newcomer's kernel off a board: no backend chosen, no emulated board (the first cell picks ``ref`` as pynq
     finds no device), one torch thread."""
-    if runtime.pynq_board_here():
+    if overlay.pynq_board_here():
         pytest.skip("pynq finds a board here: the notebooks pick it")
     monkeypatch.delenv(notebook.BACKEND_ENV, raising=False)
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
@@ -204,10 +206,10 @@ def test_pick_backend(monkeypatch):
 
 def test_pick_backend_reads_the_emulation_from_the_environment_it_is_given(monkeypatch):
     """``pick_backend(environ)`` had read SPECDEC_EMULATE from the process's environment, not ``environ``."""
-    monkeypatch.setattr(runtime, "pynq_board_here", lambda: False)
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
-    assert notebook.pick_backend({runtime.EMULATE_ENV: "kv260"}) == "pynq"
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setattr(overlay, "pynq_board_here", lambda: False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
+    assert notebook.pick_backend({paths.EMULATE_ENV: "kv260"}) == "pynq"
+    monkeypatch.setenv(paths.EMULATE_ENV, "kv260")
     assert notebook.pick_backend({}) == "ref"
     assert notebook.pick_backend() == "pynq"
 
@@ -215,9 +217,9 @@ def test_pick_backend_reads_the_emulation_from_the_environment_it_is_given(monke
 def test_on_board_is_pynqs_device_or_the_emulation(monkeypatch):
     import warnings
     from pynq import Device
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setenv(paths.EMULATE_ENV, "kv260")
     assert notebook.on_board()
-    monkeypatch.delenv(runtime.EMULATE_ENV)
+    monkeypatch.delenv(paths.EMULATE_ENV)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert notebook.on_board() == bool(Device.devices)
@@ -231,7 +233,7 @@ def test_board_cell_runs_on_a_board_and_says_why_it_skips_elsewhere(monkeypatch,
         "skipped: this cell needs a board (tag 'board'), and the notebook runs on backend 'ref', the golden models. "
         "On a PYNQ board it runs as it is; off a board, start Jupyter with SPECDEC_EMULATE=kv260 (or "
         "SPECDEC_EMULATE=pynq-z2) to run it on the emulated board.\n")
-    monkeypatch.setenv(runtime.EMULATE_ENV, "pynq-z2")
+    monkeypatch.setenv(paths.EMULATE_ENV, "pynq-z2")
     assert notebook.board_cell(notebook.connect("pynq")) is True
     assert capsys.readouterr().out == ""
     with pytest.raises(ValueError, match="backend 'sim'"):
@@ -244,7 +246,7 @@ def test_cycles_become_time_at_the_clock_pynq_reports(monkeypatch):
     from pynq.ps import Clocks
     ref = notebook.connect("ref")
     assert ref.fclk_mhz == bd.design("kv260").fclk.mhz and ref.seconds(1000) == 1000 / (ref.fclk_mhz * 1e6)
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setenv(paths.EMULATE_ENV, "kv260")
     board = notebook.connect("pynq")
     assert board.fclk_mhz == pytest.approx(bd.design("kv260").fclk.mhz)
     Clocks.set_pl_clk(0, 9, 1)
@@ -254,8 +256,8 @@ def test_cycles_become_time_at_the_clock_pynq_reports(monkeypatch):
 
 
 def test_replay_rounds_keeps_the_accepted_rows_only():
-    pytest.importorskip("torch")            # specdec.paged
-    kv = runtime.golden_kvpage()
+    pytest.importorskip("torch")            # specdec.kv.paged
+    kv = cores.golden_kvpage()
     rounds = notebook.replay_rounds(kv, [4, 0, 2, 4, 1], gamma=4, prompt_tokens=7, block=4)
     assert [r["tokens"] for r in rounds] == [6 + 5, 11 + 1, 12 + 3, 15 + 5, 20 + 2]
     assert all(r["pages"] == -(-r["tokens"] // 4) and r["free_pages"] == kv.pages - r["pages"] for r in rounds)
@@ -283,7 +285,7 @@ def test_agreeing_rows_walk_the_chosen_path():
     tree = Tree((-1, 0, 0, 1, 1, 3), (9, 5, 6, 7, 8, 4))
     rows = notebook.agreeing_rows(tree, 5, 2, 10)
     assert rows.argmax(axis=1)[[0, 1, 3, 5]].tolist() == [5, 7, 4, 2]
-    ver = runtime.golden_verifier()
+    ver = cores.golden_verifier()
     res = ver.verify_tree(tree.parents, tree.tokens, rows, greedy=True)
     assert (res.path, res.next_token, res.rows) == ((1, 3, 5), 2, 4)
     with pytest.raises(ValueError, match="child of node 1"):
@@ -380,7 +382,7 @@ def test_notebook_runs_on_the_emulated_board(name, board, tmp_path, monkeypatch)
     a recording made first, as a host would (README: the PYNQ-Z2, without the models)."""
     pytest.importorskip("torch")
     monkeypatch.delenv(notebook.BACKEND_ENV, raising=False)
-    monkeypatch.setenv(runtime.EMULATE_ENV, board)
+    monkeypatch.setenv(paths.EMULATE_ENV, board)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = read(name)

@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 
 from hwcontract import board as bd
-from specdec import hwh, models, paths, runtime
-from specdec.emuboard import bitstream_header
+from specdec import paths
+from specdec.hw import hwh, overlay as hw_overlay
+from specdec.hw.emuboard import bitstream_header
+from specdec.models import loading
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The board venv's build tools, pinned (scripts/requirements-pynq-venv.txt), and their wheels (scripts/setup.sh).
@@ -58,11 +60,12 @@ try:
 except md.PackageNotFoundError as err:
     out["name"] = f"not installed: {err}"
 out["dists"] = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"] in ("specdec", "UNKNOWN"))
-from specdec.overlay import SpecdecOverlay
-from specdec import models, paths
-from specdec.emuboard import EmulatedBoard
+from specdec import paths
+from specdec.hw.emuboard import EmulatedBoard
+from specdec.hw.overlay import SpecdecOverlay
+from specdec.models import loading
 out["specdec"] = __import__("specdec").__file__
-out["model"] = sorted(str(p) for p in paths.model_dir(models.DEMO_DRAFT).iterdir())
+out["model"] = sorted(str(p) for p in paths.model_dir(loading.DEMO_DRAFT).iterdir())
 out["bitstream"] = str(paths.bitstream())
 ol = SpecdecOverlay(paths.bitstream(), device=EmulatedBoard("pynq-z2"))
 out["board"], out["verifier"] = ol.board, type(ol.cores().verifier).__name__
@@ -150,7 +153,7 @@ def _check_installed(found: dict, data_root: Path) -> None:
     assert found["notebooks"] == ["specdec.notebooks"], found
     data = data_root / "data"
     assert found["specdec"] == str(data_root / "__init__.py"), found
-    assert str(data / "models" / models.DEMO_DRAFT / "model.safetensors") in found["model"], found
+    assert str(data / "models" / loading.DEMO_DRAFT / "model.safetensors") in found["model"], found
     assert found["bitstream"] == str(data / "overlays" / "pynq-z2" / paths.BITFILE), found
     assert (found["board"], found["verifier"]) == ("pynq-z2", "Verifier"), found
     assert not any(str(ROOT) in str(v) for v in found.values()), f"the checkout {ROOT} was read: {found}"
@@ -183,7 +186,7 @@ def test_installs_editable_in_a_pynq_board_venv(board_venv, tmp_path):
 @pytest.fixture
 def no_board(monkeypatch, tmp_path):
     """No board reported: no ``$BOARD``, no device tree entry, no bitstream named."""
-    for name in (paths.BOARD_ENV, paths.BITSTREAM_ENV, paths.DATA_ENV, runtime.EMULATE_ENV):
+    for name in (paths.BOARD_ENV, paths.BITSTREAM_ENV, paths.DATA_ENV, paths.EMULATE_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(paths, "DEVICE_TREE_BOARD", tmp_path / "no-device-tree" / "pynq_board")
 
@@ -219,10 +222,10 @@ def test_a_pynq_z2_looks_for_its_own_overlay(no_board, tmp_path, monkeypatch):
     monkeypatch.setenv(paths.BOARD_ENV, "Pynq-Z2")
     want = tmp_path / "data" / "overlays" / "pynq-z2" / paths.BITFILE
     with pytest.raises(FileNotFoundError) as info:
-        runtime.pynq_overlay()
+        hw_overlay.pynq_overlay()
     msg = str(info.value)
     for part in (f"no bitstream at {want}", "the pynq-z2 overlay ($BOARD='Pynq-Z2')", "make bitstream BOARD=pynq-z2",
-                 f"{runtime.EMULATE_ENV}=pynq-z2", "--backend ref"):
+                 f"{paths.EMULATE_ENV}=pynq-z2", "--backend ref"):
         assert part in msg, msg
     assert "kv260" not in msg, msg
     want.parent.mkdir(parents=True)
@@ -244,9 +247,9 @@ def test_data_and_build_folders(monkeypatch, tmp_path):
     ``$SPECDEC_BUILD``, else the user's cache folder, never the package."""
     monkeypatch.delenv(paths.DATA_ENV, raising=False)
     assert paths.DATA == Path(paths.__file__).resolve().parent / "data"
-    assert paths.model_dir(models.DEMO_DRAFT) == paths.DATA / "models" / models.DEMO_DRAFT
-    assert (paths.model_dir(models.DEMO_DRAFT) / "config.json").is_file()
-    assert (paths.model_dir(models.DEMO_EAGLE) / "eagle.json").is_file()
+    assert paths.model_dir(loading.DEMO_DRAFT) == paths.DATA / "models" / loading.DEMO_DRAFT
+    assert (paths.model_dir(loading.DEMO_DRAFT) / "config.json").is_file()
+    assert (paths.model_dir(loading.DEMO_EAGLE) / "eagle.json").is_file()
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "mine"))
     assert paths.overlay_dir("kv260") == tmp_path / "mine" / "overlays" / "kv260"
     with pytest.raises(ValueError, match="model name '../x'"):

@@ -1,4 +1,4 @@
-"""The paged KV cache (``specdec.paged``) over the kvpage golden core: same logits as ``DynamicCache``.
+"""The paged KV cache (``specdec.kv.paged``) over the kvpage golden core: same logits as ``DynamicCache``.
 
 * forwards of varying lengths crossing page boundaries, with rollbacks into a page (copy on write), for
   the config-built GPT-2 and OPT targets and a tiny Llama, at 4 and 16 tokens per page;
@@ -9,7 +9,7 @@
   is token-identical to target-only decoding with ``DynamicCache``;
 * an exhausted page pool raises KVPageError naming POOL_EMPTY, and the cache stays usable;
 * the default paged cache serves the target's whole context: the page size comes from it and the core's
-  limits (``specdec.kvlayout``), a prompt over 1,024 tokens decodes as with dense caches, the pools grow
+  limits (``specdec.kv.layout``), a prompt over 1,024 tokens decodes as with dense caches, the pools grow
   only as pages are used, and a context the core cannot hold is refused naming ``--dense-kv``.
 """
 from __future__ import annotations
@@ -21,15 +21,19 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import model_pairs  # noqa: E402
-from specdec import decode, kvlayout, models, runtime, tree  # noqa: E402
-from specdec.backends.golden import GoldenDevice  # noqa: E402
-from specdec.decode import GenConfig  # noqa: E402
-from specdec.drivers import KVPage, KVPageError  # noqa: E402
-from specdec.drivers.base import description  # noqa: E402
-from specdec.models import CacheStateError, CausalLM  # noqa: E402
-from specdec.kvlayout import KVCapacityError, pick_block  # noqa: E402
-from specdec.pairs import Pair  # noqa: E402
-from specdec.paged import INITIAL_POOL_PAGES, PagedCache, rows_for  # noqa: E402
+from specdec.app import runner  # noqa: E402
+from specdec.app.pairs import Pair  # noqa: E402
+from specdec.decoding import drafters, loop, trees  # noqa: E402
+from specdec.decoding.base import GenConfig  # noqa: E402
+from specdec.hw import cores  # noqa: E402
+from specdec.hw.drivers.base import description  # noqa: E402
+from specdec.hw.drivers.kvpage import KVPage, KVPageError  # noqa: E402
+from specdec.hw.golden import GoldenDevice  # noqa: E402
+from specdec.kv import layout as kvlayout  # noqa: E402
+from specdec.kv.layout import KVCapacityError, pick_block, rows_for  # noqa: E402
+from specdec.kv.paged import INITIAL_POOL_PAGES, PagedCache  # noqa: E402
+from specdec.models import loading  # noqa: E402
+from specdec.models.lm import CacheStateError, CausalLM  # noqa: E402
 from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES  # noqa: E402
 from model_pairs import tiny_llama  # noqa: E402
 from tree_helpers import assert_close, make_tree, masks  # noqa: E402
@@ -189,13 +193,13 @@ def test_speculative_decoding_identity(pairs, family):
     target_model, draft_model = pairs[family]
     kv = make_kv()
     target = CausalLM(target_model, "target", kv=kv, block=4)
-    draft = decode.ModelDraft(CausalLM(draft_model, "draft", kv=kv))
+    draft = drafters.ModelDraft(CausalLM(draft_model, "draft", kv=kv))
     ref = CausalLM(target_model, "reference")
-    verifier = runtime.golden_verifier()
+    verifier = cores.golden_verifier()
     accepted = rejected = 0
     for prompt in prompt_ids(target.vocab):
-        want = decode.generate(ref, None, None, prompt, GenConfig(N_NEW, 0, stop_at_eos=False)).tokens
-        gen = decode.generate(target, draft, verifier, prompt, GenConfig(N_NEW, 4, stop_at_eos=False))
+        want = loop.generate(ref, None, None, prompt, GenConfig(N_NEW, 0, stop_at_eos=False)).tokens
+        gen = loop.generate(target, draft, verifier, prompt, GenConfig(N_NEW, 4, stop_at_eos=False))
         assert gen.tokens == want, f"{family} prompt {prompt}"
         accepted += sum(r.n_accept for r in gen.rounds)
         rejected += sum(r.n_accept < r.g for r in gen.rounds)
@@ -213,12 +217,12 @@ def test_tree_decoding_identity(pairs):
     target_model, draft_model = pairs["gpt2"]
     kv = make_kv()
     target = CausalLM(target_model, "target", kv=kv, block=4)
-    drafter = tree.EagleTree(CausalLM(draft_model, "draft", kv=kv, block=4), budget=16, depth=6, topk=4)
+    drafter = trees.EagleTree(CausalLM(draft_model, "draft", kv=kv, block=4), budget=16, depth=6, topk=4)
     ref = CausalLM(target_model, "reference")
-    verifier, masker = runtime.golden_verifier(), runtime.golden_masker()
+    verifier, masker = cores.golden_verifier(), cores.golden_masker()
     for prompt in prompt_ids(target.vocab)[:2]:
-        want = decode.generate(ref, None, None, prompt, GenConfig(N_NEW, 0, stop_at_eos=False)).tokens
-        gen = decode.generate(target, drafter, verifier, prompt,
+        want = loop.generate(ref, None, None, prompt, GenConfig(N_NEW, 0, stop_at_eos=False)).tokens
+        gen = loop.generate(target, drafter, verifier, prompt,
                               GenConfig(N_NEW, 4, stop_at_eos=False, tree_budget=16), masker=masker)
         assert gen.tokens == want, f"tree prompt {prompt}"
         for lm in (target, drafter.lm):
@@ -297,8 +301,8 @@ def test_each_boards_page_table_serves_the_demo_targets_context(board):
 def long_pair(torch_threads):
     """The GPT-2 pair with 2,048 tokens of context, and a prompt text of more than 1,024 tokens."""
     target, draft = model_pairs.gpt2_pair_models(n_positions=2048)
-    tok = models.gpt2_tokenizer()
-    pair = Pair(CausalLM(target, "target"), decode.ModelDraft(CausalLM(draft, "draft")), tok,
+    tok = loading.gpt2_tokenizer()
+    pair = Pair(CausalLM(target, "target"), drafters.ModelDraft(CausalLM(draft, "draft")), tok,
                       "gpt2-2048", "gpt2-2048-draft")
     passages = model_pairs.prompts(200)
     text = ""
@@ -312,9 +316,9 @@ def test_long_prompt_with_the_default_paged_cache(long_pair):
     model: the default paged cache decodes it token-identical to dense caches, and frees every page."""
     pair, text = long_pair
     job = {"prompts": [text], "max_new_tokens": 8, "gamma": 4, "sampling": {"temperature": 0.0}}
-    kv = runtime.golden_kvpage()
-    paged = runtime.execute(job, runtime.golden_verifier(), pair, kv=kv)
-    dense = runtime.execute({**job, "kv": False}, runtime.golden_verifier(), pair)
+    kv = cores.golden_kvpage()
+    paged = runner.execute(job, cores.golden_verifier(), pair, kv=kv)
+    dense = runner.execute({**job, "kv": False}, cores.golden_verifier(), pair)
     assert len(paged["generations"][0]["prompt_ids"]) > 1024
     assert paged["generations"][0]["tokens"] == dense["generations"][0]["tokens"]
     assert len(paged["generations"][0]["tokens"]) == 8
@@ -326,9 +330,9 @@ def test_context_beyond_the_core_names_dense_kv(long_pair):
     forward, naming the numbers, a page size that fits and --dense-kv."""
     pair, text = long_pair
     job = {"prompts": [text], "max_new_tokens": 8, "sampling": {"temperature": 0.0}, "kv": {"block": 1}}
-    kv = runtime.golden_kvpage()
+    kv = cores.golden_kvpage()
     with pytest.raises(KVCapacityError) as exc:
-        runtime.execute(job, runtime.golden_verifier(), pair, kv=kv)
+        runner.execute(job, cores.golden_verifier(), pair, kv=kv)
     for part in ("context of 2048 tokens", "2048 rows", f"{kv.max_blocks} rows", "--kv-block 16", "--dense-kv"):
         assert part in str(exc.value), (part, str(exc.value))
     assert kv.total_ops == 0, "the kvpage core was used before the refusal"

@@ -1,4 +1,4 @@
-"""Recorded rounds (``specdec.recording``): a host records every verifier round of a job; a board without the
+"""Recorded rounds (``specdec.hw.recording``): a host records every verifier round of a job; a board without the
 models (the PYNQ-Z2) replays them through its own verifier and must take the same decisions."""
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import re
 
 import numpy as np
 import pytest
+from specdec.app import runner
+from specdec.hw import cores, overlay, recording
 
-from specdec import recording, runtime
 
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
 
@@ -28,7 +29,7 @@ def recorded(opt_dirs, opt_pair, tmp_path_factory):
     pytest.importorskip("torch")
     out = {}
     for kind, j in (("greedy", job(opt_dirs)), ("sampled", job(opt_dirs, 0.8)), ("tree", job(opt_dirs, tree=TREE))):
-        rec, res = recording.record(j, "ref", opt_pair)
+        rec, res = runner.record(j, "ref", opt_pair)
         path = rec.save(tmp_path_factory.mktemp("rec") / f"{kind}.npz")
         out[kind] = (recording.load(path), res)
     return out
@@ -40,7 +41,7 @@ def test_replay_on_a_fresh_verifier_takes_every_recorded_decision(recorded, kind
     rounds = sum(len(g["rounds"]) for g in res["generations"])
     assert rec.rounds == rounds > 0
     assert sum(e["op"] == "seed" for e in rec.events) == 2          # one per prompt
-    rep = recording.replay(rec, runtime.golden_verifier())
+    rep = recording.replay(rec, cores.golden_verifier())
     assert rep["mismatches"] == [] and rep["matches"] == rounds
     per_prompt, it = [], iter(rep["tokens"])                         # the rounds' tokens, prompt by prompt
     for e in rec.events:
@@ -61,14 +62,14 @@ def test_replay_on_a_fresh_verifier_takes_every_recorded_decision(recorded, kind
 def test_a_tree_round_given_iterators_is_recorded_whole():
     """``verify_tree`` takes parents and tokens as iterators; the recorder read them after the driver had, found
     them spent, and recorded a round with no parents, which its replay refused."""
-    rv = recording.RecordingVerifier(runtime.golden_verifier())
+    rv = recording.RecordingVerifier(cores.golden_verifier())
     rows = np.zeros((3, 16), np.float32)
     rows[0, 5] = rows[1, 9] = 8.0                                   # the walk takes node 1 (token 5), emits 9
     res = rv.verify_tree(iter([-1, 0, 0]), (t for t in [0, 5, 2]), rows, greedy=True)
     assert res.path == (1,) and res.next_token == 9
     (ev,) = rv.recording.events
     assert ev["parents"] == [-1, 0, 0] and ev["tokens"] == [0, 5, 2] and ev["nodes"] == [0, 1]
-    rep = recording.replay(rv.recording, runtime.golden_verifier())
+    rep = recording.replay(rv.recording, cores.golden_verifier())
     assert rep["matches"] == 1 and rep["mismatches"] == [] and rep["tokens"] == [[5, 9]]
 
 
@@ -79,16 +80,16 @@ def test_a_changed_row_is_a_mismatch(recorded):
     k = ev["result"]["n_accept"]
     rows[k, ev["draft"][k]] = rows[k].max() + 256                     # the target now agrees with the draft there
     tampered = recording.Recording(rec.events, {**rec.arrays, ev["p"]: rows}, rec.info)
-    rep = recording.replay(tampered, runtime.golden_verifier())
+    rep = recording.replay(tampered, cores.golden_verifier())
     assert [m["event"] for m in rep["mismatches"]] == [rec.events.index(ev)]
     assert rep["mismatches"][0]["got"]["n_accept"] > k
 
 
 def test_the_pynq_z2_replays_a_recording_through_pynqs_classes(recorded):
     """The Z2's path: no models, the recording through pynq's Overlay, MMIO and DMA on the emulated PYNQ-Z2."""
-    from specdec.emuboard import EmulatedBoard
+    from specdec.hw.emuboard import EmulatedBoard
     board = EmulatedBoard("pynq-z2")
-    ol = runtime.pynq_overlay(device=board)
+    ol = overlay.pynq_overlay(device=board)
     v = ol.cores().verifier
     rows = 0
     for kind in ("sampled", "tree"):
@@ -168,4 +169,4 @@ def test_cli_record_writes_a_file_and_refuses_sim(opt_dirs, tmp_path, capsys):
     assert cli.main(base) == 0
     assert "recorded" in capsys.readouterr().err
     rec = recording.load(tmp_path / "r.npz")
-    assert recording.replay(rec, runtime.golden_verifier())["mismatches"] == []
+    assert recording.replay(rec, cores.golden_verifier())["mismatches"] == []

@@ -8,10 +8,10 @@ import pytest
 from scipy import stats
 
 from hls_ref import rng as golden
-from specdec.backends.golden import GoldenDevice, RngModel
-from specdec.drivers import Rng
-from specdec.drivers.base import description
 from specdec.errors import CoreError, HardwareMismatch
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.rng import Rng
+from specdec.hw.golden import GoldenDevice, RngModel
 from tb.rng.driver_checks import check_rng_driver
 
 N = 1 << 18

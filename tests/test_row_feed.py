@@ -1,5 +1,5 @@
 """The simulation's row feeder (``fpga.system.row_feed``): its MyHDL model against a rows file, with and
-without backpressure, and the refusal of :class:`specdec.backends.sim.FeedStream` without a rows file.
+without backpressure, and the refusal of :class:`specdec.sim.device.FeedStream` without a rows file.
 
 The converted Verilog runs in every ``sim`` decode (the system toplevel), where tests/test_simulator.py checks
 from the dump that each row came as one load and tests/test_runtime.py that the tokens are the target's.
@@ -80,8 +80,8 @@ def test_feeder_offers_each_frame_beat_by_beat(backpressure, tmp_path):
 def test_feedstream_needs_its_rows_file(monkeypatch):
     """Without ``$SPECDEC_ROWS`` the stream refuses at once, naming the variable (the feeder would read no file
     and the verifier would wait for rows forever)."""
-    from specdec.backends.sim import FeedStream
-    from specdec.backends.simulator import FEED_ENV
+    from specdec.sim.device import FeedStream
+    from specdec.sim.harness import FEED_ENV
     monkeypatch.delenv(FEED_ENV, raising=False)
     with pytest.raises(SpecdecError, match=FEED_ENV):
         FeedStream(dut=None)

@@ -1,5 +1,5 @@
-"""The runtime (``specdec.runtime``, ``specdec.job``, ``specdec.metrics``) on config-built GPT-2 (V=50257) and
-OPT (V=50272) pairs.
+"""The runtime (``specdec.app.runner``, ``specdec.app.job``, ``specdec.decoding.metrics``) on config-built GPT-2
+(V=50257) and OPT (V=50272) pairs.
 
 Greedy speculative decoding must be token-identical to Hugging Face greedy ``generate`` of the target
 alone, on the golden model (``ref``) and on the RTL verifier in Verilator (``sim``). Each identity run
@@ -17,10 +17,14 @@ import pytest
 import model_pairs
 from greedy_identity import (N_LONG, N_NEW, Reference, assert_exercised, assert_identical, greedy_job,
                              sim_available)
-from specdec import decode, int8draft, metrics, models, pairs, runtime
-from specdec.decode import GenConfig, Generation, Round
+from specdec.app import checks, pairs, runner
+from specdec.app.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
+from specdec.decoding import drafters, loop, metrics
+from specdec.decoding.base import GenConfig, Generation, Round, Sampling
 from specdec.errors import HardwareMismatch, OptionError, SpecdecError
-from specdec.job import PROMPT_LOOKUP, Job, TreeSpec, as_job
+from specdec.hw import cores
+from specdec.models import int8draft, lm, loading
+from specdec.sim import jobs as sim_jobs
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.ml, pytest.mark.usefixtures("torch_threads")]
@@ -34,7 +38,7 @@ def refs(gpt2_pair, opt_pair):
 
 
 def with_prompt_lookup(pair):
-    return dataclasses.replace(pair, draft=decode.PromptLookup(pair.vocab), draft_name=PROMPT_LOOKUP)
+    return dataclasses.replace(pair, draft=drafters.PromptLookup(pair.vocab), draft_name=PROMPT_LOOKUP)
 
 
 def assert_rounds_timed(result: dict) -> None:
@@ -60,21 +64,21 @@ def run_identity(family: str, dirs, pair, ref, n_prompts: int) -> None:
     """gamma 4 on n_prompts, then gamma auto and prompt-lookup on the first 10: all equal HF greedy. Both
     KV caches are paged (the kvpage golden model assigns the pages)."""
     prompts = model_pairs.prompts(n_prompts)
-    kv = runtime.golden_kvpage()
-    res = runtime.execute(greedy_job(dirs, prompts, 4), runtime.golden_verifier(), pair, kv=kv)
+    kv = cores.golden_kvpage()
+    res = runner.execute(greedy_job(dirs, prompts, 4), cores.golden_verifier(), pair, kv=kv)
     assert len(res["generations"]) == n_prompts
     assert_identical(res, ref)
     assert_exercised(res)
     assert_paged(res, kv)
     assert_rounds_timed(res)
-    kv = runtime.golden_kvpage()
-    auto = runtime.execute(greedy_job(dirs, prompts[:10], "auto"), runtime.golden_verifier(), pair, kv=kv)
+    kv = cores.golden_kvpage()
+    auto = runner.execute(greedy_job(dirs, prompts[:10], "auto"), cores.golden_verifier(), pair, kv=kv)
     assert_identical(auto, ref)
     assert_exercised(auto)
     assert_paged(auto, kv)
     assert len({r["g"] for g in auto["generations"] for r in g["rounds"]}) > 2     # the schedule moved
-    pl = runtime.execute(greedy_job(dirs, prompts[:10], 4), runtime.golden_verifier(), with_prompt_lookup(pair),
-                         kv=runtime.golden_kvpage())
+    pl = runner.execute(greedy_job(dirs, prompts[:10], 4), cores.golden_verifier(), with_prompt_lookup(pair),
+                         kv=cores.golden_kvpage())
     assert_identical(pl, ref)
     assert pl["summary"]["drafted"] > 0, f"{family}: prompt lookup never proposed anything"
 
@@ -90,14 +94,14 @@ def test_greedy_identity_ref_quick(family, request, refs):
 def test_greedy_identity_fabric_draft(opt_dirs, opt_pair, refs):
     """The OPT pair's draft on the int8 draft engine's golden model (every nn.Linear an engine job): the loop
     still equals HF greedy of the target alone, and the engine ran every layer of the draft."""
-    from specdec import int8draft
+    from specdec.models import int8draft
     d = opt_pair.draft.lm.model
     q = int8draft.demo_draft(d.float(), opt_pair.tokenizer, n_calibration=16)
     engines = [m for m in q.modules() if hasattr(m, "saturated")]
     assert len(engines) == len(list(int8draft.linear_layers(d))) > 0
-    pair = dataclasses.replace(opt_pair, draft=decode.ModelDraft(models.CausalLM(q, "draft")), draft_name="int8")
-    res = runtime.execute({**greedy_job(opt_dirs, model_pairs.prompts(5), 4), "draft_engine": "fabric"},
-                          runtime.golden_verifier(), pair)
+    pair = dataclasses.replace(opt_pair, draft=drafters.ModelDraft(lm.CausalLM(q, "draft")), draft_name="int8")
+    res = runner.execute({**greedy_job(opt_dirs, model_pairs.prompts(5), 4), "draft_engine": "fabric"},
+                          cores.golden_verifier(), pair)
     assert_identical(res, refs["opt"])
     assert_exercised(res)
     # every layer placed once on the draft engine (the golden register model, through its driver), and run
@@ -114,7 +118,7 @@ def test_greedy_identity_ref_50(family, request, refs):
 
 
 def test_greedy_gamma0_baseline_equals_hf(gpt2_dirs, gpt2_pair, refs):
-    res = runtime.run(greedy_job(gpt2_dirs, model_pairs.prompts(2), 0, 16), "ref", gpt2_pair)
+    res = runner.run(greedy_job(gpt2_dirs, model_pairs.prompts(2), 0, 16), "ref", gpt2_pair)
     assert_identical(res, refs["gpt2"], 16)
     assert res["summary"]["acceptance"] is None and res["summary"]["tokens_per_call"] == 1.0
 
@@ -125,7 +129,7 @@ def test_greedy_gamma0_baseline_equals_hf(gpt2_dirs, gpt2_pair, refs):
 def run_sim_checked(dirs, ref, n_prompts: int, n_new: int) -> dict:
     if not sim_available():
         pytest.skip("verilator not found")
-    res = runtime.run_sim(greedy_job(dirs, model_pairs.prompts(n_prompts), 4, n_new))
+    res = sim_jobs.run_sim(greedy_job(dirs, model_pairs.prompts(n_prompts), 4, n_new))
     assert res["backend"] == "sim:verilator" or res["backend"].startswith("sim:")
     assert len(res["generations"]) == n_prompts
     assert_identical(res, ref, n_new)
@@ -159,7 +163,7 @@ def test_nan_target_logits_raise(gpt2_pair):
     handle = gpt2_pair.target.model.register_forward_hook(poison)
     try:
         with pytest.raises(SpecdecError, match="non-finite") as exc:
-            decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [464, 3290],
+            loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(), [464, 3290],
                             GenConfig(8, 4))
     finally:
         handle.remove()
@@ -174,7 +178,7 @@ def test_nan_draft_logits_raise(gpt2_pair):
     handle = gpt2_pair.draft.lm.model.register_forward_hook(poison)
     try:
         with pytest.raises(SpecdecError, match="draft.*non-finite"):
-            decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [464, 3290],
+            loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(), [464, 3290],
                             GenConfig(8, 4))
     finally:
         handle.remove()
@@ -184,12 +188,12 @@ def test_empty_prompt_raises(gpt2_pair):
     with pytest.raises(ValueError, match="empty"):
         pairs.encode(gpt2_pair.tokenizer, "")
     with pytest.raises(ValueError, match="empty"):
-        decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [], GenConfig(8, 4))
+        loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(), [], GenConfig(8, 4))
 
 
 def test_prompt_ids_outside_vocab_raise(gpt2_pair):
     with pytest.raises(ValueError, match="50257"):
-        decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [1, 50257], GenConfig(8, 4))
+        loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(), [1, 50257], GenConfig(8, 4))
 
 
 @pytest.mark.parametrize("n", [0, -1, 2.5])
@@ -206,41 +210,41 @@ def test_bad_gamma_raise(gamma):
 
 def test_gamma_over_gamma_max_raises(gpt2_pair):
     with pytest.raises(ValueError, match="17.*GAMMA_MAX 16"):
-        decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), [464, 3290],
+        loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(), [464, 3290],
                         GenConfig(8, 17))
 
 
 def test_speculative_without_verifier_raises(gpt2_pair):
     with pytest.raises(ValueError, match="needs a draft source and a verifier"):
-        decode.generate(gpt2_pair.target, gpt2_pair.draft, None, [464], GenConfig(8, 2))
+        loop.generate(gpt2_pair.target, gpt2_pair.draft, None, [464], GenConfig(8, 2))
 
 
 def test_unknown_backend_raises():
     with pytest.raises(ValueError, match="'fpga'"):
-        runtime.run({"prompts": ["x"]}, "fpga")
+        runner.run({"prompts": ["x"]}, "fpga")
 
 
 def test_golden_cores_take_their_build_parameters_by_the_contracts_names():
     """Each golden core builds at the parameters asked for, and an unknown name (a lower-case one, a typo) is a
     KeyError listing the valid ones: it had been ignored, so {"lanes": 8} built LANES 4 and {"SLOTS": 16} a
     kvpage of 64 slots."""
-    assert runtime.golden_verifier({"LANES": 8, "VOCAB_MAX": 64}).lanes == 8
-    assert runtime.golden_kvpage({"PAGES": 16, "MAX_BLOCKS": 8, "SLOTS": 16}).slots == 16
-    assert runtime.golden_masker({"NODES_MAX": 8}).nodes_max == 8
-    for make, core, bad in ((runtime.golden_verifier, "verifier", {"lanes": 8}),
-                            (runtime.golden_kvpage, "kvpage", {"SLOT": 16}),
-                            (runtime.golden_masker, "treemask", {"NODES": 8}),
-                            (runtime.golden_draftengine, "draftengine", {"ROW": 8})):
+    assert cores.golden_verifier({"LANES": 8, "VOCAB_MAX": 64}).lanes == 8
+    assert cores.golden_kvpage({"PAGES": 16, "MAX_BLOCKS": 8, "SLOTS": 16}).slots == 16
+    assert cores.golden_masker({"NODES_MAX": 8}).nodes_max == 8
+    for make, core, bad in ((cores.golden_verifier, "verifier", {"lanes": 8}),
+                            (cores.golden_kvpage, "kvpage", {"SLOT": 16}),
+                            (cores.golden_masker, "treemask", {"NODES": 8}),
+                            (cores.golden_draftengine, "draftengine", {"ROW": 8})):
         with pytest.raises(KeyError, match=f"core '{core}' has no parameter '{next(iter(bad))}'; valid parameters"):
             make(bad)
     with pytest.raises(ValueError, match=r"LANES=3 of core 'verifier' not in \{1, 2, 4, 8\}"):
-        runtime.golden_verifier({"LANES": 3})
+        cores.golden_verifier({"LANES": 3})
 
 
 def test_golden_device_with_other_hash_is_refused():
-    from specdec.backends.golden import GoldenDevice
-    from specdec.drivers import Verifier
-    from specdec.drivers.base import description
+    from specdec.hw.golden import GoldenDevice
+    from specdec.hw.drivers.verifier import Verifier
+    from specdec.hw.drivers.base import description
     dev = GoldenDevice({0: "verifier"}, {0: {"lanes": 4, "vocab_max": 64, "gamma_max": 16}})
     model = dev.models[0]
     id_offset = model.cmap.reg("ID").offset
@@ -257,13 +261,13 @@ def test_golden_device_with_other_hash_is_refused():
 # ------------------------------------------------------------------------------------------------
 def test_job_json_round_trip():
     job = Job(("a", "b"), target="t", draft="d", max_new_tokens=8, gamma="auto", seed=3,
-              sampling=decode.Sampling(0.8, 20, 0.9), tree=TreeSpec("sequoia", 12, acceptance=(0.5, 0.25)),
+              sampling=Sampling(0.8, 20, 0.9), tree=TreeSpec("sequoia", 12, acceptance=(0.5, 0.25)),
               kv_block=None)
     again = Job.from_json(job.to_json())
     assert again == job
     chain = Job(("a",), gamma=8, draft_confidence=0.4)
     assert Job.from_json(chain.to_json()) == chain
-    assert again.config(2) == GenConfig(8, "auto", decode.Sampling(0.8, 20, 0.9), 5, tree_budget=12, tree_depth=6)
+    assert again.config(2) == GenConfig(8, "auto", Sampling(0.8, 20, 0.9), 5, tree_budget=12, tree_depth=6)
     assert as_job({"prompts": ["x"]}) == Job(("x",))          # every other field at its default
     assert as_job({"prompts": ["x"], "kv": False}).kv_block is None
 
@@ -366,7 +370,7 @@ def test_stats_line_fields():
 
 
 def test_seed_words_distinct_and_nonzero():
-    words = {runtime.seed_words(s, i) for s in range(3) for i in range(50)}
+    words = {runner.seed_words(s, i) for s in range(3) for i in range(50)}
     assert len(words) == 150
     assert all(len(w) == 4 and all(0 < x < 1 << 32 for x in w) for w in words)
 
@@ -382,10 +386,10 @@ def test_the_prompt_and_the_budget_must_fit_the_targets_context(gpt2_dirs, gpt2_
         return s
 
     job = {**greedy_job(gpt2_dirs, [text(491)], 4, 21)}
-    out = runtime.run(job, "ref", gpt2_pair)["generations"][0]["tokens"]
+    out = runner.run(job, "ref", gpt2_pair)["generations"][0]["tokens"]
     assert 1 <= len(out) <= 21
     tree = {**job, "max_new_tokens": 15, "tree": {"kind": "static", "budget": 16, "depth": 6}}
-    assert len(runtime.run(tree, "ref", gpt2_pair)["generations"][0]["tokens"]) <= 15
+    assert len(runner.run(tree, "ref", gpt2_pair)["generations"][0]["tokens"]) <= 15
     for bad, match in (({**job, "max_new_tokens": 22}, "max_new_tokens must be at most 21 after this 491-token "
                                                        "prompt (the target's context holds 512 positions)"),
                        ({**tree, "max_new_tokens": 16}, "max_new_tokens must be at most 15 after this 491-token "
@@ -393,11 +397,11 @@ def test_the_prompt_and_the_budget_must_fit_the_targets_context(gpt2_dirs, gpt2_
                                                         "round may score 6 past the last token)"),
                        ({**job, "prompts": [text(512)], "max_new_tokens": 1}, r"prompt must be at most 511 tokens")):
         with pytest.raises(OptionError, match=re.escape(match) if "(" in match else match):
-            runtime.run(bad, "ref", gpt2_pair)
-    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded"))
+            runner.run(bad, "ref", gpt2_pair)
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("a model loaded"))
     with pytest.raises(OptionError, match=r"max_new_tokens must be at most 511 after a prompt of one token at least "
                                           r"\(the target's context holds 512"):
-        runtime.run({**job, "max_new_tokens": 512}, "ref")
+        runner.run({**job, "max_new_tokens": 512}, "ref")
 
 
 def test_a_pair_given_must_serve_the_draft_the_job_asks_for(gpt2_dirs, gpt2_pair):
@@ -405,7 +409,7 @@ def test_a_pair_given_must_serve_the_draft_the_job_asks_for(gpt2_dirs, gpt2_pair
     refused; the run had used the pair's draft and reported it as the job's (acceptance 0.467 for a 100-token hot
     vocabulary that gives 0.0 loaded by the job)."""
     job = greedy_job(gpt2_dirs, ["ROMEO:"], 4, 4)
-    engine = runtime.golden_draftengine()
+    engine = cores.golden_draftengine()
     at = engine.place(np.ones((8, 64), np.int8), np.zeros(8, np.int64), np.ones(8, np.int64), np.zeros(8, np.int64))
     # a fabric job with a float draft had run the draft on the host and reported an engine of 0 layers, after
     # resetting the engine's memory (a placement made before was lost)
@@ -413,29 +417,29 @@ def test_a_pair_given_must_serve_the_draft_the_job_asks_for(gpt2_dirs, gpt2_pair
                        ({**job, "draft_vocab": 100}, "a hot vocabulary of 100, the pair given drafts with"),
                        ({**job, "draft_engine": "fabric"}, "draft engine .*which has no int8 engine layers")):
         with pytest.raises(ValueError, match=match):
-            runtime.execute(bad, runtime.golden_verifier(), gpt2_pair, engine=engine)
+            runner.execute(bad, cores.golden_verifier(), gpt2_pair, engine=engine)
     with pytest.raises(ValueError, match="no int8 engine layers to bind"):
         int8draft.bind(gpt2_pair.draft.lm.model, engine)
     assert engine.matmul(np.ones((1, 64), np.int64), at, 32)[0].tolist() == [[64] * 8]    # still placed
-    assert runtime.execute({**job, "draft": PROMPT_LOOKUP}, runtime.golden_verifier(),
+    assert runner.execute({**job, "draft": PROMPT_LOOKUP}, cores.golden_verifier(),
                            with_prompt_lookup(gpt2_pair))["generations"][0]["tokens"]
 
 
 def test_token_ids_that_are_not_integers_are_refused(gpt2_pair):
-    """Text, floats (15496.7 ran as token 15496), bools and nested lists as the prompt of ``decode.generate``,
+    """Text, floats (15496.7 ran as token 15496), bools and nested lists as the prompt of ``loop.generate``,
     as tree tokens or as static-tree paths: a ValueError naming them, before anything runs."""
-    from specdec.tree import Tree
+    from specdec.decoding.tree import Tree
     cfg = GenConfig(4, 2)
     for prompt, match in (("Hello world", "got text 'Hello world': encode it first"),
                           ([15496.7, 995.2], "the prompt's token ids must be integers"),
                           ([True, False], "got bools"), ([[1, 2]], "must be integers"), (None, "must be integers")):
         with pytest.raises(ValueError, match=match):
-            decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(), prompt, cfg)
+            loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(), prompt, cfg)
     with pytest.raises(ValueError, match=r"tree tokens must be integers, got \(1, 2.7\)"):
         Tree((-1, 0), (1, 2.7))
     with pytest.raises(OptionError, match="a path's ranks must be integers"):
         TreeSpec("static", paths=[[0.7], [1.9]])
-    assert len(decode.generate(gpt2_pair.target, gpt2_pair.draft, runtime.golden_verifier(),
+    assert len(loop.generate(gpt2_pair.target, gpt2_pair.draft, cores.golden_verifier(),
                                np.array([15496, 995]), cfg).tokens) >= 1        # numpy ids are ids
 
 
@@ -453,9 +457,9 @@ def test_numpy_numbers_refused_by_a_job_say_why():
 
 def test_the_budget_check_before_loading_counts_a_trees_depth_as_generate_does(monkeypatch):
     """A spec's depth beyond its budget (3 nodes, depth 40) adds at most budget - 1 positions, as in
-    ``decode.generate``: 509 new tokens fit a 512-position context after a one-token prompt, 510 do not."""
-    monkeypatch.setattr(models, "config_context_length", lambda name: 512)
+    ``loop.generate``: 509 new tokens fit a 512-position context after a one-token prompt, 510 do not."""
+    monkeypatch.setattr(loading, "config_context_length", lambda name: 512)
     spec = {"kind": "eagle", "budget": 3, "depth": 40}
-    pairs.check_budget(as_job({"prompts": ["hi"], "max_new_tokens": 509, "tree": spec}))
+    checks.check_budget(as_job({"prompts": ["hi"], "max_new_tokens": 509, "tree": spec}))
     with pytest.raises(OptionError, match="at most 509"):
-        pairs.check_budget(as_job({"prompts": ["hi"], "max_new_tokens": 510, "tree": spec}))
+        checks.check_budget(as_job({"prompts": ["hi"], "max_new_tokens": 510, "tree": spec}))

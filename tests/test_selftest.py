@@ -1,8 +1,8 @@
-"""The board self-test (``specdec.selftest``, ``specdec board selftest``): on both emulated boards it passes and
+"""The board self-test (``specdec.hw.selftest``, ``specdec board selftest``): on both emulated boards it passes and
 prints its table; a core made to disagree with its golden or cycle model, a core whose ID is not the contract's
 and a fabric clock that is not the ``.hwh``'s each fail it with a line naming the core, the check and the first
 difference; ``--bundle`` writes what a bring-up report needs. Under ``long`` it runs on the RTL of the PYNQ-Z2's
-overlay (pynq's classes over the cocotb simulation, ``specdec.backends.sim_board``).
+overlay (pynq's classes over the cocotb simulation, ``specdec.sim.cocotb_board``).
 """
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from pynq.ps import Clocks
 
 from hwcontract import board as bd
 from hwcontract.regmap import core
-from specdec import cli, hwh, runtime, selftest
-from specdec.backends.golden import TreemaskModel, VerifierModel
-from specdec.emuboard import EmulatedBoard
-from specdec.overlay import SpecdecOverlay
+from specdec import cli, paths
+from specdec.hw import hwh, overlay, selftest
+from specdec.hw.emuboard import EmulatedBoard
+from specdec.hw.golden import TreemaskModel, VerifierModel
+from specdec.hw.overlay import SpecdecOverlay
+from specdec.sim import jobs as sim_jobs
 
 def rows(design: bd.Board) -> int:
     """The rows of a full self-test of an overlay: each core's ID, each core's checks, each DMA's, the clock."""
@@ -32,7 +34,7 @@ def rows(design: bd.Board) -> int:
 def emulate(monkeypatch):
     """Select the emulated board as the runtime does (``SPECDEC_EMULATE``)."""
     def select(board: str) -> None:
-        monkeypatch.setenv(runtime.EMULATE_ENV, board)
+        monkeypatch.setenv(paths.EMULATE_ENV, board)
     return select
 
 
@@ -178,19 +180,19 @@ def test_a_clock_other_than_the_hwhs_fails():
 
 
 def test_bad_arguments_are_refused_before_anything_loads(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv(runtime.EMULATE_ENV, "zedboard")
-    monkeypatch.setattr(runtime, "pynq_overlay", lambda *a, **k: pytest.fail("an overlay was loaded"))
+    monkeypatch.setenv(paths.EMULATE_ENV, "zedboard")
+    monkeypatch.setattr(overlay, "pynq_overlay", lambda *a, **k: pytest.fail("an overlay was loaded"))
     assert cli.main(["board", "selftest"]) == cli.EXIT_USAGE
     assert "SPECDEC_EMULATE='zedboard': not a board; boards: pynq-z2, kv260" in capsys.readouterr().err
-    monkeypatch.setenv(runtime.EMULATE_ENV, "kv260")
+    monkeypatch.setenv(paths.EMULATE_ENV, "kv260")
     (tmp_path / "file").write_text("")
     assert cli.main(["board", "selftest", "--bundle", str(tmp_path / "file" / "b")]) == cli.EXIT_USAGE
     assert f"--bundle {tmp_path / 'file' / 'b'}: {tmp_path / 'file'} is a file" in capsys.readouterr().err
 
 
 def test_off_a_board_it_fails_saying_so(monkeypatch, capsys):
-    monkeypatch.delenv(runtime.EMULATE_ENV, raising=False)
-    monkeypatch.setattr(runtime, "pynq_board_here", lambda: False)
+    monkeypatch.delenv(paths.EMULATE_ENV, raising=False)
+    monkeypatch.setattr(overlay, "pynq_board_here", lambda: False)
     assert cli.main(["board", "selftest"]) == cli.EXIT_FAIL
     err = capsys.readouterr().err
     assert err.startswith("specdec: board selftest failed: ") and "SPECDEC_EMULATE=kv260" in err
@@ -239,7 +241,7 @@ def test_the_bundle_copies_the_overlays_build_json(tmp_path):
 def test_selftest_on_the_rtl_of_the_pynq_z2():
     """The self-test through pynq's classes on the RTL of the PYNQ-Z2's whole overlay (Verilator): every check
     passes, every core's active cycles equal to its cycle model's on the RTL too."""
-    res = runtime.selftest_board_sim("pynq-z2")
+    res = sim_jobs.selftest_board_sim("pynq-z2")
     report = res["selftest"]
     print(json.dumps({"checks": report["checks"], "sim_ns": res["board"]["sim_ns"]}))
     assert report["passed"], report["failures"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.backends import simulator as harness
+from specdec.sim import harness
 
 #: A cocotb module whose one test passes (written to a temporary folder).
 PASSING_MODULE = '''
@@ -342,7 +342,7 @@ def test_an_error_record_raises_the_error_the_run_found():
     as the same error: an OptionError with its option, value and allowed values (the CLI's exit 2), a kind given
     by name from its message, any other as a SpecdecError naming its kind; a bug (no record) fails the run."""
     from specdec import errors
-    from specdec.models import ModelError
+    from specdec.models.loading import ModelError
     rec = errors.error_record(errors.OptionError("max_new_tokens", 64, "at most 21"))
     with pytest.raises(errors.OptionError) as e:
         errors.raise_record(json.loads(json.dumps(rec)))

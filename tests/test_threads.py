@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from specdec import decode, runtime
-from specdec.decode import GenConfig, Sampling
-from specdec.threads import numpy_pools, owned_threads
+from specdec.decoding import drafters, loop
+from specdec.decoding.base import GenConfig, Sampling
+from specdec.decoding.threads import numpy_pools, owned_threads
+from specdec.hw import cores
 
 torch = pytest.importorskip("torch")
 
@@ -72,14 +73,14 @@ class Spy:
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_p=0.95)], ids=["greedy", "sampled"])
 def test_generate_runs_with_numpy_on_one_thread(sampling):
     import model_pairs
-    from specdec.models import CausalLM
+    from specdec.models.lm import CausalLM
     from threadpoolctl import threadpool_limits
     target = CausalLM(model_pairs.tiny_gpt2(8, 2, seed=11), "target")
-    spy = Spy(decode.ModelDraft(CausalLM(model_pairs.tiny_gpt2(8, 1, seed=12), "draft")))
-    verifier = runtime.golden_verifier()
+    spy = Spy(drafters.ModelDraft(CausalLM(model_pairs.tiny_gpt2(8, 1, seed=12), "draft")))
+    verifier = cores.golden_verifier()
     verifier.seed([9, 8, 7, 6])
     with threadpool_limits(limits=2, user_api="blas"):
-        gen = decode.generate(target, spy, verifier, [1, 5, 2],
+        gen = loop.generate(target, spy, verifier, [1, 5, 2],
                               GenConfig(8, 2, sampling=sampling, seed=3))
         assert max(p["num_threads"] for p in numpy_pools()) == 2       # restored when the loop ends
     assert gen.tokens and spy.seen and set(spy.seen) == {1}

@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 
 from hwcontract.regmap import TREE_MAX_NODES
-from specdec.tree import (Calibration, EagleTree, SequoiaTree, StaticTree, TopologyTree, Tree, check_parents,
-                          child_probabilities, parents_from_paths, sequoia_topology, tree_value)
+from hwcontract.tree import check_parents
+from specdec.decoding.calibration import Calibration
+from specdec.decoding.sequoia import SequoiaTree, child_probabilities, sequoia_topology, tree_value
+from specdec.decoding.tree import Tree, parents_from_paths
+from specdec.decoding.trees import EagleTree, StaticTree, TopologyTree
 
 MEDUSA = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
 #: A Medusa-style tree of 16 nodes with a skipped rank ((2,) without... (2, 0) under it) and depth 4.
@@ -168,8 +171,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import model_pairs  # noqa: E402
-from specdec.models import CausalLM  # noqa: E402
-from specdec.tree import measure_acceptance, measure_calibration, ranked  # noqa: E402
+from specdec.decoding.calibration import measure_acceptance, measure_calibration  # noqa: E402
+from specdec.decoding.rows import ranked  # noqa: E402
+from specdec.models import loading  # noqa: E402
+from specdec.models.lm import CausalLM  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -441,12 +446,11 @@ def test_calibration_needs_two_ranks():
 @pytest.mark.parametrize("name", ["static", "eagle", "sequoia"])
 def test_demo_draft_builders(torch_threads, name):
     """The committed demo draft (Llama architecture, SmolLM2 vocabulary) drafts the reference trees."""
-    from specdec import models
     try:
-        model, tok = models.load(models.DEMO_DRAFT)
-    except models.ModelError as e:
+        model, tok = loading.load(loading.DEMO_DRAFT)
+    except loading.ModelError as e:
         pytest.skip(str(e))
-    lm = CausalLM(model, models.DEMO_DRAFT)
+    lm = CausalLM(model, loading.DEMO_DRAFT)
     b = builders(lm)[name]
     ctx = tok("To be, or not to be, that is the question:")["input_ids"]
     b.start(ctx)

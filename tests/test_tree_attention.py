@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import model_pairs  # noqa: E402
-from specdec import models  # noqa: E402
-from specdec.models import CacheStateError, CausalLM  # noqa: E402
-from specdec.tree import Tree  # noqa: E402
+from specdec.decoding.tree import Tree  # noqa: E402
+from specdec.models import loading  # noqa: E402
+from specdec.models.lm import CacheStateError, CausalLM  # noqa: E402
 from hls_ref.vectors import random_parents  # noqa: E402
 from model_pairs import tiny_llama  # noqa: E402
 from tree_helpers import assert_close, make_tree, masks  # noqa: E402
@@ -158,10 +158,10 @@ def test_demo_target_tree(torch_threads, monkeypatch):
     """SmolLM2-135M-Instruct (GGUF): a 24-node tree equals its paths, and commit_path then forward."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     try:
-        model, _ = models.load(models.DEMO_TARGET)
-    except models.ModelError as e:
+        model, _ = loading.load(loading.DEMO_TARGET)
+    except loading.ModelError as e:
         pytest.skip(str(e))
-    lm = CausalLM(model, models.DEMO_TARGET)
+    lm = CausalLM(model, loading.DEMO_TARGET)
     rng = np.random.default_rng(7)
     tree = Tree(random_parents(rng, 24), rng.integers(0, lm.vocab, 24).tolist())
     ctx = context(lm.vocab)

@@ -1,4 +1,4 @@
-"""Tree speculation through the whole loop (``specdec.decode.generate``) on config-built GPT-2 and OPT
+"""Tree speculation through the whole loop (``specdec.decoding.loop.generate``) on config-built GPT-2 and OPT
 pairs: draft tree -> treemask core -> target tree forward -> verifier tree walk -> cache commit.
 
 Greedy tree decoding must be token-identical to target-only greedy decoding (Hugging Face ``generate``) on
@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 
 import model_pairs
-from specdec import decode, runtime, tree
-from specdec.decode import GenConfig
+from specdec.app import runner
+from specdec.app.job import TreeSpec
+from specdec.decoding import loop, trees
+from specdec.decoding.base import GenConfig
 from specdec.errors import CoreError, OptionError
-from specdec.job import TreeSpec
+from specdec.hw import cores
+from specdec.sim import jobs as sim_jobs
 
 from greedy_identity import N_LONG, N_NEW, Reference, assert_identical, greedy_job, sim_available
 
@@ -57,7 +60,7 @@ QUICK = {("gpt2", "eagle"), ("opt", "static")}
 def test_tree_greedy_identity_ref_quick(family, kind, request, refs):
     """N_TREE_QUICK prompts x 64 tokens, trees of 16 nodes on the golden cores, equal HF greedy."""
     dirs, pair = request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair")
-    res = runtime.run(tree_job(dirs, model_pairs.prompts(N_TREE_QUICK), kind), "ref", pair)
+    res = runner.run(tree_job(dirs, model_pairs.prompts(N_TREE_QUICK), kind), "ref", pair)
     assert_identical(res, refs[family])
     assert_tree_exercised(res)
 
@@ -68,7 +71,7 @@ def test_tree_greedy_identity_ref_quick(family, kind, request, refs):
 def test_tree_greedy_identity_ref_50(family, kind, request, refs):
     """N_LONG prompts x 64 tokens, trees of 16 nodes (and 64 for EAGLE) on the golden cores, equal HF greedy."""
     dirs, pair = request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair")
-    res = runtime.run(tree_job(dirs, model_pairs.prompts(N_LONG), kind), "ref", pair)
+    res = runner.run(tree_job(dirs, model_pairs.prompts(N_LONG), kind), "ref", pair)
     assert_identical(res, refs[family])
     assert_tree_exercised(res)
 
@@ -78,7 +81,7 @@ def test_tree_greedy_identity_full_budget(family, request, refs):
     """Trees of the full 64 nodes (the xc7z020 limit), depth 8, equal HF greedy."""
     dirs, pair = request.getfixturevalue(f"{family}_dirs"), request.getfixturevalue(f"{family}_pair")
     job = tree_job(dirs, model_pairs.prompts(3), "eagle", budget=64, n_new=32, depth=8, topk=8)
-    res = runtime.run(job, "ref", pair)
+    res = runner.run(job, "ref", pair)
     assert_identical(res, refs[family], 32)
     rounds = [r for g in res["generations"] for r in g["rounds"]]
     assert max(r["g"] for r in rounds) == 63
@@ -89,7 +92,7 @@ def test_tree_greedy_identity_sim(gpt2_dirs, refs):
     """Two prompts x 16 tokens through the RTL verifier and treemask core (one toplevel) equal HF greedy."""
     if not sim_available():
         pytest.skip("verilator not found")
-    res = runtime.run_sim(tree_job(gpt2_dirs, model_pairs.prompts(2), "eagle", n_new=16))
+    res = sim_jobs.run_sim(tree_job(gpt2_dirs, model_pairs.prompts(2), "eagle", n_new=16))
     assert res["backend"].startswith("sim:")
     assert_identical(res, refs["gpt2"], 16)
     rounds = [r for g in res["generations"] for r in g["rounds"]]
@@ -103,7 +106,7 @@ def test_tree_greedy_identity_sim_long(kind, gpt2_dirs, refs):
     """5 prompts x 64 tokens through both RTL cores, each builder, equal HF greedy."""
     if not sim_available():
         pytest.skip("verilator not found")
-    res = runtime.run_sim(tree_job(gpt2_dirs, model_pairs.prompts(5), kind))
+    res = sim_jobs.run_sim(tree_job(gpt2_dirs, model_pairs.prompts(5), kind))
     assert_identical(res, refs["gpt2"])
     assert_tree_exercised(res)
 
@@ -112,9 +115,9 @@ def test_tree_sampling_runs_and_is_reproducible(gpt2_dirs, gpt2_pair):
     """Sampling with trees: the same seed gives the same tokens, another seed other tokens."""
     job = tree_job(gpt2_dirs, model_pairs.prompts(1), "eagle", n_new=16)
     job["sampling"] = {"temperature": 0.8, "top_k": 50, "top_p": 0.95}
-    a = runtime.run(job, "ref", gpt2_pair)
-    b = runtime.run(job, "ref", gpt2_pair)
-    c = runtime.run({**job, "seed": 7}, "ref", gpt2_pair)
+    a = runner.run(job, "ref", gpt2_pair)
+    b = runner.run(job, "ref", gpt2_pair)
+    c = runner.run({**job, "seed": 7}, "ref", gpt2_pair)
     tok = [g["tokens"] for g in a["generations"]]
     assert tok == [g["tokens"] for g in b["generations"]]
     assert tok != [g["tokens"] for g in c["generations"]]
@@ -124,7 +127,7 @@ def test_tree_sampling_runs_and_is_reproducible(gpt2_dirs, gpt2_pair):
 def test_sequoia_calibrates_when_no_vector_given(gpt2_dirs, gpt2_pair):
     job = tree_job(gpt2_dirs, model_pairs.prompts(1), "sequoia", n_new=8)
     del job["tree"]["acceptance"]
-    res = runtime.run(job, "ref", gpt2_pair)
+    res = runner.run(job, "ref", gpt2_pair)
     acc = res["tree"]["acceptance"]
     assert len(acc) == 4 and all(0 <= a <= 1 for a in acc)
 
@@ -133,26 +136,26 @@ def test_calibrated_eagle_measures_its_calibration(gpt2_dirs, gpt2_pair, refs):
     """A calibrated EAGLE tree without coefficients has them measured before the run, and stays identical."""
     job = tree_job(gpt2_dirs, model_pairs.prompts(2), "eagle", budget=8, depth=5, topk=3, expand=1,
                    scores="calibrated", calibration_passages=1)
-    res = runtime.run(job, "ref", gpt2_pair)
+    res = runner.run(job, "ref", gpt2_pair)
     assert_identical(res, refs["gpt2"])
     coef = np.asarray(res["tree"]["calibration"])
     assert coef.shape == (2, 3) and np.isfinite(coef).all() and not np.allclose(coef, [[0, 1, 0], [0, 1, 0]])
-    again = runtime.run({**job, "tree": res["tree"]}, "ref", gpt2_pair)        # given: not measured again
+    again = runner.run({**job, "tree": res["tree"]}, "ref", gpt2_pair)        # given: not measured again
     assert again["tree"] == res["tree"]
     assert [g["tokens"] for g in again["generations"]] == [g["tokens"] for g in res["generations"]]
 
 
 def test_calibration_contexts_are_generated_once_per_target(gpt2_pair, monkeypatch):
     """A Sequoia vector and an EAGLE calibration on one pair share the target's continuations."""
-    from specdec import pairs
+    from specdec.app import calibrate
     calls = []
-    generate = pairs._generate_contexts
-    monkeypatch.setattr(pairs, "_generate_contexts", lambda *a: calls.append(a[1:]) or generate(*a))
-    first = pairs.calibration_contexts(gpt2_pair, 1, 8, 4)
+    generate = calibrate._generate_contexts
+    monkeypatch.setattr(calibrate, "_generate_contexts", lambda *a: calls.append(a[1:]) or generate(*a))
+    first = calibrate.calibration_contexts(gpt2_pair, 1, 8, 4)
     first[0].append(-1)                                     # the caller's copy, not the cache
-    again = pairs.calibration_contexts(gpt2_pair, 1, 8, 4)
+    again = calibrate.calibration_contexts(gpt2_pair, 1, 8, 4)
     assert calls == [(1, 8, 4)] and again[0] == first[0][:-1]
-    pairs.calibration_contexts(gpt2_pair, 1, 8, 5)
+    calibrate.calibration_contexts(gpt2_pair, 1, 8, 5)
     assert calls == [(1, 8, 4), (1, 8, 5)]
 
 
@@ -169,20 +172,21 @@ def test_calibration_contexts_generated_together_equal_each_generated_alone(requ
     """The passages go through the target as one left-padded batch (two batches here): each context is the
     passage's greedy continuation generated alone, ending where that generation ends (its first end-of-sequence
     token, made here a token the target does emit in the middle of a row)."""
-    from specdec import corpus, pairs
+    from specdec.models import corpus
+    from specdec.app import calibrate, pairs
     pair = request.getfixturevalue(f"{family}_pair")
-    monkeypatch.setattr(pairs, "CALIBRATION_BATCH", 2)
-    texts = corpus.sample_passages(3, held_out=False, seed=pairs.CALIBRATION_SEED)
+    monkeypatch.setattr(calibrate, "CALIBRATION_BATCH", 2)
+    texts = corpus.sample_passages(3, held_out=False, seed=calibrate.CALIBRATION_SEED)
     prompts = [pairs.encode(pair.tokenizer, t)[:32] for t in texts]
     assert len({len(p) for p in prompts}) > 1                    # rows of different lengths: padding is exercised
-    assert pairs._generate_contexts(pair, 3, 32, 6) == [_alone(pair, p, 6) for p in prompts]
+    assert calibrate._generate_contexts(pair, 3, 32, 6) == [_alone(pair, p, 6) for p in prompts]
     new = _alone(pair, prompts[0], 6)[len(prompts[0]):]
     k = next(k for k in range(1, 6) if new[k] not in new[:k])  # a token the first row emits first after others
     monkeypatch.setattr(pair.target.model.generation_config, "eos_token_id", new[k])    # what generate stops at
     monkeypatch.setattr(pair.target, "eos_token_id", new[k])                          # what the loop stops at
     expected = [_alone(pair, p, 6) for p in prompts]
     assert len(expected[0]) == len(prompts[0]) + k + 1          # that row now ends there
-    assert pairs._generate_contexts(pair, 3, 32, 6) == expected
+    assert calibrate._generate_contexts(pair, 3, 32, 6) == expected
 
 
 # ------------------------------------------------------------------------------------------------
@@ -219,22 +223,22 @@ def test_bad_tree_specs_raise(spec, message):
 
 def test_tree_budget_over_core_limit_raises(gpt2_pair):
     """A budget the config accepts but a smaller core build does not: refused before any round."""
-    v = runtime.golden_verifier({"TREE_MAX": 8})
-    m = runtime.golden_masker()
-    drafter = tree.EagleTree(gpt2_pair.draft.lm, 16, 4, 4)
+    v = cores.golden_verifier({"TREE_MAX": 8})
+    m = cores.golden_masker()
+    drafter = trees.EagleTree(gpt2_pair.draft.lm, 16, 4, 4)
     with pytest.raises(ValueError, match="tree budget 16 exceeds the cores' limits: verifier TREE_MAX 8"):
-        decode.generate(gpt2_pair.target, drafter, v, [1, 2, 3], GenConfig(8, tree_budget=16), m)
+        loop.generate(gpt2_pair.target, drafter, v, [1, 2, 3], GenConfig(8, tree_budget=16), m)
 
 
 def test_tree_without_masker_raises(gpt2_pair):
-    drafter = tree.EagleTree(gpt2_pair.draft.lm, 8, 4, 4)
+    drafter = trees.EagleTree(gpt2_pair.draft.lm, 8, 4, 4)
     with pytest.raises(ValueError, match="treemask driver"):
-        decode.generate(gpt2_pair.target, drafter, runtime.golden_verifier(), [1, 2, 3], GenConfig(8, tree_budget=8))
+        loop.generate(gpt2_pair.target, drafter, cores.golden_verifier(), [1, 2, 3], GenConfig(8, tree_budget=8))
 
 
 def test_malformed_tree_is_a_core_error():
     """A parent not below its child reaches the verifier only through the driver: BAD_TREE, then recovery."""
-    v = runtime.golden_verifier({"VOCAB_MAX": 64})
+    v = cores.golden_verifier({"VOCAB_MAX": 64})
     v.seed([1, 2, 3, 4])
     p = np.zeros((3, 50), dtype=np.float32)
     with pytest.raises(CoreError, match="BAD_TREE"):

@@ -9,7 +9,7 @@ from hls_ref import cpp
 from hls_ref import treemask as tm
 from hls_ref.vectors import CHAIN3_PATHS, MEDUSA_PATHS, random_parents
 from hwcontract.regmap import core
-from specdec.tree import parents_from_paths
+from specdec.decoding.tree import parents_from_paths
 
 pytestmark = pytest.mark.skipif(cpp.shutil.which(cpp.CXX) is None, reason="no C++ compiler")
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from hls_ref import treemask as golden
-from specdec.backends.golden import GoldenDevice
-from specdec.drivers import DmaSink, TreeMask
-from specdec.drivers.base import description
-from specdec.drivers.treemask import WORD_BYTES
 from specdec.errors import CoreTimeout, SpecdecError
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.treemask import TreeMask
+from specdec.hw.golden import GoldenDevice
+from specdec.hw.streams import WORD_BYTES, DmaSink
 from tb.treemask.driver_checks import check_treemask_driver, core_error
 
 

@@ -9,7 +9,7 @@ from hls_ref import treemask as tm
 from hls_ref.vectors import CHAIN3_PATHS, MEDUSA_PATHS, random_parents
 from hwcontract.formats import pack_mask_word, unpack_mask_word
 from hwcontract.regmap import core
-from specdec.tree import parents_from_paths
+from specdec.decoding.tree import parents_from_paths
 
 ERR = core("treemask").reg("ERR")
 

@@ -13,11 +13,11 @@ from hls_ref import verifier as golden
 from hls_ref.vectors import chain_round, tree_round
 from hwcontract.formats import LOGIT_NEG_INF, quantize
 from hwcontract.regmap import core
-from specdec import runtime
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 from hls_ref import cpp  # noqa: E402
+from specdec.app import runner
 
 ERR = {name: core("verifier").reg("ERR").field(name).mask
        for name in ("BAD_GAMMA", "BAD_VOCAB", "BAD_TOKEN", "BAD_TEMP", "EMPTY_ROW")}
@@ -226,7 +226,7 @@ def test_every_face_refuses_a_malformed_draft_alike(draft, words):
     1), the C++ reference (int() likewise) and the driver ([True, 2] had been tokens 1 and 2) refuse alike."""
     rows = np.zeros((3, 8), np.int16)
     kw = dict(greedy=True, inv_temp=256, words=None, lanes=4)
-    drv = runtime.cores("ref").verifier
+    drv = runner.cores("ref").verifier
     for face in (lambda: golden.verify(rows, None, draft, **kw), lambda: cpp.verifier_round(rows, None, draft, **kw),
                  lambda: drv.verify(draft, rows, greedy=True)):
         with pytest.raises(ValueError, match=words):
@@ -245,14 +245,14 @@ def test_every_face_refuses_a_malformed_tree_alike(parents, tokens, greedy, word
     reference's int() had taken parent 0.7 as node 0 and bool(greedy) the string 'no' as greedy."""
     rows = np.zeros((3, 8), np.int16)
     kw = dict(greedy=greedy, inv_temp=256, words=[1, 2, 3, 4], lanes=4)
-    drv = runtime.cores("ref").verifier
+    drv = runner.cores("ref").verifier
     for face in (lambda: golden.verify_tree(rows, parents, tokens, **kw),
                  lambda: cpp.verifier_tree_round(rows, parents, tokens, **kw),
                  lambda: drv.verify_tree(parents, tokens, rows, greedy=greedy)):
         with pytest.raises(ValueError, match=words):
             face()
     if "parents must be integers" in words:     # the treemask's three faces read parents the same way
-        masker = runtime.cores("ref").masker
+        masker = runner.cores("ref").masker
         for face in (lambda: tm.tree_mask(parents), lambda: cpp.treemask_words(parents),
                      lambda: masker.masks(parents)):
             with pytest.raises(ValueError, match=words):

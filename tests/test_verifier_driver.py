@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 
 from hwcontract import formats as fmt
-from specdec.backends.golden import GoldenDevice
-from specdec.drivers import DmaStream, Verifier
-from specdec.drivers.base import description
 from specdec import errors
 from specdec.errors import BusError, CoreTimeout
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.verifier import Verifier
+from specdec.hw.golden import GoldenDevice
+from specdec.hw.streams import DmaStream
 from hwcontract.formats import LOGIT_NEG_INF
-from specdec.backends import simulator as harness
+from specdec.sim import harness
 from tb.verifier.driver_checks import Checker, check_verifier_driver
 
 

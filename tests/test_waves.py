@@ -1,5 +1,5 @@
 """``specdec waves FILE``: the cycles each core's FSM spends in each state, read from a waves dump
-(host/specdec/waves.py), on VCD files written here with known state sequences and on a real treemask dump; and
+(host/specdec/sim/waves.py), on VCD files written here with known state sequences and on a real treemask dump; and
 ``specdec`` quiet when the reader of its stdout goes away (``specdec ... | head -1``)."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec import cli, waves
+from specdec import cli
+from specdec.sim import waves
 
 pytest.importorskip("pywellen")
 
@@ -201,8 +202,8 @@ def test_a_treemask_run_on_verilator(tmp_path):
     cycle model, hls_ref.treemask.cycles); the busy cycles are those in which the core's own ``busy`` is high."""
     from hls_ref import treemask as golden
     from hls_ref.vectors import CHAIN3_PATHS, MEDUSA_PATHS
-    from specdec.backends import simulator as harness
-    from specdec.tree import parents_from_paths
+    from specdec.sim import harness
+    from specdec.decoding.tree import parents_from_paths
     from tb.common import SWITCH
     harness.verilator_on_path()
     if shutil.which("verilator") is None:

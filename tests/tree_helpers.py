@@ -6,7 +6,7 @@ import numpy as np
 from hls_ref.treemask import tree_mask
 from hls_ref.vectors import random_parents
 from hwcontract.regmap import TREE_MAX_NODES
-from specdec.tree import Tree
+from specdec.decoding.tree import Tree
 
 #: Relative tolerance on logits (scaled by the row's largest magnitude).
 RTOL = 1e-4

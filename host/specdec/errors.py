@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 #: Whether exceptions take notes (PEP 678, Python 3.11). The package runs on Python 3.10 too: a PYNQ-Z2's
-#: image (PYNQ 3.0) has it, and there ``error.add_note`` raised AttributeError in place of the error.
+#: image (PYNQ 3.0) has it, and there ``error.add_note`` raises AttributeError in place of the error.
 NOTES = hasattr(BaseException, "add_note")
 
 

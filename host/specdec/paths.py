@@ -41,7 +41,7 @@ BOARD_ENV = "BOARD"
 DEVICE_TREE_BOARD = Path("/proc/device-tree/chosen/pynq_board")
 #: The bitstream's file name in a board's overlay folder (the .hwh beside it: specdec.hwh).
 BITFILE = "specdec.bit"
-#: The environment variable that runs ``--backend pynq`` on an emulated board (:mod:`specdec.runtime`).
+#: The environment variable that runs ``--backend pynq`` on an emulated board (:mod:`specdec.app.runner`).
 EMULATE_ENV = "SPECDEC_EMULATE"
 
 

@@ -11,9 +11,9 @@ from cocotb.task import bridge
 from hls_ref import draftengine as golden
 from hls_ref.vectors import draftengine_set
 from hwcontract.regmap import core
-from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
-from specdec.drivers import DraftEngine
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.draftengine import DraftEngine
+from specdec.sim.device import AxilTB, SimDevice, SimSink, SimStream
 from tb.agree import vector_limit, vector_spec, write_results
 from tb.common import Stimulus, cross_test
 

@@ -11,8 +11,8 @@ import numpy as np
 from hls_ref import draftengine as golden
 from hls_ref.vectors import draftengine_job
 from hwcontract.formats import DE_K_LIMIT, de_act_beats, de_weight_beats
-from specdec.drivers import DraftEngine
 from specdec.errors import CoreError
+from specdec.hw.drivers.draftengine import DraftEngine
 
 
 def check_job(drv: DraftEngine, job: golden.Job, exact_cycles: bool) -> None:
@@ -82,7 +82,7 @@ def check_draftengine_driver(drv: DraftEngine, seed: int = 3, count: int = 8, ex
     for i, (m, k, n) in enumerate(large):
         check_job(drv, draftengine_job(rnd, m, k, n, (16, 8, 32)[i % 3]), exact_cycles)
 
-    # a layer placed and another streamed through the window past it (specdec.int8draft.layout's mixed layout):
+    # a layer placed and another streamed through the window past it (specdec.models.int8draft.layout's mixed layout):
     # the streamed layer's loads land past the placed one, which still gives its outputs afterwards
     drv.reset_memory()
     kept, moving = draftengine_job(rnd, 2, 20, drv.rows + 3, 16), draftengine_job(rnd, 3, 20, 2 * drv.rows, 8)

@@ -17,10 +17,10 @@ from hls_ref.vectors import DRAFT_SHAPES, draftengine_job
 from hwcontract.formats import de_act_beats, de_unpack_outputs
 from hwcontract import board
 from hwcontract.regmap import core
-from specdec.backends import simulator as harness
-from specdec.backends.sim import AxilTB, SimDevice, SimSink, SimStream
-from specdec.drivers import DraftEngine
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.draftengine import DraftEngine
+from specdec.sim import harness
+from specdec.sim.device import AxilTB, SimDevice, SimSink, SimStream
 from tb.common import Stimulus, cross_names, cross_test, param
 from tb.draftengine.driver_checks import check_draftengine_driver, check_job
 

@@ -14,10 +14,10 @@ from cocotb.task import bridge
 from hls_ref import kvpage as kv
 from hls_ref.vectors import kvpage_set
 from hwcontract.regmap import core
-from specdec.backends.sim import AxilTB, SimDevice
-from specdec.drivers import KVPage
-from specdec.drivers.base import description
 from specdec.errors import CoreError
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.kvpage import KVPage
+from specdec.sim.device import AxilTB, SimDevice
 from tb.agree import vector_limit, vector_spec, write_results
 from tb.common import Stimulus, cross_test
 

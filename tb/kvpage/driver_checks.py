@@ -1,6 +1,6 @@
 """Driver checks shared by the golden-backend test (tests/test_kvpage_driver.py) and the RTL (cocotb) one.
 
-:func:`check_kvpage_driver` runs a decoder-like scenario through a :class:`specdec.drivers.KVPage` and a
+:func:`check_kvpage_driver` runs a decoder-like scenario through a :class:`specdec.hw.drivers.kvpage.KVPage` and a
 second driver over the golden register model, asserting they return the same pages, slots and cycles,
 and that the values make sense on their own (shared rows, copy on write, constant-time commit and
 rollback, errors that leave the table as it was).
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from hls_ref import kvpage as golden
-from specdec.backends.golden import GoldenDevice
-from specdec.drivers import KVPage, KVPageError
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.kvpage import KVPage, KVPageError
+from specdec.hw.golden import GoldenDevice
 
 
 def golden_driver(pages: int, max_blocks: int, slots: int = golden.KV_SLOTS) -> KVPage:

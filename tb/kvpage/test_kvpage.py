@@ -18,12 +18,12 @@ import pytest
 from cocotb.task import bridge
 
 from hls_ref import kvpage as golden
-from specdec.backends.sim import AxilTB, SimDevice
-from specdec.drivers import KVPage
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.kvpage import KVPage
+from specdec.sim.device import AxilTB, SimDevice
 from hwcontract.board import Z2_KVPAGE
 from hwcontract.regmap import core
-from specdec.backends import simulator as harness
+from specdec.sim import harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 from tb.kvpage.driver_checks import check_kvpage_driver
 

@@ -10,9 +10,9 @@ from cocotb.task import bridge
 
 from hls_ref.vectors import RngCase, rng_set
 from hwcontract.regmap import core
-from specdec.backends.sim import AxilTB, SimDevice
-from specdec.drivers import Rng
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.rng import Rng
+from specdec.sim.device import AxilTB, SimDevice
 from tb.agree import vector_spec, write_results
 from tb.common import Stimulus, cross_test
 

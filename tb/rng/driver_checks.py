@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from hls_ref import rng as golden
-from specdec.drivers import Rng
-from specdec.drivers.base import description
 from specdec.errors import BusError, CoreError
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.rng import Rng
 from hwcontract.regmap import RESP_DECERR, RESP_SLVERR
 
 SEED = (0x9E3779B9, 0x243F6A88, 0xB7E15162, 0x00000001)

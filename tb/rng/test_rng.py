@@ -14,9 +14,9 @@ from cocotb.task import bridge
 from cocotb.triggers import ClockCycles
 
 from hls_ref import rng as golden
-from specdec.backends.sim import AxilTB, SimDevice
+from specdec.sim.device import AxilTB, SimDevice
 from hwcontract.regmap import RESP_DECERR, RESP_OKAY, RESP_SLVERR, core
-from specdec.backends import simulator as harness
+from specdec.sim import harness
 from tb.common import QUIET, Stimulus, cross_test
 from tb.rng.driver_checks import check_rng_driver
 

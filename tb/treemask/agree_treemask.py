@@ -12,9 +12,9 @@ from cocotb.task import bridge
 
 from hls_ref.vectors import treemask_set
 from hwcontract.regmap import core
-from specdec.backends.sim import AxilTB, SimDevice, SimSink
-from specdec.drivers import TreeMask
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.treemask import TreeMask
+from specdec.sim.device import AxilTB, SimDevice, SimSink
 from tb.agree import vector_spec, write_results
 from tb.common import Stimulus, cross_test
 

@@ -9,10 +9,10 @@ import numpy as np
 
 from hls_ref import treemask as golden
 from hls_ref.vectors import MEDUSA_PATHS, random_parents
-from specdec.drivers import TreeMask
 from specdec.errors import CoreError
+from specdec.hw.drivers.treemask import TreeMask
 from hwcontract.regmap import TREE_MAX_NODES
-from specdec.tree import parents_from_paths
+from specdec.decoding.tree import parents_from_paths
 
 def check_tree(drv: TreeMask, parents, exact_cycles: bool) -> None:
     """One tree through the driver against the golden model, and the result registers."""

@@ -17,12 +17,12 @@ from cocotb.triggers import ClockCycles, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
 from hls_ref import treemask as golden
-from specdec.backends.sim import AxilTB, SimDevice, SimSink
-from specdec.drivers import TreeMask
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.treemask import TreeMask
+from specdec.sim.device import AxilTB, SimDevice, SimSink
 from hwcontract.regmap import TREE_MAX_NODES, core
-from specdec.tree import parents_from_paths
-from specdec.backends import simulator as harness
+from specdec.decoding.tree import parents_from_paths
+from specdec.sim import harness
 from tb.common import QUIET, Stimulus, cross_test, param
 from hls_ref.vectors import CHAIN3_PATHS, MEDUSA_PATHS, random_parents
 from tb.treemask.driver_checks import check_treemask_driver

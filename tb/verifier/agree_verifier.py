@@ -15,10 +15,10 @@ from cocotb.task import bridge
 from hls_ref.vectors import ChainRound, TreeRound, chain_set, tree_set
 from hwcontract.formats import INV_TEMP_FRAC
 from hwcontract.regmap import core
-from specdec.backends.sim import AxilTB, SimDevice, SimStream
-from specdec.drivers import Verifier
-from specdec.drivers.base import description
-from specdec.drivers.verifier_errors import VerifierError
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.verifier import Verifier
+from specdec.hw.drivers.verifier_errors import VerifierError
+from specdec.sim.device import AxilTB, SimDevice, SimStream
 from tb.agree import vector_spec, write_results
 from tb.common import Stimulus, cross_test
 

@@ -1,7 +1,7 @@
 """The verifier driver's checks, run unchanged on every backend (golden model, Verilator, Icarus, a board).
 
 Plain synchronous code, as a user would write it on a board: in simulation it runs in a thread started
-with ``cocotb.task.bridge``. Every round's :class:`~specdec.drivers.Result` is compared field by field
+with ``cocotb.task.bridge``. Every round's :class:`~specdec.hw.drivers.verifier.Result` is compared field by field
 with ``hls_ref.verifier.verify`` fed with the xoshiro128++ words of the seed, the RNG state carried
 across rounds as on the core.
 """
@@ -12,8 +12,8 @@ import numpy as np
 from hls_ref import rng as golden_rng
 from hls_ref import verifier as golden
 from hwcontract import formats as fmt
-from specdec.backends.device import RowStream
-from specdec.drivers import Result, Verifier
+from specdec.hw.drivers.verifier import Result, Verifier
+from specdec.hw.streams import RowStream
 from hwcontract.formats import inv_temp
 from specdec.errors import CoreError, SpecdecError
 

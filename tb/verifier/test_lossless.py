@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hwcontract import formats as fmt
-from specdec.backends import simulator as harness
+from specdec.sim import harness
 from hls_ref.vectors import TREE_PARENTS, make_family, make_tree_case
 from tb.verifier.lossless import ALPHA, check_tree_lossless, chi2_pvalue, tree_emitted
 from tb.common import Stimulus, cross_test

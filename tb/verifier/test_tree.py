@@ -27,8 +27,8 @@ from hwcontract import formats as fmt
 from hls_ref.vectors import (CHAIN3_PATHS, MEDUSA_PATHS, random_chain_round, random_tree_round, rng_seed,
                              tree_round)
 from hwcontract.formats import LOGIT_NEG_INF
-from specdec.tree import parents_from_paths
-from specdec.backends import simulator as harness
+from specdec.decoding.tree import parents_from_paths
+from specdec.sim import harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test
 from tb.verifier.verifier_tb import TREE_RESULTS, TreeTB, emask
 
@@ -79,7 +79,7 @@ async def tree_rounds(dut, stim: Stimulus):
 
 @cross_test
 async def named_trees(dut, stim: Stimulus):
-    """The 3-chain and the Medusa tree via specdec.tree.parents_from_paths, greedy and sampling, with
+    """The 3-chain and the Medusa tree via specdec.decoding.tree.parents_from_paths, greedy and sampling, with
     tokens that follow the rows' argmax (full acceptance) and tokens that miss; the (tree, mode, trial)
     rounds are dealt across the four stimulus combinations."""
     tb = await _tb(dut, stim)

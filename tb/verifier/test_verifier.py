@@ -23,7 +23,7 @@ import pytest
 from hls_ref import verifier as gv
 from hls_ref.vectors import full_vocab_round, random_chain_round, rng_seed
 from hwcontract.formats import LOGIT_NEG_INF
-from specdec.backends import simulator as harness
+from specdec.sim import harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 from tb.verifier.verifier_tb import CMAP, RESULTS, VerifierTB, emask
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from cocotb.task import bridge
 
-from specdec.backends.sim import AxilTB, SimDevice, SimStream
-from specdec.drivers import Verifier
-from specdec.drivers.base import description
+from specdec.hw.drivers.base import description
+from specdec.hw.drivers.verifier import Verifier
+from specdec.sim.device import AxilTB, SimDevice, SimStream
 from hwcontract.regmap import core
 from tb.common import Stimulus, cross_test
 from tb.verifier.driver_checks import check_verifier_driver

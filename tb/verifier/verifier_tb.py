@@ -18,7 +18,7 @@ from hls_ref import verifier as gv
 from hwcontract import formats as fmt
 from hwcontract.formats import LOGIT_NEG_INF
 from hwcontract.regmap import TREE_MAX_NODES, core
-from specdec.backends.sim import AxilTB
+from specdec.sim.device import AxilTB
 from tb.common import QUIET, Stimulus
 
 CMAP = core("verifier")
