@@ -133,8 +133,9 @@ foreach c $cores {
 # 4. The block design, in a project made afresh: the PS at the board's preset (on the Zynq-7000 its DDR and fixed
 #    I/O made external by name), its parameters, a reset block whose active-high peripheral_reset drives every
 #    core's rst, each core an AXI-Lite slave of the PS's general-purpose master at its address, and one AXI DMA
-#    (simple mode) per stream core: MM2S feeds the core's input stream, S2MM takes its output stream, both through
-#    the HP port, each memory map as wide as its stream.
+#    per stream core: MM2S feeds the core's input stream, S2MM takes its output stream, both through the HP port,
+#    each memory map as wide as its stream. A DMA with sg 1 runs scatter-gather (c_include_sg 1, no control and
+#    status streams) and reads and writes its descriptors through its M_AXI_SG master, on the HP port too.
 file delete -force $projdir
 create_project specdec $projdir -part $part -force
 set_property board_part $board_part [current_project]
@@ -161,10 +162,11 @@ foreach c $cores {
 }
 
 foreach d $dmas {
-  lassign $d cell core base range mm2s mm2s_width s2mm s2mm_width length_width burst
+  lassign $d cell core base range mm2s mm2s_width s2mm s2mm_width length_width burst sg
   create_bd_cell -type ip -vlnv $dma_vlnv $cell
-  set cfg [list CONFIG.c_include_sg 0 CONFIG.c_sg_length_width $length_width \
+  set cfg [list CONFIG.c_include_sg $sg CONFIG.c_sg_length_width $length_width \
       CONFIG.c_include_mm2s [expr {$mm2s_width > 0}] CONFIG.c_include_s2mm [expr {$s2mm_width > 0}]]
+  if {$sg} { lappend cfg CONFIG.c_sg_include_stscntrl_strm 0 }
   if {$mm2s_width > 0} {
     lappend cfg CONFIG.c_m_axis_mm2s_tdata_width $mm2s_width CONFIG.c_m_axi_mm2s_data_width $mm2s_width \
         CONFIG.c_mm2s_burst_size $burst
@@ -177,6 +179,10 @@ foreach d $dmas {
   apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Master /ps/$gp Clk Auto] \
       [get_bd_intf_pins $cell/S_AXI_LITE]
   assign_bd_address -offset $base -range $range [get_bd_addr_segs $cell/S_AXI_LITE/*]
+  if {$sg} {
+    apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Slave /ps/$hp Clk Auto] \
+        [get_bd_intf_pins $cell/M_AXI_SG]
+  }
   if {$mm2s_width > 0} {
     apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Slave /ps/$hp Clk Auto] \
         [get_bd_intf_pins $cell/M_AXI_MM2S]

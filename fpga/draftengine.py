@@ -50,8 +50,8 @@ from hwcontract.formats import DE_ACC_BITS, DE_OPERAND_BITS
 from hwcontract.regmap import DE_OUT_CODES, DE_PARAM_WORD_BITS, REG_BITS
 
 from .axil import AxiLite, axil_regs, register_signals
-from .draftengine_ctrl import (BIT_SOFT, CMAP, N_STATES, OP_LP, OP_LW, ST_ACT, ST_BUSY, ST_DONE, ST_DONE_BIT, ST_DRAIN,
-                               ST_ERR, ST_ERROR, ST_IDLE, ST_LOAD, ST_MAC, Counts, Issue, Job, job_counters,
+from .draftengine_ctrl import (BIT_SOFT, CMAP, N_STATES, OP_LP, OP_LW, ST_ACT, SB_BUSY, ST_DONE, SB_DONE, ST_DRAIN,
+                               ST_ERR, SB_ERROR, ST_IDLE, ST_LOAD, ST_MAC, Counts, Issue, Job, job_counters,
                                job_loader, job_operands, job_state, mac_issue)
 from .pipe import Ram, delay, mul_latency, mul_wide, reg
 
@@ -489,8 +489,8 @@ def status_regs(clk, rst, state, err, regs, cnt, PARAMS_VAL, WDEPTH, PDEPTH, K_M
 
     @always_comb
     def regs_out():
-        r_status.next = (((state != ST_IDLE and state != ST_DONE and state != ST_ERR) << ST_BUSY)
-                         | ((state == ST_DONE) << ST_DONE_BIT) | ((err != 0) << ST_ERROR))
+        r_status.next = (((state != ST_IDLE and state != ST_DONE and state != ST_ERR) << SB_BUSY)
+                         | ((state == ST_DONE) << SB_DONE) | ((err != 0) << SB_ERROR))
         r_err.next = err
         r_sat.next = cnt.satcnt
         r_bin.next = cnt.beats_in

@@ -21,7 +21,7 @@ from hwcontract.regmap import REG_BITS, core
 
 CMAP = core("draftengine")
 BIT_START, BIT_SOFT = (CMAP.reg("CTRL").field(n).lsb for n in ("START", "SOFT_RESET"))
-ST_BUSY, ST_DONE_BIT, ST_ERROR = (CMAP.reg("STATUS").field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
+SB_BUSY, SB_DONE, SB_ERROR = (CMAP.reg("STATUS").field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
 E_BAD_OP, E_BAD_SHAPE, E_BAD_OUT, E_BAD_RANGE, E_SHORT, E_LONG = (
     CMAP.reg("ERR").field(n).mask for n in ("BAD_OP", "BAD_SHAPE", "BAD_OUT", "BAD_RANGE", "SHORT_STREAM",
                                             "LONG_STREAM"))

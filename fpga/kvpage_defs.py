@@ -27,7 +27,7 @@ if _KIND.lsb != 0:
     raise ValueError("kvpage: RES_INFO.KIND must start at bit 0")
 PARENT_LSB = _INFO.field("PARENT").lsb
 BIT_START, BIT_SOFT = (CMAP.reg("CTRL").field(n).lsb for n in ("START", "SOFT_RESET"))
-ST_BUSY, ST_DONE_BIT, ST_ERROR = (CMAP.reg("STATUS").field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
+SB_BUSY, SB_DONE, SB_ERROR = (CMAP.reg("STATUS").field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
 _E = {f.name: f.mask for f in CMAP.error_bits}
 E_BAD_OP, E_BAD_SLOT, E_NO_SLOT, E_POOL_EMPTY, E_BAD_ROW, E_SHARED_ROW, E_BAD_PAGE = (
     _E[n] for n in ("BAD_OP", "BAD_SLOT", "NO_SLOT", "POOL_EMPTY", "BAD_ROW", "SHARED_ROW", "BAD_PAGE"))

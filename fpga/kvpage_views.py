@@ -17,7 +17,7 @@ from hwcontract.regmap import KV_SLOTS, REG_BITS
 from .kvpage_defs import (CODE_W, E_BAD_OP, E_BAD_PAGE, E_BAD_ROW, E_BAD_SLOT, E_NO_SLOT,
                           E_POOL_EMPTY, E_SHARED_ROW, K_BRANCH, K_FREE, K_SEQ, K_ZOMBIE, MASK_W, OP_CLEAR,
                           OP_COMMIT, OP_FORK, OP_FREE, OP_INFO, OP_NEW, OP_REFS, OP_ROLLBACK, OP_TRANSLATE,
-                          OP_WRITE, PARENT_LSB, ST_BUSY, ST_DONE, ST_DONE_BIT, ST_ERROR, ST_SCAN, Geometry)
+                          OP_WRITE, PARENT_LSB, SB_BUSY, ST_DONE, SB_DONE, SB_ERROR, ST_SCAN, Geometry)
 from .pipe import Ram
 
 
@@ -329,7 +329,7 @@ def status_regs(state, err, busy, pool, sl, op, cbusy, ops, regs, info_word, PAR
 
     @always_comb
     def regs_out():
-        r_status.next = (busy << ST_BUSY) | ((state == ST_DONE) << ST_DONE_BIT) | ((err != 0) << ST_ERROR)
+        r_status.next = (busy << SB_BUSY) | ((state == ST_DONE) << SB_DONE) | ((err != 0) << SB_ERROR)
         r_err.next = err
         r_free.next = pool.free_pages
         r_slo.next = seq_w[REG_BITS:0]

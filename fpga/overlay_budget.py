@@ -14,10 +14,14 @@ and the emulated board's hardware description also read.
 
 - ``pynq-z2`` (xc7z020): the verifier at the full OPT vocabulary with 4 lanes (a 64-bit beat, the width of the
   Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables, the draft engine at
-  4 x 8 (``Z2_DRAFTENGINE``), rng.
+  4 x 8 (``Z2_DRAFTENGINE``), rng, the tree-attention unit (``hwcontract.board.Z2_TREEATTN``).
 - ``kv260`` (xck26): the verifier with 8 lanes (a 128-bit beat, the width of the ZynqMP HP ports, twice the
   row rate per clock), treemask at 64 nodes, kvpage at 1,024 pages (``hwcontract.board.KV260_KVPAGE``), the
-  draft engine at 8 x 8 with its weights in the part's 64 URAM288 (``hwcontract.board.KV260_DRAFTENGINE``), rng.
+  draft engine at 8 x 8 with its weights in the part's 64 URAM288 (``hwcontract.board.KV260_DRAFTENGINE``), rng,
+  the tree-attention unit (``hwcontract.board.KV260_TREEATTN``).
+
+A DMA in scatter-gather mode (the treeattn core's) adds the estimate of its scatter-gather engine and its
+descriptor master (M_AXI_SG) as one more master on the HP interconnect.
 """
 from __future__ import annotations
 
@@ -82,6 +86,8 @@ _PG021 = ("estimate in the range PG021 (AXI DMA v7.1) gives for simple-mode (no 
 _PG021_WIDE = ("extrapolated from the 64- and 128-bit simple-mode estimates (the channel FIFO and datapath grow with "
                "the stream width; the memory-map side as wide as the stream, the HP interconnect converting to 64 "
                "bits); not read from PG021's tables")
+_PG021_SG = ("estimate of what scatter-gather mode adds to a DMA (the descriptor fetch and update engine and its "
+             "32-bit M_AXI_SG master), rounded up; not read from PG021's tables here")
 _PG059 = ("estimate in the range PG059 (AXI Interconnect v2.1) gives for these crossbar and coupler "
           "configurations, rounded up; not read from its tables here")
 #: Every figure used for the IP around the cores, per instance (per slave port where the name says so).
@@ -95,6 +101,7 @@ ESTIMATES: dict[str, Estimate] = {
     "axi_dma s2mm 256b": Estimate(2_300, 3_600, 4, 0, _PG021_WIDE),
     "axi_dma mm2s 512b": Estimate(3_400, 5_400, 8, 0, _PG021_WIDE),
     "axi_dma s2mm 512b": Estimate(3_500, 5_600, 8, 0, _PG021_WIDE),
+    "axi_dma sg engine": Estimate(900, 1_300, 0, 0, _PG021_SG),
     "axi-lite interconnect base": Estimate(600, 700, 0, 0,
                                            _PG059 + ": the PS master's AXI3 -> AXI4-Lite protocol converter"),
     "axi-lite interconnect per slave": Estimate(60, 40, 0, 0, _PG059 + ": SASD crossbar decode and read mux"),
@@ -125,19 +132,25 @@ def infrastructure(board_name: str) -> list[dict]:
     estimate (True), basis``."""
     cores = OVERLAY_CORES[board_name]
     items: list[tuple[str, str, str, int]] = []        # (name, config, estimate key, count)
-    dmas = [d.core for d in board.design(board_name).dmas]
+    design = board.design(board_name)
+    dmas = [d.core for d in design.dmas]
+    sg = [d.core for d in design.dmas if d.sg]
     for name in dmas:
+        mode = "scatter-gather" if name in sg else "simple mode"
         for direction, width in _channels(board_name, name):
-            items.append((f"axi_dma ({name})", f"{direction.upper()}, {width}-bit stream, simple mode",
+            items.append((f"axi_dma ({name})", f"{direction.upper()}, {width}-bit stream, {mode}",
                           _dma_key(direction, width), 1))
+        if name in sg:
+            items.append((f"axi_dma ({name})", "scatter-gather engine, M_AXI_SG", "axi_dma sg engine", 1))
     slaves = len(cores) + len(dmas)
     items.append(("axi-lite interconnect", f"1 master (PS) x {slaves} slaves", "axi-lite interconnect base", 1))
     items.append(("axi-lite interconnect", f"{slaves} slave ports", "axi-lite interconnect per slave", slaves))
+    masters = len(dmas) + len(sg)           # a scatter-gather DMA's descriptor master is one more
     if dmas:
-        items.append(("hp interconnect", f"{len(dmas)} DMA masters -> 1 HP port", "hp interconnect base", 1))
-        if len(dmas) > 1:
-            items.append(("hp interconnect", f"{len(dmas) - 1} extra masters", "hp interconnect per extra master",
-                          len(dmas) - 1))
+        items.append(("hp interconnect", f"{masters} DMA masters -> 1 HP port", "hp interconnect base", 1))
+        if masters > 1:
+            items.append(("hp interconnect", f"{masters - 1} extra masters", "hp interconnect per extra master",
+                          masters - 1))
     items.append(("proc_sys_reset", "PS reset and clock glue", "proc_sys_reset", 1))
     out = []
     for name, config, key, count in items:
@@ -209,7 +222,7 @@ def size(board: str, out_dir: str | Path = "build", jobs: int = hw.MAX_JOBS) -> 
             "infrastructure": infra, "totals": tot, **{k: tot[k] for k in tot if k.endswith("_pct")},
             "goals": g, "all_goals_met": all(v["met"] for v in g.values()), "memories": mems,
             "memory_mismatches": [f"{m['core']}.{m['name']}" for m in mems if not m["agrees"]],
-            "hook": "hwcontract.board (the block design: the draft engine's cell and its DMA)"}
+            "hook": "hwcontract.board (the block design: each core's cell and its DMA)"}
 
 
 def overlay_memories(rows: list[dict]) -> list[dict]:

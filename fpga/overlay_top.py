@@ -4,8 +4,10 @@ when it runs on the simulation (``specdec.sim.cocotb_board``).
 On a board the cores are separate IP in one block design (``hwcontract.board``, ``bitstreams/build.tcl``); here
 one toplevel holds them all, at one board's parameters, so that a single cocotb run serves every window of the
 overlay. Each core's ports are named after its cell: ``<cell>_axil`` (its register port) and
-``<cell>_<stream>_*`` (its streams, as :mod:`hwcontract.regmap` names them: the verifier's and the draft
-engine's ``s_axis``, the treemask core's and the draft engine's ``m_axis``).
+``<cell>_<stream>_*`` (its streams, as :mod:`hwcontract.regmap` names them: the verifier's, the draft engine's
+and the treeattn core's ``s_axis``, the treemask core's, the draft engine's and the treeattn core's ``m_axis``).
+The treeattn core's parameters carry the prefix ``TA_`` (``hwcontract.params.SYSTEM_PREFIXES``): its ``LANES``
+and ``NODES_MAX`` are not the verifier's and the treemask core's.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from hwcontract.regmap import KV_SLOTS
 
 from . import rng as rng_mod
 from . import system as system_mod
+from . import treeattn as treeattn_mod
 
 
 @block
@@ -23,11 +26,15 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
             treemask_m_axis_tready, treemask_m_axis_tlast, kvpage_axil, draftengine_axil,
             draftengine_s_axis_tdata, draftengine_s_axis_tvalid, draftengine_s_axis_tready,
             draftengine_s_axis_tlast, draftengine_m_axis_tdata, draftengine_m_axis_tvalid,
-            draftengine_m_axis_tready, draftengine_m_axis_tlast, rng_axil,
+            draftengine_m_axis_tready, draftengine_m_axis_tlast, rng_axil, treeattn_axil,
+            treeattn_s_axis_tdata, treeattn_s_axis_tvalid, treeattn_s_axis_tready, treeattn_s_axis_tlast,
+            treeattn_m_axis_tdata, treeattn_m_axis_tvalid, treeattn_m_axis_tready, treeattn_m_axis_tlast,
             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-            ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
-    """The verifier, treemask, kvpage and draft engine cores (:func:`fpga.system.system`) and
-    the stand-alone RNG, on one clock and reset: the cells of ``hwcontract.board.design(board)``."""
+            ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0,
+            TA_HEAD_DIM=64, TA_GROUP=3, TA_NODES_MAX=64, TA_LANES=16, TA_CTX_MAX=8192, TA_BLOCK=32):
+    """The verifier, treemask, kvpage and draft engine cores (:func:`fpga.system.system`), the stand-alone RNG
+    and the tree-attention unit (:func:`fpga.treeattn.treeattn`, at the ``TA_`` parameters), on one clock and
+    reset: the cells of ``hwcontract.board.design(board)``."""
     cores = system_mod.system(
         clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tvalid, verifier_s_axis_tready,
         verifier_s_axis_tlast, treemask_axil, treemask_m_axis_tdata, treemask_m_axis_tvalid,
@@ -38,12 +45,20 @@ def overlay(clk, rst, verifier_axil, verifier_s_axis_tdata, verifier_s_axis_tval
         PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS, ROWS=ROWS, COLS=COLS, WDEPTH=WDEPTH, PDEPTH=PDEPTH, K_MAX=K_MAX,
         M_MAX=M_MAX, SLOTS=SLOTS, URAM=URAM)
     r = rng_mod.rng(clk, rst, rng_axil)
-    return cores, r
+    ta = treeattn_mod.treeattn(clk, rst, treeattn_axil, treeattn_s_axis_tdata, treeattn_s_axis_tvalid,
+                               treeattn_s_axis_tready, treeattn_s_axis_tlast, treeattn_m_axis_tdata,
+                               treeattn_m_axis_tvalid, treeattn_m_axis_tready, treeattn_m_axis_tlast,
+                               HEAD_DIM=TA_HEAD_DIM, GROUP=TA_GROUP, NODES_MAX=TA_NODES_MAX, LANES=TA_LANES,
+                               CTX_MAX=TA_CTX_MAX, BLOCK=TA_BLOCK)
+    return cores, r, ta
 
 
 def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
+               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0,
+               TA_HEAD_DIM=64, TA_GROUP=3, TA_NODES_MAX=64, TA_LANES=16, TA_CTX_MAX=8192, TA_BLOCK=32):
     """Top-level signals of :func:`overlay` for conversion and simulation."""
+    ta = treeattn_mod.make_ports(HEAD_DIM=TA_HEAD_DIM, GROUP=TA_GROUP, NODES_MAX=TA_NODES_MAX, LANES=TA_LANES,
+                                 CTX_MAX=TA_CTX_MAX, BLOCK=TA_BLOCK)
     return (*system_mod.core_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS,
-                               WDEPTH, PDEPTH, K_MAX, M_MAX),
-            rng_mod.make_ports()[2])
+                                   WDEPTH, PDEPTH, K_MAX, M_MAX),
+            rng_mod.make_ports()[2], *ta[2:])

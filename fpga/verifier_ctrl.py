@@ -33,8 +33,8 @@ from hwcontract.regmap import REG_BITS, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_T
 from .rng import xoshiro128pp
 from .verifier_defs import (BIT_GREEDY, BIT_LOAD, BIT_SOFT, BIT_START, BIT_TREE, CODE_W, DRAFTS_W, E_BAD_GAMMA,
                             E_BAD_TEMP, E_BAD_TOKEN, E_BAD_TREE, E_BAD_VOCAB, E_EMPTY, E_LONG, E_SEED_ZERO, E_SHORT,
-                            E_UNEXP, GAMMA_W, NODE_W, NODES_W, READ_WAIT, SEED_W, ST_BUSY, ST_CHECK, ST_DONE,
-                            ST_DONE_BIT, ST_ERR, ST_ERROR, ST_IDLE, ST_ROWEND, ST_STREAM, ST_TCALC, ST_TCHECK,
+                            E_UNEXP, GAMMA_W, NODE_W, NODES_W, READ_WAIT, SEED_W, SB_BUSY, ST_CHECK, ST_DONE,
+                            SB_DONE, ST_ERR, SB_ERROR, ST_IDLE, ST_ROWEND, ST_STREAM, ST_TCALC, ST_TCHECK,
                             ST_TDONE, ST_TEST, ST_THIT, ST_TOTAL, ST_TPICK, ST_TREAD, ST_WALK, T_CMP, T_DECIDE,
                             T_EXP, T_PROD, TCALC_WAIT, TEMP_W, TOK_W, U_SHIFT)
 
@@ -755,7 +755,7 @@ def glue(clk, rst, state, err, cmd, regs, rout, seed_zero, rd, rw, sp, ps, nd, s
 
     @always_comb
     def regs_out():
-        r_status.next = (st.busy << ST_BUSY) | ((state == ST_DONE) << ST_DONE_BIT) | ((err != 0) << ST_ERROR)
+        r_status.next = (st.busy << SB_BUSY) | ((state == ST_DONE) << SB_DONE) | ((err != 0) << SB_ERROR)
         r_err.next = err
         r_nacc.next = rp.n_acc
         r_next.next = rp.next_tok

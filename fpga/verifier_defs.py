@@ -19,7 +19,7 @@ from hwcontract.regmap import (LOGIT_BITS, REG_BITS, TREE_MAX_NODES, TREE_PARENT
 
 CMAP = core("verifier")
 BIT_START, BIT_SOFT, BIT_LOAD = (CMAP.reg("CTRL").field(n).lsb for n in ("START", "SOFT_RESET", "LOAD_SEED"))
-ST_BUSY, ST_DONE_BIT, ST_ERROR = (CMAP.reg("STATUS").field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
+SB_BUSY, SB_DONE, SB_ERROR = (CMAP.reg("STATUS").field(n).lsb for n in ("BUSY", "DONE", "ERROR"))
 E_SEED_ZERO, E_BAD_GAMMA, E_BAD_VOCAB, E_BAD_TOKEN, E_BAD_TEMP, E_SHORT, E_LONG, E_UNEXP, E_EMPTY, E_BAD_TREE = (
     CMAP.reg("ERR").field(n).mask for n in ("SEED_ZERO", "BAD_GAMMA", "BAD_VOCAB", "BAD_TOKEN", "BAD_TEMP",
                                             "SHORT_ROW", "LONG_ROW", "UNEXPECTED_DATA", "EMPTY_ROW", "BAD_TREE"))

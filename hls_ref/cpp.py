@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from hls_ref import treeattn as golden_treeattn
 from hls_ref import treemask as golden_treemask
 from hls_ref import verifier as golden_verifier
 from hwcontract import params as hwparams
@@ -659,3 +660,74 @@ def draftengine_run(job) -> tuple[np.ndarray, int]:
     if sat < 0:
         raise ValueError(f"C++ draftengine_run refused the job: {_DE_ERRORS.get(sat, sat)}")
     return y.astype(np.int64), int(sat)
+
+
+# ------------------------------------------------------------------------------------------------
+# treeattn
+# ------------------------------------------------------------------------------------------------
+
+#: Keys of :func:`treeattn_frame`'s result: the treeattn's ``RESULT`` register group in lower case, then ERR.
+TREEATTN_FIELDS = core("treeattn").group("RESULT").fields + ("err",)
+_TA_PARAMS = ("HEAD_DIM", "GROUP", "NODES_MAX", "LANES", "CTX_MAX", "BLOCK")
+
+
+@functools.lru_cache(maxsize=None)
+def _treeattn() -> ctypes.CDLL:
+    lib = load("treeattn")
+    p = ctypes.c_void_p
+    lib.treeattn_run.argtypes = [p] + [ctypes.c_uint32] * 4 + [p, ctypes.c_uint64, p, p]
+    lib.treeattn_run.restype = ctypes.c_int
+    lib.treeattn_id_hash.argtypes = []
+    lib.treeattn_id_hash.restype = ctypes.c_uint32
+    return lib
+
+
+def treeattn_frame(frame, ctx: int, nodes: int, mult: int, shift: int, params=None) -> tuple[np.ndarray, dict]:
+    """One job through the C++ reference from its registers and its s_axis frame.
+
+    Parameters
+    ----------
+    frame : array of uint8, shape (beats, 16)
+        The s_axis beats (``hls_ref.treeattn.stream_bytes``), TLAST on the last.
+    ctx, nodes, mult, shift : int
+        The CTX, NODES, MULT and SHIFT registers (32-bit values).
+    params : mapping, optional
+        Build parameters (hwcontract.params core "treeattn"; ValueError for a bad one).
+
+    Returns
+    -------
+    out : ndarray of int16, shape (nodes, GROUP, HEAD_DIM)
+        The m_axis codes; shape (0, GROUP, HEAD_DIM) on an error.
+    result : dict
+        :data:`TREEATTN_FIELDS`: ``macs, err``.
+    """
+    p = hwparams.check("treeattn", params)
+    regs = [integer(v, f"treeattn: {n}") for n, v in (("CTX", ctx), ("NODES", nodes), ("MULT", mult),
+                                                       ("SHIFT", shift))]
+    for name, v in zip(("CTX", "NODES", "MULT", "SHIFT"), regs):
+        if not 0 <= v <= 0xFFFFFFFF:
+            raise ValueError(f"treeattn: {name}={v} does not fit its 32-bit register")
+    data = np.ascontiguousarray(np.asarray(frame, dtype=np.uint8).reshape(-1, 16))
+    pw = np.array([p[k] for k in _TA_PARAMS], dtype=np.uint32)
+    n_ok = min(regs[1], p["NODES_MAX"])
+    out = np.zeros(max(1, n_ok * p["GROUP"] * p["HEAD_DIM"]), dtype=np.int16)
+    result = np.zeros(len(TREEATTN_FIELDS), dtype=np.uint64)
+    rc = _treeattn().treeattn_run(pw.ctypes.data, *regs, data.ctypes.data, data.shape[0], out.ctypes.data,
+                                  result.ctypes.data)
+    if rc < 0:
+        raise ValueError(f"C++ treeattn_run refused the build parameters {p}")
+    res = dict(zip(TREEATTN_FIELDS, (int(v) for v in result), strict=True))
+    rows = 0 if res["err"] else regs[1]
+    return out[:rows * p["GROUP"] * p["HEAD_DIM"]].reshape(rows, p["GROUP"], p["HEAD_DIM"]), res
+
+
+def treeattn_run(job, params=None) -> tuple[np.ndarray, dict]:
+    """One ``hls_ref.treeattn.Job`` through the C++ reference (packed by the golden model's
+    :func:`~hls_ref.treeattn.stream_bytes`, which checks it first): ``(out, {macs, err})``."""
+    j = golden_treeattn.check(job, params)
+    return treeattn_frame(golden_treeattn.stream_bytes(j, params), j.ctx, j.n, j.mult, j.shift, params)
+
+
+def treeattn_id_hash() -> int:
+    """``SPECDEC_TREEATTN_ID_HASH`` as compiled into the library."""
+    return int(_treeattn().treeattn_id_hash())

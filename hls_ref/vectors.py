@@ -19,10 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hls_ref import kvpage as kv
+from hls_ref import treeattn as ta
+from hls_ref import treemask as tm
 from hls_ref.draftengine import Job as DEJob
 from hls_ref.rng import xoshiro128pp
 from hwcontract.formats import (DE_MULT_BITS, DE_OUT_BITS, DE_SHIFT_MAX, LOGIT_NEG_INF, fixed_point_dist,
-                                quantize)
+                                quantize, ta_multiplier)
 
 M32 = 0xFFFFFFFF
 
@@ -471,3 +473,90 @@ def draftengine_prefix(count: int, upto: str) -> int | None:
     if upto not in sizes:
         raise ValueError(f"upto: {upto!r} is not one of {DRAFTENGINE_PARTS}")
     return sizes[upto]
+
+
+# ------------------------------------------------------------------------------------------------
+# treeattn: attention jobs (chains and trees over a committed context)
+# ------------------------------------------------------------------------------------------------
+
+#: Code scales (q, k) of real int8 attention: the int8 EAGLE head's q and k after RoPE sit around these.
+TREEATTN_SCALES = ((0.021, 0.038), (0.012, 0.05), (0.045, 0.03), (0.008, 0.011))
+
+
+def chain_mask(n: int) -> tuple[int, ...]:
+    """The causal mask of an n-position chain: row r sees nodes 0..r."""
+    return tuple((1 << (r + 1)) - 1 for r in range(n))
+
+
+def tree_rows(parents, nodes_max: int) -> tuple[int, ...]:
+    """The ancestor-or-self rows of a tree as the treemask core computes them (:func:`hls_ref.treemask.tree_mask`)."""
+    m = tm.tree_mask(parents, nodes_max)
+    if m.err:
+        raise ValueError(f"tree {list(parents)} refused by the treemask model (ERR {m.err:#x})")
+    return m.rows
+
+
+def treeattn_job(rng: np.random.Generator, ctx: int, mask, params: dict, *, scales: tuple[float, float] | None = None,
+                 amp: int | None = None, extreme: bool = False, mult_shift: tuple[int, int] | None = None) -> ta.Job:
+    """One job over ``ctx`` context keys with step rows ``mask``: codes uniform in -amp..amp (default: a random
+    amplitude, so that softmaxes range from flat to peaked), or every code -128 or 127 (``extreme``); MULT and SHIFT
+    from ``scales`` (default: one of :data:`TREEATTN_SCALES`) unless ``mult_shift`` gives them."""
+    hd, g, n = params["HEAD_DIM"], params["GROUP"], len(mask)
+    if extreme:
+        def codes(shape):
+            return rng.choice(np.array([-128, 127]), shape)
+    else:
+        a = int(amp if amp is not None else rng.choice([16, 48, 96, 128]))
+
+        def codes(shape):
+            return rng.integers(-a, min(a, 127) + 1, shape)
+    sq, sk = scales if scales is not None else TREEATTN_SCALES[int(rng.integers(len(TREEATTN_SCALES)))]
+    mult, shift = mult_shift if mult_shift is not None else ta_multiplier(sq, sk, hd)
+    return ta.Job(codes((n, g, hd)), codes((ctx, hd)), codes((ctx, hd)), codes((n, hd)), codes((n, hd)),
+                  tuple(int(m) for m in mask), int(mult), int(shift))
+
+
+def treeattn_errors(rng: np.random.Generator, params: dict) -> list[ta.Job]:
+    """One job per ERR bit a job can raise: BAD_CTX (CTX_MAX + 1 keys), BAD_NODES (no rows), BAD_SCALE (MULT 0;
+    SHIFT 32), BAD_MASK (row 1 without bit 1; row 0 with bit 1; at NODES_MAX 1 twice row 0 without bit 0)."""
+    nm = min(params["NODES_MAX"], 2)
+    good = chain_mask(nm)
+    return [treeattn_job(rng, params["CTX_MAX"] + 1, (1,), params),
+            treeattn_job(rng, 3, (), params),
+            treeattn_job(rng, 3, good, params, mult_shift=(0, 4)),
+            treeattn_job(rng, 3, good, params, mult_shift=(1 << 14, 32)),
+            treeattn_job(rng, 3, (1, 1) if nm > 1 else (0,), params),
+            treeattn_job(rng, 3, (3, 3) if nm > 1 else (0,), params)]
+
+
+def treeattn_set(seed: int, count: int, params: dict | None = None) -> list[ta.Job]:
+    """The treeattn agreement jobs, cheapest first (a slow stage runs a prefix): directed jobs (one row and no
+    context; a chain with a short last block; a 7-node tree; NODES_MAX rows; extreme codes; flat and clamped
+    distances: MULT 1 at SHIFT 31, MULT 65535 at SHIFT 0), the refused jobs (:func:`treeattn_errors`), ``count``
+    random chains and trees (trees through the treemask model) of up to 9 rows over up to 4 blocks, and last the
+    long contexts: CTX_MAX - 1 and CTX_MAX keys."""
+    p = ta.build(params)
+    rng = np.random.default_rng(seed)
+    blk, nm, cmax = p["BLOCK"], p["NODES_MAX"], p["CTX_MAX"]
+    seven = tree_rows(random_parents(rng, min(7, nm), "bushy"), nm)
+
+    def ctx(keys: int) -> int:
+        return min(keys, cmax)
+    jobs = [treeattn_job(rng, 0, (1,), p),
+            treeattn_job(rng, ctx(2 * blk + 3), chain_mask(min(5, nm)), p),
+            treeattn_job(rng, ctx(blk), seven, p),
+            treeattn_job(rng, 5, chain_mask(nm), p),
+            treeattn_job(rng, ctx(blk + 1), tree_rows(random_parents(rng, nm, "wide"), nm), p),
+            treeattn_job(rng, ctx(blk + 7), chain_mask(min(3, nm)), p, extreme=True),
+            treeattn_job(rng, 9, chain_mask(min(2, nm)), p, mult_shift=(1, 31)),
+            treeattn_job(rng, 9, seven, p, mult_shift=((1 << 16) - 1, 0))]
+    q = np.full((1, p["GROUP"], p["HEAD_DIM"]), 127)
+    k = np.full((ctx(blk + 1), p["HEAD_DIM"]), -128)
+    jobs.append(ta.Job(q, k, k, k[:1], k[:1], (1,), *ta_multiplier(0.02, 0.02, p["HEAD_DIM"])))  # o = -128.0
+    jobs += treeattn_errors(rng, p)
+    for i in range(count):
+        n = int(rng.integers(1, min(9, nm) + 1))
+        mask = chain_mask(n) if i % 3 == 0 else tree_rows(random_parents(rng, n, str(rng.choice(TREE_STYLES))), nm)
+        jobs.append(treeattn_job(rng, int(rng.integers(0, ctx(4 * blk) + 1)), mask, p))
+    jobs += [treeattn_job(rng, cmax - 1, (1,), p), treeattn_job(rng, cmax, chain_mask(min(2, nm)), p)]
+    return jobs

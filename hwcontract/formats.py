@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
-from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, core, integers
+from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, TA_MULT_BITS, TA_SHIFT_MAX, core, integers
 
 def integer_dtype(dtype) -> bool:
     """Whether ``dtype`` holds integers: a signed or unsigned numpy integer. Not bool, and not timedelta64, which
@@ -456,3 +456,49 @@ def de_unpack_outputs(lanes, m: int, n: int, rows: int) -> np.ndarray:
     if lanes.shape != (nt * m, rows):
         raise ValueError(f"a RUN of M={m}, N={n} sends {nt * m} beats of {rows} lanes, got shape {lanes.shape}")
     return lanes.reshape(nt, m, rows).transpose(1, 0, 2).reshape(m, nt * rows)[:, :n]
+
+
+# ------------------------------------------------------------------------------------------------
+# The tree-attention unit's fixed point (hwcontract.regmap core "treeattn", docs/treeattn.md)
+# ------------------------------------------------------------------------------------------------
+
+TA_DIST_FRAC = 8            # distances in 1/256 nat: the verifier's EXP table's unit
+TA_ACC_BITS = 48            # a (row, head)'s weighted sums: |acc| <= CTX_MAX+NODES_MAX weights * 2**15 * 128 < 2**47
+TA_RECIP_SHIFT = 48         # R = floor(2**48 / l), l >= 2**15: a 34-bit quotient
+TA_OUT_SHIFT = 40           # o = (acc * R + 2**39) >> 40: Q7.8 (LOGIT_FRAC) codes of v
+TA_OUT_BITS = LOGIT_BITS    # o saturates to signed 16 bits
+
+
+def ta_multiplier(scale_q: float, scale_k: float, head_dim: int) -> tuple[int, int]:
+    """``(MULT, SHIFT)`` of the tree-attention unit for q codes of scale ``scale_q`` and k codes of ``scale_k``.
+
+    The score ``s = q . k`` (codes) is ``s * scale_q * scale_k`` before the softmax's ``1 / sqrt(head_dim)``; the
+    unit's scaled score ``(s * MULT) >> SHIFT`` counts 1/256 nat, so ``MULT / 2**SHIFT`` is the nearest value
+    to ``256 * scale_q * scale_k / sqrt(head_dim)``, with MULT normalised to 2**15..2**16-1 where SHIFT 0..31
+    allows (rounding then costs at most 2**-16 of the scale).
+
+    Raises
+    ------
+    ValueError
+        A scale that is not a finite positive number, a head_dim below 1, or a product outside what a 16-bit MULT
+        and a 0..31 SHIFT represent (MULT above 65535 at SHIFT 0, or rounding to 0 at SHIFT 31).
+    """
+    for name, v in (("scale_q", scale_q), ("scale_k", scale_k)):
+        f = float(v)
+        if not math.isfinite(f) or f <= 0:
+            raise ValueError(f"treeattn: {name}={v!r} must be a finite positive number")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"treeattn: head_dim={head_dim!r} must be a positive integer")
+    s = (1 << TA_DIST_FRAC) * float(scale_q) * float(scale_k) / math.sqrt(head_dim)
+    top = (1 << TA_MULT_BITS) - 1
+    if s > top + 0.5:
+        raise ValueError(f"treeattn: distance scale {s:.6g} (256 * scale_q * scale_k / sqrt(head_dim)) above {top}: "
+                         f"MULT is {TA_MULT_BITS} bits")
+    shift = min(TA_SHIFT_MAX, max(0, TA_MULT_BITS - math.frexp(s)[1]))
+    mult = round(s * (1 << shift))
+    if mult > top:                  # rounding carried into bit 16
+        shift -= 1
+        mult = round(s * (1 << shift))
+    if mult == 0:
+        raise ValueError(f"treeattn: distance scale {s:.6g} rounds to MULT 0 at SHIFT {TA_SHIFT_MAX}")
+    return mult, shift

@@ -79,3 +79,17 @@ def de_pipe(cols: int, wpipe: int = 0) -> int:
     """Enabled cycles from a draftengine MAC issue to its result in the output register (COLS columns,
     ``wpipe`` pipeline registers after the weight memory's read: :func:`de_wpipe`)."""
     return 5 + wpipe + (cols.bit_length() - 1) + 1 + DE_REQUANT + 1
+
+# treeattn (docs/treeattn.md, "Cycle model"): the closed form hls_ref.treeattn.cycles adds up. A (row, head)'s pass
+# over a block of b keys takes 2 * b * D MAC cycles, D rescale cycles and TA_FILL cycles of the pipeline around them.
+TA_CHECK = 2                    # CHECK: the start checks (CTX, NODES, MULT, SHIFT) read registered flags
+TA_TREE = 5                     # the score's lane adder tree: log2 of the largest LANES registered levels
+TA_SCALE = MUL_NARROW + 1       # a score into 1/256 nat: * MULT (mul_wide), the sign's correction and >> SHIFT
+TA_SCORE = 6 + TA_TREE + TA_SCALE  # a score issue to the running max m': memory read, operands, product, the tree,
+                                # the chunk sum, the scaling, the max, m' registered
+TA_DIST = 1 + EXP               # a scaled score into its weight: m' - ss and the clamp, EXP
+TA_FILL = 1 + (TA_SCORE - 1) + (TA_DIST + 1) + 4   # the pass's setup cycle, the scores' drain to m', the weights'
+                                # head start over the weighted sums (EXP's drain), and l's update (l * f) at its end
+TA_DIV = 35                     # per (row, head): the restoring divider's load and 34 quotient bits
+TA_TAIL = 11                    # the last code's drain: acc read, lane select, |acc|, * R (MUL_WIDE), sum, rounding
+                                # and saturation, the output beat's register and its handshake

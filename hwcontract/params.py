@@ -2,15 +2,17 @@
 
 The MyHDL blocks (``fpga``), the conversion and report tools, the golden register models, the C++
 references, the testbenches and the benchmarks all validate build parameters here, so a range is written
-once. A toplevel that holds several cores (``system``) takes the union of their parameters.
+once. A toplevel that holds several cores (``system``, ``overlay``) takes the union of their parameters, a
+core's named with its prefix where :data:`SYSTEM_PREFIXES` gives one.
 """
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
-from hwcontract.regmap import DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT
+from hwcontract.regmap import (DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, TA_CTX_LIMIT,
+                               TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,25 @@ CORES: dict[str, tuple[Param, ...]] = {
         Param("URAM", 0, range(0, 2), "1: the weight memory is UltraRAM (ram_style ultra), its read pipelined "
                                  "(hwcontract.latency.de_wpipe); 0: block RAM, one read register."),
     ),
+    "treeattn": (
+        Param("HEAD_DIM", 64, (32, 64, 128), "Dimensions of a head (E = HEAD_DIM / 16 stream beats a vector)."),
+        Param("GROUP", 3, range(1, 9), "Query heads per KV head (grouped-query attention)."),
+        Param("NODES_MAX", TREE_MAX_NODES, range(1, TREE_MAX_NODES + 1),
+              "Largest NODES (step rows: a chain's positions or a tree's nodes) accepted."),
+        Param("LANES", 16, (8, 16, 32), "Multiply-accumulates per cycle (<= HEAD_DIM): D = HEAD_DIM / LANES cycles "
+                                        "a vector."),
+        Param("CTX_MAX", TA_CTX_LIMIT, range(16, TA_CTX_LIMIT + 1), "Largest CTX (committed context keys) accepted."),
+        Param("BLOCK", 32, (16, 32), "Context keys per block buffer (two buffers, ping-pong)."),
+    ),
 }
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.
 SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage", "draftengine"),
-                                      "overlay": ("verifier", "treemask", "kvpage", "draftengine", "rng")}
+                                      "overlay": ("verifier", "treemask", "kvpage", "draftengine", "rng",
+                                                  "treeattn")}
+#: Per toplevel, the prefix of a core's parameters there, where they would clash with another core's: the
+#: overlay's treeattn takes ``TA_LANES`` beside the verifier's ``LANES``, ``TA_NODES_MAX`` beside the treemask
+#: core's ``NODES_MAX``.
+SYSTEM_PREFIXES: dict[str, dict[str, str]] = {"overlay": {"treeattn": "TA_"}}
 #: The plusarg naming the file the ``system`` toplevel's simulation-only row feeder (``fpga.system.row_feed``)
 #: reads the verifier's rows from: ``+specdec_rows=<path>``; the host's simulation harness passes it.
 ROWS_PLUSARG = "specdec_rows"
@@ -114,8 +131,31 @@ def spec(core: str) -> dict[str, Param]:
     if core in CORES:
         return {p.name: p for p in CORES[core]}
     if core in SYSTEMS:
-        return {p.name: p for c in SYSTEMS[core] for p in CORES[c]}
+        out: dict[str, Param] = {}
+        for c in SYSTEMS[core]:
+            prefix = SYSTEM_PREFIXES.get(core, {}).get(c, "")
+            for p in CORES[c]:
+                name = prefix + p.name
+                if name in out:
+                    raise KeyError(f"toplevel {core!r}: parameter {name} of core {c!r} clashes with another core's "
+                                   f"(give {c!r} a prefix in SYSTEM_PREFIXES)")
+                out[name] = replace(p, name=name)
+        return out
     raise KeyError(f"unknown core {core!r}; valid cores: {sorted(CORES)} (and toplevels {sorted(SYSTEMS)})")
+
+
+def system_params(system: str, cores: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """The parameters of toplevel ``system`` holding ``cores`` (core -> its build parameters), each core's named
+    as the toplevel names it (its prefix of :data:`SYSTEM_PREFIXES`). KeyError for a core the toplevel lacks."""
+    if system not in SYSTEMS:
+        raise KeyError(f"unknown toplevel {system!r}; toplevels: {sorted(SYSTEMS)}")
+    out: dict[str, int] = {}
+    for c, values in cores.items():
+        if c not in SYSTEMS[system]:
+            raise KeyError(f"toplevel {system!r} holds no core {c!r}; its cores: {list(SYSTEMS[system])}")
+        prefix = SYSTEM_PREFIXES.get(system, {}).get(c, "")
+        out.update({prefix + k: v for k, v in values.items()})
+    return out
 
 
 def defaults(core: str) -> dict[str, int]:

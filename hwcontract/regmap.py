@@ -676,8 +676,62 @@ def _draftengine_map() -> CoreMap:
     return b.build()
 
 
+# Tree attention (treeattn core, docs/treeattn.md): 128-bit streams of int8 codes in, Q7.8 codes out.
+TA_BEAT_BITS = 128        # both streams, whatever LANES is
+TA_CTX_LIMIT = 8192       # largest CTX_MAX parameter (committed context keys of one job)
+TA_MULT_BITS = 16         # MULT: unsigned score-to-distance multiplier
+TA_SHIFT_MAX = 31         # SHIFT: 0..31
+
+
+def _treeattn_map() -> CoreMap:
+    b = MapBuilder(
+        "treeattn",
+        "Tree attention for one KV head: the GROUP query heads of each of NODES step rows attend, with a streaming "
+        "max and the verifier's exp table, over CTX committed context keys (streamed in blocks from the KV pages) "
+        "and the step's own nodes that the row's MASK shows (the treemask core's ancestor bits; a chain's row r "
+        "sees nodes 0..r). Masked pairs cost no multiply-accumulate.",
+        errors=[("BAD_CTX", "CTX is above the core's CTX_MAX."),
+                ("BAD_NODES", "NODES is 0 or above the core's NODES_MAX."),
+                ("BAD_SCALE", f"MULT is 0 or above {(1 << TA_MULT_BITS) - 1}, or SHIFT is above {TA_SHIFT_MAX}."),
+                ("BAD_MASK", "A MASK row r lacks bit r or has a bit above r set (nodes come in topological order)."),
+                ("SHORT_STREAM", "TLAST came before the job's last s_axis beat."),
+                ("LONG_STREAM", "The job's last s_axis beat came without TLAST.")],
+    )
+    b.add("CTX", "rw", "Committed context keys L of the job (0..CTX_MAX).", reset=0)
+    b.add("NODES", "rw", "Step rows (nodes) N of the job (1..NODES_MAX).", reset=1)
+    b.add("MULT", "rw", f"Score multiplier (1..{(1 << TA_MULT_BITS) - 1}): a score in 1/256 nat is (s * MULT) >> "
+                        "SHIFT (hwcontract.formats.ta_multiplier).", reset=1)
+    b.add("SHIFT", "rw", f"Right shift of the scaled score (0..{TA_SHIFT_MAX}).", reset=0)
+    b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
+        Field("HEAD_DIM", 0, 8, "Dimensions of a head."),
+        Field("GROUP", 8, 4, "Query heads per KV head."),
+        Field("NODES_MAX", 12, 7, "Largest NODES accepted."),
+        Field("LANES", 19, 6, "Multiply-accumulates per cycle."),
+        Field("BLOCK", 25, 6, "Context keys per block buffer.")])
+    b.add("CTX_MAX", "ro", "Largest CTX accepted.")
+    b.add("MACS", "ro", "Multiply-accumulates of the last job: 2 * HEAD_DIM * GROUP * sum_r (CTX + popcount(MASK[r])).")
+    b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY in the last job (START to DONE).")
+    b.add("CYCLES_STALL", "ro", "BUSY cycles in which the core waited for an s_axis beat or for m_axis TREADY.")
+    b.stream(StreamFormat("s_axis", "in", TA_BEAT_BITS,
+                          "16 bytes a beat (byte i at bits 8i+7..8i), TLAST on the job's last beat. MASK: NODES "
+                          "beats, row r's visible step nodes in bits NODES_MAX-1..0 (bit j: node j), rest 0; Q: for "
+                          "each row r, for each query head h, q[r, h] (HEAD_DIM / 16 beats); the context: for each key "
+                          "j < CTX, K[j] then V[j] (HEAD_DIM / 16 beats each); the step: for each node n < NODES, "
+                          "K[n] then V[n].",
+                          (StreamField("BYTE", 0, 8, "int8 code (two's complement)", count=TA_BEAT_BITS // 8,
+                                       signed=True),)))
+    b.stream(StreamFormat("m_axis", "out", TA_BEAT_BITS,
+                          "For each row r, for each query head h: o[r, h] as HEAD_DIM Q7.8 codes in units of v's "
+                          "codes, 8 a beat (element order = lane order), TLAST on the job's last beat.",
+                          (StreamField("O", 0, 16, "Q7.8 output code", count=TA_BEAT_BITS // 16, signed=True),)))
+    b.group("RESULT", ("MACS",), "The outcome of one job besides its m_axis rows.")
+    b.group("COUNTERS", ("CYCLES_BUSY", "CYCLES_STALL"),
+            "Cycle counters of one job (the cycle model hls_ref.treeattn.cycles predicts BUSY - STALL).")
+    return b.build()
+
+
 CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map(), _kvpage_map(),
-                                                  _draftengine_map())}
+                                                  _draftengine_map(), _treeattn_map())}
 
 
 def core(name: str) -> CoreMap:

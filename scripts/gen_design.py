@@ -94,10 +94,12 @@ def design_tcl(board: str) -> str:
         lines.append(f"  {{{c.name} {toplevel_name(c.name, dict(c.params))} {c.base:#010x} {c.range:#x} "
                      f"{_tcl_list(streams)} {{{params}}}}}")
     lines.append("}")
-    lines.append("# dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst}")
+    lines.append("# dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst sg}")
+    lines.append("# (sg 1: scatter-gather mode, c_include_sg, its descriptors read through the HP port)")
     lines.append("set dmas {")
     for dma in d.dmas:
         lines.append(f"  {{{dma.cell} {dma.core} {d.address(dma.cell):#010x} {bd.SLAVE_RANGE:#x} {dma.mm2s or '{}'} "
-                     f"{dma.mm2s_width} {dma.s2mm or '{}'} {dma.s2mm_width} {dma.length_width} {dma.burst}}}")
+                     f"{dma.mm2s_width} {dma.s2mm or '{}'} {dma.s2mm_width} {dma.length_width} {dma.burst} "
+                     f"{int(dma.sg)}}}")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -26,6 +26,16 @@ def _goal(met: bool) -> str:
     return "met" if met else "**MISSED**"
 
 
+def _goals(*pairs: tuple[str, bool]) -> str:
+    """Several goals in one cell: ``a, b met`` when all are met, ``a, b MISSED`` when none is, else each with its
+    verdict."""
+    if all(met for _, met in pairs):
+        return ", ".join(g for g, _ in pairs) + " met"
+    if not any(met for _, met in pairs):
+        return ", ".join(g for g, _ in pairs) + " " + _goal(False)
+    return "; ".join(f"{g} {_goal(met)}" for g, met in pairs)
+
+
 def _best_chain(d: dict) -> dict:
     """The fastest chain row (an integer gamma past 0) of an e2e run."""
     chains = [r for r in d["rows"] if isinstance(r["gamma"], int) and r["gamma"] > 0]
@@ -62,11 +72,10 @@ def _draft(root: Path) -> list[tuple[str, str, str, str]]:
     for name, head in (("draft_demo_n2048.json", "2,048"), ("draft_demo.json", "8,192")):
         d = _load(name, root)
         g = d["goals"]
-        out.append((f"int8 draft ({head} head): agreement", f"{d['int8_vs_float_agreement']:.4f}",
-                    f"0.98 {_goal(g['agreement']['met'])}", name))
-        out.append((f"int8 draft ({head} head): acceptance int8 / float",
-                    f"{d['acceptance_int8']['mean']:.3f} / {d['acceptance_float']['mean']:.3f}",
-                    f"gap <= 0.02 {_goal(g['acceptance_gap']['met'])}", name))
+        out.append((f"int8 draft ({head}): agreement; int8/float acceptance",
+                    f"{d['int8_vs_float_agreement']:.4f}; {d['acceptance_int8']['mean']:.3f}/"
+                    f"{d['acceptance_float']['mean']:.3f}",
+                    _goals(("0.98", g["agreement"]["met"]), ("gap 0.02", g["acceptance_gap"]["met"])), name))
         mhz = d["clock_hz"]["kv260"] / 1e6 if isinstance(d["clock_hz"], dict) else d["clock_hz"] / 1e6
         out.append((f"int8 draft ({head} head): KV260 step at {mhz:.3f} MHz",
                     f"{d['projected_step_s']['kv260'] * 1e3:.3f} ms",
@@ -74,29 +83,59 @@ def _draft(root: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def _fabric(root: Path) -> list[tuple[str, str, str, str]]:
+    """The EAGLE head's drafted token on the KV260's fabric (cycle models) and the board model's tokens per second."""
+    name = "draft_eagle_head.json"
+    d = _load(name, root)
+    g = d["goals"]
+    out = [(f"EAGLE head on the KV260 fabric at {d['clock_hz']['kv260'] / 1e6:.3f} MHz: a drafted token",
+            f"{d['projected_step_s']['kv260'] * 1e3:.3f} ms", f"1 ms {_goal(g['kv260_step_s']['met'])}", name)]
+    name = "board_kv260.json"
+    b = _load(name, root)
+    sp = b["speculative_tokens_per_s"]
+    out.append((f"KV260 model: tokens/s target-only / chain g {b['gamma']} / tree of 7",
+                f"{b['target_only_tokens_per_s']:.1f} / {sp['chain']:.1f} / {sp['tree']:.1f}", "projection", name))
+    return out
+
+
+#: The open goals of the loop against the fastest target-only decoder of the same run (issue #68): greedy and
+#: sampled speedups, and the best row against HF assisted generation at its best.
+HONEST_GOALS = {"greedy": 2.5, "sampled": 2.0, "vs_hf_assisted": 1.8}
+
+
+def _baseline(d: dict) -> tuple[str, float]:
+    """The run's fastest target-only decoder, (name, tok/s): the ``baseline`` it recorded, or for a run that
+    predates the key the faster of its gamma-0 row and HF ``generate`` target-only (its ``hf-target`` peer)."""
+    if "baseline" in d:
+        return d["baseline"]["name"], d["baseline"]["tokens_per_s"]
+    loop = d["rows"][0]["tokens_per_s"]
+    hf = next((p["tokens_per_s"] for p in d.get("peers", []) if p["name"] == "hf-target"), None)
+    return ("HF generate", hf) if hf is not None and hf > loop else ("our gamma 0", loop)
+
+
 def _e2e(root: Path) -> list[tuple[str, str, str, str]]:
     out = []
-    for name, what, goal_key in (
-            ("e2e_demo_eagle_ref_greedy.json", "greedy", "speedup >= 1.5x at best gamma (greedy)"),
-            ("e2e_demo_eagle_ref_t08.json", "T 0.8", "speedup >= 1.3x at best gamma "
-                                                                           "(sampling)")):
+    for name, what, goal in (("e2e_demo_eagle_ref_greedy.json", "greedy", HONEST_GOALS["greedy"]),
+                             ("e2e_demo_eagle_ref_t08.json", "T 0.8", HONEST_GOALS["sampled"])):
         d = _load(name, root)
-        best, hf = d["best"], d["best_vs_hf_assisted"]
-        hf_goal = next(v for k, v in d["goals_met"].items() if k.startswith("best row >="))
-        out.append((f"EAGLE head, {what}: vs target-only (gamma {best['gamma']})", f"{best['speedup']:.2f}x",
-                    f"{goal_key.split(' at')[0].split('>= ')[1]} {_goal(d['goals_met'][goal_key])}", name))
-        out.append((f"EAGLE head, {what}: vs HF assisted at its best", f"{hf['ratio']:.2f}x",
-                    f"1.3x {_goal(hf_goal)}", name))
+        base = _baseline(d)[1]
+        best = max((r for r in d["rows"] if r["gamma"] != 0), key=lambda r: r["tokens_per_s"])
+        speedup, hf = best["tokens_per_s"] / base, d["best_vs_hf_assisted"]
+        out.append((f"EAGLE {what} vs best target-only, HF assisted", f"{speedup:.2f}x, {hf['ratio']:.2f}x",
+                    _goals((f"{goal}x", speedup >= goal),
+                           (f"{HONEST_GOALS['vs_hf_assisted']}x", hf["ratio"] >= HONEST_GOALS["vs_hf_assisted"])),
+                    name))
     name = "e2e_demo_eagle_trees7cal_ref_greedy.json"
     d = _load(name, root)
     chain, tree = _best_chain(d), _best_tree(d)
     ratio = tree["speedup"] / chain["speedup"]
-    out.append((f"best 7-node tree ({tree['gamma']}) vs best chain (g {chain['gamma']})", f"{ratio:.3f}x",
-                f">= 1x {_goal(ratio >= 1.0)}", name))
+    out.append((f"best 7-node tree vs chain ({tree['gamma']}, g {chain['gamma']})", f"{ratio:.3f}x",
+                f">= 1.1x {_goal(ratio >= 1.1)}", name))
     return out
 
 
-SECTIONS: tuple[Callable[[Path], list[tuple[str, str, str, str]]], ...] = (_verifier, _treemask, _draft, _e2e)
+SECTIONS: tuple[Callable[[Path], list[tuple[str, str, str, str]]], ...] = (_verifier, _treemask, _draft, _fabric,
+                                                                           _e2e)
 
 
 def render_table(root: Path = ROOT) -> str:

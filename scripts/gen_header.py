@@ -39,6 +39,11 @@ FORMAT_CONSTANTS: tuple[tuple[str, str], ...] = (
     ("DE_BIAS_BITS", "draft engine: per-channel bias width (signed)"),
     ("DE_MULT_BITS", "draft engine: per-channel multiplier width (unsigned)"),
     ("DE_SHIFT_MAX", "draft engine: largest per-channel right shift"),
+    ("TA_DIST_FRAC", "tree attention: distances count 1/2**TA_DIST_FRAC nat (the EXP table's unit)"),
+    ("TA_ACC_BITS", "tree attention: width of a (row, head)'s weighted sums acc[d] (signed)"),
+    ("TA_RECIP_SHIFT", "tree attention: R = floor(2**TA_RECIP_SHIFT / l)"),
+    ("TA_OUT_SHIFT", "tree attention: o = sat((acc * R + 2**(TA_OUT_SHIFT - 1)) >> TA_OUT_SHIFT)"),
+    ("TA_OUT_BITS", "tree attention: output codes are signed Q7.8 of this width"),
 )
 #: Sizes of the register map the C++ needs, by their name in :mod:`hwcontract.regmap`.
 SIZE_CONSTANTS: tuple[tuple[str, str], ...] = (
@@ -52,6 +57,10 @@ SIZE_CONSTANTS: tuple[tuple[str, str], ...] = (
     ("KV_SLOTS", "kvpage slots (sequences and branches): one bit each in MASK_HI:MASK_LO"),
     ("KV_MAX_PAGES", "largest kvpage PAGES parameter"),
     ("KV_MAX_BLOCKS", "largest kvpage MAX_BLOCKS parameter"),
+    ("TA_BEAT_BITS", "tree attention: bits of a beat of either stream"),
+    ("TA_CTX_LIMIT", "tree attention: largest CTX_MAX parameter"),
+    ("TA_MULT_BITS", "tree attention: MULT is unsigned of this width (0 is BAD_SCALE)"),
+    ("TA_SHIFT_MAX", "tree attention: largest SHIFT"),
 )
 #: The exp tables: C name, element type, values.
 TABLES: tuple[tuple[str, str, tuple[int, ...], str], ...] = (

@@ -10,8 +10,8 @@ The vectors come from ``hls_ref.vectors`` (fixed seeds). The stages:
 
 Each vector's result, every result field, must equal the golden model's (``hls_ref``). The register-level
 stages also check the cycles against the RTL cycle models in ``hls_ref``: the verifier's
-``chain_rtl_cycles`` / ``tree_rtl_cycles`` and the treemask's ``cycles`` (``CYCLES_BUSY - CYCLES_STALL``),
-and the kvpage's ``CYCLES_BUSY``. A slow stage runs the first vectors of the set (a prefix).
+``chain_rtl_cycles`` / ``tree_rtl_cycles``, the treemask's and the treeattn's ``cycles`` (``CYCLES_BUSY -
+CYCLES_STALL``), and the kvpage's ``CYCLES_BUSY``. A slow stage runs the first vectors of the set (a prefix).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import pytest
 
 from hls_ref import draftengine as de
 from hls_ref import kvpage as kv
+from hls_ref import treeattn as ta
 from hls_ref import treemask as tm
 from hls_ref import vectors
 from hls_ref import verifier as ver
@@ -36,6 +37,7 @@ from specdec.hw.drivers.base import description
 from specdec.hw.drivers.draftengine import DraftEngine
 from specdec.hw.drivers.kvpage import KVPage
 from specdec.hw.drivers.rng import Rng
+from specdec.hw.drivers.treeattn import TreeAttn
 from specdec.hw.drivers.treemask import TreeMask
 from specdec.hw.drivers.verifier import Verifier
 from specdec.hw.golden import GoldenDevice
@@ -45,6 +47,7 @@ from tb.common import Stimulus, cross_names
 from tb.draftengine.agree_draftengine import draftengine_results
 from tb.kvpage.agree_kvpage import kvpage_results
 from tb.rng.agree_rng import rng_results
+from tb.treeattn.agree_treeattn import treeattn_results
 from tb.treemask.agree_treemask import treemask_results
 from tb.verifier.agree_verifier import CHAIN_REGS, chain_results, tree_results
 
@@ -99,6 +102,13 @@ FLOWS = {
                         {"golden": 60, "cpp": 60, "verilator": 12, "icarus": 4},
                         {"icarus": vectors.draftengine_prefix(4, "small"),
                          "verilator": vectors.draftengine_prefix(12, "largest")}),
+    # a small build (HEAD_DIM 32, GROUP 2, NODES_MAX 16, CTX_MAX 256, BLOCK 16): the directed jobs (no context,
+    # short last blocks, a 7-node tree, NODES_MAX rows, extreme codes and distances, a saturated output), every
+    # refusal, random chains and trees, and CTX_MAX - 1 and CTX_MAX keys; Icarus runs the directed jobs and the
+    # refusals
+    "treeattn": Flow("treeattn", "tb.treeattn.agree_treeattn", "agree",
+                     {"HEAD_DIM": 32, "GROUP": 2, "NODES_MAX": 16, "CTX_MAX": 256, "BLOCK": 16},
+                     {"golden": 40, "cpp": 40, "verilator": 8, "icarus": 0}, {"icarus": 15}),
 }
 
 
@@ -383,6 +393,43 @@ def check_draftengine(stage: str, flow: Flow, tmp_path, waves) -> None:
         want = [{"y": w["y"], "saturated": w["saturated"]} for w in want]
     agree(stage, got, want, lambda i: f"job #{i}: M, K, N = {jobs[i].x.shape[0]}, {jobs[i].x.shape[1]}, "
                                       f"{jobs[i].w.shape[0]}, OUT_BITS {jobs[i].out_bits}")
+
+
+# ------------------------------------------------------------------------------------------------
+# treeattn
+# ------------------------------------------------------------------------------------------------
+
+def treeattn_expected(job: ta.Job, b: dict[str, int]) -> dict:
+    o = ta.run(job, b)
+    return {"out": o.out.tolist(), "err": o.err, "macs": o.macs, "cycles": o.cycles}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_treeattn(stage, tmp_path, waves):
+    """Every job's output codes, ERR and MACS, bit for bit, through the golden register model (the driver), the C++
+    reference and both simulators (the driver on the RTL); the register stages also the cycle model's count."""
+    flow = FLOWS["treeattn"]
+    b, n = flow.build(), flow.counts[stage]
+    jobs = vectors.treeattn_set(SEED, n, b)[:flow.limits.get(stage)]
+    want = [treeattn_expected(j, b) for j in jobs]
+
+    def cpp_jobs() -> list[dict]:
+        from hls_ref import cpp
+        got = []
+        for j in jobs:
+            out, res = cpp.treeattn_run(j, b)
+            got.append({"out": out.tolist(), "err": res["err"], "macs": res["macs"]})
+        return got
+
+    def golden() -> list[dict]:
+        dev = flow.golden_device()
+        return treeattn_results(TreeAttn(description("treeattn", dev), dev.stream(0), dev.sink(0)), jobs)
+
+    got = stage_results(stage, flow, n, tmp_path, waves, golden=golden, cpp=cpp_jobs)
+    if stage == "cpp":
+        want = [{k: v for k, v in w.items() if k != "cycles"} for w in want]
+    agree(stage, got, want, lambda i: f"job #{i}: L={jobs[i].ctx} N={jobs[i].n} mask={jobs[i].mask} "
+                                      f"MULT={jobs[i].mult} SHIFT={jobs[i].shift}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -147,3 +147,154 @@ def test_bench_runs_small_and_reproduces_the_committed_hardware_figures(tmp_path
     text = capsys.readouterr().out
     assert f"{res['cycles_per_token']} cycles per token" in text
     assert f"KV260 {res['projected_step_s']['kv260'] * 1e3:.3f} ms" in text
+
+
+# --- the EAGLE head (--draft smollm2-eagle-head): cycle models, no model loads ---------------------------------
+
+@pytest.fixture(scope="module")
+def eagle():
+    return bench_draft.run_eagle(loading.DEMO_EAGLE)
+
+
+def test_head_shapes_come_from_its_config():
+    """fc (d x 2d), q / k / v / o of 9 query and 3 KV heads of 64, gate / up / down of 1,536, the 8,192-token hot head:
+    8,921,088 int8 weights; every job of two activation-plane rows, a second weight plane's job of one row where the
+    rule names the layer."""
+    cfg = bench_draft.head_config(loading.DEMO_EAGLE)
+    assert cfg == {"d": 576, "intermediate": 1536, "heads": 9, "kv_heads": 3, "head_dim": 64, "hot_vocab": 8192}
+    shapes = bench_draft.head_shapes(cfg, planes=2, weight_plane2=())
+    assert [s[0] for s in shapes] == ["fc", "q", "k", "v", "o", "gate", "up", "down", "head"]
+    assert {s[0]: s[1:3] for s in shapes} == {"fc": (576, 1152), "q": (576, 576), "k": (192, 576), "v": (192, 576),
+                                            "o": (576, 576), "gate": (1536, 576), "up": (1536, 576),
+                                            "down": (576, 1536), "head": (8192, 576)}
+    assert sum(n * k for _, n, k, _ in shapes) == 8_921_088 and {m for *_, m in shapes} == {2}
+    two = bench_draft.head_shapes(cfg, planes=1, weight_plane2=("down",))
+    assert [s for s in two if s[0].startswith("down")] == [("down", 576, 1536, 1), ("down.w2", 576, 1536, 1)]
+    with pytest.raises(ValueError, match="'nope': not an EAGLE head"):
+        bench_draft.head_config("nope")
+
+
+def test_k_slices_cut_at_k_max():
+    assert bench_draft.k_slices([("fc", 576, 1152, 2)], 512) == [("fc[0:512]", 576, 512, 2),
+                                                                ("fc[512:1024]", 576, 512, 2),
+                                                                ("fc[1024:1152]", 576, 128, 2)]
+    assert bench_draft.k_slices([("fc", 576, 1152, 2)], 2048) == [("fc", 576, 1152, 2)]
+
+
+def test_engine_jobs_by_hand():
+    """One 16 x 16 layer of 2 rows a token on an 8 x 8 block-RAM build: 10 tokens are 20 rows, two jobs (16 + 4,
+    M_MAX 16), each DE_CHECK + its activation beats + M * 2 tiles * 2 chunks + the pipeline + 1."""
+    from hwcontract.latency import DE_CHECK, de_pipe
+    params = {"ROWS": 8, "COLS": 8, "WDEPTH": 2048, "URAM": 0, "K_MAX": 512, "M_MAX": 16}
+    e = bench_draft.engine_jobs([("x", 16, 16, 2)], params, tokens=10)
+    job = lambda m: DE_CHECK + m + m * 4 + de_pipe(8) + 1      # noqa: E731
+    assert e["jobs"] == 2 and e["cycles"] == job(16) + job(4) and e["mac_cycles"] == 20 * 4
+    assert e["macs"] == 20 * 16 * 16 and e["array"] == 64 and e["wpipe"] == 0
+
+
+def test_attention_is_one_job_per_kv_head():
+    from hls_ref import treeattn
+    cfg = bench_draft.head_config(loading.DEMO_EAGLE)
+    p = treeattn.build()
+    a = bench_draft.attention(cfg, 512, [1], p)
+    assert a["jobs"] == 3 and a["cycles"] == 3 * treeattn.cycles(512, [1], p)
+    assert a["bound"] == 3 * treeattn.bound(512, [1], p) and a["macs"] == 3 * 2 * 64 * 3 * 513
+    assert a["bytes_in"] == 3 * treeattn.frame_beats(512, 1, p) * 16
+    with pytest.raises(ValueError, match="GROUP 2"):
+        bench_draft.attention(cfg, 512, [1], {**p, "GROUP": 2})
+
+
+def test_ramb36_takes_the_best_configuration():
+    assert bench_draft.ramb36(1024, 128) == 4          # 1K x 36: 4 wide; 512 x 72: 2 deep x 2 wide
+    assert bench_draft.ramb36(768, 48) == 2            # 1K x 36: 2 wide
+    assert bench_draft.ramb36(192, 64) == 1            # 512 x 72
+    assert bench_draft.ramb36(32768, 1) == 1 and bench_draft.ramb36(32769, 1) == 2
+
+
+def test_eagle_figures_add_up(eagle):
+    r = eagle
+    kv = r["boards"]["kv260"]
+    assert r["cycles_per_token"] == kv["engine"]["cycles"] + kv["attention"]["cycles"] == (
+        r["engine_cycles_per_token"] + r["attention_cycles"])
+    assert r["attention_ratio"] == r["attention_cycles"] / r["attention_bound"] >= 1
+    assert r["cycles_per_tree_level"] == sum(r["tree_level_cycles"]) / (bench_draft.EAGLE_TREE.depth - 1)
+    for b, s in r["boards"].items():
+        assert s["total_cycles"] == sum(s["cycles"].values())
+        assert r["projected_step_s"][b] == s["step_s"] == s["total_cycles"] / s["clock_hz"]
+        assert r["bound_by"][b] == max(s["cycles"], key=s["cycles"].get)
+        assert s["clock_hz"] == board_fclk(b)
+    g = r["goals"]
+    assert g["kv260_step_s"]["met"] == (r["projected_step_s"]["kv260"] <= 1e-3)
+    assert g["attention_ratio"]["met"] == (r["attention_ratio"] <= 1.1)
+    assert g["host_ops_per_step"]["met"] is None            # not measured without the int8 head's figures
+    assert 0 < r["mac_utilization"] <= 1
+    s = r["sizing"]["kv260"]
+    assert s["treeattn_ramb36"] == sum(m["ramb36"] for m in s["treeattn_memories"].values())
+    assert s["treeattn_small_build"]["NODES_MAX"] == bench_draft.EAGLE_TREE.budget
+    assert s["treeattn_small_ramb36"] < s["treeattn_ramb36"]
+
+
+def board_fclk(name: str) -> int:
+    from hwcontract import board
+    return board.design(name).fclk_hz
+
+
+@pytest.mark.parametrize("ops,met", [(0, True), (3, False)])
+def test_the_int8_goals_follow_the_int8_figures(ops, met):
+    """The int8 head's figures (eagle_int8.int8_figures' keys) merge in; the cycle figures keep their own keys; each
+    int8 goal follows its value: agreement >= 0.98, |acceptance gap| <= 0.02 in chain and tree, 2.8 tokens a call,
+    0 host operations."""
+    int8 = {"draft": "other", "host_ops_per_step": ops, "int8_vs_float_agreement": 0.985, "gamma": 5,
+            "acceptance_int8": {"chain": 0.40, "tree": 0.37}, "acceptance_float": {"chain": 0.41, "tree": 0.40},
+            "acceptance_gap": {"chain": 0.01, "tree": 0.03}, "tokens_per_call": 2.9}
+    r = bench_draft.run_eagle(loading.DEMO_EAGLE, int8=int8)
+    assert r["draft"] == loading.DEMO_EAGLE and r["host_ops_per_step"] == ops
+    g = r["goals"]
+    assert g["host_ops_per_step"]["met"] is met
+    assert g["int8_vs_float_agreement"]["met"] is True and g["tokens_per_call"]["met"] is True
+    assert g["acceptance_gap"] == {"goal": 0.02, "value": 0.03, "met": False}
+    text = bench_draft.format_eagle(r)
+    assert ("host operations per step = 0: " + ("met" if met else "MISSED")) in text
+    assert "agreement 0.9850 (goal 0.98: met)" in text and "(gap goal 0.02: MISSED)" in text
+
+
+def test_cli_eagle_writes_the_keys(tmp_path, capsys):
+    import json
+    out = tmp_path / "eagle.json"
+    assert cli.main(["bench", "draft", "--draft", loading.DEMO_EAGLE, "--context", "256", "--cycles-only", "--json",
+                     str(out)]) == 0
+    res = json.loads(out.read_text())
+    for key in ("cycles_per_token", "cycles_per_tree_level", "attention_cycles", "attention_bound", "attention_ratio",
+                "mac_utilization", "projected_step_s", "bound_by", "sizing", "goals"):
+        assert key in res, key
+    assert set(res["projected_step_s"]) == {"kv260", "pynq-z2"} and res["context"] == 256
+    assert "cycles per drafted token" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--draft", "nope"], "--draft 'nope': the demo draft"),
+    (["--draft", loading.DEMO_EAGLE, "--context", "9000"], "--context 9000: must be in 1..8192"),
+    (["--draft", loading.DEMO_EAGLE, "--cycles-only", "--gamma", "3"], "--cycles-only measures nothing: drop --gamma"),
+    (["--draft", loading.DEMO_EAGLE, "--gamma", "0"], "--gamma 0: a positive integer"),
+    (["--cycles-only"], "--cycles-only and --context are an EAGLE head's options"),
+])
+def test_cli_eagle_bad_options_exit_2(extra, message, capsys, monkeypatch):
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    assert cli.main(["bench", "draft", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_demo_draft_stays_the_default(monkeypatch):
+    """``bench draft`` without --draft runs the demo draft's measurement with its own defaults."""
+    seen = {}
+
+    def fake(*args, **kwargs):
+        seen["args"] = args
+        raise SystemExit(0)
+    monkeypatch.setattr(bench_draft, "run", fake)
+    monkeypatch.setattr(bench_draft, "run_eagle", lambda *a, **k: pytest.fail("the EAGLE head's bench ran"))
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "draft"])
+    d = bench_draft.DEMO_DEFAULTS
+    assert seen["args"] == (d["n_prompts"], d["max_new_tokens"], d["gamma"], 8192, d["n_agreement"]) == (20, 64, 4,
+                                                                                                        8192, 200)

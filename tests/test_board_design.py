@@ -156,9 +156,10 @@ def _drivers() -> dict[str, type]:
     from specdec.hw.drivers.draftengine import DraftEngine
     from specdec.hw.drivers.kvpage import KVPage
     from specdec.hw.drivers.rng import Rng
+    from specdec.hw.drivers.treeattn import TreeAttn
     from specdec.hw.drivers.treemask import TreeMask
     from specdec.hw.drivers.verifier import Verifier
-    return {d.core_name: d for d in (Verifier, TreeMask, KVPage, DraftEngine, Rng)}
+    return {d.core_name: d for d in (Verifier, TreeMask, KVPage, DraftEngine, Rng, TreeAttn)}
 
 
 @pytest.fixture(autouse=True)
@@ -222,6 +223,10 @@ def _largest_frame_bytes(core: str, p: dict) -> int:
         beat = p["ROWS"] * p["COLS"]
         out = p["M_MAX"] * p["PDEPTH"] * bd.stream_width("draftengine", "m_axis", p) // 8
         return max(p["WDEPTH"] * beat, out)                       # a whole weight memory; the widest output
+    if core == "treeattn":                                          # a whole job's frame bounds each descriptor's
+        e = p["HEAD_DIM"] // 16
+        n = p["NODES_MAX"]
+        return 16 * (n + n * p["GROUP"] * e + 2 * (p["CTX_MAX"] + n) * e)
     raise KeyError(core)
 
 
@@ -235,7 +240,14 @@ def test_dmas_match_streams_and_drivers(built) -> None:
         words = cfg_call[0][2].split()
         cfg = dict(zip(words[::2], words[1::2]))
         p = dict(d.cell(dma.core).params)
-        assert cfg["CONFIG.c_include_sg"] == "0"
+        assert cfg["CONFIG.c_include_sg"] == str(int(dma.sg)) == str(int(dma.core in bd.SCATTER_GATHER))
+        sg_pin = f"{dma.cell}/M_AXI_SG"
+        sg_auto = [c for c in run.find("apply_bd_automation") if c[-1] == sg_pin]
+        if dma.sg:      # its descriptors through the HP port; no control and status streams to connect
+            assert cfg["CONFIG.c_sg_include_stscntrl_strm"] == "0"
+            assert len(sg_auto) == 1 and sg_auto[0][4].startswith(f"Slave /ps/{d.hp} ")
+        else:
+            assert not sg_auto and "CONFIG.c_sg_include_stscntrl_strm" not in cfg
         assert cfg["CONFIG.c_include_mm2s"] == str(int(bool(dma.mm2s)))
         assert cfg["CONFIG.c_include_s2mm"] == str(int(bool(dma.s2mm)))
         if dma.mm2s:
@@ -257,6 +269,30 @@ def test_dmas_match_streams_and_drivers(built) -> None:
     assert d.dma("treemask").s2mm_width == 8 * WORD_BYTES        # what DmaSink unpacks
     de = d.cell("draftengine").params
     assert d.dma("draftengine").mm2s_width == 8 * de["ROWS"] * de["COLS"]    # the driver's beat: ROWS*COLS bytes
+
+
+def test_the_treeattn_dma_gathers(built) -> None:
+    """The treeattn core's DMA is the one in scatter-gather mode (its frame is gathered from the KV pages), with
+    both channels at the core's 128-bit beat, as the .hwh the emulated board's pynq reads declares it."""
+    d, run = built
+    assert [x.cell for x in d.dmas if x.sg] == [bd.dma_cell("treeattn")]
+    ta = d.dma("treeattn")
+    assert (ta.mm2s, ta.s2mm) == ("s_axis", "m_axis") and ta.mm2s_width == ta.s2mm_width == 128
+    module = re.search(r'<MODULE [^>]*INSTANCE="treeattn_dma".*?</MODULE>', hwh.render(d.name), re.S).group(0)
+    assert 'NAME="c_include_sg" VALUE="1"' in module
+
+
+def test_a_dma_built_without_scatter_gather_has_no_sg_master(tmp_path) -> None:
+    """The stand-in's AXI DMA has the pins its configuration gives it: a build.tcl that configured the treeattn
+    DMA in simple mode and still wired its M_AXI_SG fails at the automation, naming the rule."""
+    vivado = Vivado(tmp_path / "tree")
+    script = vivado.tree / "bitstreams" / "build.tcl"
+    text = script.read_text()
+    assert "CONFIG.c_include_sg $sg" in text
+    script.write_text(text.replace("CONFIG.c_include_sg $sg", "CONFIG.c_include_sg 0"))
+    run = vivado.run("kv260")
+    assert run.rc != 0 and "BD 41-1273" in run.err and "axi4" in run.err
+    assert not (run.products / "specdec.bit").exists()
 
 
 def test_streams_connected(built) -> None:

@@ -17,13 +17,25 @@ from specdec.app import runner
 from specdec.sim import jobs as sim_jobs
 from specdec.sim.jobs import overlay_params
 from hwcontract import board as bd
+from hwcontract import params
 
 def test_overlay_toplevel_takes_the_board_parameters():
     d = bd.design("kv260")
     p = overlay_params(d)
     assert p["LANES"] == 8 and p["VOCAB_MAX"] == 50272 and p["PAGES"] == 1024
     assert p["WDEPTH"] == bd.KV260_DRAFTENGINE["WDEPTH"] and p["URAM"] == 1
-    assert set(p) == {k for c in d.cells for k in c.params}
+    assert p["TA_LANES"] == bd.KV260_TREEATTN["LANES"] and p["NODES_MAX"] == d.cell("treemask").params["NODES_MAX"]
+    assert set(p) == set(params.spec("overlay"))
+
+
+def test_overlay_parameters_that_clash_are_refused(monkeypatch):
+    """Without its TA_ prefix the treeattn core's NODES_MAX (and LANES) would take the treemask core's (and the
+    verifier's) place in the overlay toplevel: the spec refuses the clash, naming it."""
+    monkeypatch.setattr(params, "SYSTEM_PREFIXES", {})
+    with pytest.raises(KeyError, match="parameter NODES_MAX of core 'treeattn' clashes"):
+        params.spec("overlay")
+    with pytest.raises(KeyError, match="holds no core 'treeattn'"):
+        params.system_params("system", {"treeattn": {}})
 
 
 @pytest.mark.ml

@@ -221,8 +221,6 @@ def test_pair_options_the_head_cannot_take(eagle_pair, monkeypatch):
         mp.setattr(loading, "load", lambda name: pytest.fail(f"loaded {name} before refusing the option"))
         with pytest.raises(OptionError, match="draft_vocab"):
             pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_vocab=2048)
-        with pytest.raises(OptionError, match="draft_engine"):
-            pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_engine="fabric")
     from specdec.app.job import TreeSpec
     built = pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))       # trees expand the head
     assert isinstance(built, decoding_trees.StaticTree) and isinstance(built.lm, eagle.HeadLM)

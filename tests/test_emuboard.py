@@ -21,6 +21,7 @@ from pynq.lib.dma import DMA
 from pynq.pl_server.device import Device
 from pynq.registers import RegisterMap
 
+from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
 from hwcontract import board as bd
 from specdec import paths
@@ -31,15 +32,17 @@ from specdec.hw import cores, hwh, overlay
 from specdec.hw.drivers.draftengine import DraftEngine
 from specdec.hw.drivers.kvpage import KVPage
 from specdec.hw.drivers.rng import Rng
+from specdec.hw.drivers.treeattn import TreeAttn
 from specdec.hw.drivers.treemask import TreeMask
 from specdec.hw.drivers.verifier import Verifier
-from specdec.hw.emuboard import AXI_DMA_REGISTERS, EmulatedBoard, bitstream_header
+from specdec.hw.emuboard import AXI_DMA_REGISTERS, AXI_DMA_SG_REGISTERS, EmulatedBoard, bitstream_header
 from specdec.hw.overlay import SpecdecOverlay
-from specdec.hw.streams import DmaSink, DmaStream
+from specdec.hw.streams import SG_WORDS, DmaGatherSink, DmaGatherStream, DmaSink, DmaStream
 from specdec.models import lm
 
 ROOT = Path(__file__).resolve().parents[1]
-DRIVERS = {"verifier": Verifier, "treemask": TreeMask, "kvpage": KVPage, "draftengine": DraftEngine, "rng": Rng}
+DRIVERS = {"verifier": Verifier, "treemask": TreeMask, "kvpage": KVPage, "draftengine": DraftEngine, "rng": Rng,
+           "treeattn": TreeAttn}
 #: DMASR's error bits (PG021).
 ERROR_BITS = ("DMAIntErr", "DMASlvErr", "DMADecErr")
 
@@ -92,7 +95,7 @@ def test_overlay_parses_every_cell_and_binds_its_driver(name):
     for m in d.dmas:
         p = ip[m.cell]["parameters"]
         assert (ip[m.cell]["type"], ip[m.cell]["phys_addr"]) == (bd.DMA_VLNV, d.address(m.cell))
-        assert (p["c_include_sg"], p["c_sg_length_width"]) == ("0", str(m.length_width))
+        assert (p["c_include_sg"], p["c_sg_length_width"]) == (str(int(m.sg)), str(m.length_width))
         for ch, width in (("mm2s", m.mm2s_width), ("s2mm", m.s2mm_width)):
             assert p[f"c_include_{ch}"] == str(int(width > 0))
             if width:
@@ -100,6 +103,8 @@ def test_overlay_parses_every_cell_and_binds_its_driver(name):
         dma = getattr(ol, m.cell)
         assert isinstance(dma, DMA) and dma.buffer_max_size == m.max_bytes
         assert (dma.sendchannel is not None, dma.recvchannel is not None) == (m.mm2s_width > 0, m.s2mm_width > 0)
+        channel = "_SGDMAChannel" if m.sg else "_SDMAChannel"        # pynq's driver follows c_include_sg
+        assert {type(c).__name__ for c in (dma.sendchannel, dma.recvchannel) if c is not None} == {channel}
     clk = ol.clock_dict[0]
     assert clk["enable"] == 1
     assert hwh.ps(d).pll_mhz / (clk["divisor0"] * clk["divisor1"]) == pytest.approx(d.fclk.mhz, rel=1e-6)
@@ -372,6 +377,115 @@ def test_a_reset_on_one_channel_resets_the_whole_dma(kv260):
 # ------------------------------------------------------------------------------------------------
 # The runtime's pynq backend on the emulated board
 # ------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# The treeattn core behind its scatter-gather DMA
+# ------------------------------------------------------------------------------------------------
+
+def _treeattn_job(ol, rng, n: int, ctx: int, rows: list[int], block: int = 32):
+    """A random job whose context lies in the pages ``rows`` of a pool allocated on the board: the driver's
+    arguments and the golden model's job."""
+    p = ol.treeattn.params
+    hd, group = p["HEAD_DIM"], p["GROUP"]
+    pool = ol.allocate((max(rows) + 2, block, 2, hd), np.int8)
+    pool[:] = rng.integers(-90, 90, pool.shape)
+    q = rng.integers(-90, 90, (n, group, hd)).astype(np.int8)
+    k_step, v_step = (rng.integers(-90, 90, (n, hd)).astype(np.int8) for _ in range(2))
+    parents = [-1] + [int(rng.integers(0, r)) for r in range(1, n)]
+    mask = []
+    for r, parent in enumerate(parents):
+        mask.append((1 << r) | (mask[parent] if parent >= 0 else 0))
+    mult, shift = ta_ref.multiplier(0.04, 0.05, hd)
+    ctx_kv = np.concatenate([pool[r] for r in rows])[:ctx] if rows else np.zeros((0, 2, hd), np.int8)
+    job = ta_ref.Job(q, ctx_kv[:, 0], ctx_kv[:, 1], k_step, v_step, mask, mult, shift)
+    return (q, pool, ctx, k_step, v_step, mask, mult, shift), job
+
+
+@pytest.mark.parametrize("name", bd.BOARDS)
+def test_treeattn_job_through_pynq_equals_the_golden_model(name):
+    """A tree job and a chain job on each emulated board, through pynq's own DMA driver in scatter-gather mode:
+    one MM2S descriptor for the header, one per KV page where it lies (pages out of order in the pool, the last
+    partly filled), one for the step; the output bit-exact with hls_ref.treeattn, MACS and cycles its model's."""
+    board = EmulatedBoard(name)
+    ol = SpecdecOverlay(board.bitfile, device=board)
+    ta = ol.tree_attention()
+    assert ta.params == {**dict(board.design.cell("treeattn").params)}
+    assert isinstance(ta.stream, DmaGatherStream) and isinstance(ta.sink, DmaGatherSink)
+    rng = np.random.default_rng(67)
+    for n, ctx, rows in ((7, 75, [5, 2, 7]), (1, 512, list(range(16))[::-1])):
+        (q, pool, ctx, ks, vs, mask, mult, shift), job = _treeattn_job(ol, rng, n, ctx, rows)
+        before = dict(board.dma("treeattn_dma").transfers)
+        out = ta.attend(q, ta.pages(pool, rows), ctx, ks, vs, mask, mult, shift)
+        want = ta_ref.run(job, ta.params)
+        np.testing.assert_array_equal(out, want.out)
+        assert (ta.macs, ta.cycles - ta.stall) == (want.macs, want.cycles)
+        after = board.dma("treeattn_dma").transfers
+        assert after["MM2S"] - before["MM2S"] == len(rows) + 2 and after["S2MM"] - before["S2MM"] == 1
+
+
+def test_pynqs_own_sg_receive_never_idles_on_a_short_frame(kv260):
+    """Why the treeattn sink is DmaGatherSink: pynq's scatter-gather ``transfer`` splits a receive buffer into two
+    descriptors, and a frame that ends in the first (RXEOF there) leaves the chain's tail waiting for the next
+    frame: the channel does not go idle, and a DmaSink over it times out; a frame that ends in the second completes.
+    DmaGatherSink's one descriptor ends at the frame's TLAST whatever its length."""
+    board, ol = kv260
+    ta = ol.treeattn
+    rng = np.random.default_rng(5)
+    (q, pool, ctx, ks, vs, mask, mult, shift), job = _treeattn_job(ol, rng, 2, 40, [1, 0])
+    ta.attach(DmaGatherStream(ol.treeattn_dma, ol.allocate),
+              DmaSink(ol.treeattn_dma, ol.allocate, max_words=ta.max_out_beats, word_bytes=16, poll_limit=200))
+    with pytest.raises(CoreTimeout, match="no TLAST"):
+        ta.attend(q, ta.pages(pool, [1, 0]), ctx, ks, vs, mask, mult, shift)
+    desc = ol.treeattn_dma.recvchannel._descr
+    assert desc[0, 7] >> 26 & 1 and not desc[1, 7] >> 31        # RXEOF in the first, the second not complete
+    # a frame longer than the first half ends in the second descriptor, the tail: pynq's receive completes
+    (q2, pool2, ctx2, ks2, vs2, mask2, mult2, shift2), job2 = _treeattn_job(ol, rng, 40, 40, [1, 0])
+    ta.soft_reset()
+    ol.treeattn_dma.recvchannel.stop()              # pynq's transfer needs the stuck channel halted first
+    ta.attach(DmaGatherStream(ol.treeattn_dma, ol.allocate),
+              DmaSink(ol.treeattn_dma, ol.allocate, max_words=ta.max_out_beats, word_bytes=16, poll_limit=200))
+    out = ta.attend(q2, ta.pages(pool2, [1, 0]), ctx2, ks2, vs2, mask2, mult2, shift2)
+    np.testing.assert_array_equal(out, ta_ref.run(job2, ta.params).out)
+    half = ta.max_out_beats * 16 // 2
+    assert ol.treeattn_dma.recvchannel.transferred == 40 * 3 * 64 * 2 > half
+    ta = ol.tree_attention()
+    np.testing.assert_array_equal(ta.attend(q, ta.pages(pool, [1, 0]), ctx, ks, vs, mask, mult, shift),
+                                  ta_ref.run(job, ta.params).out)
+
+
+def sg_registers(dma) -> RegisterMap:
+    """PG021's scatter-gather registers of ``dma`` by name, through its pynq MMIO."""
+    return RegisterMap.create_subclass("axi_dma_sg", AXI_DMA_SG_REGISTERS)(dma.mmio.array)
+
+
+@pytest.mark.parametrize("fault,bit,desc_bit", [
+    ("unaligned buffer", "DMAIntErr", 28), ("descriptor reused", "SGIntErr", None),
+    ("descriptor misaligned", "SGIntErr", None), ("buffer outside any", "DMASlvErr", 29)])
+def test_each_descriptor_fault_halts_the_gather_channel(kv260, fault, bit, desc_bit):
+    """A chain the DMA cannot take halts MM2S with PG021's bit (SGIncld reads 1), the descriptor's STATUS says
+    why where one is written, and nothing reaches the core's stream."""
+    board, ol = kv260
+    dma = ol.treeattn_dma
+    data = ol.allocate((64,), np.uint8)
+    desc = ol.allocate((2, SG_WORDS), np.uint32)
+    head = int(desc.physical_address) + (8 if fault == "descriptor misaligned" else 0)
+    addr = int(data.physical_address) + (4 if fault == "unaligned buffer" else 0)
+    if fault == "buffer outside any":
+        addr = int(data.physical_address) + (1 << 20)
+    desc[0, 0], desc[0, 2], desc[0, 6] = head, addr, 32 | 3 << 26          # TXSOF | TXEOF, 32 bytes
+    desc[0, 7] = (1 << 31) if fault == "descriptor reused" else 0
+    stream_frames = list(board.core("treeattn").frames)
+    ch = dma.sendchannel
+    ch.stop()
+    ch._mmio.write(0x08, head)
+    ch.start()
+    ch._mmio.write(0x10, head)
+    sr = sg_registers(dma).MM2S_DMASR
+    assert (getattr(sr, bit), sr.Halted, sr.SGIncld, sr.Err_Irq, sr.Idle) == (1, 1, 1, 1, 0)
+    if desc_bit is not None:
+        assert desc[0, 7] == 1 << desc_bit
+    assert board.dma("treeattn_dma").transfers["MM2S"] == 0 and board.core("treeattn").frames == stream_frames
+
+
 def test_pynq_backend_on_the_emulated_board(monkeypatch):
     """SPECDEC_EMULATE=kv260 points backend pynq at the emulated KV260: the cores with their DMA channels, the
     draft engine with a sink for its longest frame."""

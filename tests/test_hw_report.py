@@ -277,7 +277,7 @@ def test_rows_for_real_builds() -> None:
     assert [(c, p) for c, p in rows][0] == ("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16,
                                                          "TREE_MAX": 64})
     assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "kvpage",
-                                    "draftengine", "draftengine", "rng", "axil"]
+                                    "draftengine", "draftengine", "treeattn", "rng", "axil"]
     assert [(p["ROWS"], p["WDEPTH"]) for c, p in rows if c == "draftengine"] == [(8, 2048), (4, 4096)]
     from fpga import overlay_budget
     assert dict(overlay_budget.OVERLAY_CORES["pynq-z2"])["draftengine"] in [p for c, p in rows if c == "draftengine"]
@@ -309,13 +309,18 @@ def test_overlay_infrastructure_pynq_z2() -> None:
     assert "MM2S, 64-bit" in dma_v["config"]
     assert dma_v["lut"] == overlay_budget.ESTIMATES["axi_dma mm2s <=64b"].lut
     per_slave = next(i for i in infra if i["config"].endswith("slave ports"))
-    assert per_slave["config"] == "8 slave ports"           # 5 cores + 3 DMAs' register ports
-    assert per_slave["lut"] == 8 * overlay_budget.ESTIMATES["axi-lite interconnect per slave"].lut
+    assert per_slave["config"] == "10 slave ports"          # 6 cores + 4 DMAs' register ports
+    assert per_slave["lut"] == 10 * overlay_budget.ESTIMATES["axi-lite interconnect per slave"].lut
     # the draft engine's one DMA has both channels, each sized by its stream width (4 x 8: 256 and 128 bits)
     de = [i for i in infra if i["name"] == "axi_dma (draftengine)"]
     assert [i["config"].split(",")[:2] for i in de] == [["MM2S", " 256-bit stream"], ["S2MM", " 128-bit stream"]]
     assert de[0]["lut"] == overlay_budget.ESTIMATES["axi_dma mm2s 256b"].lut
-    assert next(i for i in infra if i["config"].endswith("extra masters"))["config"] == "2 extra masters"
+    # the treeattn core's DMA runs scatter-gather: its engine, and its descriptor master on the HP interconnect
+    ta = [i for i in infra if i["name"] == "axi_dma (treeattn)"]
+    assert [i["config"] for i in ta] == ["MM2S, 128-bit stream, scatter-gather", "S2MM, 128-bit stream, scatter-gather",
+                                         "scatter-gather engine, M_AXI_SG"]
+    assert ta[2]["lut"] == overlay_budget.ESTIMATES["axi_dma sg engine"].lut
+    assert next(i for i in infra if i["config"].endswith("extra masters"))["config"] == "4 extra masters"
     with pytest.raises(ValueError, match="no DMA estimate for a 1024-bit mm2s stream"):
         overlay_budget._dma_key("mm2s", 1024)
     kv = overlay_budget.infrastructure("kv260")

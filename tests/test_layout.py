@@ -36,14 +36,15 @@ LAYERS = ("errors", "paths", "hw", "kv", "models", "decoding", "app", "sim", "be
 ORDER = {
     "specdec.hw": ("streams", "drivers", "golden", "builds", "cores", "hwh", "emuboard", "overlay", "selftest",
                    "recording"),
-    "specdec.hw.drivers": ("base", "rng", "kvpage", "verifier_errors", "verifier", "treemask", "draftengine"),
+    "specdec.hw.drivers": ("base", "rng", "kvpage", "verifier_errors", "verifier", "treemask", "draftengine",
+                           "treeattn"),
     "specdec.kv": ("layout", "pagetable", "paged"),
-    "specdec.models": ("corpus", "kernels", "loading", "lm", "hotvocab", "int8draft"),
+    "specdec.models": ("corpus", "kernels", "loading", "lm", "hotvocab", "int8draft", "int8eagle"),
     "specdec.decoding": ("tree", "base", "rows", "calibration", "breakeven", "threads", "drafters", "trees",
                          "sequoia", "eagle", "pipeline", "loop", "metrics"),
     "specdec.app": ("job", "checks", "pairs", "calibrate", "runner", "notebook"),
     "specdec.sim": ("harness", "jobs", "waves", "device", "cocotb_decode", "cocotb_board", "cocotb_bench"),
-    "specdec.bench": ("host", "peers", "e2e_report", "e2e", "rtl", "draft"),
+    "specdec.bench": ("host", "peers", "e2e_report", "e2e", "rtl", "eagle_int8", "draft", "board"),
 }
 #: What an import inside a function may name: optional heavy dependencies, imported where they are used so that a
 #: machine without them (a board: no torch, no cocotb) imports every module that does not need them.
@@ -336,7 +337,7 @@ PROCESS_LINES = 120
 #: A register slice written as a number (``r_vocab[18:0]``, MyHDL's ``[high:low]``) instead of a width from
 #: hwcontract. The cores' blocks hold none; fpga/axil.py's byte lanes are the AXI strobe's fixed 8 bits.
 NUMERIC_SLICE = re.compile(r"\b[a-z_]\w*\[(\d+):(\d*)\]")
-CORE_BLOCKS = ("verifier", "kvpage", "draftengine", "treemask", "rng")
+CORE_BLOCKS = ("verifier", "kvpage", "draftengine", "treemask", "rng", "treeattn")
 
 
 def _literal_slice(line: str) -> bool:

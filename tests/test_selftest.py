@@ -21,7 +21,7 @@ from hwcontract.regmap import core
 from specdec import cli, paths
 from specdec.hw import hwh, overlay, selftest
 from specdec.hw.emuboard import EmulatedBoard
-from specdec.hw.golden import TreemaskModel, VerifierModel
+from specdec.hw.golden import TreeattnModel, TreemaskModel, VerifierModel
 from specdec.hw.overlay import SpecdecOverlay
 from specdec.sim import jobs as sim_jobs
 
@@ -69,7 +69,7 @@ def test_selftest_passes_on_the_emulated_board(board, emulate, capsys):
     for c in d.cells:
         assert (c.name, f"ID {core(c.name).map_hash():#010x} = the map hash") in got
     timed = {k: r for k, r in got.items() if r[1]}
-    assert {k[0] for k in timed} == {"verifier", "treemask", "kvpage", "draftengine"}
+    assert {k[0] for k in timed} == {"verifier", "treemask", "kvpage", "draftengine", "treeattn"}
     assert all(r[1] == r[2] and int(r[1]) > 0 for r in timed.values())
     assert {k[0] for k in got if k[0].endswith("_dma")} == {m.cell for m in d.dmas}
     assert f"specdec self-test: the {board} overlay on the emulated {board}" in out
@@ -92,7 +92,7 @@ def test_selftest_on_the_golden_models():
     """Without an overlay (notebook 1 on ``ref``) the core checks run on the golden models: no DMA, no clock."""
     report = selftest.run(None)
     assert report.passed and report.board is None and report.clock == {}
-    assert {c.core for c in report.checks} == {"verifier", "treemask", "kvpage", "draftengine", "rng"}
+    assert {c.core for c in report.checks} == {"verifier", "treemask", "kvpage", "draftengine", "rng", "treeattn"}
     assert "clock: none (the golden models have no clock)" in report.table()
 
 
@@ -132,6 +132,25 @@ def test_a_core_with_wrong_cycles_fails_naming_it(board, emulate, monkeypatch, c
     got = table_rows(out)
     assert got[("treemask", "mask and depths, N=12")] == ["FAIL", "14", "13"]
     assert [k for k, r in got.items() if r[0] != "ok"] == [("treemask", "mask and depths, N=12")]
+
+
+@pytest.mark.parametrize("board", bd.BOARDS)
+def test_a_treeattn_core_with_a_wrong_output_fails_naming_it(board, emulate, monkeypatch, capsys):
+    """The treeattn core streams its first output beat with one code off by one: the tree check and the gather
+    check (through the scatter-gather DMA) each name the first element that differs."""
+    emulate(board)
+    honest = TreeattnModel.emit
+
+    def off_by_one(self, words):
+        honest(self, [w + 1 if i == 0 else w for i, w in enumerate(words)])
+    monkeypatch.setattr(TreeattnModel, "emit", off_by_one)
+    assert cli.main(["board", "selftest"]) == cli.EXIT_FAIL
+    out, err = capsys.readouterr()
+    got = table_rows(out)
+    tree = f"tree of {min(len(selftest.TREE), bd.design(board).cell('treeattn').params['NODES_MAX'])} nodes, L=75"
+    assert [k for k, r in got.items() if r[0] != "ok"] == [("treeattn", tree),
+                                                           ("treeattn_dma", "MM2S gather of 7 pages -> S2MM")]
+    assert re.search(rf"treeattn {tree}: o\[0, 0, 0\] = -?\d+, golden model -?\d+", err), err
 
 
 def test_a_core_with_a_wrong_word_fails_naming_it(emulate, monkeypatch, capsys):
@@ -248,5 +267,5 @@ def test_selftest_on_the_rtl_of_the_pynq_z2():
     assert report["target"] == "the pynq-z2 overlay on the emulated pynq-z2 (its PL: the RTL in simulation)"
     assert len(report["checks"]) == rows(bd.design("pynq-z2"))
     timed = [c for c in report["checks"] if c["cycles"] is not None]
-    assert len(timed) == 5 and all(c["cycles"] == c["model"] for c in timed)
+    assert len(timed) == 6 and all(c["cycles"] == c["model"] for c in timed)
     assert report["clock"]["pynq_mhz"] == pytest.approx(bd.design("pynq-z2").fclk.mhz)

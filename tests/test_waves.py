@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fpga.convert import CORES, FSM
 from specdec import cli
 from specdec.sim import waves
 
@@ -117,7 +118,8 @@ def test_rising_edges_and_state_names():
     FSM core with the resting states; a core without an FSM, or no core, refused by name."""
     assert waves.rising_edges([(0, 1), (5, 0), (10, 1), (15, "x"), (20, 1), (25, 0), (30, "z")]) == [10, 20]
     assert waves.state_names("treemask") == {0: "IDLE", 1: "RUN", 2: "DONE", 3: "ERR"}
-    for core in ("verifier", "kvpage", "draftengine"):
+    assert set(FSM) == set(CORES) - {"rng"}        # every core with an FSM names the module of its states
+    for core in FSM:
         assert set(waves.RESTING) <= set(waves.state_names(core).values()), core
     with pytest.raises(ValueError, match="'rng' has no FSM"):
         waves.state_names("rng")

@@ -154,6 +154,7 @@ proc get_bd_cells {args} {
 proc apply_bd_automation {args} {
   log apply_bd_automation {*}$args
   set rule [lindex $args [expr {[lsearch $args -rule] + 1}]]
+  if {[lindex $args end] eq ""} { fail "\[BD 41-1273\] apply_bd_automation: no object to apply rule $rule to" }
   if {$rule ne "xilinx.com:bd_rule:axi4"} { return }
   set config [lindex $args [expr {[lsearch $args -config] + 1}]]
   lassign [expr {[dict exists $config Master] ? {ps_axi_periph axi_interconnect} : {axi_smc smartconnect}}] cell ip
@@ -161,6 +162,29 @@ proc apply_bd_automation {args} {
   set vlnv [lindex [lsort -dictionary [lsearch -all -inline -glob $::vv(catalog) xilinx.com:ip:$ip:*]] end]
   if {$vlnv eq ""} { fail "\[BD 5-390\] IP definition not found for VLNV: xilinx.com:ip:$ip (Vivado $::vv(release))" }
   dict set ::vv(cells) $cell $vlnv
+}
+
+# An AXI DMA's interface pins are the ones its configuration gives it (PG021): M_AXI_SG with scatter-gather, each
+# channel's memory-map master and stream with that channel; unset, a parameter is the IP's default (scatter-gather
+# and both channels included). get_bd_intf_pins of a pin the cell lacks finds nothing, and the automation or a
+# connection given nothing fails, as Vivado's do.
+array set ::vv {dma_defaults {CONFIG.c_include_sg 1 CONFIG.c_include_mm2s 1 CONFIG.c_include_s2mm 1}
+                dma_pins {M_AXI_SG CONFIG.c_include_sg M_AXI_MM2S CONFIG.c_include_mm2s
+                          M_AXIS_MM2S CONFIG.c_include_mm2s M_AXI_S2MM CONFIG.c_include_s2mm
+                          S_AXIS_S2MM CONFIG.c_include_s2mm}}
+proc get_bd_intf_pins {args} {
+  log get_bd_intf_pins {*}$args
+  set pin [lindex $args end]
+  lassign [split [cell_name $pin] /] cell name
+  if {![dict exists $::vv(cells) $cell] || ![string match xilinx.com:ip:axi_dma:* [dict get $::vv(cells) $cell]]
+      || ![dict exists $::vv(dma_pins) $name]} { return $pin }
+  set cfg $::vv(dma_defaults)
+  if {[dict exists $::vv(config) $cell]} { set cfg [dict merge $cfg [dict get $::vv(config) $cell]] }
+  return [expr {[dict get $cfg [dict get $::vv(dma_pins) $name]] eq "1" ? $pin : ""}]
+}
+proc connect_bd_intf_net {args} {
+  log connect_bd_intf_net {*}$args
+  if {"" in $args} { fail "\[BD 5-106\] Arguments to the connect_bd_intf_net command cannot be empty." }
 }
 
 # The PS's PL clock 0: the PLL (from its parameters unless ::vv(pll) says otherwise) divided by the integer nearest

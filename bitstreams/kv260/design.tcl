@@ -43,10 +43,13 @@ set cores {
   {kvpage kvpage_max_blocks256_pages1024 0xa0020000 0x10000 {} {MAX_BLOCKS 256 PAGES 1024 SLOTS 64}}
   {draftengine draftengine_k_max512_pdepth2048_uram1_wdepth32768 0xa0030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 512 M_MAX 16 PDEPTH 2048 ROWS 8 URAM 1 WDEPTH 32768}}
   {rng rng 0xa0040000 0x10000 {} {}}
+  {treeattn treeattn 0xa0050000 0x10000 {s_axis m_axis} {BLOCK 32 CTX_MAX 8192 GROUP 3 HEAD_DIM 64 LANES 16 NODES_MAX 64}}
 }
-# dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst}
+# dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst sg}
+# (sg 1: scatter-gather mode, c_include_sg, its descriptors read through the HP port)
 set dmas {
-  {verifier_dma verifier 0xa0050000 0x10000 s_axis 128 {} 0 26 16}
-  {treemask_dma treemask 0xa0060000 0x10000 {} 0 m_axis 128 26 16}
-  {draftengine_dma draftengine 0xa0070000 0x10000 s_axis 512 m_axis 256 26 16}
+  {verifier_dma verifier 0xa0060000 0x10000 s_axis 128 {} 0 26 16 0}
+  {treemask_dma treemask 0xa0070000 0x10000 {} 0 m_axis 128 26 16 0}
+  {draftengine_dma draftengine 0xa0080000 0x10000 s_axis 512 m_axis 256 26 16 0}
+  {treeattn_dma treeattn 0xa0090000 0x10000 s_axis 128 m_axis 128 26 16 1}
 }

@@ -34,6 +34,11 @@
 #define SPECDEC_DE_BIAS_BITS                               32  /* draft engine: per-channel bias width (signed) */
 #define SPECDEC_DE_MULT_BITS                               16  /* draft engine: per-channel multiplier width (unsigned) */
 #define SPECDEC_DE_SHIFT_MAX                               48  /* draft engine: largest per-channel right shift */
+#define SPECDEC_TA_DIST_FRAC                               8  /* tree attention: distances count 1/2**TA_DIST_FRAC nat (the EXP table's unit) */
+#define SPECDEC_TA_ACC_BITS                                48  /* tree attention: width of a (row, head)'s weighted sums acc[d] (signed) */
+#define SPECDEC_TA_RECIP_SHIFT                             48  /* tree attention: R = floor(2**TA_RECIP_SHIFT / l) */
+#define SPECDEC_TA_OUT_SHIFT                               40  /* tree attention: o = sat((acc * R + 2**(TA_OUT_SHIFT - 1)) >> TA_OUT_SHIFT) */
+#define SPECDEC_TA_OUT_BITS                                16  /* tree attention: output codes are signed Q7.8 of this width */
 
 /* ==== sizes (hwcontract/regmap.py) */
 #define SPECDEC_LOGIT_BITS                                 16  /* bits of one logit code (one verifier stream lane) */
@@ -46,6 +51,10 @@
 #define SPECDEC_KV_SLOTS                                   64  /* kvpage slots (sequences and branches): one bit each in MASK_HI:MASK_LO */
 #define SPECDEC_KV_MAX_PAGES                               1024  /* largest kvpage PAGES parameter */
 #define SPECDEC_KV_MAX_BLOCKS                              1024  /* largest kvpage MAX_BLOCKS parameter */
+#define SPECDEC_TA_BEAT_BITS                               128  /* tree attention: bits of a beat of either stream */
+#define SPECDEC_TA_CTX_LIMIT                               8192  /* tree attention: largest CTX_MAX parameter */
+#define SPECDEC_TA_MULT_BITS                               16  /* tree attention: MULT is unsigned of this width (0 is BAD_SCALE) */
+#define SPECDEC_TA_SHIFT_MAX                               31  /* tree attention: largest SHIFT */
 
 /* ==== build parameters (hwcontract/params.py): default and allowed values; a set's values are in *_VALUES */
 /* verifier.VOCAB_MAX: Largest VOCAB accepted: depth of the two on-chip row buffers (tokens). Allowed: 1..65536. */
@@ -117,6 +126,33 @@
 #define SPECDEC_DRAFTENGINE_PARAM_URAM_DEFAULT             0
 #define SPECDEC_DRAFTENGINE_PARAM_URAM_MIN                 0
 #define SPECDEC_DRAFTENGINE_PARAM_URAM_MAX                 1
+/* treeattn.HEAD_DIM: Dimensions of a head (E = HEAD_DIM / 16 stream beats a vector). Allowed: {32, 64, 128}. */
+#define SPECDEC_TREEATTN_PARAM_HEAD_DIM_DEFAULT            64
+#define SPECDEC_TREEATTN_PARAM_HEAD_DIM_MIN                32
+#define SPECDEC_TREEATTN_PARAM_HEAD_DIM_MAX                128
+#define SPECDEC_TREEATTN_PARAM_HEAD_DIM_COUNT              3  /* allowed values: SPECDEC_TREEATTN_PARAM_HEAD_DIM_VALUES */
+/* treeattn.GROUP: Query heads per KV head (grouped-query attention). Allowed: 1..8. */
+#define SPECDEC_TREEATTN_PARAM_GROUP_DEFAULT               3
+#define SPECDEC_TREEATTN_PARAM_GROUP_MIN                   1
+#define SPECDEC_TREEATTN_PARAM_GROUP_MAX                   8
+/* treeattn.NODES_MAX: Largest NODES (step rows: a chain's positions or a tree's nodes) accepted. Allowed: 1..64. */
+#define SPECDEC_TREEATTN_PARAM_NODES_MAX_DEFAULT           64
+#define SPECDEC_TREEATTN_PARAM_NODES_MAX_MIN               1
+#define SPECDEC_TREEATTN_PARAM_NODES_MAX_MAX               64
+/* treeattn.LANES: Multiply-accumulates per cycle (<= HEAD_DIM): D = HEAD_DIM / LANES cycles a vector. Allowed: {8, 16, 32}. */
+#define SPECDEC_TREEATTN_PARAM_LANES_DEFAULT               16
+#define SPECDEC_TREEATTN_PARAM_LANES_MIN                   8
+#define SPECDEC_TREEATTN_PARAM_LANES_MAX                   32
+#define SPECDEC_TREEATTN_PARAM_LANES_COUNT                 3  /* allowed values: SPECDEC_TREEATTN_PARAM_LANES_VALUES */
+/* treeattn.CTX_MAX: Largest CTX (committed context keys) accepted. Allowed: 16..8192. */
+#define SPECDEC_TREEATTN_PARAM_CTX_MAX_DEFAULT             8192
+#define SPECDEC_TREEATTN_PARAM_CTX_MAX_MIN                 16
+#define SPECDEC_TREEATTN_PARAM_CTX_MAX_MAX                 8192
+/* treeattn.BLOCK: Context keys per block buffer (two buffers, ping-pong). Allowed: {16, 32}. */
+#define SPECDEC_TREEATTN_PARAM_BLOCK_DEFAULT               32
+#define SPECDEC_TREEATTN_PARAM_BLOCK_MIN                   16
+#define SPECDEC_TREEATTN_PARAM_BLOCK_MAX                   32
+#define SPECDEC_TREEATTN_PARAM_BLOCK_COUNT                 2  /* allowed values: SPECDEC_TREEATTN_PARAM_BLOCK_VALUES */
 
 /* ==== core rng: xoshiro128++ uniform random number generator: 128-bit state loaded from SEED0..3, one 32-bit output per step. The verifier embeds the same generator for its acceptance tests. */
 #define SPECDEC_RNG_ID_HASH                                0xEE8698FEu  /* value of the ID register */
@@ -2036,6 +2072,158 @@
 #define SPECDEC_DRAFTENGINE_COUNTERS_CYCLES_BUSY_INDEX     0u
 #define SPECDEC_DRAFTENGINE_COUNTERS_CYCLES_STALL_INDEX    1u
 
+/* ==== core treeattn: Tree attention for one KV head: the GROUP query heads of each of NODES step rows attend, with a streaming max and the verifier's exp table, over CTX committed context keys (streamed in blocks from the KV pages) and the step's own nodes that the row's MASK shows (the treemask core's ancestor bits; a chain's row r sees nodes 0..r). Masked pairs cost no multiply-accumulate. */
+#define SPECDEC_TREEATTN_ID_HASH                           0xD0195E07u  /* value of the ID register */
+#define SPECDEC_TREEATTN_NUM_REGS                          13u
+#define SPECDEC_TREEATTN_SPAN                              0x34u  /* bytes of register space */
+#define SPECDEC_TREEATTN_ADDR_WIDTH                        8u  /* AXI4-Lite address bits */
+
+/* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
+#define SPECDEC_TREEATTN_ID_OFFSET                         0x00u
+#define SPECDEC_TREEATTN_ID_RESET                          0x00000000u
+#define SPECDEC_TREEATTN_ID_ACCESS                         SPECDEC_ACCESS_RO
+
+/* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
+#define SPECDEC_TREEATTN_CTRL_OFFSET                       0x04u
+#define SPECDEC_TREEATTN_CTRL_RESET                        0x00000000u
+#define SPECDEC_TREEATTN_CTRL_ACCESS                       SPECDEC_ACCESS_PULSE
+#define SPECDEC_TREEATTN_CTRL_START_LSB                    0u  /* Start an operation. */
+#define SPECDEC_TREEATTN_CTRL_START_WIDTH                  1u
+#define SPECDEC_TREEATTN_CTRL_START_MASK                   0x00000001u
+#define SPECDEC_TREEATTN_CTRL_SOFT_RESET_LSB               1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_TREEATTN_CTRL_SOFT_RESET_WIDTH             1u
+#define SPECDEC_TREEATTN_CTRL_SOFT_RESET_MASK              0x00000002u
+
+/* STATUS (ro) @ 0x08: Core state. */
+#define SPECDEC_TREEATTN_STATUS_OFFSET                     0x08u
+#define SPECDEC_TREEATTN_STATUS_RESET                      0x00000000u
+#define SPECDEC_TREEATTN_STATUS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_TREEATTN_STATUS_BUSY_LSB                   0u  /* An operation is running. */
+#define SPECDEC_TREEATTN_STATUS_BUSY_WIDTH                 1u
+#define SPECDEC_TREEATTN_STATUS_BUSY_MASK                  0x00000001u
+#define SPECDEC_TREEATTN_STATUS_DONE_LSB                   1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_TREEATTN_STATUS_DONE_WIDTH                 1u
+#define SPECDEC_TREEATTN_STATUS_DONE_MASK                  0x00000002u
+#define SPECDEC_TREEATTN_STATUS_ERROR_LSB                  2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_TREEATTN_STATUS_ERROR_WIDTH                1u
+#define SPECDEC_TREEATTN_STATUS_ERROR_MASK                 0x00000004u
+
+/* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
+#define SPECDEC_TREEATTN_ERR_OFFSET                        0x0Cu
+#define SPECDEC_TREEATTN_ERR_RESET                         0x00000000u
+#define SPECDEC_TREEATTN_ERR_ACCESS                        SPECDEC_ACCESS_RO
+#define SPECDEC_TREEATTN_ERR_BAD_CTX_LSB                   0u  /* CTX is above the core's CTX_MAX. */
+#define SPECDEC_TREEATTN_ERR_BAD_CTX_WIDTH                 1u
+#define SPECDEC_TREEATTN_ERR_BAD_CTX_MASK                  0x00000001u
+#define SPECDEC_TREEATTN_ERR_BAD_NODES_LSB                 1u  /* NODES is 0 or above the core's NODES_MAX. */
+#define SPECDEC_TREEATTN_ERR_BAD_NODES_WIDTH               1u
+#define SPECDEC_TREEATTN_ERR_BAD_NODES_MASK                0x00000002u
+#define SPECDEC_TREEATTN_ERR_BAD_SCALE_LSB                 2u  /* MULT is 0 or above 65535, or SHIFT is above 31. */
+#define SPECDEC_TREEATTN_ERR_BAD_SCALE_WIDTH               1u
+#define SPECDEC_TREEATTN_ERR_BAD_SCALE_MASK                0x00000004u
+#define SPECDEC_TREEATTN_ERR_BAD_MASK_LSB                  3u  /* A MASK row r lacks bit r or has a bit above r set (nodes come in topological order). */
+#define SPECDEC_TREEATTN_ERR_BAD_MASK_WIDTH                1u
+#define SPECDEC_TREEATTN_ERR_BAD_MASK_MASK                 0x00000008u
+#define SPECDEC_TREEATTN_ERR_SHORT_STREAM_LSB              4u  /* TLAST came before the job's last s_axis beat. */
+#define SPECDEC_TREEATTN_ERR_SHORT_STREAM_WIDTH            1u
+#define SPECDEC_TREEATTN_ERR_SHORT_STREAM_MASK             0x00000010u
+#define SPECDEC_TREEATTN_ERR_LONG_STREAM_LSB               5u  /* The job's last s_axis beat came without TLAST. */
+#define SPECDEC_TREEATTN_ERR_LONG_STREAM_WIDTH             1u
+#define SPECDEC_TREEATTN_ERR_LONG_STREAM_MASK              0x00000020u
+
+/* CTX (rw) @ 0x10: Committed context keys L of the job (0..CTX_MAX). */
+#define SPECDEC_TREEATTN_CTX_OFFSET                        0x10u
+#define SPECDEC_TREEATTN_CTX_RESET                         0x00000000u
+#define SPECDEC_TREEATTN_CTX_ACCESS                        SPECDEC_ACCESS_RW
+
+/* NODES (rw) @ 0x14: Step rows (nodes) N of the job (1..NODES_MAX). */
+#define SPECDEC_TREEATTN_NODES_OFFSET                      0x14u
+#define SPECDEC_TREEATTN_NODES_RESET                       0x00000001u
+#define SPECDEC_TREEATTN_NODES_ACCESS                      SPECDEC_ACCESS_RW
+
+/* MULT (rw) @ 0x18: Score multiplier (1..65535): a score in 1/256 nat is (s * MULT) >> SHIFT (hwcontract.formats.ta_multiplier). */
+#define SPECDEC_TREEATTN_MULT_OFFSET                       0x18u
+#define SPECDEC_TREEATTN_MULT_RESET                        0x00000001u
+#define SPECDEC_TREEATTN_MULT_ACCESS                       SPECDEC_ACCESS_RW
+
+/* SHIFT (rw) @ 0x1C: Right shift of the scaled score (0..31). */
+#define SPECDEC_TREEATTN_SHIFT_OFFSET                      0x1Cu
+#define SPECDEC_TREEATTN_SHIFT_RESET                       0x00000000u
+#define SPECDEC_TREEATTN_SHIFT_ACCESS                      SPECDEC_ACCESS_RW
+
+/* PARAMS (ro) @ 0x20: Build parameters of this instance. */
+#define SPECDEC_TREEATTN_PARAMS_OFFSET                     0x20u
+#define SPECDEC_TREEATTN_PARAMS_RESET                      0x00000000u
+#define SPECDEC_TREEATTN_PARAMS_ACCESS                     SPECDEC_ACCESS_RO
+#define SPECDEC_TREEATTN_PARAMS_HEAD_DIM_LSB               0u  /* Dimensions of a head. */
+#define SPECDEC_TREEATTN_PARAMS_HEAD_DIM_WIDTH             8u
+#define SPECDEC_TREEATTN_PARAMS_HEAD_DIM_MASK              0x000000FFu
+#define SPECDEC_TREEATTN_PARAMS_GROUP_LSB                  8u  /* Query heads per KV head. */
+#define SPECDEC_TREEATTN_PARAMS_GROUP_WIDTH                4u
+#define SPECDEC_TREEATTN_PARAMS_GROUP_MASK                 0x00000F00u
+#define SPECDEC_TREEATTN_PARAMS_NODES_MAX_LSB              12u  /* Largest NODES accepted. */
+#define SPECDEC_TREEATTN_PARAMS_NODES_MAX_WIDTH            7u
+#define SPECDEC_TREEATTN_PARAMS_NODES_MAX_MASK             0x0007F000u
+#define SPECDEC_TREEATTN_PARAMS_LANES_LSB                  19u  /* Multiply-accumulates per cycle. */
+#define SPECDEC_TREEATTN_PARAMS_LANES_WIDTH                6u
+#define SPECDEC_TREEATTN_PARAMS_LANES_MASK                 0x01F80000u
+#define SPECDEC_TREEATTN_PARAMS_BLOCK_LSB                  25u  /* Context keys per block buffer. */
+#define SPECDEC_TREEATTN_PARAMS_BLOCK_WIDTH                6u
+#define SPECDEC_TREEATTN_PARAMS_BLOCK_MASK                 0x7E000000u
+
+/* CTX_MAX (ro) @ 0x24: Largest CTX accepted. */
+#define SPECDEC_TREEATTN_CTX_MAX_OFFSET                    0x24u
+#define SPECDEC_TREEATTN_CTX_MAX_RESET                     0x00000000u
+#define SPECDEC_TREEATTN_CTX_MAX_ACCESS                    SPECDEC_ACCESS_RO
+
+/* MACS (ro) @ 0x28: Multiply-accumulates of the last job: 2 * HEAD_DIM * GROUP * sum_r (CTX + popcount(MASK[r])). */
+#define SPECDEC_TREEATTN_MACS_OFFSET                       0x28u
+#define SPECDEC_TREEATTN_MACS_RESET                        0x00000000u
+#define SPECDEC_TREEATTN_MACS_ACCESS                       SPECDEC_ACCESS_RO
+
+/* CYCLES_BUSY (ro) @ 0x2C: Clock cycles BUSY in the last job (START to DONE). */
+#define SPECDEC_TREEATTN_CYCLES_BUSY_OFFSET                0x2Cu
+#define SPECDEC_TREEATTN_CYCLES_BUSY_RESET                 0x00000000u
+#define SPECDEC_TREEATTN_CYCLES_BUSY_ACCESS                SPECDEC_ACCESS_RO
+
+/* CYCLES_STALL (ro) @ 0x30: BUSY cycles in which the core waited for an s_axis beat or for m_axis TREADY. */
+#define SPECDEC_TREEATTN_CYCLES_STALL_OFFSET               0x30u
+#define SPECDEC_TREEATTN_CYCLES_STALL_RESET                0x00000000u
+#define SPECDEC_TREEATTN_CYCLES_STALL_ACCESS               SPECDEC_ACCESS_RO
+
+/* treeattn error bits (masks of ERR) */
+#define SPECDEC_TREEATTN_ERR_BAD_CTX                       0x00000001u  /* CTX is above the core's CTX_MAX. */
+#define SPECDEC_TREEATTN_ERR_BAD_NODES                     0x00000002u  /* NODES is 0 or above the core's NODES_MAX. */
+#define SPECDEC_TREEATTN_ERR_BAD_SCALE                     0x00000004u  /* MULT is 0 or above 65535, or SHIFT is above 31. */
+#define SPECDEC_TREEATTN_ERR_BAD_MASK                      0x00000008u  /* A MASK row r lacks bit r or has a bit above r set (nodes come in topological order). */
+#define SPECDEC_TREEATTN_ERR_SHORT_STREAM                  0x00000010u  /* TLAST came before the job's last s_axis beat. */
+#define SPECDEC_TREEATTN_ERR_LONG_STREAM                   0x00000020u  /* The job's last s_axis beat came without TLAST. */
+
+/* stream s_axis (in, 128 bits): 16 bytes a beat (byte i at bits 8i+7..8i), TLAST on the job's last beat. MASK: NODES beats, row r's visible step nodes in bits NODES_MAX-1..0 (bit j: node j), rest 0; Q: for each row r, for each query head h, q[r, h] (HEAD_DIM / 16 beats); the context: for each key j < CTX, K[j] then V[j] (HEAD_DIM / 16 beats each); the step: for each node n < NODES, K[n] then V[n]. */
+#define SPECDEC_TREEATTN_STREAM_S_AXIS_WIDTH               128u
+#define SPECDEC_TREEATTN_STREAM_S_AXIS_DIR                 SPECDEC_DIR_IN
+#define SPECDEC_TREEATTN_STREAM_S_AXIS_BYTE_LSB            0u  /* int8 code (two's complement) */
+#define SPECDEC_TREEATTN_STREAM_S_AXIS_BYTE_WIDTH          8u
+#define SPECDEC_TREEATTN_STREAM_S_AXIS_BYTE_COUNT          16u
+#define SPECDEC_TREEATTN_STREAM_S_AXIS_BYTE_SIGNED         1u
+
+/* stream m_axis (out, 128 bits): For each row r, for each query head h: o[r, h] as HEAD_DIM Q7.8 codes in units of v's codes, 8 a beat (element order = lane order), TLAST on the job's last beat. */
+#define SPECDEC_TREEATTN_STREAM_M_AXIS_WIDTH               128u
+#define SPECDEC_TREEATTN_STREAM_M_AXIS_DIR                 SPECDEC_DIR_OUT
+#define SPECDEC_TREEATTN_STREAM_M_AXIS_O_LSB               0u  /* Q7.8 output code */
+#define SPECDEC_TREEATTN_STREAM_M_AXIS_O_WIDTH             16u
+#define SPECDEC_TREEATTN_STREAM_M_AXIS_O_COUNT             8u
+#define SPECDEC_TREEATTN_STREAM_M_AXIS_O_SIGNED            1u
+
+/* group RESULT: The outcome of one job besides its m_axis rows. */
+#define SPECDEC_TREEATTN_RESULT_COUNT                      1u  /* registers in the group */
+#define SPECDEC_TREEATTN_RESULT_MACS_INDEX                 0u
+
+/* group COUNTERS: Cycle counters of one job (the cycle model hls_ref.treeattn.cycles predicts BUSY - STALL). */
+#define SPECDEC_TREEATTN_COUNTERS_COUNT                    2u  /* registers in the group */
+#define SPECDEC_TREEATTN_COUNTERS_CYCLES_BUSY_INDEX        0u
+#define SPECDEC_TREEATTN_COUNTERS_CYCLES_STALL_INDEX       1u
+
 /* ==== tables (hwcontract/formats.py EH_LIST, EL_LIST; hwcontract/params.py value sets) */
 /* EH[k] = round(2**15 exp(-16 k / 256)), k < SPECDEC_EH_SIZE */
 static const uint16_t SPECDEC_EH[SPECDEC_EH_SIZE] = {
@@ -2115,6 +2303,18 @@ static const int32_t SPECDEC_DRAFTENGINE_PARAM_PDEPTH_VALUES[SPECDEC_DRAFTENGINE
 /* the allowed values of draftengine.K_MAX, ascending */
 static const int32_t SPECDEC_DRAFTENGINE_PARAM_K_MAX_VALUES[SPECDEC_DRAFTENGINE_PARAM_K_MAX_COUNT] = {
     256, 512, 1024, 2048, 4096, 8192,
+};
+/* the allowed values of treeattn.HEAD_DIM, ascending */
+static const int32_t SPECDEC_TREEATTN_PARAM_HEAD_DIM_VALUES[SPECDEC_TREEATTN_PARAM_HEAD_DIM_COUNT] = {
+    32, 64, 128,
+};
+/* the allowed values of treeattn.LANES, ascending */
+static const int32_t SPECDEC_TREEATTN_PARAM_LANES_VALUES[SPECDEC_TREEATTN_PARAM_LANES_COUNT] = {
+    8, 16, 32,
+};
+/* the allowed values of treeattn.BLOCK, ascending */
+static const int32_t SPECDEC_TREEATTN_PARAM_BLOCK_VALUES[SPECDEC_TREEATTN_PARAM_BLOCK_COUNT] = {
+    16, 32,
 };
 
 #endif /* SPECDEC_REGS_H */

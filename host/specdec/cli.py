@@ -10,6 +10,9 @@ can be added without touching the others::
     specdec bench verifier [--vocab V] [--gamma G] [--lanes L] [--backend sim] [--pnr] [--json FILE]
     specdec bench treemask [--nodes 1,8,16,32,64] [--nodes-max 64] [--json FILE]
     specdec bench kv [--pages 256,1024] [--max-blocks 64] [--no-decode] [--json FILE]
+    specdec bench draft [--draft ID] [--context L] [--cycles-only] [--json FILE]
+    specdec bench board --board kv260|pynq-z2 [--target-step-ms MS] [--accept-len X] [--e2e FILE] [--gamma G]
+                        [--context L] [--json FILE]
     specdec generate --prompt TEXT [--target ID] [--draft ID|prompt-lookup] [--gamma N|auto] [--temperature T]
                      [--top-k K] [--top-p P] [--backend ref|sim|pynq] [--max-new-tokens N] [--seed S] [--json FILE]
                      [--record FILE]
@@ -44,6 +47,7 @@ from .app import notebook, runner
 from .app.job import (DRAFT_ENGINES, KV_AUTO, PROMPT_LOOKUP, TREE_KINDS, TREE_READS, TREE_SCORES, Job, TreeSpec,
                       tree_readers)
 from .app.checks import eagle_dir, resolve_names
+from .bench import board as bench_board
 from .bench import draft as bench_draft
 from .bench import e2e, e2e_report, rtl
 from .bench.peers import default_peers
@@ -299,6 +303,13 @@ def _bench_treemask(args: argparse.Namespace) -> int:
 
 
 def _bench_draft(args: argparse.Namespace) -> int:
+    if args.draft != loading.DEMO_DRAFT:
+        return _bench_draft_eagle(args)
+    if args.cycles_only or args.context != bench_draft.EAGLE_CONTEXT:
+        raise UsageError(f"--cycles-only and --context are an EAGLE head's options (--draft {loading.DEMO_EAGLE})")
+    for name, value in bench_draft.DEMO_DEFAULTS.items():      # the demo draft's defaults (the head has its own)
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     try:
         bench_draft.check_options(args.gamma, args.max_new_tokens)     # first: the job's message would offer
         # 'auto' for gamma, which this bench refuses
@@ -313,6 +324,40 @@ def _bench_draft(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {n}: the held-out corpus has {held_out} passages")
     res = bench_draft.run(args.n_prompts, args.max_new_tokens, args.gamma, args.draft_vocab, args.n_agreement)
     print(bench_draft.format_draft(res))
+    _write_json(args.json, res)
+    return EXIT_OK
+
+
+def _bench_draft_eagle(args: argparse.Namespace) -> int:
+    """``bench draft --draft HEAD``: the EAGLE head's cycle-model figures (:func:`specdec.bench.draft.run_eagle`)."""
+    if eagle_dir(args.draft) is None:
+        raise UsageError(f"--draft {args.draft!r}: the demo draft {loading.DEMO_DRAFT!r} or an EAGLE head "
+                         f"({loading.DEMO_EAGLE!r}, or a directory with eagle.json)")
+    options = {k: getattr(args, k) for k in bench_draft.DEMO_DEFAULTS if getattr(args, k) is not None}
+    if args.cycles_only and options:
+        flags = ", ".join("--" + k.replace("_", "-") for k in options)
+        raise UsageError(f"--cycles-only measures nothing: drop {flags}")
+    try:
+        res = bench_draft.run_eagle(args.draft, args.context)     # its checks come before anything loads
+        for name, value in options.items():
+            if value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} {value}: a positive integer")
+        if not args.cycles_only:
+            res = bench_draft.measure_eagle(args.draft, args.context, **options)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    print(bench_draft.format_eagle(res))
+    _write_json(args.json, res)
+    return EXIT_OK
+
+
+def _bench_board(args: argparse.Namespace) -> int:
+    try:
+        bench_board.check_options(args.board, args.target_step_ms, args.accept_len, args.gamma, args.context)
+        res = bench_board.run(args.board, args.target_step_ms, args.accept_len, args.e2e, args.gamma, args.context)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    print(bench_board.format_board(res))
     _write_json(args.json, res)
     return EXIT_OK
 
@@ -387,14 +432,42 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     d = b_sub.add_parser("draft", help="the demo draft on the int8 draft engine vs its float twin: agreement, "
                                        "acceptance, step time, projected step per board")
     d.set_defaults(func=_bench_draft, command="bench draft")
-    d.add_argument("--n-prompts", type=_positive, default=20,
-                   help="held-out prompts of the two decode runs (default 20)")
-    d.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
-    d.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
+    d.add_argument("--n-prompts", type=_positive, default=None,
+                   help="held-out prompts of the two decode runs (default 20; an EAGLE head: eagle_int8's default)")
+    d.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens per prompt (default 64; an EAGLE head: eagle_int8's default)")
+    d.add_argument("--gamma", type=int, default=None,
+                   help="draft tokens per round (default 4; an EAGLE head: eagle_int8's default)")
     d.add_argument("--draft-vocab", type=int, default=8192, help="the draft's hot vocabulary (default 8192)")
-    d.add_argument("--n-agreement", type=_positive, default=200,
-                   help="held-out passages of the greedy-agreement measurement (default 200)")
+    d.add_argument("--n-agreement", type=_positive, default=None,
+                   help="held-out passages of the greedy-agreement measurement (default 200; an EAGLE head: "
+                        "eagle_int8's default)")
+    d.add_argument("--draft", default=loading.DEMO_DRAFT,
+                   help=f"the draft: {loading.DEMO_DRAFT} (default: the int8 demo draft measured) or an EAGLE head "
+                        f"({loading.DEMO_EAGLE}: its engine and tree-attention jobs by their cycle models, the "
+                        "step projected per board, the sizing)")
+    d.add_argument("--cycles-only", action="store_true",
+                   help="an EAGLE head's cycle-model figures only: no model loads, no int8 measurement")
+    d.add_argument("--context", type=_positive, default=bench_draft.EAGLE_CONTEXT,
+                   help=f"committed context keys of the head's attention jobs (default {bench_draft.EAGLE_CONTEXT})")
     d.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
+    o = b_sub.add_parser("board", help="end-to-end tokens/s projected on a board (measured on one): target-only "
+                                       "and speculative with the EAGLE head on the fabric")
+    o.set_defaults(func=_bench_board, command="bench board")
+    o.add_argument("--board", required=True, choices=BOARDS, help="the board")
+    o.add_argument("--target-step-ms", type=float, default=None,
+                   help="the target's step on the board's CPU (off a board; default: its weight bytes over the "
+                        "board's DRAM peak bandwidth, hwcontract.board.DRAM_BYTES_PER_S)")
+    o.add_argument("--accept-len", type=float, default=None,
+                   help="tokens a round keeps, for both the chain and the tree (default: the e2e result's)")
+    o.add_argument("--e2e", default=None,
+                   help="the e2e result acceptance comes from (default: the EAGLE head's committed run, "
+                        f"{bench_board.shown(bench_board.DEFAULT_E2E)})")
+    o.add_argument("--gamma", type=int, default=bench_board.DEFAULT_GAMMA,
+                   help=f"the chain's gamma (default {bench_board.DEFAULT_GAMMA})")
+    o.add_argument("--context", type=_positive, default=bench_draft.EAGLE_CONTEXT,
+                   help=f"committed context keys of the head's attention jobs (default {bench_draft.EAGLE_CONTEXT})")
+    o.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE")
 
 
 def _gamma(text: str) -> int | str:

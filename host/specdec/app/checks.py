@@ -53,7 +53,8 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
                   draft_engine: str = "host") -> tuple[str, str]:
     """:func:`resolve_names`, then :func:`specdec.models.loading.check_source` on the target and on a draft model (not
     prompt lookup, not an EAGLE head): a model this machine cannot load is refused before anything loads. So are
-    the draft options the draft cannot take: ``draft_vocab`` or the ``fabric`` engine with an EAGLE head, and a
+    the draft options the draft cannot take: ``draft_vocab`` with an EAGLE head (its ``fabric`` engine runs the
+    int8 head, :mod:`specdec.models.int8eagle`), and a
     ``draft_vocab`` beyond the draft's vocabulary where its saved config tells
     (:func:`specdec.models.loading.config_vocab_size`; otherwise :func:`open_pair` refuses it once the models load)."""
     target, draft = resolve_names(target, draft)
@@ -64,8 +65,6 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
         if draft_vocab is not None:
             raise OptionError("draft_vocab", draft_vocab, f"none with the EAGLE head {draft!r} (its hot vocabulary "
                                                           "is fixed by its training)")
-        if draft_engine != "host":
-            raise OptionError("draft_engine", draft_engine, f"'host' with the EAGLE head {draft!r}")
         return target, draft
     loading.check_source(draft, "draft")
     vocab = loading.config_vocab_size(draft) if draft_vocab is not None else None

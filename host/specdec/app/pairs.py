@@ -16,6 +16,7 @@ from ..kv.layout import pick_block
 from ..models import loading
 from ..models.hotvocab import hot_head_model, hot_ids
 from ..models.int8draft import demo_draft, engine_modules
+from ..models.int8eagle import Int8Head, quantize_head
 from ..models.lm import CausalLM, context_length
 from .checks import HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir
 from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
@@ -42,7 +43,8 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     under models/) or ``"prompt-lookup"``), checking they share a vocabulary.
     ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.models.hotvocab`).
     ``draft_engine="fabric"``: the draft's linear layers run on the int8 draft engine's golden model
-    (:mod:`specdec.models.int8draft`, calibrated on the corpus's training passages).
+    (:mod:`specdec.models.int8draft`, calibrated on the corpus's training passages; an EAGLE head's layer, its
+    int8 KV cache and its hot head as :mod:`specdec.models.int8eagle` runs them).
 
     Raises
     ------
@@ -58,7 +60,10 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     if draft == PROMPT_LOOKUP:
         return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
     if head_dir is not None:
-        return Pair(t_lm, EagleDraft(load_head(head_dir, t_model), t_lm), t_tok, target, draft)
+        head = load_head(head_dir, t_model)
+        if draft_engine == "fabric":
+            head = quantize_head(head, t_model, t_tok)
+        return Pair(t_lm, EagleDraft(head, t_lm), t_tok, target, draft_name(draft, None, draft_engine))
     # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
     d_model, d_tok = loading.load(draft, "draft", t_tok if loading.same_tokenizer(target, draft) else None)
     vocab = loading.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
@@ -78,8 +83,7 @@ def check_serves(pair: Pair, job: Job) -> None:
     if job.draft == PROMPT_LOOKUP and not isinstance(pair.draft, PromptLookup):
         raise ValueError(f"the job asks for draft {PROMPT_LOOKUP!r}, the pair given drafts with {pair.draft_name!r}: "
                          "give a prompt-lookup pair, or no pair (the job's models are then loaded)")
-    if job.draft_engine == "fabric" and not (isinstance(pair.draft, ModelDraft)
-                                             and engine_modules(pair.draft.lm.model)):
+    if job.draft_engine == "fabric" and not fabric_draft(pair):
         raise ValueError(f"the job runs its draft on the draft engine (draft_engine 'fabric'), the pair given drafts "
                          f"with {pair.draft_name!r}, which has no int8 engine layers: give a pair whose draft "
                          "int8draft.quantize made, or no pair (the job's models are then loaded)")
@@ -87,6 +91,13 @@ def check_serves(pair: Pair, job: Job) -> None:
         raise ValueError(f"the job asks for a draft with a hot vocabulary of {job.draft_vocab}, the pair given drafts "
                          f"with {pair.draft_name!r}: give pairs.open_pair(..., draft_vocab={job.draft_vocab}), or "
                          "no pair")
+
+
+def fabric_draft(pair: Pair) -> bool:
+    """Whether ``pair`` drafts on the draft engine: a draft model with int8 engine layers, or an int8 EAGLE head."""
+    if isinstance(pair.draft, EagleDraft):
+        return isinstance(pair.draft.head, Int8Head)
+    return isinstance(pair.draft, ModelDraft) and bool(engine_modules(pair.draft.lm.model))
 
 
 def open_job_pair(job: Job, kv=None) -> Pair:

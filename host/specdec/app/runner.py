@@ -31,6 +31,8 @@ from ..hw.cores import Cores, golden_draftengine, golden_kvpage, golden_masker, 
 from ..hw.drivers import DraftEngine, KVPage, TreeMask, Verifier
 from ..hw.overlay import pynq_cores, pynq_overlay
 from ..hw.recording import Recording, RecordingVerifier
+from ..decoding.eagle import EagleDraft
+from ..models import int8eagle
 from ..models.int8draft import bind
 from ..models.lm import CausalLM
 from .job import Job, as_job
@@ -110,7 +112,8 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         round, commits, rollbacks). None, or a job with dense caches, keeps transformers' caches.
     engine : DraftEngine, optional
         A fabric-draft job (``draft_engine="fabric"``): the draft engine its draft's linear layers run on
-        (loaded here, :func:`specdec.models.int8draft.bind`); default the golden register model.
+        (loaded here, :func:`specdec.models.int8draft.bind`, or :func:`specdec.models.int8eagle.bind` for an
+        EAGLE head); default the golden register model.
 
     Returns
     -------
@@ -124,7 +127,10 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
     engine_report = None
     if job.draft_engine == "fabric":
         engine = engine or golden_draftengine()
-        engine_report = bind(pair.draft.lm.model, engine)
+        if isinstance(pair.draft, EagleDraft):
+            engine_report = int8eagle.bind(pair.draft.head, engine)
+        else:
+            engine_report = bind(pair.draft.lm.model, engine)
     tree = calibrated(pair, job.tree)
     source = drafter(pair, tree, job.draft_confidence)
     gens, records = [], []

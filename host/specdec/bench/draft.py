@@ -26,27 +26,46 @@ The engine's own figures come from the RTL in the same run:
   their jobs through the 128-bit HP port; the PYNQ-Z2 with each layer's weights and parameters streamed in
   before its job (LOAD_W, LOAD_P) through its 64-bit HP port. Each says which limit binds: the array (the jobs'
   cycles) or the HP port (the loads), which run one after the other.
+
+``--draft smollm2-eagle-head`` (:func:`run_eagle`, :func:`measure_eagle`) costs the EAGLE-style head's whole draft
+step on the fabric instead: its engine jobs (the shapes from its ``eagle.json``, the planes and K slices of
+:mod:`specdec.models.int8eagle`) by ``hls_ref.draftengine.cycles``, one tree-attention job per KV head by
+``hls_ref.treeattn.cycles`` against ``hls_ref.treeattn.bound``, each board's step with what stays on chip and what
+streams (``int8draft.layout``) and which limit binds (the MACs, the HP port or the attention unit), the sizing of
+the engine's weights and the unit's buffers, and merges the int8 head's measured figures
+(:func:`specdec.bench.eagle_int8.int8_figures`).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 
-from fpga import hw
+from fpga import hw, overlay_budget
 from hls_ref import draftengine as de
+from hls_ref import treeattn
 from hwcontract import board
+from hwcontract import params as hwparams
+from hwcontract.formats import TA_ACC_BITS
 from hwcontract.latency import de_wpipe
+from hwcontract.regmap import REG_BITS, TA_BEAT_BITS
 
 from ..app import checks, pairs
+from ..app.job import TreeSpec
 from ..app.runner import run as run_job
+from ..decoding import eagle
 from ..decoding.drafters import ModelDraft
 from ..hw.cores import golden_draftengine
-from ..models import corpus, int8draft, loading
+from ..models import corpus, int8draft, int8eagle, loading
 from ..models.lm import CausalLM
+from .eagle_int8 import GOALS as INT8_GOALS
+from .eagle_int8 import int8_figures
 from .host import host_info
 
 GOALS = {"agreement": 0.98, "acceptance_gap": 0.02, "kv260_step_s": 1e-3}
+#: The demo draft's run: held-out prompts, tokens per prompt, gamma, agreement passages (``specdec bench draft``).
+DEMO_DEFAULTS = {"n_prompts": 20, "max_new_tokens": 64, "gamma": 4, "n_agreement": 200}
 ARRAY = (board.KV260_DRAFTENGINE["ROWS"], board.KV260_DRAFTENGINE["COLS"])    # R x C: the KV260's build
 CLOCK_NOTE = ("the board's fabric clock: the first rung of its clock ladder (hwcontract.board.design(board).fclk), "
               "the fastest the bitstream flow tries; unverified until Vivado closes timing at it (no Xilinx place "
@@ -157,8 +176,9 @@ def check_options(gamma: int, max_new_tokens: int) -> None:
                          f"acceptance (a round drafts the tokens left but one), got {max_new_tokens}")
 
 
-def run(n_prompts: int = 20, max_new_tokens: int = 64, gamma: int = 4, draft_vocab: int = 8192,
-        n_agreement: int = 200, n_calibration: int = 400, progress=print) -> dict:
+def run(n_prompts: int = DEMO_DEFAULTS["n_prompts"], max_new_tokens: int = DEMO_DEFAULTS["max_new_tokens"],
+        gamma: int = DEMO_DEFAULTS["gamma"], draft_vocab: int = 8192, n_agreement: int = DEMO_DEFAULTS["n_agreement"],
+        n_calibration: int = 400, progress=print) -> dict:
     """Measure everything in the module docstring; the result is the bench's JSON (a ValueError for a
     ``gamma`` or ``max_new_tokens`` of :func:`check_options`, before anything loads)."""
     check_options(gamma, max_new_tokens)
@@ -251,3 +271,334 @@ def _fit_words(fit: dict) -> str:
                  f"streamed a step in {fit['loads']} loads, over the build's memories")
     return (f"weights {where}: {fit['weight_beats']:,} of {fit['weight_capacity_beats']:,} beats, "
             f"{fit['param_tiles']:,} of {fit['param_capacity_tiles']:,} parameter tiles")
+
+
+# ------------------------------------------------------------------------------------------------
+# The EAGLE-style head on the fabric (``--draft smollm2-eagle-head``): the engine's jobs and the tree-attention
+# unit's, costed by their cycle models, and the step each board's build projects
+# ------------------------------------------------------------------------------------------------
+
+#: Committed context keys the head's attention jobs read (``--context``): the e2e runs' prompts and their 64 new
+#: tokens stay under it.
+EAGLE_CONTEXT = 512
+#: The 7-node calibrated EAGLE tree of the head's committed tree result (bench/results/README.md,
+#: ``e2e_demo_eagle_trees7cal_ref_greedy.json``: ``--tree eagle --tree-budget 7 --tree-depth 5 --tree-topk 3
+#: --tree-expand 1 --tree-scores calibrated``).
+EAGLE_TREE = TreeSpec("eagle", budget=7, depth=5, topk=3, expand=1, scores="calibrated")
+EAGLE_GOALS = {"kv260_step_s": 1e-3, "attention_ratio": 1.1}
+#: RAMB36 shapes (depth, width) of the block RAM's simple dual-port configurations (UG473 / UG573): a memory takes
+#: the fewest blocks of any one of them.
+RAMB36_SHAPES = ((32768, 1), (16384, 2), (8192, 4), (4096, 9), (2048, 18), (1024, 36), (512, 72))
+
+
+def head_config(draft: str) -> dict:
+    """The layer shape of the EAGLE head ``draft`` (a directory or a shipped head's name), from its ``eagle.json``:
+    ``d``, ``intermediate``, ``heads``, ``kv_heads``, ``head_dim``, ``hot_vocab``. ValueError when ``draft`` is
+    no EAGLE head."""
+    path = checks.eagle_dir(draft)
+    if path is None:
+        raise ValueError(f"--draft {draft!r}: not an EAGLE head (a directory with {eagle.CONFIG_FILE})")
+    meta = json.loads((path / eagle.CONFIG_FILE).read_text(encoding="utf-8"))
+    lc = meta["layer_config"]
+    return {"d": lc["hidden_size"], "intermediate": lc["intermediate_size"], "heads": lc["num_attention_heads"],
+            "kv_heads": lc["num_key_value_heads"], "head_dim": lc["head_dim"], "hot_vocab": meta["hot_vocab"]}
+
+
+def head_shapes(cfg: dict, planes: int = int8draft.ACT_PLANES,
+                weight_plane2: tuple[str, ...] = int8eagle.WEIGHT_PLANE2) -> list[tuple[str, int, int, int]]:
+    """``(name, N, K, M)`` of every engine job of one drafted token of the head (:data:`int8eagle.LINEARS`, in the
+    order a token runs them): each layer's main job of ``planes`` rows (the activation planes) and, for a layer in
+    ``weight_plane2``, its second weight plane's job of one row (the name ending in ``.w2``)."""
+    d, hd, inter = cfg["d"], cfg["head_dim"], cfg["intermediate"]
+    nk = {"fc": (d, 2 * d), "q": (cfg["heads"] * hd, d), "k": (cfg["kv_heads"] * hd, d),
+          "v": (cfg["kv_heads"] * hd, d), "o": (d, cfg["heads"] * hd), "gate": (inter, d), "up": (inter, d),
+          "down": (d, inter), "head": (cfg["hot_vocab"], d)}
+    out = []
+    for name, _ in int8eagle.LINEARS:
+        out.append((name, *nk[name], planes))
+        if name in weight_plane2:
+            out.append((name + ".w2", *nk[name], 1))
+    return out
+
+
+def k_slices(shapes: list[tuple[str, int, int, int]], k_max: int) -> list[tuple[str, int, int, int]]:
+    """The jobs of ``shapes`` on an engine of ``k_max``: a layer wider than K_MAX runs as slices of at most
+    ``k_max`` input channels from channel 0 (``int8eagle.matrices``), each its own job."""
+    return [(name if len(range(0, k, k_max)) == 1 else f"{name}[{k0}:{min(k, k0 + k_max)}]", n,
+             min(k, k0 + k_max) - k0, m) for name, n, k, m in shapes for k0 in range(0, k, k_max)]
+
+
+def engine_params(board_name: str) -> dict:
+    """The draft engine's build in ``board_name``'s overlay (``hwcontract.board``)."""
+    return dict(board.design(board_name).cell("draftengine").params)
+
+
+def treeattn_params(board_name: str) -> tuple[dict, str]:
+    """The tree-attention unit's build for ``board_name`` and where it comes from: the overlay's ``treeattn`` cell,
+    or, while the block design has none, the contract's defaults (``hwcontract.params``)."""
+    try:
+        return dict(board.design(board_name).cell("treeattn").params), f"the {board_name} overlay's treeattn cell"
+    except KeyError:
+        return hwparams.defaults("treeattn"), "hwcontract.params' treeattn defaults (no treeattn cell in the overlay)"
+
+
+def attention(cfg: dict, ctx: int, visible: list[int], params: dict) -> dict:
+    """The tree-attention unit's jobs of one forward: one job per KV head over ``ctx`` committed keys with the
+    step's rows seeing ``visible`` step nodes each (``hls_ref.treeattn.cycles`` and ``bound``, the MACs, the
+    s_axis bytes). ValueError when the build's HEAD_DIM or GROUP is not the head's."""
+    group = cfg["heads"] // cfg["kv_heads"]
+    if params["HEAD_DIM"] != cfg["head_dim"] or params["GROUP"] != group:
+        raise ValueError(f"the tree-attention build (HEAD_DIM {params['HEAD_DIM']}, GROUP {params['GROUP']}) does not "
+                         f"take the head's attention (head_dim {cfg['head_dim']}, {group} query heads a KV head)")
+    jobs = cfg["kv_heads"]
+    return {"jobs": jobs, "ctx": ctx, "visible": list(visible), "cycles": jobs * treeattn.cycles(ctx, visible, params),
+            "bound": jobs * treeattn.bound(ctx, visible, params), "macs": jobs * treeattn.macs(ctx, visible, params),
+            "bytes_in": jobs * treeattn.frame_beats(ctx, len(visible), params) * treeattn.BEAT_BYTES}
+
+
+def engine_jobs(shapes: list[tuple[str, int, int, int]], params: dict, tokens: int = 1) -> dict:
+    """The engine jobs of a forward of ``tokens`` tokens (each job's rows ``M * tokens``, in pieces of M_MAX) on the
+    build ``params``: their cycles (``hls_ref.draftengine.cycles``, the build's weight read), MAC cycles and
+    useful MACs, the jobs cut at its K_MAX (:func:`k_slices`)."""
+    r, c, wpipe = params["ROWS"], params["COLS"], de_wpipe(params["WDEPTH"], params.get("URAM", 0))
+    run = mac_cycles = macs = count = 0
+    for _, n, k, m in k_slices(shapes, params["K_MAX"]):
+        rows = m * tokens
+        for piece in [params["M_MAX"]] * (rows // params["M_MAX"]) + ([rows % params["M_MAX"]] if rows % params[
+                "M_MAX"] else []):
+            nt, kc, ab = de.tiles(piece, k, n, r, c)
+            run += de.cycles("RUN", piece * ab, piece, k, n, r, c, wpipe)
+            mac_cycles += piece * nt * kc
+            macs += piece * n * k
+            count += 1
+    return {"jobs": count, "cycles": run, "mac_cycles": mac_cycles, "macs": macs, "array": r * c, "wpipe": wpipe}
+
+
+def board_loads(shapes: list[tuple[str, int, int, int]], params: dict, port_bytes: int) -> dict:
+    """What a forward streams on the build ``params`` (``int8draft.layout`` over the K_MAX slices: the largest
+    matrices placed once, the rest loaded before their jobs, one LOAD_W and one LOAD_P a slice) and the cycles
+    its weight and parameter beats (ROWS * COLS bytes each) take through a port of ``port_bytes`` a clock."""
+    mats = [(n, k) for name, n, k, _ in k_slices(shapes, params["K_MAX"])]
+    size = int8draft.layout(mats, golden_draftengine(params))
+    placed = size.pop("placed")
+    beat = params["ROWS"] * params["COLS"]
+    load = (size["loads"] * (de.cycles("LOAD_W", 0) + de.cycles("LOAD_P", 0))
+            + (size["streamed_weight_beats"] + size["streamed_param_tiles"]) * math.ceil(beat / port_bytes))
+    return {**size, "matrices": len(placed), "placed": sum(placed), "load_cycles": load, "port_bytes": port_bytes,
+            "weight_capacity_beats": params["WDEPTH"], "param_capacity_tiles": params["PDEPTH"]}
+
+
+def board_step(shapes: list[tuple[str, int, int, int]], cfg: dict, board_name: str, ctx: int,
+               visible: list[int], tokens: int = 1) -> dict:
+    """One forward of the head on ``board_name``'s build at its fabric clock: the engine's jobs, the loads of what
+    does not stay on chip (through the HP port, before their jobs), and the attention unit's jobs (whose context
+    arrives through the same port: its s_axis bytes at the port's width, when that takes longer than its cycles).
+    They run one after the other; ``bound_by`` names the largest term: ``MACs`` (the engine's jobs), ``HP port``
+    (the loads) or ``attention unit``."""
+    design = board.design(board_name)
+    params = engine_params(board_name)
+    port = design.hp_width // 8
+    eng = engine_jobs(shapes, params, tokens)
+    loads = board_loads(shapes, params, port)
+    ta, source = treeattn_params(board_name)
+    att = attention(cfg, ctx, visible, ta)
+    att_port = math.ceil(att["bytes_in"] / port)
+    terms = {"MACs": eng["cycles"], "HP port": loads["load_cycles"], "attention unit": max(att["cycles"], att_port)}
+    total = sum(terms.values())
+    wide = max(k for _, _, k, _ in shapes)
+    return {"board": board_name, "engine_build": params, "treeattn_build": ta, "treeattn_build_source": source,
+            "clock_hz": design.fclk_hz, "clock": design.fclk.label, "clock_note": CLOCK_NOTE,
+            "engine": eng, "loads": loads, "attention": {**att, "port_cycles": att_port},
+            "cycles": terms, "total_cycles": total, "step_s": total / design.fclk_hz,
+            "bound_by": max(terms, key=terms.get),
+            "k_split": wide > params["K_MAX"],
+            "k_split_note": (f"K up to {wide} above the build's K_MAX {params['K_MAX']}: those layers run as K slices "
+                             "with 32-bit outputs, added and requantized on the host (int8eagle)"
+                             if wide > params["K_MAX"] else "every layer within the build's K_MAX")}
+
+
+def tree_levels(spec: TreeSpec = EAGLE_TREE) -> list[int]:
+    """Pending ancestors of the node each forwarded level of an EAGLE tree expands (depths 1..depth-1, one node a
+    level: the root's logits come from the round's first forward). ValueError for a spec that expands more than
+    one node a level: the unit then would need the level's other pending nodes masked, which only the step block
+    can do."""
+    if spec.kind != "eagle" or (spec.expand or spec.topk) != 1:
+        raise ValueError(f"tree {spec.kind} expanding {spec.expand or spec.topk} nodes a level: the projection takes "
+                         "an EAGLE tree expanding one node a level (its pending nodes are then its ancestors)")
+    return list(range(spec.depth - 1))
+
+
+def treeattn_memories(params: dict) -> dict:
+    """The tree-attention unit's buffers at build ``params`` as its block organises them (docs/treeattn.md, "The
+    block"), in words of a stream beat (two with LANES = 32): the K/V memory (the two context block buffers of BLOCK
+    keys, then the step's NODES_MAX nodes, K and V each), Q (every (row, head)), the weighted sums acc (one memory
+    per lane, a word per (row, head) and compute cycle of a vector) and the per-(row, head) running max m and sum l
+    (in LUT RAM). ``{name: {depth, width, count, bits, ram_style, ramb36}}``, the block RAM's RAMB36 of
+    :func:`ramb36` (an estimate: yosys's mapping is ``specdec hw report``'s)."""
+    hd, g, nmax, lanes, blk = (params[k] for k in ("HEAD_DIM", "GROUP", "NODES_MAX", "LANES", "BLOCK"))
+    d, items, word = hd // lanes, nmax * g, max(TA_BEAT_BITS, lanes * 8)
+    vec = hd * 8 // word                                # words a vector
+    mems = {"K/V (context blocks x 2, step nodes)": (2 * (2 * blk + nmax) * vec, word, 1),
+            "Q": (items * vec, word, 1),
+            "acc (row-head state)": (items * d, TA_ACC_BITS, lanes),
+            "m, l (row-head state)": (items, 2 * REG_BITS, 1)}
+    lutram = ("m, l (row-head state)",)                 # the block keeps them in LUT RAM
+    return {name: {"depth": dep, "width": w, "count": n, "bits": dep * w * n,
+                   "ram_style": "distributed" if name in lutram else "block",
+                   "ramb36": 0 if name in lutram else n * ramb36(dep, w)} for name, (dep, w, n) in mems.items()}
+
+
+def sizing(cfg: dict, shapes: list[tuple[str, int, int, int]], board_name: str) -> dict:
+    """What of the head stays on chip in ``board_name``'s build and what streams (``int8draft.layout``), over how
+    many HP ports, and the tree-attention unit's buffers (:func:`treeattn_memories`) at its build and at the
+    smallest build that takes :data:`EAGLE_TREE` (NODES_MAX = its budget), in RAMB36 against the part's block RAM
+    under the overlay budget (``fpga.overlay_budget``)."""
+    params = engine_params(board_name)
+    design = board.design(board_name)
+    loads = board_loads(shapes, params, design.hp_width // 8)
+    ta, source = treeattn_params(board_name)
+    small = {**ta, "NODES_MAX": EAGLE_TREE.budget}
+    mems, mems_small = treeattn_memories(ta), treeattn_memories(small)
+    part = overlay_budget.PARTS[overlay_budget.BOARDS[board_name]]
+    pct = overlay_budget.GOALS[board_name]["bram_pct"]
+    return {"board": board_name, "weight_bytes": sum(n * k for _, n, k, _ in shapes),
+            "engine_weight_capacity_bytes": params["WDEPTH"] * params["ROWS"] * params["COLS"], "engine": loads,
+            "hp_ports": 1, "hp_port_note": f"the overlay's one DMA for the engine, on {design.hp} "
+                                           f"({design.hp_width} bits)",
+            "treeattn_build": ta, "treeattn_build_source": source, "treeattn_memories": mems,
+            "treeattn_ramb36": sum(m["ramb36"] for m in mems.values()),
+            "treeattn_small_build": small, "treeattn_small_ramb36": sum(m["ramb36"] for m in mems_small.values()),
+            "part_ramb36": part.bram36, "budget_ramb36": pct / 100 * part.bram36,
+            "budget_note": f"the overlay's block RAM budget ({pct:.0f}% of the part, fpga.overlay_budget.GOALS); "
+                           "the other cores' use is specdec hw report --overlay's (yosys)"}
+
+
+def ramb36(depth: int, width: int) -> int:
+    """RAMB36 blocks a ``depth`` x ``width`` memory takes in the best single configuration (:data:`RAMB36_SHAPES`)."""
+    return min(-(-depth // d) * -(-width // w) for d, w in RAMB36_SHAPES)
+
+
+def run_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, int8: dict | None = None) -> dict:
+    """The EAGLE head's figures on the fabric (the module's section above): cycles per drafted token (chain) and per
+    tree level (:data:`EAGLE_TREE`) on the KV260's builds, the attention unit against its bound, the MACs' use,
+    the step projected on each board with the limit that binds, the sizing; ``int8``: the int8 head's measured
+    figures (:func:`specdec.bench.eagle_int8.int8_figures`: agreement, acceptance, tokens per call, host operations
+    per step) merged in, their goals judged. ValueError for a ``draft`` that is no EAGLE head or a ``ctx`` outside
+    the unit's CTX_MAX."""
+    cfg = head_config(draft)
+    ta, _ = treeattn_params("kv260")
+    if not 1 <= ctx <= ta["CTX_MAX"]:
+        raise ValueError(f"--context {ctx}: must be in 1..{ta['CTX_MAX']} (the tree-attention unit's CTX_MAX)")
+    shapes = head_shapes(cfg)
+    chain = {b: board_step(shapes, cfg, b, ctx, [1]) for b in board.BOARDS}
+    levels = {b: [board_step(shapes, cfg, b, ctx + a, [1]) for a in tree_levels()] for b in board.BOARDS}
+    kv = chain["kv260"]
+    eng, att = kv["engine"], kv["attention"]
+    cycles = eng["cycles"] + att["cycles"]
+    level_cycles = [s["engine"]["cycles"] + s["attention"]["cycles"] for s in levels["kv260"]]
+    ratio = att["cycles"] / att["bound"]
+    lanes = kv["treeattn_build"]["LANES"]
+    res = {
+        "draft": draft, "head": cfg, "context": ctx, "tree": dataclasses.asdict(EAGLE_TREE),
+        "layers": [{"name": n, "n": nn, "k": k, "m": m} for n, nn, k, m in shapes],
+        "cycles_source": ("the KV260's builds: hls_ref.draftengine.cycles for each engine job (its UltraRAM weight "
+                          "read, K_MAX slices), hls_ref.treeattn.cycles for each KV head's attention job; weights "
+                          "on chip (the loads are in projected_step_s)"),
+        "cycles_per_token": cycles, "engine_cycles_per_token": eng["cycles"], "engine_jobs_per_token": eng["jobs"],
+        "cycles_per_tree_level": sum(level_cycles) / len(level_cycles), "tree_level_cycles": level_cycles,
+        "attention_cycles": att["cycles"], "attention_bound": att["bound"], "attention_ratio": ratio,
+        "attention_jobs": att["jobs"], "attention_macs": att["macs"],
+        "tree_attention": [{"ctx": s["attention"]["ctx"], "cycles": s["attention"]["cycles"],
+                            "bound": s["attention"]["bound"]} for s in levels["kv260"]],
+        "mac_utilization": (eng["macs"] + att["macs"]) / (eng["cycles"] * eng["array"] + att["cycles"] * lanes),
+        "mac_utilization_engine": eng["macs"] / (eng["cycles"] * eng["array"]),
+        "mac_utilization_attention": att["macs"] / (att["cycles"] * lanes),
+        "projected_step_s": {b: s["step_s"] for b, s in chain.items()},
+        "bound_by": {b: s["bound_by"] for b, s in chain.items()},
+        "clock_hz": {b: s["clock_hz"] for b, s in chain.items()}, "clock_note": CLOCK_NOTE,
+        "projected_tree_level_s": {b: sum(s["step_s"] for s in ls) / len(ls) for b, ls in levels.items()},
+        "boards": chain,
+        "sizing": {b: sizing(cfg, shapes, b) for b in board.BOARDS},
+        "needs_for_goal": needs_for_goal(chain["kv260"], EAGLE_GOALS["kv260_step_s"]),
+    }
+    res = {**(int8 or {}), **res}
+    res["goals"] = eagle_goals(res)
+    return res
+
+
+def measure_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, progress=print, **options) -> dict:
+    """:func:`run_eagle` with the int8 head's figures measured (:func:`specdec.bench.eagle_int8.int8_figures` with
+    ``options``: its prompts, gamma, tokens and passages)."""
+    t0 = time.perf_counter()
+    progress("measuring the int8 head (calibration, agreement, acceptance, host operations)")
+    res = run_eagle(draft, ctx, int8_figures(draft=draft, **options))
+    res["wall_s"] = time.perf_counter() - t0
+    res["host"] = host_info()
+    return res
+
+
+def needs_for_goal(step: dict, goal_s: float) -> dict:
+    """What a board's step would need to meet ``goal_s``, each taken alone: MACs a cycle (the engine's and the
+    attention's MACs in that many cycles, nothing else), and HP ports of the build's width for the weight bytes the
+    engine's memory cannot hold (streamed in that time, however the rest is laid out)."""
+    budget = goal_s * step["clock_hz"]
+    macs = step["engine"]["macs"] + step["attention"]["macs"]
+    loads = step["loads"]
+    beat = step["engine"]["array"]
+    off_chip = max(0, loads["weight_beats"] - loads["weight_capacity_beats"]) * beat
+    return {"cycles_in_goal": budget, "macs_per_cycle": math.ceil(macs / budget),
+            "built_macs_per_cycle": step["engine"]["array"] + step["treeattn_build"]["LANES"],
+            "weight_bytes_off_chip": off_chip,
+            "hp_ports": math.ceil(off_chip / (loads["port_bytes"] * budget))}
+
+
+def eagle_goals(res: dict) -> dict:
+    """The issue's goals in :func:`run_eagle`'s result: each with its figure and ``met`` (None where the figure is
+    not in the result: the int8 head's, until measured). The int8 goals are :mod:`specdec.bench.eagle_int8`'s."""
+    def goal(value, limit, ok) -> dict:
+        return {"goal": limit, "value": value, "met": None if value is None else ok(value)}
+    gap = res.get("acceptance_gap")
+    return {
+        "kv260_step_s": {**goal(res["projected_step_s"]["kv260"], EAGLE_GOALS["kv260_step_s"],
+                                lambda v: v <= EAGLE_GOALS["kv260_step_s"]), "bound_by": res["bound_by"]["kv260"]},
+        "attention_ratio": goal(res["attention_ratio"], EAGLE_GOALS["attention_ratio"],
+                                lambda v: v <= EAGLE_GOALS["attention_ratio"]),
+        "host_ops_per_step": goal(res.get("host_ops_per_step"), INT8_GOALS["host_ops_per_step"],
+                                  lambda v: v <= INT8_GOALS["host_ops_per_step"]),
+        "int8_vs_float_agreement": goal(res.get("int8_vs_float_agreement"), INT8_GOALS["int8_vs_float_agreement"],
+                                        lambda v: v >= INT8_GOALS["int8_vs_float_agreement"]),
+        "acceptance_gap": goal(None if gap is None else max(abs(g) for g in gap.values()),
+                               INT8_GOALS["acceptance_gap"], lambda v: v <= INT8_GOALS["acceptance_gap"]),
+        "tokens_per_call": goal(res.get("tokens_per_call"), INT8_GOALS["tokens_per_call"],
+                                lambda v: v >= INT8_GOALS["tokens_per_call"]),
+    }
+
+
+def format_eagle(res: dict) -> str:
+    """:func:`run_eagle`'s figures in a few lines, goals marked met or MISSED."""
+    mark = lambda ok: "not measured" if ok is None else "met" if ok else "MISSED"   # noqa: E731
+    g = res["goals"]
+    lines = [f"draft: {res['draft']} (d {res['head']['d']}, hot head {res['head']['hot_vocab']}), context "
+             f"{res['context']}",
+             f"cycles per drafted token: {res['cycles_per_token']:,} ({res['engine_jobs_per_token']} engine jobs "
+             f"{res['engine_cycles_per_token']:,}, attention {res['attention_cycles']:,}); per tree level "
+             f"{res['cycles_per_tree_level']:,.0f}; MACs busy {res['mac_utilization']:.1%}",
+             f"attention: {res['attention_cycles']:,} cycles against its bound {res['attention_bound']:,} "
+             f"({res['attention_ratio']:.3f}x, goal <= {g['attention_ratio']['goal']}: "
+             f"{mark(g['attention_ratio']['met'])})"]
+    for b, s in res["boards"].items():
+        c = s["cycles"]
+        lines.append(f"{b}: {s['step_s'] * 1e3:.3f} ms a drafted token at {s['clock']} (the clock ladder's first "
+                     f"rung), bound by {s['bound_by']} (MACs {c['MACs']:,}, HP port {c['HP port']:,}, attention "
+                     f"{c['attention unit']:,} cycles); {s['loads']['placed']} of {s['loads']['matrices']} matrices "
+                     f"on chip, {s['loads']['streamed_weight_beats']:,} weight beats streamed")
+    lines.append(f"goal: a drafted token <= 1 ms on the KV260: {mark(g['kv260_step_s']['met'])}; host operations "
+                 f"per step = 0: {mark(g['host_ops_per_step']['met'])}")
+    if "int8_vs_float_agreement" in res:
+        acc = lambda a: ", ".join(f"{k} {v:.4f}" for k, v in a.items())     # noqa: E731
+        lines.append(f"int8 head: agreement {res['int8_vs_float_agreement']:.4f} (goal 0.98: "
+                     f"{mark(g['int8_vs_float_agreement']['met'])}); acceptance int8 {acc(res['acceptance_int8'])}, "
+                     f"float {acc(res['acceptance_float'])} (gap goal 0.02: {mark(g['acceptance_gap']['met'])}); "
+                     f"{res['tokens_per_call']:.2f} tokens a call at gamma {res['gamma']} (goal 2.8: "
+                     f"{mark(g['tokens_per_call']['met'])}); {res['host_ops_per_step']} host operations a step")
+    return "\n".join(lines)

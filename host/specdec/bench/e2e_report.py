@@ -25,7 +25,7 @@ def speedup_goal(sampling: dict) -> float:
 
 
 def peer_rows(outs: dict, ours: list[list[int]], base: float, greedy: bool) -> list[dict]:
-    """One row per peer: tok/s over every prompt, speedup over our target-only row, and (greedy) whether
+    """One row per peer: tok/s over every prompt, speedup over the run's baseline (``base`` tok/s), and (greedy) whether
     every prompt's tokens equal our target-only tokens."""
     rows = []
     for name, runs in outs.items():
@@ -93,10 +93,20 @@ def best_tree_vs_best_chain(rows: list[dict]) -> dict | None:
             "chain_shaped": [r["gamma"] for r in trees if r not in branched]}
 
 
+def _baseline_words(res: dict) -> str:
+    """The run's baseline, as the table's first line names it: every speedup is over it."""
+    b = res.get("baseline")
+    if not b:
+        return ""
+    hf = b["hf_target_tokens_per_s"]
+    return (f"; speedups over {b['name']} {b['tokens_per_s']:.2f} tok/s (our gamma 0 "
+            f"{b['loop_gamma0_tokens_per_s']:.2f}" + (f", HF target-only {hf:.2f})" if hf is not None else ")"))
+
+
 def format_table(res: dict) -> str:
     """HADES Table I's layout plus acceptance, tokens per call and the host share of a round."""
     lines = [f"target {res['target']}  draft {res['draft']}  backend {res['backend']}  "
-             f"{res['prompts']} prompts x {res['max_new_tokens']} new tokens",
+             f"{res['prompts']} prompts x {res['max_new_tokens']} new tokens" + _baseline_words(res),
              f"{'gamma':>10} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'tok/call':>9} {'round ms':>9} "
              f"{'draft':>6} {'target':>7} {'mask':>6} {'q+xfer':>7} {'verify':>7} {'host':>6} "
              f"{'ver cyc':>8} {'mask cyc':>8}"]

@@ -7,7 +7,9 @@ draft steps feed the head its own predicted feature. Because the head starts fro
 computed, one layer of the target's width agrees with the target far more often than a small stand-alone
 draft model does.
 
-The head here is plain linear algebra, so the int8 draft engine can run it like the chain draft:
+The head here is plain linear algebra, so the int8 draft engine runs it like the chain draft
+(:class:`specdec.models.int8eagle.Int8Head`, ``--draft-engine fabric``: its layers as engine jobs, its attention as
+tree-attention jobs over an int8 KV cache; :class:`EagleDraft` and :class:`HeadLM` take either head):
 
 - ``fc``: (2d -> d), over ``[embed(x_{i+1}), f_i]`` (the target's input embeddings, not stored here);
 - one Llama decoder layer of the target's shape (attention over earlier slots, SwiGLU MLP);
@@ -99,6 +101,11 @@ def _module():
                 mask = mask[None, None]
             return self.layer(x, attention_mask=mask, position_ids=pos, cache=cache, use_cache=cache is not None,
                               position_embeddings=self.rotary(x, pos))
+
+        def new_cache(self):
+            """An empty cache of the head's slots (a transformers DynamicCache)."""
+            from transformers import DynamicCache
+            return DynamicCache(config=self.config)
 
         def hot_logits(self, h):
             """The head's N logits (over ``hot_ids``) for predicted features ``h``."""
@@ -260,9 +267,9 @@ class HeadLM:
         self.reset()
 
     def reset(self) -> None:
-        """An empty cache."""
-        from transformers import DynamicCache
-        self._cache = DynamicCache(config=self.head.config)
+        """An empty cache (the head's own kind: transformers' for the float head, int8 codes for
+        :class:`specdec.models.int8eagle.Int8Head`)."""
+        self._cache = self.head.new_cache()
         self.length, self.pending = 0, 0
         self._h_last = None         # the last committed position's predicted feature (None: position 0 or none)
         self._pend_h, self._pend_depth = [], []

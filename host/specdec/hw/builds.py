@@ -25,5 +25,8 @@ KV_PARAMS = hwparams.check("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MA
 #: Zynq here holds that much (docs/draftengine.md, Sizing): a functional build, not a board's.
 DRAFTENGINE_PARAMS = hwparams.check("draftengine", {"ROWS": 8, "COLS": 8, "WDEPTH": 65536, "PDEPTH": 8192,
                                                     "K_MAX": 1024, "M_MAX": 16})
+#: The tree-attention unit at the EAGLE head's shape (SmolLM2: head dimension 64, 9 query heads over 3 KV heads),
+#: the whole 8,192-token context and 64-node trees: its defaults.
+TREEATTN_PARAMS = hwparams.check("treeattn", {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 64, "CTX_MAX": 8192})
 #: The largest token tree both tree cores take (nodes, root included).
 TREE_LIMIT = min(CORE_PARAMS["TREE_MAX"], TREEMASK_PARAMS["NODES_MAX"])

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 from hwcontract import params as hwparams
 
-from .builds import CORE_PARAMS, DRAFTENGINE_PARAMS, KV_PARAMS, TREEMASK_PARAMS
-from .drivers import DraftEngine, KVPage, TreeMask, Verifier
+from .builds import CORE_PARAMS, DRAFTENGINE_PARAMS, KV_PARAMS, TREEATTN_PARAMS, TREEMASK_PARAMS
+from .drivers import DraftEngine, KVPage, TreeAttn, TreeMask, Verifier
 from .drivers.base import description
 from .golden import GoldenDevice
 
@@ -56,3 +56,10 @@ def golden_kvpage(params: dict | None = None) -> KVPage:
     """The kvpage driver over the golden register model (backend ``ref``)."""
     dev = GoldenDevice({0: "kvpage"}, {0: _golden_params("kvpage", KV_PARAMS, params)})
     return KVPage(description("kvpage", dev))
+
+
+def golden_treeattn(params: dict | None = None) -> TreeAttn:
+    """The treeattn driver over the golden register model (backend ``ref``), at the EAGLE head's build
+    (:data:`specdec.hw.builds.TREEATTN_PARAMS`)."""
+    dev = GoldenDevice({0: "treeattn"}, {0: _golden_params("treeattn", TREEATTN_PARAMS, params)})
+    return TreeAttn(description("treeattn", dev), dev.stream(0), dev.sink(0))

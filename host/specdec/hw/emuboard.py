@@ -16,7 +16,9 @@
   same parameters (``specdec.sim.cocotb_board``: toplevel ``fpga.overlay_top``); a core decodes only its
   map's low address bits, as on the board (the rest of its 64 KiB window aliases);
 * every AXI DMA cell is :class:`AxiDmaModel`: PG021's simple mode, register for register
-  (:data:`AXI_DMA_REGISTERS`), moving bytes between pynq buffers and the cores' golden streams;
+  (:data:`AXI_DMA_REGISTERS`), or its scatter-gather mode where the design builds the DMA so (the treeattn
+  core's: descriptor chains, :data:`AXI_DMA_SG_REGISTERS`), moving bytes between pynq buffers and the cores'
+  streams;
 * the PS's clock registers (pynq's own register tables) are storage preset from the description's PS
   configuration, so ``Overlay.download`` sets the PL clocks and ``pynq.Clocks`` reads them back (on the
   PYNQ-Z2, a Zynq-7000, through :class:`specdec.hw.overlay.SpecdecOverlay`: pynq 4.0's own download finds no
@@ -108,7 +110,35 @@ AXI_DMA_REGISTERS = {
     "S2MM_LENGTH": _reg(0x58, "S2MM buffer length (bytes); a write arms the channel, reads back the bytes "
                               "received", _word("Length", 26)),
 }
+#: PG021's registers of the AXI DMA in scatter-gather mode: DMACR and DMASR as in simple mode (DMASR.SGIncld
+#: reads 1), each channel's current and tail descriptor pointers instead of its address and length. pynq.lib.dma's
+#: ``_SGDMAChannel`` writes CURDESC (channel offset + 0x08) while halted, sets RS, then writes TAILDESC (+ 0x10),
+#: which starts the channel on the chain.
+AXI_DMA_SG_REGISTERS = {
+    "MM2S_DMACR": AXI_DMA_REGISTERS["MM2S_DMACR"],
+    "MM2S_DMASR": _reg(0x04, "MM2S DMA status", _DMASR_FIELDS, 0x0001_0008),
+    "MM2S_CURDESC": _reg(0x08, "MM2S current descriptor, low 32 bits", _word("Current_Descriptor_Pointer", 32)),
+    "MM2S_CURDESC_MSB": _reg(0x0C, "MM2S current descriptor, high 32 bits", _word("Current_Descriptor_Pointer", 32)),
+    "MM2S_TAILDESC": _reg(0x10, "MM2S tail descriptor, low 32 bits; a write on a running channel starts the chain",
+                          _word("Tail_Descriptor_Pointer", 32)),
+    "MM2S_TAILDESC_MSB": _reg(0x14, "MM2S tail descriptor, high 32 bits", _word("Tail_Descriptor_Pointer", 32)),
+    "S2MM_DMACR": AXI_DMA_REGISTERS["S2MM_DMACR"],
+    "S2MM_DMASR": _reg(0x34, "S2MM DMA status", _DMASR_FIELDS, 0x0001_0008),
+    "S2MM_CURDESC": _reg(0x38, "S2MM current descriptor, low 32 bits", _word("Current_Descriptor_Pointer", 32)),
+    "S2MM_CURDESC_MSB": _reg(0x3C, "S2MM current descriptor, high 32 bits", _word("Current_Descriptor_Pointer", 32)),
+    "S2MM_TAILDESC": _reg(0x40, "S2MM tail descriptor, low 32 bits; a write on a running channel arms the chain",
+                          _word("Tail_Descriptor_Pointer", 32)),
+    "S2MM_TAILDESC_MSB": _reg(0x44, "S2MM tail descriptor, high 32 bits", _word("Tail_Descriptor_Pointer", 32)),
+}
 _AT = {r["address_offset"]: name for name, r in AXI_DMA_REGISTERS.items()}
+_SG_AT = {r["address_offset"]: name for name, r in AXI_DMA_SG_REGISTERS.items()}
+#: A scatter-gather descriptor (PG021): 16 words, 64-byte aligned; NXTDESC words 0-1, BUFFER_ADDRESS words 2-3,
+#: CONTROL word 6 (the buffer length in its low ``length_width`` bits, TXSOF bit 27, TXEOF bit 26), STATUS word 7
+#: (the bytes transferred in its low 26 bits, RXEOF bit 26 and RXSOF bit 27 on S2MM, DMAIntErr 28, DMASlvErr 29,
+#: DMADecErr 30, Cmplt 31).
+SG_DESC_BYTES = 64
+_SOF, _EOF, _CMPLT = 1 << 27, 1 << 26, 1 << 31
+_DESC_INT_ERR, _DESC_SLV_ERR, _DESC_DEC_ERR = 1 << 28, 1 << 29, 1 << 30
 
 
 def _mask(reg: str, field: str) -> int:
@@ -120,6 +150,8 @@ _RS, _RESET = _mask("MM2S_DMACR", "RS"), _mask("MM2S_DMACR", "Reset")
 _HALTED, _IDLE = _mask("MM2S_DMASR", "Halted"), _mask("MM2S_DMASR", "Idle")
 _INT_ERR, _SLV_ERR, _DEC_ERR = (_mask("MM2S_DMASR", f) for f in ("DMAIntErr", "DMASlvErr", "DMADecErr"))
 _IOC_IRQ, _ERR_IRQ = _mask("MM2S_DMASR", "IOC_Irq"), _mask("MM2S_DMASR", "Err_Irq")
+_SG_INCLD = _mask("MM2S_DMASR", "SGIncld")
+_SG_INT_ERR, _SG_SLV_ERR, _SG_DEC_ERR = (_mask("MM2S_DMASR", f) for f in ("SGIntErr", "SGSlvErr", "SGDecErr"))
 _W1C = _IOC_IRQ | _mask("MM2S_DMASR", "Dly_Irq") | _ERR_IRQ
 _CR_STORED = sum(_mask("MM2S_DMACR", f) for f in _DMACR_FIELDS if f != "Reset")
 _CR_FIXED = AXI_DMA_REGISTERS["MM2S_DMACR"]["reset_value"] & ~sum(_mask("MM2S_DMACR", f) for f in _DMACR_FIELDS)
@@ -185,10 +217,14 @@ class _Channel:
         self.errors = self.irq = 0
         self.addr = self.addr_msb = self.length = 0
         self.armed: tuple[int, int] | None = None     # S2MM: (address, length) waiting for the core's frame
+        self.cur = self.cur_msb = self.tail = self.tail_msb = 0      # scatter-gather: the descriptor pointers
+        self.chain = False                  # scatter-gather S2MM: a chain is armed at ``cur``
+        self.packet = np.zeros(0, np.uint8)  # scatter-gather: MM2S bytes before TXEOF; S2MM bytes not yet written
+        self.sof = True                     # scatter-gather S2MM: the next byte written starts a frame
 
-    def status(self) -> int:
-        return (_SR_FIXED | (_HALTED if self.halted else 0) | (_IDLE if self.idle else 0) | self.errors
-                | self.irq)
+    def status(self, sg: bool = False) -> int:
+        return (_SR_FIXED | (_SG_INCLD if sg else 0) | (_HALTED if self.halted else 0) | (_IDLE if self.idle else 0)
+                | self.errors | self.irq)
 
 
 class AxiDmaModel:
@@ -207,6 +243,19 @@ class AxiDmaModel:
       DMASlvErr for one reaching DDR outside any allocated buffer (stricter than the board, where memory is
       memory: an S2MM window must lie in one buffer even if the frame would have fit).
     * IOC_Irq, Dly_Irq and Err_Irq are write-1-to-clear. No interrupt line is wired (build.tcl connects none).
+    * Scatter-gather mode (``dma.sg``, :data:`AXI_DMA_SG_REGISTERS`): a TAILDESC write on a running channel
+      walks the chain from CURDESC along NXTDESC to TAILDESC. MM2S reads each descriptor's buffer and sends
+      the bytes from a TXSOF descriptor to a TXEOF one as one frame (TLAST on its last beat; bytes before a
+      TXEOF wait for the next chain); S2MM writes the core's frames into the descriptors' buffers in order
+      (RXSOF on a frame's first, RXEOF on its last; the descriptor a frame ends in closes there, and the next
+      frame starts on the next descriptor). Each descriptor done gets its STATUS (bytes, Cmplt); CURDESC
+      follows the chain; DMASR.Idle sets when the tail descriptor is done, and not before: a frame that ends
+      before the chain's tail leaves the channel busy, waiting for the next frame, as on the board. Errors
+      halt the channel: SGDecErr / SGSlvErr for a descriptor outside the DDR or outside any buffer, SGIntErr
+      for a descriptor not 64-byte aligned or already Cmplt; DMAIntErr for a zero length, a buffer not
+      aligned to the memory map's width (the DMA has no realignment engine), or a descriptor before TXEOF
+      that is not whole beats (stricter than the board, whose bytes would be misplaced); DMADecErr /
+      DMASlvErr for a buffer outside the DDR or any allocated buffer.
     * The registers of a channel the DMA is built without read 0 and ignore writes; so do offsets outside
       :data:`AXI_DMA_REGISTERS`.
 
@@ -229,13 +278,14 @@ class AxiDmaModel:
             raise ValueError(f"{dma.cell}: a stream for each channel it has (MM2S {dma.mm2s_width} bits, S2MM "
                              f"{dma.s2mm_width} bits), got stream={stream!r}, sink={sink!r}")
         self.dma, self.memory, self.stream, self.sink, self.addr_width = dma, memory, stream, sink, addr_width
+        self.at = _SG_AT if dma.sg else _AT
         self.channels = {n: _Channel(n) for n, w in (("MM2S", dma.mm2s_width), ("S2MM", dma.s2mm_width)) if w}
         #: Transfers done and bytes moved per channel, since the last reset.
         self.transfers = {n: 0 for n in self.channels}
         self.bytes = {n: 0 for n in self.channels}
 
     def _register(self, offset: int) -> tuple[_Channel | None, str]:
-        name = _AT.get(offset)
+        name = self.at.get(offset)
         if name is None:
             return None, ""
         ch, reg = name.split("_", 1)
@@ -246,11 +296,13 @@ class AxiDmaModel:
         if ch is None:
             return 0
         if ch.name == "S2MM":
-            self._s2mm_take(ch)
+            self._sg_s2mm(ch) if self.dma.sg else self._s2mm_take(ch)
         if reg == "DMACR":
             return ch.cr | _CR_FIXED | (0 if ch.halted else _RS)
         if reg == "DMASR":
-            return ch.status()
+            return ch.status(self.dma.sg)
+        if reg.startswith(("CURDESC", "TAILDESC")):
+            return getattr(ch, ("cur" if reg.startswith("CUR") else "tail") + ("_msb" if reg.endswith("_MSB") else ""))
         if reg.endswith("_MSB"):
             return ch.addr_msb
         return ch.length if reg == "LENGTH" else ch.addr
@@ -263,6 +315,8 @@ class AxiDmaModel:
             self._control(ch, value)
         elif reg == "DMASR":
             ch.irq &= ~(value & _W1C)
+        elif reg.startswith(("CURDESC", "TAILDESC")):
+            self._pointer(ch, reg, value)
         elif reg.endswith("_MSB"):
             ch.addr_msb = value
         elif reg == "LENGTH":
@@ -285,12 +339,12 @@ class AxiDmaModel:
         if value & _RS and ch.halted and not ch.errors:
             ch.halted = False
         elif not value & _RS:
-            ch.halted, ch.armed = True, None
+            ch.halted, ch.armed, ch.chain = True, None, False
 
     def _fail(self, ch: _Channel, bit: int) -> None:
         ch.errors |= bit
         ch.irq |= _ERR_IRQ
-        ch.halted, ch.idle, ch.armed = True, False, None
+        ch.halted, ch.idle, ch.armed, ch.chain = True, False, None, False
 
     def _address(self, ch: _Channel) -> int:
         return ch.addr | (ch.addr_msb << 32 if self.addr_width > 32 else 0)
@@ -350,6 +404,127 @@ class AxiDmaModel:
             self._fail(ch, _INT_ERR)
             return
         self._done(ch, n)
+
+    # -- scatter-gather mode ----------------------------------------------------------------------
+    def _pointer(self, ch: _Channel, reg: str, value: int) -> None:
+        """A descriptor pointer write: CURDESC is taken while halted; the TAILDESC write (its high word with
+        64-bit addresses) on a running channel starts the chain."""
+        field = ("cur" if reg.startswith("CUR") else "tail") + ("_msb" if reg.endswith("_MSB") else "")
+        if field.startswith("cur") and not ch.halted:
+            return                      # PG021: CURDESC is written only while the channel is halted
+        setattr(ch, field, value)
+        starts = reg == ("TAILDESC_MSB" if self.addr_width > 32 else "TAILDESC")
+        if not starts or ch.halted:
+            return
+        ch.idle = False
+        if ch.name == "MM2S":
+            self._sg_mm2s(ch)
+        else:
+            ch.chain = True
+            self._sg_s2mm(ch)
+
+    def _join(self, low: int, high: int) -> int:
+        return low | (high << 32 if self.addr_width > 32 else 0)
+
+    def _descriptor(self, ch: _Channel, addr: int) -> np.ndarray | None:
+        """The 16 words of the descriptor at ``addr`` (a view of its buffer), or None after failing ``ch``."""
+        if addr % SG_DESC_BYTES:
+            self._fail(ch, _SG_INT_ERR)
+            return None
+        if not self.memory.in_window(addr, SG_DESC_BYTES):
+            self._fail(ch, _SG_DEC_ERR)
+            return None
+        found = self.memory.find(addr, SG_DESC_BYTES)
+        if found is None:
+            self._fail(ch, _SG_SLV_ERR)
+            return None
+        raw, at = found
+        words = raw[at:at + SG_DESC_BYTES].view("<u4")
+        if words[7] & _CMPLT:
+            self._fail(ch, _SG_INT_ERR)             # a completed descriptor fetched again
+            return None
+        return words
+
+    def _buffer(self, ch: _Channel, words: np.ndarray, width: int) -> tuple[np.ndarray, int, int] | None:
+        """(bytes, offset, length) of the descriptor's buffer, or None after failing ``ch`` and the descriptor."""
+        addr = self._join(int(words[2]), int(words[3]))
+        length = int(words[6]) & ((1 << self.dma.length_width) - 1)
+        if length == 0 or addr % (width // 8):
+            bit, desc = _INT_ERR, _DESC_INT_ERR
+        elif not self.memory.in_window(addr, length):
+            bit, desc = _DEC_ERR, _DESC_DEC_ERR
+        elif (found := self.memory.find(addr, length)) is None:
+            bit, desc = _SLV_ERR, _DESC_SLV_ERR
+        else:
+            return found[0], found[1], length
+        words[7] = desc
+        self._fail(ch, bit)
+        return None
+
+    def _advance(self, ch: _Channel, words: np.ndarray, status: int) -> bool:
+        """Close the descriptor at CURDESC with ``status``; True when it was the tail (the channel goes idle)."""
+        words[7] = status | _CMPLT
+        here = self._join(ch.cur, ch.cur_msb)
+        self.transfers[ch.name] += 1
+        self.bytes[ch.name] += status & ((1 << 26) - 1)
+        if here == self._join(ch.tail, ch.tail_msb):
+            ch.idle, ch.chain = True, False
+            ch.irq |= _IOC_IRQ
+            return True
+        nxt = self._join(int(words[0]), int(words[1]))
+        ch.cur, ch.cur_msb = nxt & 0xFFFFFFFF, nxt >> 32
+        return False
+
+    def _sg_mm2s(self, ch: _Channel) -> None:
+        beat = self.dma.mm2s_width // 8
+        while not ch.halted:
+            words = self._descriptor(ch, self._join(ch.cur, ch.cur_msb))
+            if words is None:
+                return
+            control = int(words[6])
+            if control & _SOF:
+                ch.packet = np.zeros(0, np.uint8)
+            got = self._buffer(ch, words, self.dma.mm2s_width)
+            if got is None:
+                return
+            raw, at, length = got
+            if not control & _EOF and length % beat:
+                words[7] = _DESC_INT_ERR
+                self._fail(ch, _INT_ERR)
+                return
+            ch.packet = np.concatenate([ch.packet, raw[at:at + length]])
+            if control & _EOF:
+                frame = np.zeros(-(-ch.packet.size // beat) * beat, np.uint8)
+                frame[:ch.packet.size] = ch.packet
+                ch.packet = np.zeros(0, np.uint8)
+                self.stream.send(frame.view("<i2"))
+            if self._advance(ch, words, length):
+                return
+
+    def _sg_s2mm(self, ch: _Channel) -> None:
+        """Write the core's frames into the armed chain, descriptor by descriptor, while there are both."""
+        while ch.chain and not ch.halted:
+            if ch.packet.size == 0:
+                try:
+                    words_in = self.sink.recv()
+                except CoreTimeout:
+                    return                  # no frame yet: the chain stays armed
+                wb = self.dma.s2mm_width // 8
+                ch.packet = np.frombuffer(b"".join(int(w).to_bytes(wb, "little") for w in words_in), np.uint8)
+                ch.sof = True
+            words = self._descriptor(ch, self._join(ch.cur, ch.cur_msb))
+            if words is None:
+                return
+            got = self._buffer(ch, words, self.dma.s2mm_width)
+            if got is None:
+                return
+            raw, at, length = got
+            n = min(length, ch.packet.size)
+            raw[at:at + n] = ch.packet[:n]
+            ch.packet = ch.packet[n:]
+            status = n | (_SOF if ch.sof else 0) | (_EOF if ch.packet.size == 0 else 0)
+            ch.sof = False
+            self._advance(ch, words, status)
 
     def _done(self, ch: _Channel, nbytes: int) -> None:
         ch.length, ch.idle = nbytes, True

@@ -14,9 +14,10 @@ import numpy as np
 from hls_ref import draftengine as de_ref
 from hls_ref import kvpage as kv_ref
 from hwcontract import params as hwparams
-from hwcontract.latency import DE_CHECK, de_wpipe
+from hwcontract.latency import DE_CHECK, TA_CHECK, de_wpipe
 from hwcontract.regmap import DE_OUT_CODES
 from hls_ref import rng as rng_ref
+from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
 
@@ -327,7 +328,7 @@ class TreemaskModel(RegisterModel):
 class GoldenSink(WordSink):
     """The word stream out of a golden model: :meth:`recv` takes the frame it holds, and the model is done."""
 
-    def __init__(self, model: TreemaskModel | DraftengineModel) -> None:
+    def __init__(self, model: TreemaskModel | DraftengineModel | TreeattnModel) -> None:
         self.model = model
 
     def recv(self) -> list[int]:
@@ -496,8 +497,75 @@ class DraftengineModel(RegisterModel):
             self.busy, self.done = False, True
 
 
+class TreeattnModel(RegisterModel):
+    """Register-level model of the treeattn core over ``hls_ref.treeattn``, with both its streams.
+
+    CTRL.START (idle or done, no error) clears MACS and the cycle counters and makes the START checks
+    (:func:`hls_ref.treeattn.start_error`: BAD_CTX, BAD_NODES, BAD_SCALE, before any beat is taken; the CHECK
+    cycles count); a good job then waits for its s_axis frame (:meth:`frame`), which
+    :func:`hls_ref.treeattn.run_frame` runs as the core does (BAD_MASK from the MASK beats, SHORT_STREAM and
+    LONG_STREAM from the frame's length; the core drains a frame in error). Its output beats are queued for
+    :class:`GoldenSink` (BUSY until the sink takes them); ``CYCLES_BUSY`` is the cycle model
+    :func:`hls_ref.treeattn.cycles`, ``CYCLES_STALL`` 0.
+
+    Parameters
+    ----------
+    head_dim, group, nodes_max, lanes, ctx_max, block : int
+        The build parameters (``hwcontract.params`` core "treeattn").
+    """
+
+    def __init__(self, head_dim: int = 64, group: int = 3, nodes_max: int = 64, lanes: int = 16,
+                 ctx_max: int = 8192, block: int = 32) -> None:
+        super().__init__(core("treeattn"))
+        self.params = hwparams.check("treeattn", dict(HEAD_DIM=head_dim, GROUP=group, NODES_MAX=nodes_max,
+                                                      LANES=lanes, CTX_MAX=ctx_max, BLOCK=block))
+        p = self.params
+        self.ro.update(PARAMS=self.cmap.reg("PARAMS").encode(HEAD_DIM=p["HEAD_DIM"], GROUP=p["GROUP"],
+                                                             NODES_MAX=p["NODES_MAX"], LANES=p["LANES"],
+                                                             BLOCK=p["BLOCK"]),
+                       CTX_MAX=p["CTX_MAX"])
+        self.frames: list[list[int]] = []
+        self.pending: dict | None = None          # the job waiting for its s_axis frame
+
+    def on_soft_reset(self) -> None:
+        self.frames.clear()
+        self.pending = None
+
+    def on_ctrl(self, bits: dict[str, int]) -> None:
+        if not bits["START"] or self.busy:
+            return
+        self.ro.update(MACS=0, CYCLES_BUSY=TA_CHECK, CYCLES_STALL=0)
+        self.done = False
+        regs = {n: self.rw[n.upper()] for n in ("ctx", "nodes", "mult", "shift")}
+        err = ta_ref.start_error(regs["ctx"], regs["nodes"], regs["mult"], regs["shift"], self.params)
+        if err:
+            self.err |= err
+            self.ro.update(CYCLES_BUSY=0)          # a refused job counts no cycles (hls_ref.treeattn.run, the RTL)
+            return
+        self.pending = regs
+        self.busy = True
+
+    def frame(self, codes: np.ndarray) -> None:
+        """One s_axis frame (the bytes of whole beats, viewed as int16 words), TLAST on its last beat."""
+        data = np.ascontiguousarray(codes).view(np.uint8)
+        if data.size % ta_ref.BEAT_BYTES:
+            raise ValueError(f"treeattn: a frame is whole beats of {ta_ref.BEAT_BYTES} bytes, got {data.size} bytes")
+        job = self.pending
+        if job is None:
+            return                                 # not expecting a frame: the core's TREADY is low (or it drains)
+        self.pending = None
+        out = ta_ref.run_frame(data.reshape(-1, ta_ref.BEAT_BYTES), job["ctx"], job["nodes"], job["mult"],
+                               job["shift"], self.params)
+        self.ro.update(MACS=out.macs, CYCLES_BUSY=out.cycles)
+        if out.err:
+            self.err |= out.err
+            self.busy = False
+            return
+        self.emit(ta_ref.beats_out(out.out))       # done once the sink takes it
+
+
 MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel, "kvpage": KvpageModel,
-          "draftengine": DraftengineModel}
+          "draftengine": DraftengineModel, "treeattn": TreeattnModel}
 
 
 class GoldenDevice(RegisterDevice):

@@ -178,11 +178,15 @@ def _dma_module(d: bd.Board, m: bd.Dma) -> list[str]:
     base = d.address(m.cell)
     params = {"Component_Name": f"{DESIGN_NAME}_{m.cell}_0", "EDK_IPTYPE": "PERIPHERAL",
               "C_BASEADDR": f"0x{base:08X}", "C_HIGHADDR": f"0x{base + bd.SLAVE_RANGE - 1:08X}",
-              "c_include_sg": 0, "c_micro_dma": 0, "c_sg_length_width": m.length_width, "c_addr_width": 32,
+              "c_include_sg": int(m.sg), "c_micro_dma": 0, "c_sg_length_width": m.length_width, "c_addr_width": 32,
               "c_include_mm2s": int(m.mm2s_width > 0), "c_include_s2mm": int(m.s2mm_width > 0)}
     busifs = _busif("S_AXI_LITE", "SLAVE", _AXIMM, DATAWIDTH=32)
     ddr_base, ddr_size = ddr_window(d)
     memory = []
+    if m.sg:                        # the descriptors' master (32 bits wide), on the HP port as the channels are
+        params["c_sg_include_stscntrl_strm"] = 0
+        busifs += _busif("M_AXI_SG", "MASTER", _AXIMM, DATAWIDTH=32)
+        memory.append(_memrange(ps(d).ddr_segment, ddr_base, ddr_size, PS_CELL, "M_AXI_SG", "MEMORY", d.hp))
     for ch, port, width in (("mm2s", m.mm2s, m.mm2s_width), ("s2mm", m.s2mm, m.s2mm_width)):
         if not width:
             continue

@@ -3,10 +3,11 @@
 ::
 
     ol = SpecdecOverlay("bitstreams/kv260/specdec.bit")     # on a board
-    ol.verifier, ol.treemask, ol.kvpage, ol.draftengine, ol.rng   # every core, its driver bound by VLNV
+    ol.verifier, ol.treemask, ol.kvpage, ol.draftengine, ol.rng, ol.treeattn   # every core, bound by VLNV
     ol.verifier_dma                                        # every DMA by its cell name (pynq.lib.dma.DMA)
     c = ol.cores()                                         # specdec.hw.cores.Cores, the DMA channels attached
     de = ol.draft_engine()                                 # the DraftEngine with its MM2S stream and S2MM sink
+    ta = ol.tree_attention()                               # the TreeAttn with its scatter-gather DMA's channels
     ol.fclk_mhz, ol.seconds(cycles)                        # PL clock 0 as pynq reports it; cycles as seconds
 
 Importing this module imports :mod:`specdec.hw.drivers`, which registers the drivers with pynq: no import
@@ -43,9 +44,9 @@ from ..paths import EMULATE_ENV
 from . import drivers  # noqa: F401  (registers every specdec driver with pynq by its VLNV)
 from . import hwh
 from .cores import Cores
-from .drivers import DraftEngine, SpecdecIP
+from .drivers import DraftEngine, SpecdecIP, TreeAttn
 from .emuboard import EmulatedBoard
-from .streams import DmaSink, DmaStream
+from .streams import DmaGatherSink, DmaGatherStream, DmaSink, DmaStream
 
 
 def board_part(bitfile_name: str | Path) -> str:
@@ -124,7 +125,9 @@ class SpecdecOverlay(pynq.Overlay):
         """Core ``core``'s driver as pynq binds it, with its DMA channels attached: the verifier's rows out
         through MM2S, the treemask core's mask words in through S2MM, the draft engine's beats out through MM2S
         and its results in through S2MM into a buffer for its longest output frame (M_MAX rows of PDEPTH tiles,
-        the most N = ROWS * PDEPTH gives). KeyError naming the cores when the overlay lacks it."""
+        the most N = ROWS * PDEPTH gives), the treeattn core's frames gathered through its scatter-gather MM2S (a
+        descriptor per KV page) and its outputs in through its S2MM, one descriptor over a buffer for its largest
+        job (NODES_MAX rows). KeyError naming the cores when the overlay lacks it."""
         if not self.has(core):
             raise KeyError(f"the {self.board} overlay has no core {core!r}; cores: "
                            f"{[c.name for c in self.design.cells]}")
@@ -138,6 +141,11 @@ class SpecdecOverlay(pynq.Overlay):
             dma = self.dma(core)
             drv.attach(DmaStream(dma, self.allocate),
                        DmaSink(dma, self.allocate, max_words=drv.m_max * drv.pdepth, word_bytes=self._word_bytes(core)))
+        elif core == "treeattn":
+            dma, width = self.dma(core), self.design.dma(core).length_width
+            drv.attach(DmaGatherStream(dma, self.allocate, length_width=width),
+                       DmaGatherSink(dma, self.allocate, max_words=drv.max_out_beats,
+                                     word_bytes=self._word_bytes(core), length_width=width))
         return drv
 
     def cores(self) -> Cores:
@@ -149,6 +157,10 @@ class SpecdecOverlay(pynq.Overlay):
         """The draft engine's driver with its DMA attached (:meth:`driver`; ``ol.draftengine`` is the bound
         driver as pynq made it, nothing attached). KeyError when the overlay has none."""
         return self.driver("draftengine")
+
+    def tree_attention(self) -> TreeAttn:
+        """The treeattn core's driver with its DMA attached (:meth:`driver`). KeyError when the overlay has none."""
+        return self.driver("treeattn")
 
     @property
     def fclk_mhz(self) -> float:

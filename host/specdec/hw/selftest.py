@@ -19,9 +19,13 @@ a few register accesses and transfers:
   every result register against :func:`hls_ref.kvpage.step`;
 * the draft engine: one int8 job against :func:`hls_ref.draftengine.run`;
 * the rng core: a burst against :func:`hls_ref.rng.xoshiro128pp`;
+* the treeattn core: one tree job (:data:`TREE`'s ancestor masks) over a context of three KV pages, the last partly
+  filled, against :func:`hls_ref.treeattn.run` (outputs, MACS);
 * every DMA channel (a board only): the verifier's MM2S with a row whose every code enters the sampling sums the
   core returns, the treemask core's S2MM with the received bytes against the golden words, the draft engine's
-  MM2S into S2MM with each of the 256 byte values sent as a weight and read back through the array;
+  MM2S into S2MM with each of the 256 byte values sent as a weight and read back through the array, the treeattn
+  core's scatter-gather MM2S gathering a chain row's context from pages of a pool in DMA memory, out of order, and
+  its S2MM descriptor's byte count;
 * the fabric clock (a board only): PL clock 0 as pynq reports it against the rate the ``.hwh`` asks for.
 
 Each core's active cycles (``CYCLES_BUSY - CYCLES_STALL``; the kvpage core has no stream, so ``CYCLES_BUSY``)
@@ -50,6 +54,7 @@ import numpy as np
 from hls_ref import draftengine as de_ref
 from hls_ref import kvpage as kv_ref
 from hls_ref import rng as rng_ref
+from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import verifier as ver_ref
 from hwcontract import board as bd
@@ -57,12 +62,13 @@ from hwcontract import formats as fmt
 from hwcontract.regmap import core
 
 from . import hwh
-from .cores import golden_draftengine, golden_kvpage, golden_masker, golden_verifier
-from .drivers import DraftEngine, KVPage, Rng, SpecdecIP, TreeMask, Verifier
+from .cores import golden_draftengine, golden_kvpage, golden_masker, golden_treeattn, golden_verifier
+from .drivers import DraftEngine, KVPage, Rng, SpecdecIP, TreeAttn, TreeMask, Verifier
 from .drivers.base import description
 from .emuboard import EmulatedBoard, GoldenPL
 from .golden import GoldenDevice
 from .overlay import SpecdecOverlay
+from .streams import SG_LENGTH
 
 #: The xoshiro128++ seed of every RNG the self-test draws from (the verifier's, the rng core's).
 RNG_SEED = (0x5E1F7E57, 0x0B0A2D11, 0x2545F491, 0x9E3779B9)
@@ -354,6 +360,50 @@ def rng_burst(rng: Rng, check: Check) -> Check:
     return check
 
 
+#: The treeattn checks' KV page (keys a page) and scale pair (scale_q, scale_k).
+TA_PAGE, TA_SCALES = 32, (0.04, 0.05)
+
+
+def _ta_job(ta: TreeAttn, rnd: np.random.Generator, masks: list[int], ctx: int, pool: np.ndarray,
+            rows: list[int]) -> tuple[ta_ref.Job, list[np.ndarray]]:
+    """A job of random codes whose ``ctx`` context keys lie in the pages ``rows`` of ``pool`` (filled here): the
+    golden model's job and the pages the driver gathers."""
+    p = ta.params
+    n, hd = len(masks), p["HEAD_DIM"]
+    pool[...] = rnd.integers(-100, 101, pool.shape)
+    kv = np.concatenate([pool[r] for r in rows])[:ctx]
+    mult, shift = ta_ref.multiplier(*TA_SCALES, hd)
+    job = ta_ref.Job(rnd.integers(-100, 101, (n, p["GROUP"], hd)).astype(np.int8), kv[:, 0], kv[:, 1],
+                     rnd.integers(-100, 101, (n, hd)).astype(np.int8), rnd.integers(-100, 101, (n, hd)).astype(np.int8),
+                     masks, mult, shift)
+    return job, ta.pages(pool, rows)
+
+
+def _ta_attend(ta: TreeAttn, job: ta_ref.Job, pages: list[np.ndarray]) -> ta_ref.Output:
+    """Run ``job`` on the core: outputs and MACS against the golden model (:class:`Mismatch` at the first
+    difference); returns the golden model's output."""
+    got = ta.attend(job.q, pages, len(job.k_ctx), job.k_step, job.v_step, job.mask, job.mult, job.shift)
+    want = ta_ref.run(job, ta.params)
+    _array_difference(got, want.out, "o")
+    first_difference({"macs": ta.macs}, {"macs": want.macs})
+    return want
+
+
+def treeattn_tree(ta: TreeAttn, check: Check) -> Check:
+    """The :data:`TREE` of 12 nodes (as many as the build takes), each row seeing its ancestors, over 75 context
+    keys in three pages (the last partly filled): outputs and MACS against :func:`hls_ref.treeattn.run`, the cycles
+    against :func:`hls_ref.treeattn.cycles`."""
+    rnd = np.random.default_rng(INPUT_SEED + 6)
+    parents = TREE[:ta.params["NODES_MAX"]]
+    masks = list(tm_ref.tree_mask([0, *parents[1:]], len(parents)).rows)
+    ctx = min(75, ta.params["CTX_MAX"])
+    pool = np.zeros((4, TA_PAGE, 2, ta.params["HEAD_DIM"]), np.int8)
+    job, pages = _ta_job(ta, rnd, masks, ctx, pool, [2, 0, 3][:-(-ctx // TA_PAGE)])
+    check.check = f"tree of {len(masks)} nodes, L={ctx}"
+    want = _ta_attend(ta, job, pages)
+    return _timed(check, ta.cycles - ta.stall, want.cycles)
+
+
 def verifier_mm2s(ver: Verifier, dma, check: Check) -> Check:
     """One row of 5 beats and 3 codes sent through MM2S for a sampling round of no draft token, whose sums
     (LAST_EP, LAST_SP) and sampled token depend on every code: the result against the golden model, the channel
@@ -406,6 +456,27 @@ def draftengine_loopback(de: DraftEngine, dma, check: Check) -> Check:
     return check
 
 
+def treeattn_gather(ta: TreeAttn, dma, check: Check) -> Check:
+    """A chain row over 200 context keys in seven pages of a pool in DMA memory, gathered out of order (one MM2S
+    descriptor a page where it lies): the output against the golden model, both channels idle with no error, and
+    the bytes the S2MM descriptor reports those of the row's GROUP heads."""
+    rnd = np.random.default_rng(INPUT_SEED + 7)
+    p = ta.params
+    ctx = min(200, p["CTX_MAX"])
+    rows = [6, 1, 4, 0, 5, 2, 3][:-(-ctx // TA_PAGE)]
+    pool = ta.stream.allocator(shape=(len(rows), TA_PAGE, 2, p["HEAD_DIM"]), dtype=np.int8)
+    job, pages = _ta_job(ta, rnd, [1], ctx, pool, rows)
+    check.check = f"MM2S gather of {len(rows)} pages -> S2MM"
+    _ta_attend(ta, job, pages)
+    _channel(dma.sendchannel, None)
+    if dma.recvchannel.error or not dma.recvchannel.idle:
+        raise Mismatch("the S2MM channel is in error or not idle after its transfer")
+    moved, want = int(ta.sink.desc[0, 7]) & SG_LENGTH, p["GROUP"] * p["HEAD_DIM"] * 2
+    if moved != want:
+        raise Mismatch(f"{moved} bytes received, expected {want}")
+    return check
+
+
 def _channel(channel, nbytes: int | None) -> None:
     """Raise :class:`Mismatch` unless the pynq DMA ``channel`` is idle with no error and its last transfer
     moved ``nbytes`` (None: any)."""
@@ -423,10 +494,12 @@ CORE_CHECKS: dict[str, tuple[Callable[[Any, Check], Check], ...]] = {
     "kvpage": (kvpage_fork_commit_rollback,),
     "draftengine": (draftengine_job,),
     "rng": (rng_burst,),
+    "treeattn": (treeattn_tree,),
 }
 #: Each DMA's check, by the core it serves: ``fn(driver, dma, check)``.
 DMA_CHECKS: dict[str, Callable[[Any, Any, Check], Check]] = {
-    "verifier": verifier_mm2s, "treemask": treemask_s2mm, "draftengine": draftengine_loopback}
+    "verifier": verifier_mm2s, "treemask": treemask_s2mm, "draftengine": draftengine_loopback,
+    "treeattn": treeattn_gather}
 
 
 def _label(fn: Callable) -> str:
@@ -515,7 +588,7 @@ def golden() -> Report:
     dev = GoldenDevice({0: "rng"})
     drivers = {"verifier": golden_verifier(), "treemask": golden_masker(),
                "kvpage": golden_kvpage(), "draftengine": golden_draftengine(),
-               "rng": Rng(description("rng", dev))}
+               "rng": Rng(description("rng", dev)), "treeattn": golden_treeattn()}
     report = Report("the golden register models (backend ref): no DMA, no clock", None)
     for name, drv in drivers.items():
         c = Check(name, "ID = the contract's map hash", True)

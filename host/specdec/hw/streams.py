@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -79,6 +80,22 @@ class RowStream(ABC):
         codes : ndarray of int16, shape (n,)
             ``n`` a multiple of the core's lanes: ``n // lanes`` beats, TLAST on the last.
         """
+
+    def send_parts(self, parts: Sequence[np.ndarray]) -> None:
+        """Send ``parts`` (arrays of bytes, each whole beats) as one frame, TLAST on the last beat of the last part
+        only: a gathering core's header, its KV pages and its tail. This stream joins them and sends the frame
+        whole; a gathering DMA (:class:`DmaGatherStream`) reads each part from where it lies."""
+        data = np.concatenate([_part_bytes(p) for p in parts]) if parts else np.zeros(0, np.uint8)
+        self.send(data.view("<i2"))
+
+
+def _part_bytes(part: np.ndarray) -> np.ndarray:
+    """``part`` as a flat uint8 view of its bytes (ValueError for one not C-contiguous: a DMA reads it as it lies)."""
+    part = np.asanyarray(part)                 # a pynq buffer's view keeps its physical address
+    if not part.flags.c_contiguous:
+        raise ValueError(f"a stream part must be C-contiguous (it is read as it lies), got shape {part.shape} with "
+                         f"strides {part.strides}")
+    return part.reshape(-1).view(np.uint8)
 
 
 class WordSink(ABC):
@@ -203,6 +220,191 @@ class DmaSink(WordSink):
             raise CoreTimeout(f"DMA receive not done after {self.poll_limit} polls (no TLAST from the core)")
         self.channel.wait()
         nbytes = int(getattr(self.channel, "transferred", 0) or 0)
+        if nbytes % self.word_bytes:
+            raise SpecdecError(f"DMA received {nbytes} bytes, not whole {self.word_bytes}-byte words")
+        data = bytes(self.buffer[:nbytes])
+        wb = self.word_bytes
+        return [int.from_bytes(data[k:k + wb], "little") for k in range(0, nbytes, wb)]
+
+
+#: AXI DMA scatter-gather descriptor (PG021): 16 words a descriptor (64-byte aligned), NXTDESC in words 0-1,
+#: BUFFER_ADDRESS in words 2-3, CONTROL in word 6 (length in bits 25:0, TXEOF bit 26, TXSOF bit 27), STATUS in
+#: word 7 (Cmplt bit 31, the error bits 30:28).
+SG_WORDS = 16
+SG_TXSOF = 1 << 27
+SG_TXEOF = 1 << 26
+SG_CMPLT = 1 << 31
+SG_ERRORS = 0x7 << 28
+
+
+class DmaGatherStream(RowStream):
+    """One frame from several buffers through an AXI DMA's MM2S channel in scatter-gather mode: a descriptor per
+    part, TXSOF on the first, TXEOF (so TLAST) on the last, each reading its part where it lies (a KV page at its
+    own physical address). The channel must be pynq's scatter-gather channel (``dma.sendchannel`` of an AXI DMA
+    built with ``c_include_sg``); its registers (``_mmio``, ``_offset``) are the ones pynq's own transfer writes.
+
+    Parameters
+    ----------
+    dma : pynq.lib.dma.DMA
+        An AXI DMA in scatter-gather mode.
+    allocator : callable, optional
+        ``allocator(shape=..., dtype=...)`` for the descriptors and the scratch copies of parts not in DMA memory
+        (no ``physical_address``); default ``pynq.allocate``.
+    length_width : int
+        The DMA's buffer-length width (bits): a part of more bytes is refused.
+    poll_limit : int
+        ``idle`` polls before :class:`CoreTimeout`.
+    """
+
+    def __init__(self, dma, allocator=None, length_width: int = 26, poll_limit: int = 1_000_000) -> None:
+        if allocator is None:
+            from pynq import allocate as allocator
+        self.channel = dma.sendchannel
+        self.allocator = allocator
+        self.length_width, self.poll_limit = length_width, poll_limit
+
+    def send(self, codes: np.ndarray) -> None:
+        self.send_parts([np.ascontiguousarray(codes)])
+
+    def _in_dma_memory(self, part: np.ndarray) -> np.ndarray:
+        """``part``'s bytes where the DMA can read them: the part itself when it is (a view of) an allocated buffer
+        (pynq's buffers and their views carry their own ``physical_address``), else a scratch copy."""
+        flat = _part_bytes(part)
+        if getattr(flat, "physical_address", None) is not None:
+            return flat
+        copy = self.allocator(shape=(flat.size,), dtype=np.uint8)
+        copy[:] = flat
+        return copy
+
+    def descriptors(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        """The descriptor chain of ``parts`` (each already in DMA memory), as the DMA reads it."""
+        limit = (1 << self.length_width) - 1
+        parts = [p for p in parts if p.size]
+        if not parts:
+            raise ValueError("a frame needs at least one byte")
+        desc = self.allocator(shape=(len(parts), SG_WORDS), dtype=np.uint32)
+        desc[...] = 0
+        head = int(desc.physical_address)
+        for i, part in enumerate(parts):
+            if part.nbytes > limit:
+                raise ValueError(f"a stream part of {part.nbytes} bytes exceeds the DMA's {limit}-byte transfers")
+            nxt = head + ((i + 1) % len(parts)) * SG_WORDS * 4
+            addr = int(part.physical_address)
+            desc[i, 0], desc[i, 1] = nxt & 0xFFFFFFFF, nxt >> 32
+            desc[i, 2], desc[i, 3] = addr & 0xFFFFFFFF, addr >> 32
+            desc[i, 6] = part.nbytes | (SG_TXSOF if i == 0 else 0) | (SG_TXEOF if i == len(parts) - 1 else 0)
+        return desc
+
+    def send_parts(self, parts: Sequence[np.ndarray]) -> None:
+        parts = [self._in_dma_memory(p) for p in parts]
+        desc = self.descriptors(parts)
+        for p in parts:
+            flush = getattr(p, "flush", None) or getattr(getattr(p, "base", None), "flush", None)
+            if flush is not None:
+                flush()
+        desc.flush()
+        ch = self.channel
+        ch.stop()
+        head, tail = int(desc.physical_address), int(desc.physical_address) + (len(desc) - 1) * SG_WORDS * 4
+        ch._mmio.write(ch._offset + 0x08, head & 0xFFFFFFFF)        # CURDESC, then run, then TAILDESC starts it
+        ch._mmio.write(ch._offset + 0x0C, head >> 32)
+        ch.start()
+        ch._mmio.write(ch._offset + 0x10, tail & 0xFFFFFFFF)
+        ch._mmio.write(ch._offset + 0x14, tail >> 32)
+        for _ in range(self.poll_limit):
+            if ch.idle:
+                break
+            if ch.error:
+                raise SpecdecError(f"DMA gather of {len(desc)} parts stopped on an error (MM2S_DMASR error bits set; "
+                                   "the DMA's soft reset clears them)")
+        else:
+            raise CoreTimeout(f"DMA gather of {len(desc)} parts not done after {self.poll_limit} polls")
+        invalidate = getattr(desc, "invalidate", None)
+        if invalidate is not None:
+            invalidate()                                # the DMA wrote the status words behind the cache
+        done = desc[:, 7]
+        if (done & SG_ERRORS).any() or not (done & SG_CMPLT).all():
+            raise SpecdecError(f"DMA gather: descriptor status words {[hex(int(w)) for w in done]} (not all "
+                               "complete, or an error bit set)")
+
+
+SG_RXEOF = 1 << 26
+SG_LENGTH = (1 << 26) - 1
+
+
+class DmaGatherSink(WordSink):
+    """Words through an AXI DMA's S2MM channel in scatter-gather mode: one descriptor over the whole receive
+    buffer a frame, so the core's TLAST closes the chain's only (tail) descriptor with RXEOF and the channel goes
+    idle whatever the frame's length. pynq's own scatter-gather ``transfer`` splits a buffer into at least two
+    descriptors, and a frame that ends inside the first leaves the channel waiting on the second: never idle.
+
+    Parameters
+    ----------
+    dma : pynq.lib.dma.DMA
+        An AXI DMA in scatter-gather mode (its ``recvchannel`` is pynq's scatter-gather channel).
+    allocator : callable, optional
+        ``allocator(shape=..., dtype=...)`` for the receive buffer and the descriptor; default ``pynq.allocate``.
+    max_words : int
+        Longest frame in words.
+    word_bytes : int
+        Bytes per stream word.
+    length_width : int
+        The DMA's buffer-length width (bits): a buffer of more bytes is refused.
+    poll_limit : int
+        ``idle`` polls before :class:`CoreTimeout`.
+    """
+
+    def __init__(self, dma, allocator=None, max_words: int = TREE_MAX_NODES, word_bytes: int = WORD_BYTES,
+                 length_width: int = 26, poll_limit: int = 1_000_000) -> None:
+        if allocator is None:
+            from pynq import allocate as allocator
+        if max_words < 1 or word_bytes < 1:
+            raise ValueError(f"max_words={max_words} and word_bytes={word_bytes} must be >= 1")
+        if max_words * word_bytes > (1 << length_width) - 1:
+            raise ValueError(f"a receive buffer of {max_words * word_bytes} bytes exceeds the DMA's "
+                             f"{(1 << length_width) - 1}-byte descriptors")
+        self.channel = dma.recvchannel
+        self.word_bytes, self.poll_limit = word_bytes, poll_limit
+        self.buffer = allocator(shape=(max_words * word_bytes,), dtype=np.uint8)
+        self.desc = allocator(shape=(1, SG_WORDS), dtype=np.uint32)
+
+    def _arm(self) -> None:
+        """One descriptor over the buffer (NXTDESC pointing to itself), CURDESC = TAILDESC = it, the channel run."""
+        desc, head, addr = self.desc, int(self.desc.physical_address), int(self.buffer.physical_address)
+        desc[...] = 0
+        desc[0, 0], desc[0, 1] = head & 0xFFFFFFFF, head >> 32
+        desc[0, 2], desc[0, 3] = addr & 0xFFFFFFFF, addr >> 32
+        desc[0, 6] = self.buffer.nbytes
+        desc.flush()
+        ch = self.channel
+        ch.stop()
+        ch._mmio.write(ch._offset + 0x08, head & 0xFFFFFFFF)        # CURDESC, then run, then TAILDESC arms it
+        ch._mmio.write(ch._offset + 0x0C, head >> 32)
+        ch.start()
+        ch._mmio.write(ch._offset + 0x10, head & 0xFFFFFFFF)
+        ch._mmio.write(ch._offset + 0x14, head >> 32)
+
+    def recv(self) -> list[int]:
+        self._arm()
+        ch = self.channel
+        for _ in range(self.poll_limit):
+            if ch.idle:
+                break
+            if ch.error:
+                raise SpecdecError(f"DMA gather receive into {self.buffer.nbytes} bytes stopped on an error "
+                                   "(S2MM_DMASR error bits set; the DMA's soft reset clears them)")
+        else:
+            raise CoreTimeout(f"DMA receive not done after {self.poll_limit} polls (no TLAST from the core, or a "
+                              f"frame longer than the {self.buffer.nbytes}-byte buffer)")
+        for buf in (self.desc, self.buffer):
+            invalidate = getattr(buf, "invalidate", None)
+            if invalidate is not None:
+                invalidate()                            # the DMA wrote them behind the cache
+        status = int(self.desc[0, 7])
+        if status & SG_ERRORS or not status & SG_CMPLT or not status & SG_RXEOF:
+            raise SpecdecError(f"DMA gather receive: descriptor status {status:#x} (an error bit set, not complete, "
+                               f"or no RXEOF: a frame longer than the {self.buffer.nbytes}-byte buffer)")
+        nbytes = status & SG_LENGTH
         if nbytes % self.word_bytes:
             raise SpecdecError(f"DMA received {nbytes} bytes, not whole {self.word_bytes}-byte words")
         data = bytes(self.buffer[:nbytes])

@@ -13,7 +13,9 @@ model on the same inputs and every cycle count is reported beside the cycle mode
 passes and the bonus is sampled: gamma + 1 target positions), ``reject_0`` (the first draft token has
 p = 0: one position and a residual sample), ``typical`` (GPT-2-like logits, drafts drawn from q).
 ``bench_treemask``: one random tree per N (TREADY always high). ``bench_kvpage``: every operation, with
-COMMIT, ROLLBACK and FREE at both ends of what they could depend on.
+COMMIT, ROLLBACK and FREE at both ends of what they could depend on. ``bench_treeattn``: the EAGLE head's jobs (a
+chain row, a 7-node tree) over the given context lengths, each checked against ``hls_ref.treeattn``, its cycles
+beside the cycle model and the unit's bound.
 """
 from __future__ import annotations
 
@@ -27,13 +29,14 @@ import numpy as np
 from cocotb.task import bridge
 
 from hls_ref import rng as rng_ref
+from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
 from hls_ref import vectors
 from hls_ref import verifier as ver_ref
 from hwcontract.formats import LOGIT_NEG_INF, inv_temp
 from hwcontract.regmap import core
 
-from ..hw.drivers import KVPage, TreeMask, Verifier
+from ..hw.drivers import KVPage, TreeAttn, TreeMask, Verifier
 from ..hw.drivers.base import description
 from ..hw.drivers.verifier import Result
 from ..hw.golden import GoldenDevice
@@ -147,6 +150,49 @@ async def bench_treemask(dut):
     def run() -> dict:
         drv = TreeMask(description("treemask", SimDevice(tb.axil)), sink)
         return treemask_trees(drv, [int(n) for n in setting("nodes").split(",")], int(setting("seed", "0")))
+
+    _write(await bridge(run)())
+
+
+# ------------------------------------------------------------------------------------------------
+# treeattn
+# ------------------------------------------------------------------------------------------------
+
+#: The EAGLE head's step shapes: a chain's one row, and the 7-node tree (the root's two children, two each).
+TREEATTN_SHAPES = {"chain": (-1,), "tree": (-1, 0, 0, 1, 1, 2, 2)}
+
+
+def treeattn_jobs(drv: TreeAttn, contexts: list[int], seed: int) -> dict:
+    """For each shape of :data:`TREEATTN_SHAPES` and each context length, one random job through ``drv`` (its
+    context in pages of the core's BLOCK keys), checked against ``hls_ref.treeattn.run``; its cycles beside the
+    cycle model and the bound."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for shape, parents in TREEATTN_SHAPES.items():
+        mask = vectors.tree_rows(parents, drv.params["NODES_MAX"])
+        for ctx in contexts:
+            job = vectors.treeattn_job(rng, ctx, mask, drv.params)
+            got, want = drv.run(job), ta_ref.run(job, drv.params)
+            assert (got.out == want.out).all(), f"{shape}, L={ctx}: the output differs from the golden model"
+            assert got.macs == want.macs, f"{shape}, L={ctx}: MACS {got.macs} != {want.macs}"
+            vis = ta_ref.visible(job.mask)
+            out[f"{shape}_{ctx}"] = {"shape": shape, "ctx": ctx, "nodes": job.n, "cycles_busy": drv.cycles,
+                                     "cycles_stall": drv.stall, "cycles": got.cycles, "model_cycles": want.cycles,
+                                     "bound": ta_ref.bound(ctx, vis, drv.params), "macs": got.macs,
+                                     "ratio_to_bound": got.cycles / ta_ref.bound(ctx, vis, drv.params)}
+    return out
+
+
+@cocotb.test()
+async def bench_treeattn(dut):
+    """``treeattn_jobs`` for the context lengths in ``BENCH_CONTEXTS`` (comma-separated) on the treeattn core."""
+    tb = AxilTB(dut, core("treeattn"))
+    stream, sink = SimStream(dut), SimSink(dut)
+    await tb.reset()
+
+    def run() -> dict:
+        drv = TreeAttn(description("treeattn", SimDevice(tb.axil)), stream, sink)
+        return treeattn_jobs(drv, [int(n) for n in setting("contexts").split(",")], int(setting("seed", "0")))
 
     _write(await bridge(run)())
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hwcontract import board as bd
-from hwcontract.params import ROWS_PLUSARG
+from hwcontract.params import ROWS_PLUSARG, system_params
 
 from ..app.job import Job, as_job
 from ..app.checks import check_job, check_kv_fits
@@ -54,8 +54,9 @@ BENCH_OUT_ENV = "BENCH_OUT"
 
 
 def overlay_params(design: bd.Board) -> dict[str, int]:
-    """The ``overlay`` toplevel's parameters for ``design``: every cell's build parameters."""
-    return {k: v for c in design.cells for k, v in c.params.items()}
+    """The ``overlay`` toplevel's parameters for ``design``: every cell's build parameters, named as the toplevel
+    names them (``hwcontract.params.system_params``: the treeattn core's with ``TA_``)."""
+    return system_params("overlay", design.core_params())
 
 
 def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator", waves: str | os.PathLike | None = None) -> dict:

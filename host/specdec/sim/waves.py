@@ -27,7 +27,7 @@ import tempfile
 from bisect import bisect_right
 from pathlib import Path
 
-from fpga.convert import BLOCKS, CORES
+from fpga.convert import CORES, FSM
 
 from ..errors import SpecdecError
 
@@ -46,8 +46,8 @@ class WavesError(SpecdecError):
 
 
 def state_names(core: str) -> dict[int, str]:
-    """The FSM states of ``core``: code -> name, from the ``ST_*`` constants of its MyHDL module (``fpga/<core>.py``),
-    the prefix dropped, in code order.
+    """The FSM states of ``core``: code -> name, from the ``ST_*`` constants of the MyHDL module that holds them
+    (:data:`fpga.convert.FSM`), the prefix dropped, in code order.
 
     Raises
     ------
@@ -57,7 +57,9 @@ def state_names(core: str) -> dict[int, str]:
     """
     if core not in CORES:
         raise ValueError(f"unknown core {core!r}; valid cores: {sorted(CORES)}")
-    module = importlib.import_module(BLOCKS[core][0])
+    if core not in FSM:
+        raise ValueError(f"core {core!r} has no FSM (no ST_* state codes)")
+    module = importlib.import_module(FSM[core])
     names: dict[int, str] = {}
     for const, code in vars(module).items():
         if not const.startswith("ST_") or not isinstance(code, int) or isinstance(code, bool):

@@ -8,9 +8,10 @@ from .base import SpecdecIP, pynq_registers, vlnv
 from .draftengine import DraftEngine, Placement, Streamed
 from .kvpage import KVPage, KVPageError, SlotInfo
 from .rng import Rng
+from .treeattn import TreeAttn
 from .treemask import TreeMask
 from .verifier import Result, Verifier
 from .verifier_errors import VerifierError
 
 __all__ = ["SpecdecIP", "DraftEngine", "Placement", "Streamed", "Rng", "Verifier", "VerifierError", "Result",
-           "TreeMask", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]
+           "TreeMask", "TreeAttn", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]

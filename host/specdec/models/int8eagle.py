@@ -1,0 +1,582 @@
+"""The EAGLE-style head in int8 on the draft engine (docs/draftengine.md, "The EAGLE head on the engine").
+
+The head (:mod:`specdec.decoding.eagle`: ``fc`` over ``[embed(token), feature]``, one Llama decoder layer of the
+target's shape, the target's LM-head rows of the hot tokens) runs here in numpy around engine jobs:
+
+* every linear layer (``fc``, q / k / v / o, gate / up / down, the hot LM head) is quantized as
+  :mod:`specdec.models.int8draft` quantizes the demo draft (:func:`int8draft.quantize_linear`: per-channel int8
+  weights, static activation scales with SmoothQuant factors from calibration on training passages, two int8
+  activation planes a layer) and runs as a draft-engine job: the golden model, or a driver on any backend once
+  :func:`bind` has put the head's matrices on it; the hot LM head writes Q7.8 logit codes, the verifier's format;
+* the attention reads an **int8 KV cache**: q, k (after RoPE) and v become int8 codes at static per-KV-head
+  scales, and each KV head's attention over the committed slots and the step's nodes (with their tree mask) is
+  one job of the tree-attention unit's golden model (:func:`attend`, :func:`hls_ref.treeattn.run`); its output
+  is Q7.8 codes in units of v's codes. Pending tree entries that every new node sees join the context; those
+  only some see are step nodes with their mask rows (their own rows computed with q = 0 and dropped);
+* RMSNorm, RoPE, SiLU-and-multiply, the residual adds and the quantization of each job's input stay on the host,
+  in float64, and every such operation is counted (:attr:`Int8Head.host_ops`): a vector unit would take them.
+
+A layer whose K is above the engine's K_MAX (the ``fc``'s 1,152 and ``down``'s 1,536 on the golden build, every
+layer's 576 on the KV260's 512) runs as one job per slice of at most K_MAX input channels with 32-bit outputs; the
+host adds the int32 sums and requantizes them with the layer's own MULT / SHIFT (:func:`hls_ref.draftengine.requant`),
+so the result is bit for bit the unsplit job's on every build.
+"""
+from __future__ import annotations
+
+import functools
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from hwcontract.formats import DE_ACT_MAX, LOGIT_FRAC
+from hls_ref import draftengine as golden
+from hls_ref import treeattn
+
+from . import corpus
+from .hotvocab import scatter
+from .int8draft import ACT_PLANES, ALPHA, ALPHA_HEAD, QLinear, _run_on, _stream_on, layout, quantize_linear
+from .lm import CacheStateError
+
+#: The head's linear layers in the order one drafted token runs them: ``(name, path of the float weight)``.
+LINEARS = (("fc", "fc"), ("q", "layer.self_attn.q_proj"), ("k", "layer.self_attn.k_proj"),
+           ("v", "layer.self_attn.v_proj"), ("o", "layer.self_attn.o_proj"), ("gate", "layer.mlp.gate_proj"),
+           ("up", "layer.mlp.up_proj"), ("down", "layer.mlp.down_proj"), ("head", "head"))
+#: The layers whose weights get a second int8 plane: the hot LM head, ``fc`` and ``down``, where the head's
+#: agreement with its float twin is lost (docs/draftengine.md, "The EAGLE head on the engine").
+WEIGHT_PLANE2: tuple[str, ...] = ("fc", "down", "head")
+
+#: The layer and attention jobs an :class:`Int8Head` keeps in its record (a drafted token takes 18).
+JOBS_KEPT = 256
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The head's layer shape, read from its Llama config."""
+
+    d: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (the tree-attention unit's GROUP)."""
+        return self.heads // self.kv_heads
+
+
+@dataclass(frozen=True)
+class FloatLayer:
+    """The float64 weights of a head that the int8 head is made from."""
+
+    shape: Shape
+    weights: dict           # name (LINEARS) -> (N, K) float64
+    ln1: np.ndarray         # (d,) input_layernorm
+    ln2: np.ndarray         # (d,) post_attention_layernorm
+    inv_freq: np.ndarray    # (head_dim / 2,) RoPE
+    rope_scale: float
+
+
+def _weight(mod):
+    """A float64 (N, K) array of a torch Linear, a Parameter or a kernels.BlockQ8."""
+    w = getattr(mod, "weight", mod)
+    w = w.float() if hasattr(w, "codes") else w         # a BlockQ8: its exact float32 form
+    return w.detach().double().cpu().numpy()
+
+
+def float_layer(head) -> FloatLayer:
+    """The float weights of ``head`` (a :func:`specdec.decoding.eagle.load_head` module)."""
+    cfg = head.config
+    shape = Shape(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                  getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads, float(cfg.rms_norm_eps))
+    weights = {name: _weight(head.get_submodule(path) if path != "head" else head.head) for name, path in LINEARS}
+    layer = head.layer
+    return FloatLayer(shape, weights, layer.input_layernorm.weight.detach().double().numpy(),
+                      layer.post_attention_layernorm.weight.detach().double().numpy(),
+                      head.rotary.inv_freq.detach().double().numpy(), float(head.rotary.attention_scaling))
+
+
+# ------------------------------------------------------------------------------------------------
+# Host operations (counted)
+# ------------------------------------------------------------------------------------------------
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Llama's RMSNorm over the last axis."""
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, scale: float) -> np.ndarray:
+    """Llama's rotary embedding of ``x`` (n, heads, head_dim) at ``positions`` (n,)."""
+    f = positions[:, None].astype(np.float64) * inv_freq[None]
+    emb = np.concatenate([f, f], -1)
+    cos, sin = (np.cos(emb) * scale)[:, None], (np.sin(emb) * scale)[:, None]
+    half = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SiLU, ``x * sigmoid(x)``."""
+    return x / (1.0 + np.exp(-x))
+
+
+def codes(x: np.ndarray, scale) -> np.ndarray:
+    """int8 codes of ``x`` at ``scale`` (broadcast), saturated to +-127."""
+    return np.clip(np.rint(x / scale), -DE_ACT_MAX, DE_ACT_MAX).astype(np.int64)
+
+
+def attention_params(shape: Shape) -> dict:
+    """The tree-attention unit's build for a head of ``shape`` (its GROUP and HEAD_DIM; the contract's defaults
+    otherwise): ValueError naming a shape the unit cannot take."""
+    return treeattn.build({"GROUP": shape.group, "HEAD_DIM": shape.head_dim})
+
+
+def attend(q: np.ndarray, k_ctx: np.ndarray, v_ctx: np.ndarray, k_step: np.ndarray, v_step: np.ndarray,
+           mask: list[int], s_q: float, s_k: float, params: dict) -> treeattn.Output:
+    """One KV head's tree-attention job (:func:`hls_ref.treeattn.run`): int8 codes q (N, GROUP, hd), the context's
+    k / v (L, hd), the step's k / v (N, hd), ``mask`` (N ints, bit j of row r: step node j visible); scores at
+    ``s_q * s_k / sqrt(hd)`` nats a unit (MULT / SHIFT from :func:`hls_ref.treeattn.multiplier`). The output
+    (N, GROUP, hd) is Q7.8 codes in units of v's codes. Raises ValueError where the unit flags the job."""
+    mult, shift = treeattn.multiplier(s_q, s_k, q.shape[-1])
+    out = treeattn.run(treeattn.Job(q, k_ctx, v_ctx, k_step, v_step, tuple(int(m) for m in mask), mult, shift),
+                       params)
+    if out.err:
+        raise ValueError(f"EAGLE head (int8): the tree-attention job of {len(q)} rows over {len(k_ctx)} context "
+                         f"keys was refused, ERR {out.err:#x}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The int8 KV cache
+# ------------------------------------------------------------------------------------------------
+
+class Int8Cache:
+    """The head's KV cache as int8 codes (slots, kv_heads, head_dim): the committed slots, then the pending tree
+    entries with their mask rows among the pending ones. ``crop(-n)`` drops the last n (transformers' use)."""
+
+    def __init__(self, kv_heads: int, head_dim: int) -> None:
+        self.k = np.zeros((0, kv_heads, head_dim), dtype=np.int64)
+        self.v = np.zeros((0, kv_heads, head_dim), dtype=np.int64)
+        self.committed = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self.k) - self.committed
+
+    def get_seq_length(self) -> int:
+        return len(self.k)
+
+    def append(self, k: np.ndarray, v: np.ndarray, commit: bool) -> None:
+        if commit and self.pending:
+            raise CacheStateError(f"EAGLE head (int8): committing slots behind {self.pending} pending entries")
+        self.k, self.v = np.concatenate([self.k, k]), np.concatenate([self.v, v])
+        if commit:
+            self.committed = len(self.k)
+
+    def crop(self, n: int) -> None:
+        """Drop the last ``-n`` entries (``n`` < 0), pending ones first."""
+        if not isinstance(n, (int, np.integer)) or n >= 0 or -n > len(self.k):
+            raise ValueError(f"EAGLE head (int8): crop({n!r}) must drop 1..{len(self.k)} entries (a negative count)")
+        keep = len(self.k) + n
+        self.k, self.v = self.k[:keep], self.v[:keep]
+        self.committed = min(self.committed, keep)
+
+
+# ------------------------------------------------------------------------------------------------
+# The layer: float (calibration) and int8 (engine jobs)
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Quantized:
+    """The head's engine layers and the attention's static scales (per KV head)."""
+
+    linears: dict           # name -> QLinear
+    s_q: np.ndarray         # (kv_heads,)
+    s_k: np.ndarray
+    s_v: np.ndarray
+
+
+class Stats:
+    """Calibration maxima: each linear layer's input per channel and output, and q / k / v per KV head."""
+
+    def __init__(self) -> None:
+        self.linear: dict = {}
+        self.att: dict = {}
+
+    def linear_seen(self, name: str, x: np.ndarray, y: np.ndarray) -> None:
+        ch, om = np.abs(x).max(0), float(np.abs(y).max())
+        if name in self.linear:
+            ch, om = np.maximum(self.linear[name][0], ch), max(self.linear[name][1], om)
+        self.linear[name] = (ch, om)
+
+    def att_seen(self, name: str, x: np.ndarray) -> None:
+        m = np.abs(x).max(axis=tuple(i for i in range(x.ndim) if i != 1))        # (kv_heads,) over rows, dims
+        self.att[name] = np.maximum(self.att.get(name, m), m)
+
+
+def calibrate_layer(fl: FloatLayer, embed, samples) -> Stats:
+    """Maxima over ``samples`` (``(features (T, d), tokens (T,))`` each, teacher-forced: slot i takes the target's
+    real feature f_i and the token x_{i+1}), running the float layer with causal attention."""
+    st = Stats()
+    sh = fl.shape
+    for feats, tokens in samples:
+        t = len(tokens)
+
+        def lin(name, x):
+            y = x @ fl.weights[name].T
+            st.linear_seen(name, x, y)
+            return y
+        x = lin("fc", np.concatenate([embed(tokens), feats], -1))
+        h = rms_norm(x, fl.ln1, sh.eps)
+        pos = np.arange(t)
+        q = rope(lin("q", h).reshape(t, sh.heads, sh.head_dim), pos, fl.inv_freq, fl.rope_scale)
+        k = rope(lin("k", h).reshape(t, sh.kv_heads, sh.head_dim), pos, fl.inv_freq, fl.rope_scale)
+        v = lin("v", h).reshape(t, sh.kv_heads, sh.head_dim)
+        st.att_seen("q", q.reshape(t, sh.kv_heads, sh.group * sh.head_dim))
+        st.att_seen("k", k)
+        st.att_seen("v", v)
+        kk = np.repeat(k, sh.group, 1)
+        vv = np.repeat(v, sh.group, 1)
+        s = np.einsum("ihd,jhd->hij", q, kk) / np.sqrt(sh.head_dim)
+        s = np.where(np.tril(np.ones((t, t), dtype=bool))[None], s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        a = np.einsum("hij,jhd->ihd", p, vv).reshape(t, -1)
+        x = x + lin("o", a)
+        h = rms_norm(x, fl.ln2, sh.eps)
+        x = x + lin("down", silu(lin("gate", h)) * lin("up", h))
+        lin("head", x)
+    return st
+
+
+def quantize_layer(fl: FloatLayer, st: Stats, act_planes: int = ACT_PLANES, alpha: float = ALPHA,
+                   alpha_head: float = ALPHA_HEAD, weight_plane2: tuple[str, ...] = WEIGHT_PLANE2) -> Quantized:
+    """The engine integers of every linear layer (the hot head's output Q7.8 codes) and the attention's scales.
+    Raises ValueError for a layer without calibration statistics or with a zero range."""
+    lins = {}
+    for name, _ in LINEARS:
+        if name not in st.linear:
+            raise ValueError(f"EAGLE head layer {name!r} has no calibration statistics")
+        head = name == "head"
+        lins[name] = quantize_linear(name, fl.weights[name], None, st.linear[name][0], st.linear[name][1], 16,
+                                     logit_codes=head, alpha=alpha_head if head else alpha, act_planes=act_planes,
+                                     weight_planes=2 if name in weight_plane2 else 1)
+    scales = []
+    for name in ("q", "k", "v"):
+        m = st.att.get(name)
+        if m is None or not (m > 0).all():
+            raise ValueError(f"EAGLE head attention {name!r}: calibrated maxima {m!r} must be positive")
+        scales.append(m / DE_ACT_MAX)
+    return Quantized(lins, *scales)
+
+
+class Int8Head:
+    """The EAGLE head with its layer in int8 on the draft engine, behind the float head's interface
+    (:class:`specdec.decoding.eagle.HeadLM` and :class:`~specdec.decoding.eagle.EagleDraft` take it as they take
+    the float head: ``__call__``, ``nodes``, ``hot_logits``, ``logits``, ``new_cache``, ``config``, ``hot_ids``,
+    ``vocab``).
+
+    ``host_ops``: the host's operations so far, by kind (elements each: see :meth:`count`); ``jobs``: the latest
+    :data:`JOBS_KEPT` engine and attention jobs, ``(name, M, K, N, planes)`` / ``("attention", N, L, GROUP,
+    head_dim)``;
+    ``attention_cycles``: the tree-attention unit's cycles (its cycle model) so far.
+    """
+
+    def __init__(self, float_head, fl: FloatLayer, q: Quantized) -> None:
+        self.float_head = float_head
+        self.config, self.hot_ids, self.vocab = float_head.config, float_head.hot_ids, float_head.vocab
+        self.fl, self.q = fl, q
+        self.runners: dict = {name: (None, None) for name in q.linears}      # bind() sets them
+        self.att_params = attention_params(fl.shape)
+        self.host_ops: Counter = Counter()
+        self.host_calls: Counter = Counter()
+        self.jobs: deque = deque(maxlen=JOBS_KEPT)
+        self.saturated = 0
+        self.attention_cycles = 0
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def count(self, kind: str, elements: int) -> None:
+        """Count one host operation of ``kind`` over ``elements`` values (:attr:`host_ops`: elements by kind,
+        :attr:`host_calls`: operations by kind)."""
+        self.host_ops[kind] += int(elements)
+        self.host_calls[kind] += 1
+
+    def linear(self, name: str, x: np.ndarray) -> np.ndarray:
+        """Layer ``name`` on float rows ``x`` (M, K): the input quantized on the host, the jobs on the engine, the
+        planes combined and the output scaled on the host."""
+        ql: QLinear = self.q.linears[name]
+        m = len(x)
+        self.count("quantize " + name, x.size * ql.act_planes)
+        self.jobs.append((name, m * ql.act_planes, ql.w.shape[1], ql.w.shape[0], ql.act_planes))
+        if ql.w2 is not None:
+            self.jobs.append((name + " (weight plane 2)", m, ql.w.shape[1], ql.w.shape[0], 1))
+        y, sat = ql(x, *self.runners[name])
+        self.saturated += sat
+        if ql.act_planes > 1 or ql.w2 is not None:
+            self.count("combine planes " + name, y.size)
+        return y
+
+    def new_cache(self) -> Int8Cache:
+        return Int8Cache(self.fl.shape.kv_heads, self.fl.shape.head_dim)
+
+    # -- the float head's interface -------------------------------------------------------------
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        return _embed(self.float_head, tokens)
+
+    def __call__(self, features, tokens, start: int = 0, cache: Int8Cache | None = None):
+        """Predicted features (1, T, d) of slots ``start..`` (committed to ``cache``), causal over the new ones."""
+        import torch
+        if cache is None:
+            cache = self.new_cache()
+        if cache.get_seq_length() != start:
+            raise CacheStateError(f"EAGLE head (int8): its cache holds {cache.get_seq_length()} slots, the new "
+                                  f"ones start at {start}")
+        f = _np(features)[0]
+        t = _np(tokens)[0].astype(np.int64)
+        out = []
+        rows = self.att_params["NODES_MAX"]
+        for i in range(0, len(t), rows):
+            n = len(t[i:i + rows])
+            visible = np.concatenate([np.ones((n, start + i), dtype=bool), np.tri(n, dtype=bool)], 1)
+            out.append(self._layer(f[i:i + n], t[i:i + n], np.arange(start + i, start + i + n), visible, cache,
+                                   commit=True))
+        return torch.from_numpy(np.concatenate(out).astype(np.float32))[None]
+
+    def nodes(self, features, tokens, positions, visible, cache: Int8Cache):
+        """Predicted features (1, n, d) of n tree nodes appended to ``cache`` as pending entries (the float head's
+        :meth:`nodes`)."""
+        import torch
+        h = self._layer(_np(features)[0], _np(tokens)[0].astype(np.int64), _np(positions).astype(np.int64),
+                        _np(visible).astype(bool), cache, commit=False)
+        return torch.from_numpy(h.astype(np.float32))[None]
+
+    def hot_logits(self, h):
+        """The head's N logits (Q7.8 codes of the engine's hot LM head, as floats) for predicted features h."""
+        import torch
+        return torch.from_numpy(self.linear("head", _np(h).astype(np.float64)).astype(np.float32))
+
+    def logits(self, h):
+        """Full-vocabulary rows: the hot logits at their token ids, -inf elsewhere."""
+        return scatter(self.hot_logits(h), self.hot_ids, self.vocab)
+
+    # -- the layer --------------------------------------------------------------------------------
+    def _layer(self, feats: np.ndarray, tokens: np.ndarray, positions: np.ndarray, visible: np.ndarray,
+               cache: Int8Cache, commit: bool) -> np.ndarray:
+        fl, sh = self.fl, self.fl.shape
+        n = len(tokens)
+        x = self.linear("fc", np.concatenate([self.embed(tokens), feats.astype(np.float64)], -1))
+        h = rms_norm(x, fl.ln1, sh.eps)
+        self.count("rmsnorm", h.size)
+        q = rope(self.linear("q", h).reshape(n, sh.heads, sh.head_dim), positions, fl.inv_freq, fl.rope_scale)
+        k = rope(self.linear("k", h).reshape(n, sh.kv_heads, sh.head_dim), positions, fl.inv_freq, fl.rope_scale)
+        self.count("rope", q.size + k.size)
+        v = self.linear("v", h).reshape(n, sh.kv_heads, sh.head_dim)
+        qc = codes(q.reshape(n, sh.kv_heads, sh.group, sh.head_dim), self.q.s_q[None, :, None, None])
+        kc, vc = codes(k, self.q.s_k[None, :, None]), codes(v, self.q.s_v[None, :, None])
+        self.count("quantize q k v", q.size + k.size + v.size)
+        a = self._attention(qc, kc, vc, visible, cache, commit)            # (n, kv_heads, group, hd) float
+        self.count("dequantize attention", a.size)
+        x = x + self.linear("o", a.reshape(n, -1))
+        self.count("residual", x.size)
+        h = rms_norm(x, fl.ln2, sh.eps)
+        self.count("rmsnorm", h.size)
+        gate, up = self.linear("gate", h), self.linear("up", h)
+        m = silu(gate) * up
+        self.count("silu * up", m.size)
+        x = x + self.linear("down", m)
+        self.count("residual", x.size)
+        return x
+
+    def _attention(self, qc, kc, vc, visible, cache: Int8Cache, commit: bool) -> np.ndarray:
+        """The tree-attention jobs (one per KV head) of n new rows; their k / v codes go into ``cache``."""
+        sh = self.fl.shape
+        n = len(qc)
+        ctx, pend = cache.committed, cache.pending
+        if visible.shape != (n, ctx + pend + n):
+            raise ValueError(f"EAGLE head (int8): a visibility mask of shape {visible.shape} for {n} rows over "
+                             f"{ctx} committed slots and {pend} pending entries")
+        if not visible[:, :ctx].all():
+            raise ValueError("EAGLE head (int8): every committed slot is visible to every row")
+        old = visible[:, ctx:ctx + pend]
+        shared = np.flatnonzero(old.all(0))              # pending entries every new row sees: context keys
+        partial = np.flatnonzero(old.any(0) & ~old.all(0))    # seen by some rows: step nodes with their mask
+        ctx_idx = np.concatenate([np.arange(ctx), ctx + shared])
+        step_idx = ctx + partial
+        p = len(partial)
+        if p + n > self.att_params["NODES_MAX"]:
+            raise ValueError(f"EAGLE head (int8): {p} pending + {n} new tree nodes exceed an attention job's "
+                             f"{self.att_params['NODES_MAX']} rows (NODES_MAX)")
+        mask = [1 << r for r in range(p)]                # earlier nodes: rows computed and dropped
+        for i in range(n):
+            bits = [j for j in range(p) if old[i, partial[j]]]
+            bits += [p + j for j in range(n) if visible[i, ctx + pend + j]]
+            mask.append(sum(1 << b for b in bits))
+        out = np.zeros((n, sh.kv_heads, sh.group, sh.head_dim))
+        for g in range(sh.kv_heads):
+            q_rows = np.concatenate([np.zeros((p, sh.group, sh.head_dim), dtype=np.int64), qc[:, g]])
+            k_step = np.concatenate([cache.k[step_idx, g], kc[:, g]])
+            v_step = np.concatenate([cache.v[step_idx, g], vc[:, g]])
+            res = attend(q_rows, cache.k[ctx_idx, g], cache.v[ctx_idx, g], k_step, v_step, mask,
+                         float(self.q.s_q[g]), float(self.q.s_k[g]), self.att_params)
+            self.jobs.append(("attention", p + n, len(ctx_idx), sh.group, sh.head_dim))
+            self.attention_cycles += res.cycles
+            out[:, g] = res.out[p:].astype(np.float64) * (self.q.s_v[g] / (1 << LOGIT_FRAC))
+        cache.append(kc, vc, commit)
+        return out
+
+
+def _embed(float_head, tokens) -> np.ndarray:
+    """The target's input embeddings (float64) of ``tokens``, as the float head holds them."""
+    import torch
+    return float_head.embed[torch.as_tensor(np.asarray(tokens, dtype=np.int64))].double().numpy()
+
+
+def _np(x) -> np.ndarray:
+    """A numpy array of a torch tensor or array-like."""
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+# ------------------------------------------------------------------------------------------------
+# Calibration on the target's features of training passages, and binding to an engine
+# ------------------------------------------------------------------------------------------------
+
+def target_samples(target_model, tokenizer, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(features f_0..f_{T-2}, tokens x_1..x_{T-1})`` of each text: the target's final hidden states (after its
+    final norm) and the next tokens, as the head's slots take them."""
+    import torch
+    out = []
+    with torch.inference_mode():
+        for t in texts:
+            ids = tokenizer(t, return_tensors="pt")["input_ids"]
+            if ids.shape[1] < 2:
+                continue
+            f = target_model.get_decoder()(input_ids=ids).last_hidden_state[0]
+            out.append((f[:-1].double().numpy(), ids[0, 1:].numpy()))
+    return out
+
+
+def quantize_head(head, target_model, tokenizer, n_calibration: int = 100, seed: int = 1, **options) -> Int8Head:
+    """The int8 twin of ``head`` (a loaded float EAGLE head over ``target_model``), calibrated on the target's
+    features of ``n_calibration`` training passages (never the held-out ones); ``options`` go to
+    :func:`quantize_layer`. Its layers run on the golden engine until :func:`bind` puts them on a driver."""
+    fl = float_layer(head)
+    samples = target_samples(target_model, tokenizer, corpus.sample_passages(n_calibration, held_out=False,
+                                                                             seed=seed))
+    st = calibrate_layer(fl, functools.partial(_embed, head), samples)
+    return Int8Head(head, fl, quantize_layer(fl, st, **options))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One matrix the engine holds for a head: output channels ``n0..n1`` and input channels ``k0..k1`` of layer
+    ``name``'s weights (``which`` 0) or second weight plane (1)."""
+
+    name: str
+    which: int
+    n0: int
+    n1: int
+    k0: int
+    k1: int
+
+
+def pieces(head: Int8Head, k_max: int, n_max: int) -> list[Piece]:
+    """The matrices of ``head`` on an engine that takes K up to ``k_max``: each layer's weights and second weight
+    plane cut into slices of at most ``k_max`` input channels (their int32 sums added on the host) and at most
+    ``n_max`` output channels (their outputs side by side, no host arithmetic), so that no one matrix takes more
+    of the weight memory than the layout can place or stream beside the others."""
+    out = []
+    for name, ql in head.q.linears.items():
+        n, k = ql.w.shape
+        for which in range(len(ql.matrices())):
+            for n0 in range(0, n, n_max):
+                for k0 in range(0, k, k_max):
+                    out.append(Piece(name, which, n0, min(n0 + n_max, n), k0, min(k0 + k_max, k)))
+    return out
+
+
+def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4) -> dict:
+    """Put every matrix of ``head`` on ``engine`` (a draft-engine driver on any backend), placed where the memories
+    hold it and streamed otherwise (:func:`specdec.models.int8draft.layout`), and run the head's layers there.
+
+    A layer wider than the engine's K_MAX runs as slices with 32-bit outputs, requantized on the host (module
+    docstring); a layer whose weights take more than 1/``share`` of the weight memory runs as slices of output
+    channels (:func:`pieces`), so that the layout can keep the others on chip. Returns the layout's figures and
+    ``"matrices"``, ``"streamed"``, ``"split_k"`` (the layers cut along K). Raises ValueError for a float head or a
+    bad ``streaming``, before the engine's memory is touched."""
+    if streaming not in ("auto", True, False):
+        raise ValueError(f"streaming must be 'auto', True or False, got {streaming!r}")
+    if not isinstance(head, Int8Head):
+        raise ValueError(f"{type(head).__name__} is not an int8 EAGLE head: quantize it first "
+                         "(int8eagle.quantize_head); the engine's memory is left as it was")
+    if not isinstance(share, int) or share < 1:
+        raise ValueError(f"share={share!r}: a positive integer")
+    tile = engine.footprint(engine.rows, engine.k_max)[0]            # weight beats of ROWS channels at K_MAX
+    n_max = max(1, engine.wdepth // share // tile) * engine.rows
+    engine.reset_memory()
+    ps = pieces(head, engine.k_max, n_max)
+    mats = []
+    for p in ps:
+        ql = head.q.linears[p.name]
+        w, bias, _ = ql.matrices()[p.which]
+        bias = bias[p.n0:p.n1] if p.k0 == 0 else np.zeros(p.n1 - p.n0, dtype=np.int64)
+        mats.append((w[p.n0:p.n1, p.k0:p.k1], bias, ql.mult[p.n0:p.n1], ql.shift[p.n0:p.n1]))
+    plan = layout([w.shape for w, *_ in mats], engine, stream_all=streaming is True)
+    if streaming is False:
+        plan["placed"] = [True] * len(mats)
+    runs: dict = {}
+    for placed_pass in (True, False):            # placed first: the window is what is left
+        for placed, p, (w, bias, mult, shift) in zip(plan["placed"], ps, mats):
+            if placed != placed_pass:
+                continue
+            ql = head.q.linears[p.name]
+            bits = ql.out_bits if p.k1 - p.k0 == ql.w.shape[1] else 32
+            if placed:
+                run = functools.partial(_run_on, engine, engine.place(w, bias, mult, shift), bits)
+            else:
+                run = functools.partial(_stream_on, engine, engine.stream_layer(w, bias, mult, shift), bits)
+            runs.setdefault((p.name, p.which), []).append((p, run))
+    for name, ql in head.q.linears.items():
+        rs = [functools.partial(_pieced, head, ql, sorted(runs[(name, which)], key=lambda r: (r[0].n0, r[0].k0)))
+              for which in range(len(ql.matrices()))]
+        head.runners[name] = (rs[0], rs[1] if len(rs) > 1 else None)
+    return {"matrices": len(mats), **{k: v for k, v in plan.items() if k != "placed"},
+            "streamed": not all(plan["placed"]), "split_k": sorted({p.name for p in ps if p.k0 > 0})}
+
+
+def _pieced(head: Int8Head, ql: QLinear, parts, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+    """A layer's jobs on ``x_q``: its slices of output channels side by side, each the sum of its K slices' int32
+    outputs added and requantized on the host where the layer is cut along K."""
+    if len(parts) == 1:
+        return parts[0][1](x_q)
+    cols, sat = [], 0
+    for n0 in sorted({p.n0 for p, _ in parts}):
+        row = [(p, run) for p, run in parts if p.n0 == n0]
+        if len(row) == 1:
+            y, s = row[0][1](x_q)
+        else:
+            acc = sum(run(x_q[:, p.k0:p.k1])[0] for p, run in row)
+            head.count("add and requantize K slices " + ql.name, acc.size * len(row))
+            p = row[0][0]
+            y, clipped = golden.requant(acc, np.zeros(p.n1 - p.n0, dtype=np.int64), ql.mult[p.n0:p.n1],
+                                        ql.shift[p.n0:p.n1], ql.out_bits)
+            s = int(clipped.sum())
+        cols.append(y)
+        sat += s
+    return np.concatenate(cols, axis=1), sat
+
+
+def agreement(head: Int8Head, float_head, samples) -> dict:
+    """Teacher-forced greedy agreement of the int8 head's hot argmax with the float head's at every slot of
+    ``samples`` (:func:`target_samples`). Returns ``{"positions", "agree", "rate"}``."""
+    import torch
+    agree = total = 0
+    for feats, tokens in samples:
+        f = torch.from_numpy(feats.astype(np.float32))[None]
+        t = torch.from_numpy(tokens.astype(np.int64))[None]
+        with torch.inference_mode():
+            a = float_head.hot_logits(float_head(f, t)[0]).argmax(-1).numpy()
+        b = head.hot_logits(head(f, t)[0]).numpy().argmax(-1)
+        agree += int((a == b).sum())
+        total += len(a)
+    return {"positions": total, "agree": agree, "rate": agree / total if total else float("nan")}
