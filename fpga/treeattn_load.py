@@ -36,7 +36,6 @@ def loader(clk, rst, init, take, tdata, tlast, n, ctx, cc, need, lc, step_ld, ba
     beats = Signal(intbv(0)[bits_for(g.NODES_MAX * (1 + g.GROUP * g.E + 2 * g.E) + 2 * g.E * g.CTX_MAX):])
     qbeats = Signal(intbv(0)[bits_for(g.ITEMS * g.E):])
     sbeats = Signal(intbv(0)[bits_for(g.NODES_MAX * 2 * g.E):])
-    last = Signal(bool(0))
     row_bad = Signal(bool(0))
     onehot = Signal(intbv(1)[g.NODES_MAX:])                 # bit r of the MASK beat r being taken
     above = Signal(intbv(0)[g.NODES_MAX:])                  # the bits above r
@@ -51,7 +50,6 @@ def loader(clk, rst, init, take, tdata, tlast, n, ctx, cc, need, lc, step_ld, ba
             need.next = lc < cc + 2
         else:
             need.next = ph != LD_DONE
-        last.next = beats == 1
         q_we.next = take and ph == LD_Q and cnt % BPW == BPW - 1
         kv_we.next = take and (ph == LD_CTX or ph == LD_STEP) and cnt % BPW == BPW - 1
         q_wa.next = cnt >> LGB
@@ -73,8 +71,6 @@ def loader(clk, rst, init, take, tdata, tlast, n, ctx, cc, need, lc, step_ld, ba
     def mask_write():
         if take and ph == LD_MASK:
             mask_mem[cnt].next = mrow_w
-        if take:
-            held.next = tdata
         if init:
             onehot.next = 1
             above.next = ALL & ~1
@@ -124,9 +120,16 @@ def loader(clk, rst, init, take, tdata, tlast, n, ctx, cc, need, lc, step_ld, ba
         @always_comb
         def word():
             wdata.next = tdata
-    else:
-        @always_comb
-        def word():
-            wdata.next = (tdata << len(held)) | held
 
-    return wants, errors, mask_write, seq, word
+        return wants, errors, mask_write, seq, word
+
+    @always(clk.posedge)
+    def hold():
+        if take:
+            held.next = tdata
+
+    @always_comb
+    def word2():
+        wdata.next = (tdata << len(held)) | held
+
+    return wants, errors, mask_write, seq, hold, word2
