@@ -53,25 +53,11 @@ from .axil import AxiLite, axil_regs, register_signals
 from .draftengine_ctrl import (BIT_SOFT, CMAP, N_STATES, OP_LP, OP_LW, ST_ACT, SB_BUSY, ST_DONE, SB_DONE, ST_DRAIN,
                                ST_ERR, SB_ERROR, ST_IDLE, ST_LOAD, ST_MAC, Counts, Issue, Job, job_counters,
                                job_loader, job_operands, job_state, mac_issue)
-from .pipe import Ram, delay, mul_latency, mul_wide, reg
+from .pipe import Ram, delay, mul_latency, mul_wide, ram_port, reg
 
 
 def _signed(bits: int, val: int = 0) -> intbv:
     return intbv(val, min=-(1 << (bits - 1)), max=1 << (bits - 1))
-
-
-@block
-def ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem):
-    """The one port of :func:`sdp_ram` over memory ``mem``: a write, and a registered read enabled by ``ce``."""
-
-    @always(clk.posedge)
-    def port():
-        if we:
-            mem[waddr].next = wdata
-        if ce:
-            rdata.next = mem[raddr]
-
-    return port
 
 
 @block

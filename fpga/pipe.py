@@ -47,6 +47,21 @@ class Ram(list):
 
 
 @block
+def ram_port(clk, we, waddr, wdata, ce, raddr, rdata, mem):
+    """A simple dual-port memory ``mem`` (a :class:`Ram`): a write port, and a read registered when ``ce`` is high
+    (block RAM's output register, held while the pipeline stalls)."""
+
+    @always(clk.posedge)
+    def port():
+        if we:
+            mem[waddr].next = wdata
+        if ce:
+            rdata.next = mem[raddr]
+
+    return port
+
+
+@block
 def reg(clk, ce, din, dout):
     """``dout`` = ``din`` one enabled cycle later (no reset: the value is qualified by a valid bit)."""
 

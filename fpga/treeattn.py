@@ -35,7 +35,7 @@ from hwcontract import params as hwparams
 from hwcontract.regmap import REG_BITS, TA_BEAT_BITS, core
 
 from .axil import AxiLite, axil_regs, register_signals
-from .pipe import Ram, delay
+from .pipe import Ram, delay, ram_port
 from .treeattn_defs import BYTE, L_BITS, MULT_BITS, R_BITS, SHIFT_BITS, W_BITS, Geo, bits_for, signed, signed_ram
 from .treeattn_lane import add_tree, lane_acc, lane_mul, lane_work
 from .treeattn_load import loader
@@ -47,20 +47,6 @@ CMAP = core("treeattn")
 ST_IDLE, ST_CHECK, ST_RUN, ST_DONE, ST_ERR = range(5)
 S_WT = 3            # issue to the lanes' products (S3): the weighted sums' accumulate
 S_WB = 8            # issue to the rescale's accumulator write (S8)
-
-
-@block
-def sdp(clk, ce, we, wa, wd, ra, rd, mem):
-    """A memory's write port and its registered read (enabled by ``ce``)."""
-
-    @always(clk.posedge)
-    def port():
-        if we:
-            mem[wa].next = wd
-        if ce:
-            rd.next = mem[ra]
-
-    return port
 
 
 @block
@@ -305,8 +291,8 @@ def core_memories(c, clk, rst, tdata) -> list:
     ld = loader(clk, rst, c.init, c.take, tdata, c.s_tlast, c.n, c.ctx, c.cc,
                 c.need, c.lc, c.step_ld, c.bad_mask, c.short, c.long_, mask_mem, c.mrow_w,
                 c.q_we, c.kv_we, c.q_wa, c.kv_wa, c.wdata, g)
-    return [mask_read, ld, sdp(clk, c.ce, c.q_we, c.q_wa, c.wdata, c.q_ra, c.q_rd, q_mem),
-            sdp(clk, c.ce, c.kv_we, c.kv_wa, c.wdata, c.kv_ra, c.kv_rd, kv_mem)]
+    return [mask_read, ld, ram_port(clk, c.q_we, c.q_wa, c.wdata, c.ce, c.q_ra, c.q_rd, q_mem),
+            ram_port(clk, c.kv_we, c.kv_wa, c.wdata, c.ce, c.kv_ra, c.kv_rd, kv_mem)]
 
 
 @block

@@ -347,6 +347,21 @@ DE_SHIFT_MAX = 48           # per-channel right shift 0..48 ((acc + bias) * MULT
 DE_OUT_BITS = tuple(DE_OUT_CODES)   # output width: 8/16 requantized and saturated; 32 is acc + bias, saturated
 
 
+def _normalised(s: float, bits: int, shift_max: int) -> tuple[int, int]:
+    """``(MULT, SHIFT)``, SHIFT in 0..``shift_max``, with ``MULT * 2**-SHIFT`` the nearest value to ``s > 0`` and
+    MULT normalised to ``bits`` bits (its top bit set) where the shift allows: the rule of every per-channel or
+    per-job multiplier of the contract. MULT is 0 for an ``s`` too small for ``shift_max``, and above
+    ``2**bits - 1`` only at SHIFT 0 (``s`` rounds past the widest MULT): the caller refuses both, naming its own
+    register."""
+    top = (1 << bits) - 1
+    shift = min(shift_max, max(0, bits - math.frexp(s)[1]))
+    mult = round(s * (1 << shift))
+    if mult > top and shift > 0:    # rounding carried into bit ``bits``
+        shift -= 1
+        mult = round(s * (1 << shift))
+    return mult, shift
+
+
 def de_multiplier(scale: float) -> tuple[int, int]:
     """``(MULT, SHIFT)`` with ``MULT * 2**-SHIFT`` the nearest representable value to ``scale``.
 
@@ -365,11 +380,7 @@ def de_multiplier(scale: float) -> tuple[int, int]:
     top = (1 << DE_MULT_BITS) - 1
     if s > top:
         raise ValueError(f"requantization scale {scale!r} above {top} (MULT is {DE_MULT_BITS} bits, SHIFT >= 0)")
-    shift = min(DE_SHIFT_MAX, max(0, DE_MULT_BITS - 1 - math.frexp(s)[1] + 1))
-    mult = round(s * (1 << shift))
-    if mult > top:                  # rounding carried into bit 16
-        shift -= 1
-        mult = round(s * (1 << shift))
+    mult, shift = _normalised(s, DE_MULT_BITS, DE_SHIFT_MAX)
     if mult == 0:
         raise ValueError(f"requantization scale {scale!r} at or below 2**-{DE_SHIFT_MAX + 1}: MULT rounds to 0")
     return mult, shift
@@ -491,14 +502,10 @@ def ta_multiplier(scale_q: float, scale_k: float, head_dim: int) -> tuple[int, i
         raise ValueError(f"treeattn: head_dim={head_dim!r} must be a positive integer")
     s = (1 << TA_DIST_FRAC) * float(scale_q) * float(scale_k) / math.sqrt(head_dim)
     top = (1 << TA_MULT_BITS) - 1
-    if s > top + 0.5:
+    mult, shift = _normalised(s, TA_MULT_BITS, TA_SHIFT_MAX)
+    if mult > top:
         raise ValueError(f"treeattn: distance scale {s:.6g} (256 * scale_q * scale_k / sqrt(head_dim)) above {top}: "
                          f"MULT is {TA_MULT_BITS} bits")
-    shift = min(TA_SHIFT_MAX, max(0, TA_MULT_BITS - math.frexp(s)[1]))
-    mult = round(s * (1 << shift))
-    if mult > top:                  # rounding carried into bit 16
-        shift -= 1
-        mult = round(s * (1 << shift))
     if mult == 0:
         raise ValueError(f"treeattn: distance scale {s:.6g} rounds to MULT 0 at SHIFT {TA_SHIFT_MAX}")
     return mult, shift

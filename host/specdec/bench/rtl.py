@@ -300,6 +300,12 @@ def treemask(nodes=(1, 8, 16, 32, 64), out: str | Path | None = None,
     return res
 
 
+def _yosys_line(r: dict, cells: str, note: str | None) -> str:
+    """A core's yosys row in a bench summary: LUTs with LUT RAM, flip-flops, ``cells``, the logic's arrival."""
+    return (f"  yosys: {r['lut']} LUT + {r['lutram']} LUTRAM ({r['lut_pct']:.2f}% with LUTRAM), {r['ff']} FF, "
+            f"{cells}; arrival {r['arrival_ns']} ns ({note or 'logic only'})")
+
+
 def format_treemask(res: dict) -> str:
     """A short human summary of :func:`treemask`'s result."""
     lines = [f"treemask NODES_MAX={res['nodes_max']} ({res['backend']}); model {res['model']}"]
@@ -308,9 +314,7 @@ def format_treemask(res: dict) -> str:
                      f"ratio {s['ratio']:.3f}  stall {s['cycles_stall']}")
     r = res.get("resources")
     if r:
-        lines.append(f"  yosys: {r['lut']} LUT + {r['lutram']} LUTRAM ({r['lut_pct']:.2f}% with LUTRAM), {r['ff']} FF, "
-                     f"{r['carry4']} CARRY4, {r['bram36']:g} BRAM36, {r['dsp']} DSP; arrival {r['arrival_ns']} ns "
-                     f"(logic only)")
+        lines.append(_yosys_line(r, f"{r['carry4']} CARRY4, {r['bram36']:g} BRAM36, {r['dsp']} DSP", None))
     return "\n".join(lines)
 
 
@@ -413,9 +417,7 @@ def format_kv(res: dict) -> str:
                      f"{c['rollback_constant']} {c['rollback_free_cycles']}")
         r = e.get("resources")
         if r:
-            lines.append(f"  yosys: {r['lut']} LUT + {r['lutram']} LUTRAM ({r['lut_pct']:.2f}% with LUTRAM), "
-                         f"{r['ff']} FF, "
-                         f"{r['bram36']:g} BRAM36; arrival {r['arrival_ns']} ns ({r['arrival_note'] or 'logic only'})")
+            lines.append(_yosys_line(r, f"{r['bram36']:g} BRAM36", r["arrival_note"]))
     for label, d in (res.get("decode") or {}).items():
         lines.append(f"decode {label}: {d['rounds']} rounds, pages in use max {d['pages_in_use_max']} of "
                      f"{d['pool_pages']} ({d['block_tokens']} tokens/page), {d['kv_ops_per_round']:.1f} ops and "

@@ -36,6 +36,13 @@ class RegisterModel(ABC):
         self.ro = {r.name: 0 for r in cmap.registers if r.access == "ro" and r.name != "ID"}
         self.busy = self.done = False
         self.err = 0
+        self.frames: list[list[int]] = []       # output frames not yet taken (a core with an m_axis stream)
+        self.pending: dict | None = None        # the job or operation waiting for its s_axis frame
+
+    @property
+    def has_output(self) -> bool:
+        """Whether the core has an output stream (an ``out`` stream in its contract)."""
+        return any(st.direction == "out" for st in self.cmap.streams)
 
     def read(self, offset: int) -> int:
         r = self.cmap.at(offset)
@@ -80,7 +87,10 @@ class RegisterModel(ABC):
         self.err |= self.cmap.reg("ERR").field(name).mask
 
     def on_soft_reset(self) -> None:
-        """What else a soft reset clears in this core (its datapath); nothing by default."""
+        """What else a soft reset clears in this core: its output stage (no frame is left to receive) and the job
+        waiting for its input frame; a core with more datapath state extends it."""
+        self.frames.clear()
+        self.pending = None
 
     @abstractmethod
     def on_ctrl(self, bits: dict[str, int]) -> None:
@@ -297,16 +307,12 @@ class TreemaskModel(RegisterModel):
         hwparams.check("treemask", dict(NODES_MAX=nodes_max))
         self.nodes_max = nodes_max
         self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(NODES_MAX=nodes_max)
-        self.frames: list[list[int]] = []
 
     def parents(self, n: int) -> list[int]:
         """The PARENT fields of nodes 0..n-1 as the registers hold them."""
         per = len(self.cmap.reg("PARENT0").fields)
         return [self.cmap.reg(f"PARENT{k // per}").decode(self.rw[f"PARENT{k // per}"])[f"P{k % per}"]
                 for k in range(n)]
-
-    def on_soft_reset(self) -> None:
-        self.frames.clear()             # the core's output stage is cleared: no frame is left to receive
 
     def on_ctrl(self, bits: dict[str, int]) -> None:
         if not bits["START"] or self.busy:
@@ -416,12 +422,6 @@ class DraftengineModel(RegisterModel):
         self.ro.update(PARAMS=self.cmap.reg("PARAMS").encode(ROWS=self.rows, COLS=self.cols, M_MAX=self.m_max,
                                                              URAM=self.uram),
                        WDEPTH=self.wdepth, PDEPTH=self.pdepth, K_MAX=self.k_max)
-        self.frames: list[list[int]] = []
-        self.pending: dict | None = None          # the operation waiting for its s_axis frame
-
-    def on_soft_reset(self) -> None:
-        self.frames.clear()
-        self.pending = None
 
     def on_ctrl(self, bits: dict[str, int]) -> None:
         if not bits["START"] or self.busy:
@@ -524,12 +524,6 @@ class TreeattnModel(RegisterModel):
                                                              NODES_MAX=p["NODES_MAX"], LANES=p["LANES"],
                                                              BLOCK=p["BLOCK"]),
                        CTX_MAX=p["CTX_MAX"])
-        self.frames: list[list[int]] = []
-        self.pending: dict | None = None          # the job waiting for its s_axis frame
-
-    def on_soft_reset(self) -> None:
-        self.frames.clear()
-        self.pending = None
 
     def on_ctrl(self, bits: dict[str, int]) -> None:
         if not bits["START"] or self.busy:
@@ -600,7 +594,7 @@ class GoldenDevice(RegisterDevice):
     def sink(self, base: int = 0) -> GoldenSink:
         """The word stream out of the model at ``base`` (a core with a stream output)."""
         m = self.models.get(base)
-        if not hasattr(m, "frames"):
+        if m is None or not m.has_output:
             raise KeyError(f"no core with an output stream at {base:#x}; cores: "
                            f"{ {hex(b): m.cmap.name for b, m in self.models.items()} }")
         return GoldenSink(m)

@@ -237,6 +237,43 @@ SG_CMPLT = 1 << 31
 SG_ERRORS = 0x7 << 28
 
 
+def _descriptor(desc: np.ndarray, i: int, nxt: int, addr: int, control: int) -> None:
+    """Descriptor ``i`` of ``desc`` (PG021's 16-word layout): NXTDESC, BUFFER_ADDRESS (64-bit each) and CONTROL."""
+    desc[i, 0], desc[i, 1] = nxt & 0xFFFFFFFF, nxt >> 32
+    desc[i, 2], desc[i, 3] = addr & 0xFFFFFFFF, addr >> 32
+    desc[i, 6] = control
+
+
+def _run_chain(ch, head: int, tail: int) -> None:
+    """Start scatter-gather channel ``ch`` on the chain ``head`` .. ``tail``: CURDESC while halted, run, then
+    TAILDESC, whose write starts the fetch (PG021)."""
+    ch.stop()
+    ch._mmio.write(ch._offset + 0x08, head & 0xFFFFFFFF)
+    ch._mmio.write(ch._offset + 0x0C, head >> 32)
+    ch.start()
+    ch._mmio.write(ch._offset + 0x10, tail & 0xFFFFFFFF)
+    ch._mmio.write(ch._offset + 0x14, tail >> 32)
+
+
+def _wait_idle(ch, poll_limit: int, error: str, timeout: str) -> None:
+    """Poll ``ch`` until idle: SpecdecError ``error`` when its status shows an error, CoreTimeout ``timeout`` after
+    ``poll_limit`` polls."""
+    for _ in range(poll_limit):
+        if ch.idle:
+            return
+        if ch.error:
+            raise SpecdecError(error)
+    raise CoreTimeout(timeout)
+
+
+def _invalidate(*buffers) -> None:
+    """Drop the cached lines of ``buffers`` the DMA wrote behind the cache (pynq buffers; plain arrays have none)."""
+    for buf in buffers:
+        invalidate = getattr(buf, "invalidate", None)
+        if invalidate is not None:
+            invalidate()
+
+
 class DmaGatherStream(RowStream):
     """One frame from several buffers through an AXI DMA's MM2S channel in scatter-gather mode: a descriptor per
     part, TXSOF on the first, TXEOF (so TLAST) on the last, each reading its part where it lies (a KV page at its
@@ -288,11 +325,8 @@ class DmaGatherStream(RowStream):
         for i, part in enumerate(parts):
             if part.nbytes > limit:
                 raise ValueError(f"a stream part of {part.nbytes} bytes exceeds the DMA's {limit}-byte transfers")
-            nxt = head + ((i + 1) % len(parts)) * SG_WORDS * 4
-            addr = int(part.physical_address)
-            desc[i, 0], desc[i, 1] = nxt & 0xFFFFFFFF, nxt >> 32
-            desc[i, 2], desc[i, 3] = addr & 0xFFFFFFFF, addr >> 32
-            desc[i, 6] = part.nbytes | (SG_TXSOF if i == 0 else 0) | (SG_TXEOF if i == len(parts) - 1 else 0)
+            _descriptor(desc, i, head + ((i + 1) % len(parts)) * SG_WORDS * 4, int(part.physical_address),
+                        part.nbytes | (SG_TXSOF if i == 0 else 0) | (SG_TXEOF if i == len(parts) - 1 else 0))
         return desc
 
     def send_parts(self, parts: Sequence[np.ndarray]) -> None:
@@ -303,25 +337,12 @@ class DmaGatherStream(RowStream):
             if flush is not None:
                 flush()
         desc.flush()
-        ch = self.channel
-        ch.stop()
-        head, tail = int(desc.physical_address), int(desc.physical_address) + (len(desc) - 1) * SG_WORDS * 4
-        ch._mmio.write(ch._offset + 0x08, head & 0xFFFFFFFF)        # CURDESC, then run, then TAILDESC starts it
-        ch._mmio.write(ch._offset + 0x0C, head >> 32)
-        ch.start()
-        ch._mmio.write(ch._offset + 0x10, tail & 0xFFFFFFFF)
-        ch._mmio.write(ch._offset + 0x14, tail >> 32)
-        for _ in range(self.poll_limit):
-            if ch.idle:
-                break
-            if ch.error:
-                raise SpecdecError(f"DMA gather of {len(desc)} parts stopped on an error (MM2S_DMASR error bits set; "
-                                   "the DMA's soft reset clears them)")
-        else:
-            raise CoreTimeout(f"DMA gather of {len(desc)} parts not done after {self.poll_limit} polls")
-        invalidate = getattr(desc, "invalidate", None)
-        if invalidate is not None:
-            invalidate()                                # the DMA wrote the status words behind the cache
+        head = int(desc.physical_address)
+        _run_chain(self.channel, head, head + (len(desc) - 1) * SG_WORDS * 4)
+        _wait_idle(self.channel, self.poll_limit,
+                   f"DMA gather of {len(desc)} parts stopped on an error (MM2S_DMASR error bits set; the DMA's soft "
+                   "reset clears them)", f"DMA gather of {len(desc)} parts not done after {self.poll_limit} polls")
+        _invalidate(desc)                               # the DMA wrote the status words
         done = desc[:, 7]
         if (done & SG_ERRORS).any() or not (done & SG_CMPLT).all():
             raise SpecdecError(f"DMA gather: descriptor status words {[hex(int(w)) for w in done]} (not all "
@@ -372,34 +393,18 @@ class DmaGatherSink(WordSink):
         """One descriptor over the buffer (NXTDESC pointing to itself), CURDESC = TAILDESC = it, the channel run."""
         desc, head, addr = self.desc, int(self.desc.physical_address), int(self.buffer.physical_address)
         desc[...] = 0
-        desc[0, 0], desc[0, 1] = head & 0xFFFFFFFF, head >> 32
-        desc[0, 2], desc[0, 3] = addr & 0xFFFFFFFF, addr >> 32
-        desc[0, 6] = self.buffer.nbytes
+        _descriptor(desc, 0, head, addr, self.buffer.nbytes)
         desc.flush()
-        ch = self.channel
-        ch.stop()
-        ch._mmio.write(ch._offset + 0x08, head & 0xFFFFFFFF)        # CURDESC, then run, then TAILDESC arms it
-        ch._mmio.write(ch._offset + 0x0C, head >> 32)
-        ch.start()
-        ch._mmio.write(ch._offset + 0x10, head & 0xFFFFFFFF)
-        ch._mmio.write(ch._offset + 0x14, head >> 32)
+        _run_chain(self.channel, head, head)
 
     def recv(self) -> list[int]:
         self._arm()
-        ch = self.channel
-        for _ in range(self.poll_limit):
-            if ch.idle:
-                break
-            if ch.error:
-                raise SpecdecError(f"DMA gather receive into {self.buffer.nbytes} bytes stopped on an error "
-                                   "(S2MM_DMASR error bits set; the DMA's soft reset clears them)")
-        else:
-            raise CoreTimeout(f"DMA receive not done after {self.poll_limit} polls (no TLAST from the core, or a "
-                              f"frame longer than the {self.buffer.nbytes}-byte buffer)")
-        for buf in (self.desc, self.buffer):
-            invalidate = getattr(buf, "invalidate", None)
-            if invalidate is not None:
-                invalidate()                            # the DMA wrote them behind the cache
+        _wait_idle(self.channel, self.poll_limit,
+                   f"DMA gather receive into {self.buffer.nbytes} bytes stopped on an error (S2MM_DMASR error bits "
+                   "set; the DMA's soft reset clears them)",
+                   f"DMA receive not done after {self.poll_limit} polls (no TLAST from the core, or a frame longer "
+                   f"than the {self.buffer.nbytes}-byte buffer)")
+        _invalidate(self.desc, self.buffer)             # the DMA wrote them behind the cache
         status = int(self.desc[0, 7])
         if status & SG_ERRORS or not status & SG_CMPLT or not status & SG_RXEOF:
             raise SpecdecError(f"DMA gather receive: descriptor status {status:#x} (an error bit set, not complete, "

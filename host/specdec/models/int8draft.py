@@ -320,11 +320,11 @@ def bind(model, engine, streaming: bool | str = "auto") -> dict:
     for placed, (m, attr, w, bias) in zip(plan["placed"], mats):    # placed first: the window is what is left
         if placed:
             at = engine.place(w, bias, m.q.mult, m.q.shift)
-            setattr(m, attr, functools.partial(_run_on, engine, at, m.q.out_bits))
+            setattr(m, attr, functools.partial(run_on, engine, at, m.q.out_bits))
     for placed, (m, attr, w, bias) in zip(plan["placed"], mats):
         if not placed:
             layer = engine.stream_layer(w, bias, m.q.mult, m.q.shift)
-            setattr(m, attr, functools.partial(_stream_on, engine, layer, m.q.out_bits))
+            setattr(m, attr, functools.partial(stream_on, engine, layer, m.q.out_bits))
     return {"layers": len(mods), **{k: v for k, v in plan.items() if k != "placed"},
             "streamed": not all(plan["placed"])}
 
@@ -371,7 +371,9 @@ def layout(shapes, engine, stream_all: bool = False) -> dict:
             "streamed_param_tiles": sum(nd[1] for _, nd in streamed), "loads": loads}
 
 
-def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+def run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+    """One layer whose weights the engine holds at ``at``: its rows ``x_q`` in jobs of at most ``M_MAX`` rows;
+    (outputs, saturated count). A layer runner of :func:`bind` (and of the int8 EAGLE head's binding)."""
     ys, sat = [], 0
     for i in range(0, len(x_q), engine.m_max):
         y, s = engine.matmul(x_q[i:i + engine.m_max], at, out_bits)
@@ -380,7 +382,9 @@ def _run_on(engine, at, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int
     return np.concatenate(ys), sat
 
 
-def _stream_on(engine, layer, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+def stream_on(engine, layer, out_bits: int, x_q: np.ndarray) -> tuple[np.ndarray, int]:
+    """One layer whose weights stream in before its job (``engine.stream_layer``'s ``layer``): (outputs,
+    saturated count)."""
     return engine.matmul_streamed(x_q, layer, out_bits)
 
 

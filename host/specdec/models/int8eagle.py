@@ -35,7 +35,7 @@ from hls_ref import treeattn
 
 from . import corpus
 from .hotvocab import scatter
-from .int8draft import ACT_PLANES, ALPHA, ALPHA_HEAD, QLinear, _run_on, _stream_on, layout, quantize_linear
+from .int8draft import ACT_PLANES, ALPHA, ALPHA_HEAD, QLinear, run_on, stream_on, layout, quantize_linear
 from .lm import CacheStateError
 
 #: The head's linear layers in the order one drafted token runs them: ``(name, path of the float weight)``.
@@ -532,9 +532,9 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4)
             ql = head.q.linears[p.name]
             bits = ql.out_bits if p.k1 - p.k0 == ql.w.shape[1] else 32
             if placed:
-                run = functools.partial(_run_on, engine, engine.place(w, bias, mult, shift), bits)
+                run = functools.partial(run_on, engine, engine.place(w, bias, mult, shift), bits)
             else:
-                run = functools.partial(_stream_on, engine, engine.stream_layer(w, bias, mult, shift), bits)
+                run = functools.partial(stream_on, engine, engine.stream_layer(w, bias, mult, shift), bits)
             runs.setdefault((p.name, p.which), []).append((p, run))
     for name, ql in head.q.linears.items():
         rs = [functools.partial(_pieced, head, ql, sorted(runs[(name, which)], key=lambda r: (r[0].n0, r[0].k0)))
