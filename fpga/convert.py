@@ -35,6 +35,7 @@ BLOCKS = {
     "kvpage": ("fpga.kvpage", "kvpage"),
     "draftengine": ("fpga.draftengine", "draftengine"),
     "treeattn": ("fpga.treeattn", "treeattn"),
+    "vecunit": ("fpga.vecunit", "vecunit"),
     "system": ("fpga.system", "system"),     # verifier + treemask + kvpage + draft engine (the whole loop)
     "overlay": ("fpga.overlay_top", "overlay"),   # every core cell of a board's block design (the emulated board)
     "axil": ("fpga.axil_top", "axil_top"),   # the AXI-Lite register slave alone (the report's axil row)
@@ -43,7 +44,7 @@ CORES = tuple(hwparams.CORES)       # the cores (each has five faces); "system" 
 #: The module that holds each FSM's ``ST_*`` state codes (a split block keeps them beside its sub-blocks): what a
 #: waves dump's ``state`` register is decoded with (``specdec.sim.waves``). ``rng`` has no FSM.
 FSM = {"verifier": "fpga.verifier_defs", "treemask": "fpga.treemask", "kvpage": "fpga.kvpage_defs",
-       "draftengine": "fpga.draftengine_ctrl", "treeattn": "fpga.treeattn"}
+       "draftengine": "fpga.draftengine_ctrl", "treeattn": "fpga.treeattn", "vecunit": "fpga.vecunit"}
 WRAPPERS = ("axil",)                # toplevels without build parameters (not in hwcontract.params)
 
 _ROOT = Path(__file__).resolve().parents[1]

@@ -69,8 +69,9 @@ ARRIVAL_GOAL_NS = 4.0       # issue #14: every core's real build at 4.0 ns or le
 #: build, specdec.hw.builds.KV_PARAMS; the KV260's has 256-row tables, sized in its overlay); the draft engine at
 #: 8 x 8 (the array ``specdec bench draft`` projects; a 2,048-beat weight memory: any one layer of the demo draft but
 #: the head) and at the PYNQ-Z2 overlay's 4 x 8 (``fpga.overlay_budget.Z2_DRAFTENGINE``); the tree-attention unit at
-#: the contract's defaults (the EAGLE head's shape: HEAD_DIM 64, GROUP 3, NODES_MAX 64, LANES 16, BLOCK 32); rng; the
-#: AXI-Lite slave alone (fpga.axil_top, the verifier's map).
+#: the contract's defaults (the EAGLE head's shape: HEAD_DIM 64, GROUP 3, NODES_MAX 64, LANES 16, BLOCK 32); the
+#: vector unit at the contract's defaults (LEN_MAX 16384, PARTS_MAX 16, HALF_MAX 64, K_MAX 8); rng; the AXI-Lite slave
+#: alone (fpga.axil_top, the verifier's map).
 REPORT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("verifier", {"VOCAB_MAX": 50272, "LANES": 4}),
     ("verifier", {"VOCAB_MAX": 50272, "LANES": 8}),
@@ -81,6 +82,7 @@ REPORT_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("draftengine", {"ROWS": 8, "COLS": 8, "WDEPTH": 2048, "PDEPTH": 256, "K_MAX": 1024, "M_MAX": 16}),
     ("draftengine", {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}),
     ("treeattn", {}),
+    ("vecunit", {}),
     ("rng", {}),
     ("axil", {}),
 )

@@ -4,7 +4,7 @@
 header under ``hls_ref/include`` and the compiler flags, so an edit to any of them rebuilds and an
 unchanged tree reuses the cached library. Typed wrappers per core (:func:`rng_run`, :func:`verifier_round`,
 :func:`verifier_tree_round`, :func:`treemask_run`, :class:`KvpageCpp`, :func:`kvpage_id_hash`,
-:func:`draftengine_run`) sit on top.
+:func:`draftengine_run`, :func:`treeattn_run`, :func:`vecunit_run`) sit on top.
 """
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ import numpy as np
 
 from hls_ref import treeattn as golden_treeattn
 from hls_ref import treemask as golden_treemask
+from hls_ref import vecunit as golden_vecunit
 from hls_ref import verifier as golden_verifier
 from hwcontract import params as hwparams
-from hwcontract.formats import EH_SIZE, EL_SIZE, EXP_LIMIT, draft_tokens, integers_in
+from hwcontract.formats import (EH_SIZE, EL_SIZE, EXP_LIMIT, VU_OP, VU_SIN_STEPS, draft_tokens, integers_in,
+                                vu_sigmoid_table, vu_frame_bytes)
 from hwcontract.regmap import KV_SLOTS, TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT, core, flag, integer
 from hwcontract.tree import check_field_widths, node_entries
 
@@ -731,3 +733,111 @@ def treeattn_run(job, params=None) -> tuple[np.ndarray, dict]:
 def treeattn_id_hash() -> int:
     """``SPECDEC_TREEATTN_ID_HASH`` as compiled into the library."""
     return int(_treeattn().treeattn_id_hash())
+
+
+# ------------------------------------------------------------------------------------------------
+# vecunit
+# ------------------------------------------------------------------------------------------------
+
+#: Keys of :func:`vecunit_frame`'s result: the vecunit's ``RESULT`` register group in lower case, then ERR.
+VECUNIT_FIELDS = core("vecunit").group("RESULT").fields + ("err",)
+_VU_PARAMS = ("LEN_MAX", "PARTS_MAX", "HALF_MAX", "K_MAX")
+_VU_REGS = ("OP", "LEN", "FLAGS", "PARTS", "WMASK", "POS", "HALF", "EPS", "NORM_MULT", "K")
+_i32p = ctypes.POINTER(ctypes.c_int32)
+
+
+@functools.lru_cache(maxsize=None)
+def _vecunit() -> ctypes.CDLL:
+    lib = load("vecunit")
+    p = ctypes.c_void_p
+    lib.vecunit_run.argtypes = [p, p, p, ctypes.c_uint64, p, ctypes.c_uint64, p]
+    lib.vecunit_run.restype = ctypes.c_int
+    lib.vecunit_tables.argtypes = [_i32p, _i32p]
+    lib.vecunit_tables.restype = None
+    lib.vecunit_sincos.argtypes = [ctypes.c_uint32, _i32p]
+    lib.vecunit_sincos.restype = None
+    lib.vecunit_id_hash.argtypes = []
+    lib.vecunit_id_hash.restype = ctypes.c_uint32
+    return lib
+
+
+def vecunit_beats(x, c) -> np.ndarray:
+    """The s_axis beats (uint64: X in bits 31..0, C in 63..32) of X words ``x`` (int32 values) and C words ``c``
+    (uint32 values): :func:`hwcontract.formats.vu_frame_bytes` read as words; ValueError for a word outside its
+    range or lengths that differ."""
+    return vu_frame_bytes(x, c).reshape(-1).view("<u8").astype(np.uint64)
+
+
+def vecunit_frame(registers, beats, params=None) -> tuple[np.ndarray, dict]:
+    """One job through the C++ reference from its registers and its s_axis frame.
+
+    Parameters
+    ----------
+    registers : mapping of str to int
+        The rw registers by name (``OP, LEN, FLAGS, PARTS, WMASK, POS, HALF, EPS, NORM_MULT, K``: 32-bit values; a
+        missing one takes its reset value).
+    beats : array of uint64, shape (beats,)
+        The s_axis beats (:func:`vecunit_beats`), TLAST on the last.
+    params : mapping, optional
+        Build parameters (hwcontract.params core "vecunit"; ValueError for a bad one).
+
+    Returns
+    -------
+    y : ndarray of int64
+        The m_axis words (LEN of them, TOPK 2 K); empty on an error.
+    result : dict
+        :data:`VECUNIT_FIELDS`: ``saturated, beats_in, beats_out, err``.
+    """
+    p = hwparams.check("vecunit", params)
+    cmap = core("vecunit")
+    unknown = sorted(set(registers) - set(_VU_REGS))
+    if unknown:
+        raise KeyError(f"vecunit: no register {unknown[0]!r} among {_VU_REGS}")
+    regs = [integer(registers.get(n, cmap.reg(n).reset), f"vecunit: {n}") for n in _VU_REGS]
+    for name, v in zip(_VU_REGS, regs):
+        if not 0 <= v <= 0xFFFFFFFF:
+            raise ValueError(f"vecunit: {name}={v} does not fit its 32-bit register")
+    data = np.ascontiguousarray(np.asarray(beats).ravel())
+    if data.dtype != np.uint64:
+        raise ValueError(f"vecunit: s_axis beats must be uint64 words, got dtype {data.dtype}")
+    r = dict(zip(_VU_REGS, regs))
+    cap = 2 * r["K"] if r["OP"] == VU_OP["TOPK"] else r["LEN"]
+    out = np.zeros(max(1, min(cap, 2 * p["LEN_MAX"])), dtype=np.int32)
+    pw = np.array([p[k] for k in _VU_PARAMS], dtype=np.uint32)
+    rw = np.array(regs, dtype=np.uint32)
+    result = np.zeros(len(VECUNIT_FIELDS), dtype=np.uint32)
+    rc = _vecunit().vecunit_run(pw.ctypes.data, rw.ctypes.data, data.ctypes.data, data.size, out.ctypes.data,
+                                out.size, result.ctypes.data)
+    if rc < 0:
+        raise ValueError(f"C++ vecunit_run refused the build parameters {p}" if rc == -1 else
+                         f"C++ vecunit_run: {out.size} output words are fewer than the job's")
+    res = dict(zip(VECUNIT_FIELDS, (int(v) for v in result), strict=True))
+    return out[:0 if res["err"] else res["beats_out"]].astype(np.int64), res
+
+
+def vecunit_run(job, params=None) -> tuple[np.ndarray, dict]:
+    """One ``hls_ref.vecunit.Job`` through the C++ reference (checked by the golden model's
+    :func:`~hls_ref.vecunit.check` first): ``(y, {saturated, beats_in, beats_out, err})``."""
+    j = golden_vecunit.check(job)
+    return vecunit_frame(j.registers(), vecunit_beats(j.x, j.c), params)
+
+
+def vecunit_tables() -> tuple[np.ndarray, np.ndarray]:
+    """The sine and sigmoid tables compiled into the library (``SPECDEC_VU_SIN``, ``SPECDEC_VU_SIG``), int64."""
+    sin = np.zeros(VU_SIN_STEPS + 1, dtype=np.int32)
+    sig = np.zeros(len(vu_sigmoid_table()), dtype=np.int32)
+    _vecunit().vecunit_tables(sin.ctypes.data_as(_i32p), sig.ctypes.data_as(_i32p))
+    return sin.astype(np.int64), sig.astype(np.int64)
+
+
+def vecunit_sincos(phase: int) -> tuple[int, int]:
+    """(cos, sin) in Q1.15 of a phase in turns (Q.32, a 32-bit value) as the C++ reference computes them."""
+    phase = _u32("phase", phase)
+    cs = np.zeros(2, dtype=np.int32)
+    _vecunit().vecunit_sincos(phase, cs.ctypes.data_as(_i32p))
+    return int(cs[0]), int(cs[1])
+
+
+def vecunit_id_hash() -> int:
+    """``SPECDEC_VECUNIT_ID_HASH`` as compiled into the library."""
+    return int(_vecunit().vecunit_id_hash())

@@ -14,17 +14,20 @@ ignores) and ``0 <= parents[i] < i``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hls_ref import kvpage as kv
 from hls_ref import treeattn as ta
 from hls_ref import treemask as tm
+from hls_ref import vecunit as vu
 from hls_ref.draftengine import Job as DEJob
 from hls_ref.rng import xoshiro128pp
-from hwcontract.formats import (DE_MULT_BITS, DE_OUT_BITS, DE_SHIFT_MAX, LOGIT_NEG_INF, fixed_point_dist,
-                                quantize, ta_multiplier)
+from hwcontract.formats import (DE_MULT_BITS, DE_OUT_BITS, DE_SHIFT_MAX, LOGIT_NEG_INF, VQ_FRAC, VU_MULT_BITS,
+                                VU_NORM_SHIFT, VU_OP, VU_SHIFT_MAX, fixed_point_dist, quantize, ta_multiplier,
+                                vu_scale_words, vu_turns)
+from hwcontract.regmap import VU_OPS
 
 M32 = 0xFFFFFFFF
 
@@ -559,4 +562,173 @@ def treeattn_set(seed: int, count: int, params: dict | None = None) -> list[ta.J
         mask = chain_mask(n) if i % 3 == 0 else tree_rows(random_parents(rng, n, str(rng.choice(TREE_STYLES))), nm)
         jobs.append(treeattn_job(rng, int(rng.integers(0, ctx(4 * blk) + 1)), mask, p))
     jobs += [treeattn_job(rng, cmax - 1, (1,), p), treeattn_job(rng, cmax, chain_mask(min(2, nm)), p)]
+    return jobs
+
+
+# ------------------------------------------------------------------------------------------------
+# vecunit: vector jobs (every operation, the edge values, every ERR bit)
+# ------------------------------------------------------------------------------------------------
+
+I32_EDGES = (-(1 << 31), (1 << 31) - 1, -(1 << 31) + 1, 0, 1, -1, 1 << 16, -(1 << 16))
+
+
+def vecunit_words(rng: np.random.Generator, n: int, style: str = "mixed") -> np.ndarray:
+    """``n`` X words (int32 values): ``"small"`` Q15.16 values of a few units, ``"wide"`` uniform over int32,
+    ``"edge"`` the int32 extremes and their neighbours (:data:`I32_EDGES`), ``"mixed"`` each word one of the three."""
+    small = np.round(rng.normal(0.0, float(rng.choice([0.05, 1.0, 8.0])), n) * (1 << VQ_FRAC)).astype(np.int64)
+    small = np.clip(small, -(1 << 31), (1 << 31) - 1)
+    wide = rng.integers(-(1 << 31), 1 << 31, n)
+    edge = rng.choice(np.array(I32_EDGES, dtype=np.int64), n)
+    if style != "mixed":
+        return {"small": small, "wide": wide, "edge": edge}[style]
+    pick = rng.integers(0, 3, n)
+    return np.where(pick == 0, small, np.where(pick == 1, wide, edge))
+
+
+def vecunit_scales(rng: np.random.Generator, n: int, shift: int = 24, edges: bool = True) -> np.ndarray:
+    """``n`` C words (vu_scale: MULT | SHIFT << 16): MULT over 16 bits, SHIFT within 4 of ``shift``; with
+    ``edges`` some MULT 0 and 65535 and some SHIFT 0 and 63."""
+    mult = rng.integers(1 << (VU_MULT_BITS - 1), 1 << VU_MULT_BITS, n)
+    sh = np.clip(shift + rng.integers(-4, 5, n), 0, VU_SHIFT_MAX)
+    if edges:
+        mult[rng.random(n) < 0.1] = 0
+        mult[rng.random(n) < 0.1] = (1 << VU_MULT_BITS) - 1
+        sh[rng.random(n) < 0.1] = 0
+        sh[rng.random(n) < 0.1] = VU_SHIFT_MAX
+    return mult | (sh << 16)
+
+
+def _vu_job(op: str, length: int, x, c, **regs) -> vu.Job:
+    return vu.Job(VU_OP[op], length, np.asarray(x, np.int64), np.asarray(c, np.int64), **regs)
+
+
+def vecunit_job(rng: np.random.Generator, op: str, length: int, params: dict, *, style: str = "mixed") -> vu.Job:
+    """One random legal job of operation ``op`` over ``length`` elements (ROPE: ``length`` rounded to whole heads
+    of a random HALF; TOPK: a random K) with X words of ``style`` (:func:`vecunit_words`)."""
+    p = vu.build(params)
+    flags = int(rng.integers(0, 8))
+    if op == "QUANT":
+        return _vu_job(op, length, vecunit_words(rng, length, style), vecunit_scales(rng, length), flags=flags)
+    if op == "DEQ":
+        parts = int(rng.integers(1, p["PARTS_MAX"] + 1))
+        res = bool(flags & vu.FLAG["RES"])
+        per = parts + res
+        c = np.zeros((length, per), np.int64)
+        c[:, 0] = vecunit_scales(rng, length, shift=int(rng.choice([16, 24, 32])))
+        c[:, 1:] = rng.integers(0, 1 << 32, (length, per - 1))        # ignored by the core
+        return _vu_job(op, length, vecunit_words(rng, length * per, style), c.reshape(-1), flags=flags, parts=parts,
+                       wmask=int(rng.integers(0, 1 << 32)))
+    if op == "NORMQ":
+        x = vecunit_words(rng, length, style)
+        nm = min(round((1 << VU_NORM_SHIFT) / length), (1 << 32) - 1)
+        c = np.concatenate([rng.integers(0, 1 << 32, length), vecunit_scales(rng, length, shift=26)])
+        return _vu_job(op, length, np.concatenate([x, x]), c, flags=flags, eps=int(rng.integers(0, 1 << 32)),
+                       norm_mult=int(rng.choice([nm, int(rng.integers(0, 1 << 32))])))
+    if op == "ROPE":
+        half = int(rng.choice([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= p["HALF_MAX"]]))
+        heads = max(1, length // (2 * half))
+        n = 2 * half * heads
+        pos = int(rng.choice([0, (1 << 32) - 1, int(rng.integers(0, 1 << 32)), int(rng.integers(0, 4096))]))
+        return _vu_job(op, n, vecunit_words(rng, n, style), rng.integers(0, 1 << 32, n), half=half, pos=pos)
+    if op == "SILU":
+        g = np.where(rng.random(length) < 0.5, rng.integers(-(20 << 16), 20 << 16, length),
+                     vecunit_words(rng, length, style))
+        x = np.stack([g, vecunit_words(rng, length, style)], 1).reshape(-1)
+        return _vu_job(op, length, x, rng.integers(0, 1 << 32, 2 * length))
+    if op == "TOPK":
+        x = vecunit_words(rng, length, style)
+        if rng.random() < 0.5:
+            x = rng.integers(-3, 4, length)                             # many ties
+        k = int(rng.integers(1, min(p["K_MAX"], length) + 1))
+        return _vu_job(op, length, x, rng.integers(0, 1 << 32, length), k=k)
+    raise ValueError(f"vecunit: no operation {op!r}; one of {VU_OPS}")
+
+
+def vecunit_directed(rng: np.random.Generator, params: dict) -> list[vu.Job]:
+    """The edge jobs: QUANT of the int32 extremes at SHIFT 0 and 63 (both plane settings); DEQ with PARTS_MAX parts,
+    every weight, a residual and both saturations; NORMQ with m = 0 (a zero row), with the largest sums, with
+    a tiny row (r at its top) and a typical one; ROPE at HALF 1 and HALF_MAX, POS 0 and 2**32-1, the extremes
+    rotated by an eighth of a turn (saturating); SILU beyond +-16 and saturating; TOPK with ties and K = LEN."""
+    p = vu.build(params)
+    e = np.array(I32_EDGES, np.int64)
+    ne = len(e)
+    pl = vu.FLAG["PLANES2"]
+    words0 = np.tile(np.array([1 | 0 << 16, 0xFFFF | 0 << 16, 0xFFFF | 63 << 16, 1 | 63 << 16], np.int64), ne)
+    jobs = [_vu_job("QUANT", 4 * ne, np.repeat(e, 4), words0, flags=pl),
+            _vu_job("QUANT", 4 * ne, np.repeat(e, 4), words0),
+            _vu_job("QUANT", 32, vecunit_words(rng, 32, "small"), vu_scale_words(np.full(32, 1 / (0.03 * 65536))),
+                    flags=pl)]
+    parts = p["PARTS_MAX"]
+    big = np.tile(np.array([(1 << 31) - 1, -(1 << 31)], np.int64), (4, parts + 1))[:, :parts + 1]
+    x = np.concatenate([big, vecunit_words(rng, 4 * (parts + 1), "wide").reshape(4, parts + 1)])
+    c = np.zeros((8, parts + 1), np.int64)
+    c[:, 0] = [0xFFFF, 1 << 16 | 0xFFFF, 63 << 16 | 0xFFFF, 0, 16 << 16 | 0x8000, 8 << 16 | 0xFFFF, 1, 40 << 16 | 9]
+    jobs += [_vu_job("DEQ", 8, x.reshape(-1), c.reshape(-1), flags=vu.FLAG["RES"], parts=parts, wmask=0x5555),
+             _vu_job("DEQ", 8, x[:, :parts].reshape(-1), c[:, :parts].reshape(-1), flags=vu.FLAG["SAT16"],
+                     parts=parts, wmask=(1 << 32) - 1),
+             vu.deq_job(rng.integers(-(1 << 20), 1 << 20, (min(2, parts), 24)),
+                        vu_scale_words(np.full(24, 2.0 ** -12)), 0b01,
+                        residual=vecunit_words(rng, 24, "small"), sat16=False),
+             vu.deq_job(rng.integers(-(1 << 20), 1 << 20, (1, 16)), vu_scale_words(np.full(16, 2.0 ** -4)), 0,
+                        sat16=True)]
+    n = 16
+    w = vu_scale_words(np.full(n, 1 / (0.05 * 65536)))
+    edges = np.resize(e, n)
+    jobs += [vu.normq_job(np.zeros(n, np.int64), w, 0),
+             _vu_job("NORMQ", n, np.concatenate([edges, edges]), np.concatenate([np.zeros(n, np.int64), w]),
+                     flags=pl, eps=(1 << 32) - 1, norm_mult=(1 << 32) - 1),
+             vu.normq_job(np.resize(np.array([1, -1, 0], np.int64), n), w, 0),
+             vu.normq_job(vecunit_words(rng, 64, "small"), vu_scale_words(np.full(64, 1 / (0.04 * 65536))),
+                          round(1e-6 * 2 ** 32))]
+    hm = p["HALF_MAX"]
+    turns = vu_turns(10000.0 ** (-np.arange(hm) / hm))
+    jobs += [vu.rope_job(vecunit_words(rng, 2, "wide"), turns[:1], 0, 1),
+             vu.rope_job(vecunit_words(rng, 2 * hm, "mixed"), turns, (1 << 32) - 1, hm),
+             vu.rope_job(np.full(2, -(1 << 31)), [1 << 29], 1, 1),             # an eighth of a turn: |y| > 2**31
+             vu.rope_job(vecunit_words(rng, 4 * min(32, hm), "small"), turns[:min(32, hm)], 1234, min(32, hm))]
+    g = np.array([-(1 << 31), -(17 << 16), -(16 << 16) - 1, -(16 << 16), -(16 << 16) + 1, -1, 0, 1, (16 << 16) - 1,
+                  16 << 16, (16 << 16) + 1, 17 << 16, (1 << 31) - 1], np.int64)
+    jobs += [vu.silu_job(g, np.resize(e, len(g))), vu.silu_job(g, np.full(len(g), (1 << 31) - 1)),
+             vu.silu_job(vecunit_words(rng, 32, "small"), vecunit_words(rng, 32, "small"))]
+    k = min(p["K_MAX"], 8)
+    jobs += [vu.topk_job(np.zeros(k, np.int64), k), vu.topk_job(np.resize(e, k), k),
+             vu.topk_job(np.array([5, 7, 7, 5, 9, 7, -1, 9, 9, 5], np.int64), min(p["K_MAX"], 10)),
+             vu.topk_job(vecunit_words(rng, 64, "wide"), p["K_MAX"])]
+    return jobs
+
+
+def vecunit_errors(rng: np.random.Generator, params: dict) -> list[vu.Job]:
+    """One job per ERR bit and edge of its check: BAD_OP (OP 6 and 2**32-1), BAD_LEN (0, LEN_MAX + 1), BAD_PARTS
+    (0, PARTS_MAX + 1), BAD_HALF (0, HALF_MAX + 1, LEN not whole heads), BAD_K (0, K_MAX + 1, K > LEN), then
+    SHORT_STREAM and LONG_STREAM (one beat missing or extra; a frame of one beat) for every operation. A refused
+    job's frame is four beats (the core takes none of them)."""
+    p = vu.build(params)
+    x4, c4 = vecunit_words(rng, 4), rng.integers(0, 1 << 32, 4)
+    jobs = [vu.Job(len(VU_OPS), 4, x4, c4), vu.Job((1 << 32) - 1, 4, x4, c4),
+            _vu_job("QUANT", 0, x4, c4), _vu_job("QUANT", p["LEN_MAX"] + 1, x4, c4),
+            _vu_job("DEQ", 4, x4, c4, parts=0), _vu_job("DEQ", 4, x4, c4, parts=p["PARTS_MAX"] + 1),
+            _vu_job("ROPE", 4, x4, c4, half=0),
+            _vu_job("ROPE", min(2 * p["HALF_MAX"] + 2, p["LEN_MAX"]), x4, c4, half=p["HALF_MAX"] + 1),
+            _vu_job("ROPE", 6, x4, c4, half=2),
+            _vu_job("TOPK", 4, x4, c4, k=0), _vu_job("TOPK", 4 * p["K_MAX"] + 4, x4, c4, k=p["K_MAX"] + 1),
+            _vu_job("TOPK", 2, x4, c4, k=3) if p["K_MAX"] >= 3 else _vu_job("TOPK", 1, x4, c4, k=2)]
+    for op in VU_OPS:
+        j = vecunit_job(rng, op, 8, p)
+        for cut in (j.x.size - 1, j.x.size + 1, 1):
+            if cut != j.x.size:
+                jobs.append(replace(j, x=np.resize(j.x, cut), c=np.resize(j.c, cut)))
+    return jobs
+
+
+def vecunit_set(seed: int, count: int, params: dict | None = None) -> list[vu.Job]:
+    """The vecunit agreement jobs, cheapest first (a slow stage runs a prefix): the edge jobs
+    (:func:`vecunit_directed`), the refused and mis-framed jobs (:func:`vecunit_errors`), then ``count`` random
+    jobs (the operations in turn, 1..64 elements, X words small, wide, at the edges or mixed)."""
+    p = vu.build(params)
+    rng = np.random.default_rng(seed)
+    jobs = vecunit_directed(rng, p) + vecunit_errors(rng, p)
+    styles = ("mixed", "small", "wide", "edge")
+    for i in range(count):
+        op = VU_OPS[i % len(VU_OPS)]
+        jobs.append(vecunit_job(rng, op, int(rng.integers(1, 65)), p, style=styles[(i // len(VU_OPS)) % 4]))
     return jobs

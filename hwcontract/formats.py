@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
-from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, TA_MULT_BITS, TA_SHIFT_MAX, core, integers
+from hwcontract.regmap import DE_OUT_CODES, LOGIT_BITS, TA_MULT_BITS, TA_SHIFT_MAX, VU_OPS, core, integers
 
 def integer_dtype(dtype) -> bool:
     """Whether ``dtype`` holds integers: a signed or unsigned numpy integer. Not bool, and not timedelta64, which
@@ -509,3 +509,104 @@ def ta_multiplier(scale_q: float, scale_k: float, head_dim: int) -> tuple[int, i
     if mult == 0:
         raise ValueError(f"treeattn: distance scale {s:.6g} rounds to MULT 0 at SHIFT {TA_SHIFT_MAX}")
     return mult, shift
+
+
+# ------------------------------------------------------------------------------------------------
+# The vector unit's fixed point (hwcontract.regmap core "vecunit", docs/vecunit.md)
+# ------------------------------------------------------------------------------------------------
+
+VQ_FRAC = 16                # Q15.16: the unit's values (the head's activations between jobs) are int32 * 2**-16
+VU_PLANE = DE_ACT_MAX       # a second plane's steps per step of the first (specdec.models.int8draft.PLANE)
+VU_MULT_BITS = 16           # a column's MULT (unsigned) in a C word; SHIFT 0..VU_SHIFT_MAX
+VU_SHIFT_MAX = 63
+VU_RSQRT_BITS = 40          # NORMQ's r: the largest r < 2**40 with r * r * m <= 2**80 (1 / sqrt(mean) in Q.24)
+VU_RSQRT_FRAC = 24
+VU_NORM_SHIFT = 32          # mean = (sum of squares * NORM_MULT) >> 32, in Q.32 like the squares
+VU_TRIG_FRAC = 15           # cos and sin in Q1.15 (-32768..32768)
+VU_SIN_STEPS = 256          # the quarter-wave table: sin(pi / 2 * i / 256), i = 0..256, Q1.15
+VU_SIG_FRAC = 16            # sigmoid in Q0.16 (0..65536)
+VU_SIG_RANGE = 16           # the sigmoid table spans -16 .. +16 (0 below, 1 at and above)
+VU_SIG_STEP_BITS = 11       # entries 2**-5 apart: 2**(16 - 11) of a Q15.16 value
+VU_OP = {name: i for i, name in enumerate(VU_OPS)}
+
+
+def vu_sin_table() -> np.ndarray:
+    """The ROPE quarter-wave table: ``round(2**15 * sin(pi / 2 * i / 256))`` for i = 0..256 (int64, the last
+    2**15)."""
+    i = np.arange(VU_SIN_STEPS + 1)
+    return np.rint(np.sin(np.pi / 2 * i / VU_SIN_STEPS) * (1 << VU_TRIG_FRAC)).astype(np.int64)
+
+
+def vu_sigmoid_table() -> np.ndarray:
+    """The SILU table: ``round(2**16 * sigmoid(-16 + i / 32))`` for i = 0..1024 (int64)."""
+    n = (2 * VU_SIG_RANGE) << (VQ_FRAC - VU_SIG_STEP_BITS)
+    z = -VU_SIG_RANGE + np.arange(n + 1) / (1 << (VQ_FRAC - VU_SIG_STEP_BITS))
+    return np.rint((1 << VU_SIG_FRAC) / (1.0 + np.exp(-z))).astype(np.int64)
+
+
+def vu_multiplier(scale: float) -> tuple[int, int]:
+    """``(MULT, SHIFT)`` of a C word with ``MULT * 2**-SHIFT`` the nearest value to ``scale`` (MULT normalised to
+    2**15..2**16-1 where SHIFT 0..63 allows). Raises ValueError for a scale that is not a finite positive number
+    or outside what 16 bits and a 0..63 shift represent."""
+    s = float(scale)
+    if not math.isfinite(s) or s <= 0:
+        raise ValueError(f"vecunit: scale {scale!r} must be a finite positive number")
+    if s > (1 << VU_MULT_BITS) - 1:
+        raise ValueError(f"vecunit: scale {s:.6g} above {(1 << VU_MULT_BITS) - 1} (MULT at SHIFT 0)")
+    mult, shift = _normalised(s, VU_MULT_BITS, VU_SHIFT_MAX)
+    if mult == 0 or mult > (1 << VU_MULT_BITS) - 1:
+        raise ValueError(f"vecunit: scale {s:.6g} is not representable as MULT * 2**-SHIFT (16 bits, 0..63)")
+    return mult, shift
+
+
+def vu_scale_words(scales) -> np.ndarray:
+    """C words (uint32, vu_scale format) of per-column ``scales`` (:func:`vu_multiplier` each)."""
+    pairs = [vu_multiplier(v) for v in np.asarray(scales, dtype=np.float64).ravel()]
+    return np.array([m | (sh << 16) for m, sh in pairs], dtype=np.int64)
+
+
+def vu_turns(freq) -> np.ndarray:
+    """ROPE's C words: angular frequencies ``freq`` (radians a position) as turns a position in Q.32,
+    ``round(freq / (2 pi) * 2**32)``; ValueError for one at or above a turn a position or below 0."""
+    f = np.asarray(freq, dtype=np.float64)
+    t = np.rint(f / (2 * np.pi) * 2.0 ** 32)
+    if not np.isfinite(t).all() or (t < 0).any() or (t >= 2.0 ** 32).any():
+        raise ValueError(f"vecunit: ROPE frequencies must lie in [0, 2 pi) radians a position, got {f}")
+    return t.astype(np.int64)
+
+
+def _vu_beat_dtype() -> np.dtype:
+    """A vecunit s_axis beat as a little-endian record: X (int32) and C (uint32) at their fields' bytes."""
+    fmt = core("vecunit").stream("s_axis")
+    fx, fc = (next(f for f in fmt.fields if f.name == n) for n in ("X", "C"))
+    return np.dtype({"names": ["X", "C"], "formats": ["<i4", "<u4"], "offsets": [fx.lsb // 8, fc.lsb // 8],
+                     "itemsize": fmt.width // 8})
+
+
+def vu_frame_bytes(x, c) -> np.ndarray:
+    """The bytes (uint8, beats x 8) of a vecunit s_axis frame whose beats carry X words ``x`` (int32 values) and C
+    words ``c`` (uint32 values), one of each a beat; ValueError naming a word outside its width."""
+    x = integers_in("vecunit: X words", np.asarray(x).ravel(), -(1 << 31), (1 << 31) - 1)
+    c = integers_in("vecunit: C words", np.asarray(c).ravel(), 0, (1 << 32) - 1)
+    if x.shape != c.shape:
+        raise ValueError(f"vecunit: {x.size} X words and {c.size} C words: one of each a beat")
+    beats = np.zeros(x.size, _vu_beat_dtype())
+    beats["X"], beats["C"] = x, c
+    return beats.view(np.uint8).reshape(x.size, beats.dtype.itemsize)
+
+
+def vu_frame_words(data) -> tuple[np.ndarray, np.ndarray]:
+    """The X and C words (int64 values) of a vecunit s_axis frame's bytes (whole beats)."""
+    data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    dt = _vu_beat_dtype()
+    if data.size % dt.itemsize:
+        raise ValueError(f"vecunit: a frame is whole beats of {dt.itemsize} bytes, got {data.size} bytes")
+    beats = data.view(dt)
+    return beats["X"].astype(np.int64), beats["C"].astype(np.int64)
+
+
+def vu_out_values(words) -> np.ndarray:
+    """The Y values (int64, two's complement) of vecunit m_axis words (unsigned ints of the stream's width)."""
+    bits = core("vecunit").stream("m_axis").width
+    w = np.asarray([int(v) for v in words], dtype=np.int64).reshape(-1) & ((1 << bits) - 1)
+    return np.where(w >= 1 << (bits - 1), w - (1 << bits), w)

@@ -93,3 +93,12 @@ TA_FILL = 1 + (TA_SCORE - 1) + (TA_DIST + 1) + 4   # the pass's setup cycle, the
 TA_DIV = 35                     # per (row, head): the restoring divider's load and 34 quotient bits
 TA_TAIL = 11                    # the last code's drain: acc read, lane select, |acc|, * R (MUL_WIDE), sum, rounding
                                 # and saturation, the output beat's register and its handshake
+
+# vecunit (docs/vecunit.md, "Cycle model"): hls_ref.vecunit.cycles. A job takes one cycle an s_axis beat; before
+# them the start checks, between NORMQ's passes the reciprocal square root, after them ROPE's last stored half-head
+# and TOPK's 2 K output beats, then the pipeline's drain.
+VU_CHECK = 9 + 1                # CHECK: LEN mod 2 HALF (BAD_HALF), two of LEN's 18 bits a cycle, then the decision
+VU_RSQRT = 7 + 32 + 1 + 81 + 41 + 1  # NORMQ: the last square into the sum, ss * NORM_MULT (a bit a cycle), m,
+                                # floor(2**80 / m) (a quotient bit a cycle), its square root (a root bit a cycle), r
+VU_TAIL = 26 + 1                # the last slot's 26 pipeline stages (QUANT after NORMQ's multiply is the deepest;
+                                # every operation is padded to it) and the m_axis register's handshake

@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from hwcontract.regmap import (DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, TA_CTX_LIMIT,
+from hwcontract.regmap import (DE_COLS, DE_M_MAX, DE_ROWS, KV_MAX_BLOCKS, KV_MAX_PAGES, KV_SLOTS, TA_CTX_LIMIT, VU_LEN_LIMIT,
                                TREE_MAX_NODES, VERIFIER_MAX_GAMMA, VOCAB_LIMIT)
 
 
@@ -111,6 +111,14 @@ CORES: dict[str, tuple[Param, ...]] = {
                                         "a vector."),
         Param("CTX_MAX", TA_CTX_LIMIT, range(16, TA_CTX_LIMIT + 1), "Largest CTX (committed context keys) accepted."),
         Param("BLOCK", 32, (16, 32), "Context keys per block buffer (two buffers, ping-pong)."),
+    ),
+    "vecunit": (
+        Param("LEN_MAX", 16384, _pow2(256, VU_LEN_LIMIT), "Largest LEN (a power of two): the job's element "
+                                                         "counters (no memory holds a vector)."),
+        Param("PARTS_MAX", 16, range(1, 17), "Largest PARTS of a DEQ job (int32 parts an element)."),
+        Param("HALF_MAX", 64, _pow2(16, 128), "Largest HALF of a ROPE job (a power of two): the depth of the "
+                                             "two half-head buffers."),
+        Param("K_MAX", 8, range(1, 17), "Largest K of a TOPK job (the kept values are registers)."),
     ),
 }
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.

@@ -730,8 +730,81 @@ def _treeattn_map() -> CoreMap:
     return b.build()
 
 
+# The vector unit (vecunit core, docs/vecunit.md): 64-bit beats in (a data word and a constant word), 32-bit out.
+VU_BEAT_BITS = 64         # s_axis: X (bits 31..0) and C (bits 63..32)
+VU_OUT_BITS = 32          # m_axis: one Y a beat
+VU_OPS = ("QUANT", "DEQ", "NORMQ", "ROPE", "SILU", "TOPK")   # OP register values, in order
+VU_LEN_LIMIT = 65536      # largest LEN_MAX parameter
+
+
+def _vecunit_map() -> CoreMap:
+    b = MapBuilder(
+        "vecunit",
+        "The vector unit: the fixed-point glue between the draft engine's and the tree-attention unit's jobs. One "
+        "job streams one vector of LEN elements through one operation (OP): QUANT (int8 activation planes at "
+        "per-column multipliers), DEQ (the engine's int32 sums and planes into Q15.16 values or Q7.8 codes, with a "
+        "residual add), NORMQ (RMSNorm then QUANT, two passes over the row), ROPE (the rotary embedding at POS), "
+        "SILU (silu(g) * u) and TOPK (the K largest values and their indices).",
+        errors=[("BAD_OP", f"OP is above {len(VU_OPS) - 1}."),
+                ("BAD_LEN", "LEN is 0 or above the core's LEN_MAX."),
+                ("BAD_PARTS", "OP is DEQ and PARTS is 0 or above the core's PARTS_MAX."),
+                ("BAD_HALF", "OP is ROPE and HALF is 0, above the core's HALF_MAX, or LEN is not a multiple of "
+                             "2 * HALF."),
+                ("BAD_K", "OP is TOPK and K is 0, above the core's K_MAX, or above LEN."),
+                ("SHORT_STREAM", "TLAST came before the job's last s_axis beat."),
+                ("LONG_STREAM", "The job's last s_axis beat came without TLAST.")],
+    )
+    b.add("OP", "rw", "Operation: " + ", ".join(f"{i} {n}" for i, n in enumerate(VU_OPS)) + ".", reset=0)
+    b.add("LEN", "rw", "Elements of the job's vector (1..LEN_MAX).", reset=1)
+    b.add("FLAGS", "rw", "Options of the operation.", reset=0, fields=[
+        Field("PLANES2", 0, 1, "QUANT, NORMQ: write the second int8 plane (the first plane's rounding residual)."),
+        Field("RES", 1, 1, "DEQ: each element's parts are followed by one beat whose X is a Q15.16 value added."),
+        Field("SAT16", 2, 1, "DEQ: saturate to signed 16 bits (Q7.8 codes) instead of 32.")])
+    b.add("PARTS", "rw", "DEQ: int32 parts per element (1..PARTS_MAX).", reset=1)
+    b.add("WMASK", "rw", "DEQ: bit p set: part p weighs PLANE (127, a first plane's sum); clear: 1.", reset=0)
+    b.add("POS", "rw", "ROPE: the position the rows are rotated to (unsigned).", reset=0)
+    b.add("HALF", "rw", "ROPE: half a head's dimensions (1..HALF_MAX); LEN is a whole number of heads.", reset=32)
+    b.add("EPS", "rw", "NORMQ: epsilon added to the mean square, in Q.32 (unsigned).", reset=0)
+    b.add("NORM_MULT", "rw", "NORMQ: the mean's multiplier, round(2**32 / LEN) (unsigned): mean = (sum of squares "
+                             "* NORM_MULT) >> 32.", reset=0)
+    b.add("K", "rw", "TOPK: values kept (1..K_MAX, at most LEN).", reset=1)
+    b.add("PARAMS", "ro", "Build parameters of this instance.", fields=[
+        Field("PARTS_MAX", 0, 5, "Largest PARTS accepted."),
+        Field("HALF_MAX", 5, 8, "Largest HALF accepted."),
+        Field("K_MAX", 13, 5, "Largest K accepted.")])
+    b.add("LEN_MAX", "ro", "Largest LEN accepted.")
+    b.add("SATURATED", "ro", "Outputs of the last job that saturated (QUANT / NORMQ: first-plane codes clipped to "
+                             "+-127; DEQ, ROPE, SILU: values clipped to the output width).")
+    b.add("BEATS_IN", "ro", "s_axis beats taken by the last job.")
+    b.add("BEATS_OUT", "ro", "m_axis beats sent by the last job.")
+    b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY in the last job (START to DONE).")
+    b.add("CYCLES_STALL", "ro", "BUSY cycles in which the core waited for an s_axis beat or for m_axis TREADY.")
+    b.stream(StreamFormat("s_axis", "in", VU_BEAT_BITS,
+                          "One element (or one part of an element) a beat, TLAST on the job's last beat. QUANT: LEN "
+                          "beats (X, C = its column's MULT / SHIFT); DEQ: per element PARTS beats (X = a part, C of "
+                          "the first = the column's MULT / SHIFT) and with RES one more (X = the residual); NORMQ: "
+                          "the row twice (LEN beats, C ignored; then LEN beats with C = MULT / SHIFT); ROPE: LEN "
+                          "beats (C = the element's frequency in turns per position, Q.32); SILU: per element g then "
+                          "u (2 LEN beats, C ignored); TOPK: LEN beats (C ignored).",
+                          (StreamField("X", 0, 32, "data word (two's complement)", signed=True),
+                           StreamField("C", 32, 32, "constant word (unsigned)"))))
+    b.stream(StreamFormat("vu_scale", "in", 32, "A column's multiplier inside a C word (QUANT, DEQ, NORMQ).",
+                          (StreamField("MULT", 0, 16, "multiplier (unsigned)"),
+                           StreamField("SHIFT", 16, 6, "right shift 0..63 (rounding half up)"))))
+    b.stream(StreamFormat("m_axis", "out", VU_OUT_BITS,
+                          "One beat an element, TLAST on the job's last beat. QUANT, NORMQ: the first plane's int8 "
+                          "code in bits 7..0 and the second's in 15..8 (0 without PLANES2), sign-extended from bit 15 "
+                          "up; DEQ, ROPE, SILU: the value; TOPK: 2 K beats, index then value, largest value first "
+                          "(ties: lower index first).",
+                          (StreamField("Y", 0, 32, "output word (two's complement)", signed=True),)))
+    b.group("RESULT", ("SATURATED", "BEATS_IN", "BEATS_OUT"), "The outcome of one job besides its m_axis words.")
+    b.group("COUNTERS", ("CYCLES_BUSY", "CYCLES_STALL"),
+            "Cycle counters of one job (the cycle model hls_ref.vecunit.cycles predicts BUSY - STALL).")
+    return b.build()
+
+
 CORES: dict[str, CoreMap] = {m.name: m for m in (_rng_map(), _verifier_map(), _treemask_map(), _kvpage_map(),
-                                                  _draftengine_map(), _treeattn_map())}
+                                                  _draftengine_map(), _treeattn_map(), _vecunit_map())}
 
 
 def core(name: str) -> CoreMap:

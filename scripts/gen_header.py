@@ -3,8 +3,9 @@
 The header holds, for every core, its register map (offsets, resets, access, fields, error bits, streams)
 and its register groups (each register's index in the group), then the number formats and sizes of
 :mod:`hwcontract.formats` and :mod:`hwcontract.regmap`, every build parameter of :mod:`hwcontract.params`
-(default and allowed values) and the exp tables ``EH``/``EL``. It is plain C99 and C++: macros, and
-``static const`` arrays of ``<stdint.h>`` types. ``scripts/gen.py`` writes it; the C++ references include it.
+(default and allowed values), the exp tables ``EH``/``EL`` and the vector unit's sine and sigmoid tables. It is
+plain C99 and C++: macros, and ``static const`` arrays of ``<stdint.h>`` types. ``scripts/gen.py`` writes it; the
+C++ references include it.
 """
 from __future__ import annotations
 
@@ -44,6 +45,18 @@ FORMAT_CONSTANTS: tuple[tuple[str, str], ...] = (
     ("TA_RECIP_SHIFT", "tree attention: R = floor(2**TA_RECIP_SHIFT / l)"),
     ("TA_OUT_SHIFT", "tree attention: o = sat((acc * R + 2**(TA_OUT_SHIFT - 1)) >> TA_OUT_SHIFT)"),
     ("TA_OUT_BITS", "tree attention: output codes are signed Q7.8 of this width"),
+    ("VQ_FRAC", "vector unit: values are Q15.16 (int32 * 2**-VQ_FRAC)"),
+    ("VU_PLANE", "vector unit: int8 codes clip to +-VU_PLANE; a second plane's steps per first-plane step"),
+    ("VU_MULT_BITS", "vector unit: a C word's MULT is unsigned of this width"),
+    ("VU_SHIFT_MAX", "vector unit: largest SHIFT of a C word"),
+    ("VU_RSQRT_BITS", "vector unit: NORMQ's r = min(isqrt(2**(2 VU_RSQRT_BITS) / m), 2**VU_RSQRT_BITS - 1)"),
+    ("VU_RSQRT_FRAC", "vector unit: r is 1 / sqrt(mean) in Q.VU_RSQRT_FRAC"),
+    ("VU_NORM_SHIFT", "vector unit: mean = (sum of squares * NORM_MULT) >> VU_NORM_SHIFT"),
+    ("VU_TRIG_FRAC", "vector unit: ROPE's cos and sin are Q1.VU_TRIG_FRAC"),
+    ("VU_SIN_STEPS", "vector unit: steps of the quarter-wave table (VU_SIN_STEPS + 1 entries)"),
+    ("VU_SIG_FRAC", "vector unit: sigmoid values are Q0.VU_SIG_FRAC"),
+    ("VU_SIG_RANGE", "vector unit: the sigmoid table spans -VU_SIG_RANGE .. +VU_SIG_RANGE"),
+    ("VU_SIG_STEP_BITS", "vector unit: sigmoid table entries are 2**VU_SIG_STEP_BITS Q15.16 steps apart"),
 )
 #: Sizes of the register map the C++ needs, by their name in :mod:`hwcontract.regmap`.
 SIZE_CONSTANTS: tuple[tuple[str, str], ...] = (
@@ -61,12 +74,19 @@ SIZE_CONSTANTS: tuple[tuple[str, str], ...] = (
     ("TA_CTX_LIMIT", "tree attention: largest CTX_MAX parameter"),
     ("TA_MULT_BITS", "tree attention: MULT is unsigned of this width (0 is BAD_SCALE)"),
     ("TA_SHIFT_MAX", "tree attention: largest SHIFT"),
+    ("VU_BEAT_BITS", "vector unit: bits of an s_axis beat (X, then C)"),
+    ("VU_OUT_BITS", "vector unit: bits of an m_axis beat (Y)"),
+    ("VU_LEN_LIMIT", "vector unit: largest LEN_MAX parameter"),
 )
 #: The exp tables: C name, element type, values.
 TABLES: tuple[tuple[str, str, tuple[int, ...], str], ...] = (
     ("SPECDEC_EH", "uint16_t", formats.EH_LIST, "EH[k] = round(2**15 exp(-16 k / 256)), k < SPECDEC_EH_SIZE"),
     ("SPECDEC_EL", "uint16_t", formats.EL_LIST, "EL[j] = round(2**15 exp(-j / 256)), j < SPECDEC_EL_SIZE"),
     ("SPECDEC_DE_OUT_BITS", "uint8_t", formats.DE_OUT_BITS, "draft engine: the output widths OUT_BITS may take"),
+    ("SPECDEC_VU_SIN", "int32_t", tuple(int(v) for v in formats.vu_sin_table()),
+     "vector unit: round(2**15 sin(pi / 2 * i / VU_SIN_STEPS)), i <= VU_SIN_STEPS"),
+    ("SPECDEC_VU_SIG", "int32_t", tuple(int(v) for v in formats.vu_sigmoid_table()),
+     "vector unit: round(2**16 sigmoid(-VU_SIG_RANGE + i * 2**(VU_SIG_STEP_BITS - VQ_FRAC)))"),
 )
 
 
@@ -247,7 +267,8 @@ def _common_lines() -> list[_Line]:
 # ------------------------------------------------------------------------------------------------
 
 def _constant_lines() -> list[_Line]:
-    """The number formats and sizes (signed ints: they meet signed arithmetic in the C++)."""
+    """The number formats and sizes (signed ints: they meet signed arithmetic in the C++), then the vector unit's
+    operation codes."""
     lines: list[_Line] = []
     source = None
     for name, value, doc, src in contract_constants():
@@ -255,7 +276,9 @@ def _constant_lines() -> list[_Line]:
             lines += [_Comment(), _Comment(f"==== {'number formats' if 'formats' in src else 'sizes'} ({src})")]
             source = src
         lines.append(_Define(f"SPECDEC_{name}", sint(value), c_comment(doc)))
-    return lines
+    lines += [_Comment(), _Comment("==== vector unit operations (hwcontract/regmap.py VU_OPS): OP register values")]
+    lines += [_Define(f"SPECDEC_VU_OP_{ident(n)}", sint(i)) for i, n in enumerate(regmap.VU_OPS)]
+    return lines + [_Define("SPECDEC_VU_OP_COUNT", sint(len(regmap.VU_OPS)), "OP values above this - 1 are BAD_OP")]
 
 
 def is_interval(p: Param) -> bool:

@@ -10,7 +10,7 @@ The vectors come from ``hls_ref.vectors`` (fixed seeds). The stages:
 
 Each vector's result, every result field, must equal the golden model's (``hls_ref``). The register-level
 stages also check the cycles against the RTL cycle models in ``hls_ref``: the verifier's
-``chain_rtl_cycles`` / ``tree_rtl_cycles``, the treemask's and the treeattn's ``cycles`` (``CYCLES_BUSY -
+``chain_rtl_cycles`` / ``tree_rtl_cycles``, the treemask's, the treeattn's and the vecunit's ``cycles`` (``CYCLES_BUSY -
 CYCLES_STALL``), and the kvpage's ``CYCLES_BUSY``. A slow stage runs the first vectors of the set (a prefix).
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from hls_ref import draftengine as de
 from hls_ref import kvpage as kv
 from hls_ref import treeattn as ta
 from hls_ref import treemask as tm
+from hls_ref import vecunit as vu
 from hls_ref import vectors
 from hls_ref import verifier as ver
 from hls_ref.rng import xoshiro128pp
@@ -39,6 +40,7 @@ from specdec.hw.drivers.kvpage import KVPage
 from specdec.hw.drivers.rng import Rng
 from specdec.hw.drivers.treeattn import TreeAttn
 from specdec.hw.drivers.treemask import TreeMask
+from specdec.hw.drivers.vecunit import VecUnit
 from specdec.hw.drivers.verifier import Verifier
 from specdec.hw.golden import GoldenDevice
 from specdec.sim import harness
@@ -49,11 +51,14 @@ from tb.kvpage.agree_kvpage import kvpage_results
 from tb.rng.agree_rng import rng_results
 from tb.treeattn.agree_treeattn import treeattn_results
 from tb.treemask.agree_treemask import treemask_results
+from tb.vecunit.agree_vecunit import vecunit_results
 from tb.verifier.agree_verifier import CHAIN_REGS, chain_results, tree_results
 
 SEED = 13
 RTL = ("verilator", "icarus")
 STAGES = ("golden", "cpp") + RTL
+#: The vecunit flow's build (small counters, the EAGLE head's HALF 32 and top-8).
+VECUNIT_BUILD = {"LEN_MAX": 256, "PARTS_MAX": 4, "HALF_MAX": 32, "K_MAX": 8}
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,12 @@ FLOWS = {
     "treeattn": Flow("treeattn", "tb.treeattn.agree_treeattn", "agree",
                      {"HEAD_DIM": 32, "GROUP": 2, "NODES_MAX": 16, "CTX_MAX": 256, "BLOCK": 16},
                      {"golden": 40, "cpp": 40, "verilator": 8, "icarus": 0}, {"icarus": 15}),
+    # a small build (LEN_MAX 256, PARTS_MAX 4, HALF_MAX 32: the EAGLE head's half head, K_MAX 8): the edge jobs of
+    # every operation, every refusal and mis-framed job, then random jobs; Icarus runs the edge jobs and the
+    # refusals (the set without random jobs)
+    "vecunit": Flow("vecunit", "tb.vecunit.agree_vecunit", "agree", VECUNIT_BUILD,
+                    {"golden": 60, "cpp": 60, "verilator": 12, "icarus": 0},
+                    {"icarus": len(vectors.vecunit_set(SEED, 0, VECUNIT_BUILD))}),
 }
 
 
@@ -433,6 +444,56 @@ def test_treeattn(stage, tmp_path, waves):
 
 
 # ------------------------------------------------------------------------------------------------
+# vecunit
+# ------------------------------------------------------------------------------------------------
+
+def vecunit_expected(job: vu.Job, b: dict[str, int]) -> dict:
+    """The golden model's result of ``job``: ERR, SATURATED and cycles, and for a job that ran its Y words and its
+    s_axis and m_axis beats (a job in error has no result words)."""
+    o = vu.run(job, b)
+    out = {"err": o.err, "saturated": o.saturated, "cycles": o.cycles}
+    if not o.err:
+        out |= {"y": o.y.tolist(), "beats_in": len(job.x), "beats_out": len(o.y)}
+    return out
+
+
+def vecunit_describe(job: vu.Job) -> str:
+    regs = ", ".join(f"{k}={v}" for k, v in job.registers().items())
+    return f"{regs}, {len(job.x)} beats"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_vecunit(stage, tmp_path, waves):
+    """Every job's Y words, ERR and SATURATED, bit for bit, through the golden register model (the driver), the C++
+    reference and both simulators (the driver on the RTL); the register stages also the cycle model's count and,
+    for a job that ran, its beats in and out."""
+    flow = FLOWS["vecunit"]
+    b, n = flow.build(), flow.counts[stage]
+    jobs = vectors.vecunit_set(SEED, n, b)[:flow.limits.get(stage)]
+    want = [vecunit_expected(j, b) for j in jobs]
+
+    def cpp_jobs() -> list[dict]:
+        from hls_ref import cpp
+        got = []
+        for j in jobs:
+            y, res = cpp.vecunit_run(j, b)
+            r = {"err": res["err"], "saturated": res["saturated"]}
+            if not res["err"] or len(y):
+                r |= {"y": np.asarray(y).tolist(), "beats_in": res["beats_in"], "beats_out": res["beats_out"]}
+            got.append(r)
+        return got
+
+    def golden() -> list[dict]:
+        dev = flow.golden_device()
+        return vecunit_results(VecUnit(description("vecunit", dev), dev.stream(0), dev.sink(0)), jobs)
+
+    got = stage_results(stage, flow, n, tmp_path, waves, golden=golden, cpp=cpp_jobs)
+    if stage == "cpp":
+        want = [{k: v for k, v in w.items() if k != "cycles"} for w in want]
+    agree(stage, got, want, lambda i: vecunit_describe(jobs[i]))
+
+
+# ------------------------------------------------------------------------------------------------
 # The vector sets reach every outcome (so that agreement means something)
 # ------------------------------------------------------------------------------------------------
 
@@ -475,3 +536,19 @@ def test_treemask_and_kvpage_sets_cover():
     assert set(kv.OPS) <= ran | {"CLEAR"}, set(kv.OPS) - ran
     assert any(w["RES_FLAGS"] == kv.FLAG_ALLOC | kv.FLAG_COPY for w in want)
     assert {kv.ERR[e] for e in ("POOL_EMPTY", "NO_SLOT", "BAD_SLOT", "BAD_ROW")} <= {w["ERR"] for w in want}
+
+
+def test_vecunit_set_covers():
+    """Vecunit: every operation runs, each of QUANT, DEQ, NORMQ, ROPE and SILU saturates somewhere, every ERR bit is
+    raised; the Icarus prefix already holds every operation and every ERR bit."""
+    flow = FLOWS["vecunit"]
+    b = flow.build()
+    jobs = vectors.vecunit_set(SEED, flow.counts["golden"], b)
+    outs = [vu.run(j, b) for j in jobs]
+    ran = {vu.VU_OPS[j.op] for j, o in zip(jobs, outs) if not o.err}
+    assert ran == set(vu.VU_OPS)
+    assert {vu.VU_OPS[j.op] for j, o in zip(jobs, outs) if o.saturated} == set(vu.VU_OPS) - {"TOPK"}
+    assert {o.err for o in outs} == {0, *vu.ERR.values()}
+    prefix = list(zip(jobs, outs))[:flow.limits["icarus"]]
+    assert {vu.VU_OPS[j.op] for j, o in prefix if not o.err} == set(vu.VU_OPS)
+    assert {o.err for _, o in prefix} == {0, *vu.ERR.values()}

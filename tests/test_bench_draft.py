@@ -214,8 +214,9 @@ def test_ramb36_takes_the_best_configuration():
 def test_eagle_figures_add_up(eagle):
     r = eagle
     kv = r["boards"]["kv260"]
-    assert r["cycles_per_token"] == kv["engine"]["cycles"] + kv["attention"]["cycles"] == (
-        r["engine_cycles_per_token"] + r["attention_cycles"])
+    assert r["cycles_per_token"] == kv["engine"]["cycles"] + kv["attention"]["cycles"] + kv["vector"]["cycles"] == (
+        r["engine_cycles_per_token"] + r["attention_cycles"] + r["vector_cycles_per_token"])
+    assert kv["cycles"]["vector unit"] == r["vector_cycles_per_token"] > 0 and r["vector_jobs_per_token"] == 25
     assert r["attention_ratio"] == r["attention_cycles"] / r["attention_bound"] >= 1
     assert r["cycles_per_tree_level"] == sum(r["tree_level_cycles"]) / (bench_draft.EAGLE_TREE.depth - 1)
     for b, s in r["boards"].items():

@@ -113,57 +113,65 @@ def test_greedy_chain_on_the_rtl_is_the_target_alone():
 
 
 def test_the_int8_head_agrees_with_its_float_twin(int8_pair):
-    """Teacher-forced greedy agreement on held-out passages (the bench measures the goal, >= 0.98, on more)."""
+    """Teacher-forced greedy agreement on held-out passages (the bench measures the goal, >= 0.98, on more); the
+    vector unit clips few values (held-out activations past the calibrated maxima)."""
     head = int8_pair.draft.head
     fresh = int8eagle.Int8Head(head.float_head, head.fl, head.q)            # the golden engine, unbound
     samples = int8eagle.target_samples(int8_pair.target.model, int8_pair.tokenizer,
                                        corpus.sample_passages(6, held_out=True, seed=3))
     got = int8eagle.agreement(fresh, head.float_head, samples)
     assert got["positions"] > 100 and got["rate"] >= 0.97
-    assert fresh.saturated == 0
+    assert fresh.saturated <= got["positions"] // 4     # codes past the calibrated range: a few, not one a slot
 
 
 def test_k_and_n_slices_give_the_unsplit_jobs_output(int8_pair):
-    """On an engine with K_MAX 512 and 4,096 weight beats every layer is cut along K (int32 sums requantized on
-    the host) and the wide ones along N too: each layer's output equals the golden model's unsplit job."""
+    """On an engine with K_MAX 512 and 4,096 weight beats every layer is cut along K (each slice's int32 sums a part
+    of the vector unit's DEQ) and the wide ones along N too: each layer's output equals the unsplit golden job's."""
     head = int8_pair.draft.head
+    whole = int8eagle.Int8Head(head.float_head, head.fl, head.q)
     cut = int8eagle.Int8Head(head.float_head, head.fl, head.q)
     engine = cores.golden_draftengine({"K_MAX": 512, "WDEPTH": 4096, "PDEPTH": 512})
     report = int8eagle.bind(cut, engine)
     assert report["streamed"] and len(report["split_k"]) == len(int8eagle.LINEARS)
     rng = np.random.default_rng(0)
     for name, ql in head.q.linears.items():
-        x = rng.normal(size=(3, ql.w.shape[1])) * ql.s_in * ql.smooth * 40
-        want, _ = ql(x)
-        got, _ = ql(x, *cut.runners[name])
-        np.testing.assert_array_equal(got, want, err_msg=name)
-    assert cut.host_ops["add and requantize K slices down"] > 0
+        x1, x2 = (rng.integers(-127, 128, size=(3, ql.w.shape[1])) for _ in range(2))
+        parts, _ = cut._engine(name, x1, x2)
+        assert len(parts) == -(-ql.w.shape[1] // 512) * (2 + (ql.w2 is not None)), name
+        np.testing.assert_array_equal(cut._linear(name, x1, x2), whole._linear(name, x1, x2), err_msg=name)
 
 
-def test_one_drafted_token_counts_its_host_operations_and_jobs(int8_pair):
-    """The bench's count of one drafted token: every layer's job in order with its shape (the second weight planes
-    where int8eagle.WEIGHT_PLANE2 puts them), one attention job per KV head, and the host's operations between
-    them: two RMSNorms, two residual adds, RoPE, SiLU * up, each job's input quantized and its planes combined,
-    and on the KV260's build (K_MAX 512) every layer's K slices requantized."""
-    from specdec.bench import eagle_int8
+def test_one_drafted_token_runs_no_host_arithmetic(int8_pair, monkeypatch):
+    """The bench's trace of one drafted token: every layer's engine job in order with its shape (the second weight
+    planes where int8eagle.WEIGHT_PLANE2 puts them), one attention job per KV head, the vector unit's jobs between
+    them (their cycles the bench's projection), and no job input the host computed; a host operation slipped in
+    between two jobs (RoPE's output shifted by one) is found and named."""
+    from specdec.bench import draft, eagle_int8
     text = corpus.sample_passages(1, held_out=True, seed=5)[0]
     model, tok, head = int8_pair.target.model, int8_pair.tokenizer, int8_pair.draft.head
     got = {b: eagle_int8.one_token(head, model, tok, text, params) for b, params in eagle_int8.BUILDS.items()}
     kv = got["kv260"]
-    names = [j["name"] for j in kv["jobs"]]
+    names = [j["name"] for j in kv["jobs"] if not j["name"].startswith("vecunit")]
     want = []
     for name, _ in int8eagle.LINEARS:
         want += [name] + ([f"{name} (weight plane 2)"] if name in int8eagle.WEIGHT_PLANE2 else [])
         if name == "v":
             want += ["attention"] * head.fl.shape.kv_heads
     assert names == want
-    assert kv["jobs"][0] == {"name": "fc", "m": 2, "k": 1152, "n": 576, "planes": 2}
+    assert kv["jobs"][1] == {"name": "fc", "m": 2, "k": 1152, "n": 576, "planes": 2}
+    vec = [j["name"] for j in kv["jobs"] if j["name"].startswith("vecunit")]
+    assert vec[:2] == ["vecunit quant", "vecunit deq"] and vec[-1] == "vecunit topk" and vec.count("vecunit normq") == 5
     assert all(j["nodes"] == 1 and j["ctx"] == kv["context"] for j in kv["jobs"] if j["name"] == "attention")
-    ops = kv["host_ops"]
-    assert ops["rmsnorm"]["calls"] == 2 and ops["residual"]["calls"] == 2 and ops["silu * up"]["elements"] == 1536
-    assert kv["host_ops_per_step"] == sum(o["calls"] for o in ops.values())
-    assert kv["host_ops_per_step"] > got["golden"]["host_ops_per_step"] > 0
+    cfg = draft.head_config(HEAD)
+    for b, params in eagle_int8.BUILDS.items():
+        assert got[b]["host_ops_per_step"] == 0 and got[b]["host_ops"] == []
+        k_max = cores.golden_draftengine(params).k_max
+        assert draft.vector_jobs(cfg, k_max) == {"jobs": got[b]["vector_jobs"], "cycles": got[b]["vector_cycles"]}
     assert kv["engine_jobs"] > got["golden"]["engine_jobs"] >= len(want) - head.fl.shape.kv_heads
+    rope = int8eagle.Int8Head._rope
+    monkeypatch.setattr(int8eagle.Int8Head, "_rope", lambda self, x, pos: rope(self, x, pos) + 1)
+    bad = eagle_int8.one_token(head, model, tok, text, eagle_int8.BUILDS["golden"])
+    assert bad["host_ops_per_step"] == 2 and all(op["job"].endswith("vecunit quant") for op in bad["host_ops"])
 
 
 def test_bad_calibrations_heads_and_caches_are_refused(int8_pair):

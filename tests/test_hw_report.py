@@ -277,7 +277,7 @@ def test_rows_for_real_builds() -> None:
     assert [(c, p) for c, p in rows][0] == ("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16,
                                                          "TREE_MAX": 64})
     assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "kvpage",
-                                    "draftengine", "draftengine", "treeattn", "rng", "axil"]
+                                    "draftengine", "draftengine", "treeattn", "vecunit", "rng", "axil"]
     assert [(p["ROWS"], p["WDEPTH"]) for c, p in rows if c == "draftengine"] == [(8, 2048), (4, 4096)]
     from fpga import overlay_budget
     assert dict(overlay_budget.OVERLAY_CORES["pynq-z2"])["draftengine"] in [p for c, p in rows if c == "draftengine"]

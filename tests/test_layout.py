@@ -37,7 +37,7 @@ ORDER = {
     "specdec.hw": ("streams", "drivers", "golden", "builds", "cores", "hwh", "emuboard", "overlay", "selftest",
                    "recording"),
     "specdec.hw.drivers": ("base", "rng", "kvpage", "verifier_errors", "verifier", "treemask", "draftengine",
-                           "treeattn"),
+                           "treeattn", "vecunit"),
     "specdec.kv": ("layout", "pagetable", "paged"),
     "specdec.models": ("corpus", "kernels", "loading", "lm", "hotvocab", "int8draft", "int8eagle"),
     "specdec.decoding": ("tree", "base", "rows", "calibration", "breakeven", "threads", "drafters", "trees",

@@ -39,6 +39,18 @@
 #define SPECDEC_TA_RECIP_SHIFT                             48  /* tree attention: R = floor(2**TA_RECIP_SHIFT / l) */
 #define SPECDEC_TA_OUT_SHIFT                               40  /* tree attention: o = sat((acc * R + 2**(TA_OUT_SHIFT - 1)) >> TA_OUT_SHIFT) */
 #define SPECDEC_TA_OUT_BITS                                16  /* tree attention: output codes are signed Q7.8 of this width */
+#define SPECDEC_VQ_FRAC                                    16  /* vector unit: values are Q15.16 (int32 * 2**-VQ_FRAC) */
+#define SPECDEC_VU_PLANE                                   127  /* vector unit: int8 codes clip to +-VU_PLANE; a second plane's steps per first-plane step */
+#define SPECDEC_VU_MULT_BITS                               16  /* vector unit: a C word's MULT is unsigned of this width */
+#define SPECDEC_VU_SHIFT_MAX                               63  /* vector unit: largest SHIFT of a C word */
+#define SPECDEC_VU_RSQRT_BITS                              40  /* vector unit: NORMQ's r = min(isqrt(2**(2 VU_RSQRT_BITS) / m), 2**VU_RSQRT_BITS - 1) */
+#define SPECDEC_VU_RSQRT_FRAC                              24  /* vector unit: r is 1 / sqrt(mean) in Q.VU_RSQRT_FRAC */
+#define SPECDEC_VU_NORM_SHIFT                              32  /* vector unit: mean = (sum of squares * NORM_MULT) >> VU_NORM_SHIFT */
+#define SPECDEC_VU_TRIG_FRAC                               15  /* vector unit: ROPE's cos and sin are Q1.VU_TRIG_FRAC */
+#define SPECDEC_VU_SIN_STEPS                               256  /* vector unit: steps of the quarter-wave table (VU_SIN_STEPS + 1 entries) */
+#define SPECDEC_VU_SIG_FRAC                                16  /* vector unit: sigmoid values are Q0.VU_SIG_FRAC */
+#define SPECDEC_VU_SIG_RANGE                               16  /* vector unit: the sigmoid table spans -VU_SIG_RANGE .. +VU_SIG_RANGE */
+#define SPECDEC_VU_SIG_STEP_BITS                           11  /* vector unit: sigmoid table entries are 2**VU_SIG_STEP_BITS Q15.16 steps apart */
 
 /* ==== sizes (hwcontract/regmap.py) */
 #define SPECDEC_LOGIT_BITS                                 16  /* bits of one logit code (one verifier stream lane) */
@@ -55,6 +67,18 @@
 #define SPECDEC_TA_CTX_LIMIT                               8192  /* tree attention: largest CTX_MAX parameter */
 #define SPECDEC_TA_MULT_BITS                               16  /* tree attention: MULT is unsigned of this width (0 is BAD_SCALE) */
 #define SPECDEC_TA_SHIFT_MAX                               31  /* tree attention: largest SHIFT */
+#define SPECDEC_VU_BEAT_BITS                               64  /* vector unit: bits of an s_axis beat (X, then C) */
+#define SPECDEC_VU_OUT_BITS                                32  /* vector unit: bits of an m_axis beat (Y) */
+#define SPECDEC_VU_LEN_LIMIT                               65536  /* vector unit: largest LEN_MAX parameter */
+
+/* ==== vector unit operations (hwcontract/regmap.py VU_OPS): OP register values */
+#define SPECDEC_VU_OP_QUANT                                0
+#define SPECDEC_VU_OP_DEQ                                  1
+#define SPECDEC_VU_OP_NORMQ                                2
+#define SPECDEC_VU_OP_ROPE                                 3
+#define SPECDEC_VU_OP_SILU                                 4
+#define SPECDEC_VU_OP_TOPK                                 5
+#define SPECDEC_VU_OP_COUNT                                6  /* OP values above this - 1 are BAD_OP */
 
 /* ==== build parameters (hwcontract/params.py): default and allowed values; a set's values are in *_VALUES */
 /* verifier.VOCAB_MAX: Largest VOCAB accepted: depth of the two on-chip row buffers (tokens). Allowed: 1..65536. */
@@ -153,6 +177,24 @@
 #define SPECDEC_TREEATTN_PARAM_BLOCK_MIN                   16
 #define SPECDEC_TREEATTN_PARAM_BLOCK_MAX                   32
 #define SPECDEC_TREEATTN_PARAM_BLOCK_COUNT                 2  /* allowed values: SPECDEC_TREEATTN_PARAM_BLOCK_VALUES */
+/* vecunit.LEN_MAX: Largest LEN (a power of two): the job's element counters (no memory holds a vector). Allowed: {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}. */
+#define SPECDEC_VECUNIT_PARAM_LEN_MAX_DEFAULT              16384
+#define SPECDEC_VECUNIT_PARAM_LEN_MAX_MIN                  256
+#define SPECDEC_VECUNIT_PARAM_LEN_MAX_MAX                  65536
+#define SPECDEC_VECUNIT_PARAM_LEN_MAX_COUNT                9  /* allowed values: SPECDEC_VECUNIT_PARAM_LEN_MAX_VALUES */
+/* vecunit.PARTS_MAX: Largest PARTS of a DEQ job (int32 parts an element). Allowed: 1..16. */
+#define SPECDEC_VECUNIT_PARAM_PARTS_MAX_DEFAULT            16
+#define SPECDEC_VECUNIT_PARAM_PARTS_MAX_MIN                1
+#define SPECDEC_VECUNIT_PARAM_PARTS_MAX_MAX                16
+/* vecunit.HALF_MAX: Largest HALF of a ROPE job (a power of two): the depth of the two half-head buffers. Allowed: {16, 32, 64, 128}. */
+#define SPECDEC_VECUNIT_PARAM_HALF_MAX_DEFAULT             64
+#define SPECDEC_VECUNIT_PARAM_HALF_MAX_MIN                 16
+#define SPECDEC_VECUNIT_PARAM_HALF_MAX_MAX                 128
+#define SPECDEC_VECUNIT_PARAM_HALF_MAX_COUNT               4  /* allowed values: SPECDEC_VECUNIT_PARAM_HALF_MAX_VALUES */
+/* vecunit.K_MAX: Largest K of a TOPK job (the kept values are registers). Allowed: 1..16. */
+#define SPECDEC_VECUNIT_PARAM_K_MAX_DEFAULT                8
+#define SPECDEC_VECUNIT_PARAM_K_MAX_MIN                    1
+#define SPECDEC_VECUNIT_PARAM_K_MAX_MAX                    16
 
 /* ==== core rng: xoshiro128++ uniform random number generator: 128-bit state loaded from SEED0..3, one 32-bit output per step. The verifier embeds the same generator for its acceptance tests. */
 #define SPECDEC_RNG_ID_HASH                                0xEE8698FEu  /* value of the ID register */
@@ -2224,6 +2266,223 @@
 #define SPECDEC_TREEATTN_COUNTERS_CYCLES_BUSY_INDEX        0u
 #define SPECDEC_TREEATTN_COUNTERS_CYCLES_STALL_INDEX       1u
 
+/* ==== core vecunit: The vector unit: the fixed-point glue between the draft engine's and the tree-attention unit's jobs. One job streams one vector of LEN elements through one operation (OP): QUANT (int8 activation planes at per-column multipliers), DEQ (the engine's int32 sums and planes into Q15.16 values or Q7.8 codes, with a residual add), NORMQ (RMSNorm then QUANT, two passes over the row), ROPE (the rotary embedding at POS), SILU (silu(g) * u) and TOPK (the K largest values and their indices). */
+#define SPECDEC_VECUNIT_ID_HASH                            0x9CFBD82Eu  /* value of the ID register */
+#define SPECDEC_VECUNIT_NUM_REGS                           21u
+#define SPECDEC_VECUNIT_SPAN                               0x54u  /* bytes of register space */
+#define SPECDEC_VECUNIT_ADDR_WIDTH                         8u  /* AXI4-Lite address bits */
+
+/* ID (ro) @ 0x00: Hash of this core's register map; a driver refuses hardware whose ID differs. */
+#define SPECDEC_VECUNIT_ID_OFFSET                          0x00u
+#define SPECDEC_VECUNIT_ID_RESET                           0x00000000u
+#define SPECDEC_VECUNIT_ID_ACCESS                          SPECDEC_ACCESS_RO
+
+/* CTRL (pulse) @ 0x04: Control strobes (write 1 to act; reads 0). */
+#define SPECDEC_VECUNIT_CTRL_OFFSET                        0x04u
+#define SPECDEC_VECUNIT_CTRL_RESET                         0x00000000u
+#define SPECDEC_VECUNIT_CTRL_ACCESS                        SPECDEC_ACCESS_PULSE
+#define SPECDEC_VECUNIT_CTRL_START_LSB                     0u  /* Start an operation. */
+#define SPECDEC_VECUNIT_CTRL_START_WIDTH                   1u
+#define SPECDEC_VECUNIT_CTRL_START_MASK                    0x00000001u
+#define SPECDEC_VECUNIT_CTRL_SOFT_RESET_LSB                1u  /* Clear the datapath, STATUS and ERR; configuration registers keep their values. */
+#define SPECDEC_VECUNIT_CTRL_SOFT_RESET_WIDTH              1u
+#define SPECDEC_VECUNIT_CTRL_SOFT_RESET_MASK               0x00000002u
+
+/* STATUS (ro) @ 0x08: Core state. */
+#define SPECDEC_VECUNIT_STATUS_OFFSET                      0x08u
+#define SPECDEC_VECUNIT_STATUS_RESET                       0x00000000u
+#define SPECDEC_VECUNIT_STATUS_ACCESS                      SPECDEC_ACCESS_RO
+#define SPECDEC_VECUNIT_STATUS_BUSY_LSB                    0u  /* An operation is running. */
+#define SPECDEC_VECUNIT_STATUS_BUSY_WIDTH                  1u
+#define SPECDEC_VECUNIT_STATUS_BUSY_MASK                   0x00000001u
+#define SPECDEC_VECUNIT_STATUS_DONE_LSB                    1u  /* The last operation finished; cleared by START or SOFT_RESET. */
+#define SPECDEC_VECUNIT_STATUS_DONE_WIDTH                  1u
+#define SPECDEC_VECUNIT_STATUS_DONE_MASK                   0x00000002u
+#define SPECDEC_VECUNIT_STATUS_ERROR_LSB                   2u  /* ERR is non-zero; the core stopped and waits for SOFT_RESET. */
+#define SPECDEC_VECUNIT_STATUS_ERROR_WIDTH                 1u
+#define SPECDEC_VECUNIT_STATUS_ERROR_MASK                  0x00000004u
+
+/* ERR (ro) @ 0x0C: Error bits (sticky until SOFT_RESET). */
+#define SPECDEC_VECUNIT_ERR_OFFSET                         0x0Cu
+#define SPECDEC_VECUNIT_ERR_RESET                          0x00000000u
+#define SPECDEC_VECUNIT_ERR_ACCESS                         SPECDEC_ACCESS_RO
+#define SPECDEC_VECUNIT_ERR_BAD_OP_LSB                     0u  /* OP is above 5. */
+#define SPECDEC_VECUNIT_ERR_BAD_OP_WIDTH                   1u
+#define SPECDEC_VECUNIT_ERR_BAD_OP_MASK                    0x00000001u
+#define SPECDEC_VECUNIT_ERR_BAD_LEN_LSB                    1u  /* LEN is 0 or above the core's LEN_MAX. */
+#define SPECDEC_VECUNIT_ERR_BAD_LEN_WIDTH                  1u
+#define SPECDEC_VECUNIT_ERR_BAD_LEN_MASK                   0x00000002u
+#define SPECDEC_VECUNIT_ERR_BAD_PARTS_LSB                  2u  /* OP is DEQ and PARTS is 0 or above the core's PARTS_MAX. */
+#define SPECDEC_VECUNIT_ERR_BAD_PARTS_WIDTH                1u
+#define SPECDEC_VECUNIT_ERR_BAD_PARTS_MASK                 0x00000004u
+#define SPECDEC_VECUNIT_ERR_BAD_HALF_LSB                   3u  /* OP is ROPE and HALF is 0, above the core's HALF_MAX, or LEN is not a multiple of 2 * HALF. */
+#define SPECDEC_VECUNIT_ERR_BAD_HALF_WIDTH                 1u
+#define SPECDEC_VECUNIT_ERR_BAD_HALF_MASK                  0x00000008u
+#define SPECDEC_VECUNIT_ERR_BAD_K_LSB                      4u  /* OP is TOPK and K is 0, above the core's K_MAX, or above LEN. */
+#define SPECDEC_VECUNIT_ERR_BAD_K_WIDTH                    1u
+#define SPECDEC_VECUNIT_ERR_BAD_K_MASK                     0x00000010u
+#define SPECDEC_VECUNIT_ERR_SHORT_STREAM_LSB               5u  /* TLAST came before the job's last s_axis beat. */
+#define SPECDEC_VECUNIT_ERR_SHORT_STREAM_WIDTH             1u
+#define SPECDEC_VECUNIT_ERR_SHORT_STREAM_MASK              0x00000020u
+#define SPECDEC_VECUNIT_ERR_LONG_STREAM_LSB                6u  /* The job's last s_axis beat came without TLAST. */
+#define SPECDEC_VECUNIT_ERR_LONG_STREAM_WIDTH              1u
+#define SPECDEC_VECUNIT_ERR_LONG_STREAM_MASK               0x00000040u
+
+/* OP (rw) @ 0x10: Operation: 0 QUANT, 1 DEQ, 2 NORMQ, 3 ROPE, 4 SILU, 5 TOPK. */
+#define SPECDEC_VECUNIT_OP_OFFSET                          0x10u
+#define SPECDEC_VECUNIT_OP_RESET                           0x00000000u
+#define SPECDEC_VECUNIT_OP_ACCESS                          SPECDEC_ACCESS_RW
+
+/* LEN (rw) @ 0x14: Elements of the job's vector (1..LEN_MAX). */
+#define SPECDEC_VECUNIT_LEN_OFFSET                         0x14u
+#define SPECDEC_VECUNIT_LEN_RESET                          0x00000001u
+#define SPECDEC_VECUNIT_LEN_ACCESS                         SPECDEC_ACCESS_RW
+
+/* FLAGS (rw) @ 0x18: Options of the operation. */
+#define SPECDEC_VECUNIT_FLAGS_OFFSET                       0x18u
+#define SPECDEC_VECUNIT_FLAGS_RESET                        0x00000000u
+#define SPECDEC_VECUNIT_FLAGS_ACCESS                       SPECDEC_ACCESS_RW
+#define SPECDEC_VECUNIT_FLAGS_PLANES2_LSB                  0u  /* QUANT, NORMQ: write the second int8 plane (the first plane's rounding residual). */
+#define SPECDEC_VECUNIT_FLAGS_PLANES2_WIDTH                1u
+#define SPECDEC_VECUNIT_FLAGS_PLANES2_MASK                 0x00000001u
+#define SPECDEC_VECUNIT_FLAGS_RES_LSB                      1u  /* DEQ: each element's parts are followed by one beat whose X is a Q15.16 value added. */
+#define SPECDEC_VECUNIT_FLAGS_RES_WIDTH                    1u
+#define SPECDEC_VECUNIT_FLAGS_RES_MASK                     0x00000002u
+#define SPECDEC_VECUNIT_FLAGS_SAT16_LSB                    2u  /* DEQ: saturate to signed 16 bits (Q7.8 codes) instead of 32. */
+#define SPECDEC_VECUNIT_FLAGS_SAT16_WIDTH                  1u
+#define SPECDEC_VECUNIT_FLAGS_SAT16_MASK                   0x00000004u
+
+/* PARTS (rw) @ 0x1C: DEQ: int32 parts per element (1..PARTS_MAX). */
+#define SPECDEC_VECUNIT_PARTS_OFFSET                       0x1Cu
+#define SPECDEC_VECUNIT_PARTS_RESET                        0x00000001u
+#define SPECDEC_VECUNIT_PARTS_ACCESS                       SPECDEC_ACCESS_RW
+
+/* WMASK (rw) @ 0x20: DEQ: bit p set: part p weighs PLANE (127, a first plane's sum); clear: 1. */
+#define SPECDEC_VECUNIT_WMASK_OFFSET                       0x20u
+#define SPECDEC_VECUNIT_WMASK_RESET                        0x00000000u
+#define SPECDEC_VECUNIT_WMASK_ACCESS                       SPECDEC_ACCESS_RW
+
+/* POS (rw) @ 0x24: ROPE: the position the rows are rotated to (unsigned). */
+#define SPECDEC_VECUNIT_POS_OFFSET                         0x24u
+#define SPECDEC_VECUNIT_POS_RESET                          0x00000000u
+#define SPECDEC_VECUNIT_POS_ACCESS                         SPECDEC_ACCESS_RW
+
+/* HALF (rw) @ 0x28: ROPE: half a head's dimensions (1..HALF_MAX); LEN is a whole number of heads. */
+#define SPECDEC_VECUNIT_HALF_OFFSET                        0x28u
+#define SPECDEC_VECUNIT_HALF_RESET                         0x00000020u
+#define SPECDEC_VECUNIT_HALF_ACCESS                        SPECDEC_ACCESS_RW
+
+/* EPS (rw) @ 0x2C: NORMQ: epsilon added to the mean square, in Q.32 (unsigned). */
+#define SPECDEC_VECUNIT_EPS_OFFSET                         0x2Cu
+#define SPECDEC_VECUNIT_EPS_RESET                          0x00000000u
+#define SPECDEC_VECUNIT_EPS_ACCESS                         SPECDEC_ACCESS_RW
+
+/* NORM_MULT (rw) @ 0x30: NORMQ: the mean's multiplier, round(2**32 / LEN) (unsigned): mean = (sum of squares * NORM_MULT) >> 32. */
+#define SPECDEC_VECUNIT_NORM_MULT_OFFSET                   0x30u
+#define SPECDEC_VECUNIT_NORM_MULT_RESET                    0x00000000u
+#define SPECDEC_VECUNIT_NORM_MULT_ACCESS                   SPECDEC_ACCESS_RW
+
+/* K (rw) @ 0x34: TOPK: values kept (1..K_MAX, at most LEN). */
+#define SPECDEC_VECUNIT_K_OFFSET                           0x34u
+#define SPECDEC_VECUNIT_K_RESET                            0x00000001u
+#define SPECDEC_VECUNIT_K_ACCESS                           SPECDEC_ACCESS_RW
+
+/* PARAMS (ro) @ 0x38: Build parameters of this instance. */
+#define SPECDEC_VECUNIT_PARAMS_OFFSET                      0x38u
+#define SPECDEC_VECUNIT_PARAMS_RESET                       0x00000000u
+#define SPECDEC_VECUNIT_PARAMS_ACCESS                      SPECDEC_ACCESS_RO
+#define SPECDEC_VECUNIT_PARAMS_PARTS_MAX_LSB               0u  /* Largest PARTS accepted. */
+#define SPECDEC_VECUNIT_PARAMS_PARTS_MAX_WIDTH             5u
+#define SPECDEC_VECUNIT_PARAMS_PARTS_MAX_MASK              0x0000001Fu
+#define SPECDEC_VECUNIT_PARAMS_HALF_MAX_LSB                5u  /* Largest HALF accepted. */
+#define SPECDEC_VECUNIT_PARAMS_HALF_MAX_WIDTH              8u
+#define SPECDEC_VECUNIT_PARAMS_HALF_MAX_MASK               0x00001FE0u
+#define SPECDEC_VECUNIT_PARAMS_K_MAX_LSB                   13u  /* Largest K accepted. */
+#define SPECDEC_VECUNIT_PARAMS_K_MAX_WIDTH                 5u
+#define SPECDEC_VECUNIT_PARAMS_K_MAX_MASK                  0x0003E000u
+
+/* LEN_MAX (ro) @ 0x3C: Largest LEN accepted. */
+#define SPECDEC_VECUNIT_LEN_MAX_OFFSET                     0x3Cu
+#define SPECDEC_VECUNIT_LEN_MAX_RESET                      0x00000000u
+#define SPECDEC_VECUNIT_LEN_MAX_ACCESS                     SPECDEC_ACCESS_RO
+
+/* SATURATED (ro) @ 0x40: Outputs of the last job that saturated (QUANT / NORMQ: first-plane codes clipped to +-127; DEQ, ROPE, SILU: values clipped to the output width). */
+#define SPECDEC_VECUNIT_SATURATED_OFFSET                   0x40u
+#define SPECDEC_VECUNIT_SATURATED_RESET                    0x00000000u
+#define SPECDEC_VECUNIT_SATURATED_ACCESS                   SPECDEC_ACCESS_RO
+
+/* BEATS_IN (ro) @ 0x44: s_axis beats taken by the last job. */
+#define SPECDEC_VECUNIT_BEATS_IN_OFFSET                    0x44u
+#define SPECDEC_VECUNIT_BEATS_IN_RESET                     0x00000000u
+#define SPECDEC_VECUNIT_BEATS_IN_ACCESS                    SPECDEC_ACCESS_RO
+
+/* BEATS_OUT (ro) @ 0x48: m_axis beats sent by the last job. */
+#define SPECDEC_VECUNIT_BEATS_OUT_OFFSET                   0x48u
+#define SPECDEC_VECUNIT_BEATS_OUT_RESET                    0x00000000u
+#define SPECDEC_VECUNIT_BEATS_OUT_ACCESS                   SPECDEC_ACCESS_RO
+
+/* CYCLES_BUSY (ro) @ 0x4C: Clock cycles BUSY in the last job (START to DONE). */
+#define SPECDEC_VECUNIT_CYCLES_BUSY_OFFSET                 0x4Cu
+#define SPECDEC_VECUNIT_CYCLES_BUSY_RESET                  0x00000000u
+#define SPECDEC_VECUNIT_CYCLES_BUSY_ACCESS                 SPECDEC_ACCESS_RO
+
+/* CYCLES_STALL (ro) @ 0x50: BUSY cycles in which the core waited for an s_axis beat or for m_axis TREADY. */
+#define SPECDEC_VECUNIT_CYCLES_STALL_OFFSET                0x50u
+#define SPECDEC_VECUNIT_CYCLES_STALL_RESET                 0x00000000u
+#define SPECDEC_VECUNIT_CYCLES_STALL_ACCESS                SPECDEC_ACCESS_RO
+
+/* vecunit error bits (masks of ERR) */
+#define SPECDEC_VECUNIT_ERR_BAD_OP                         0x00000001u  /* OP is above 5. */
+#define SPECDEC_VECUNIT_ERR_BAD_LEN                        0x00000002u  /* LEN is 0 or above the core's LEN_MAX. */
+#define SPECDEC_VECUNIT_ERR_BAD_PARTS                      0x00000004u  /* OP is DEQ and PARTS is 0 or above the core's PARTS_MAX. */
+#define SPECDEC_VECUNIT_ERR_BAD_HALF                       0x00000008u  /* OP is ROPE and HALF is 0, above the core's HALF_MAX, or LEN is not a multiple of 2 * HALF. */
+#define SPECDEC_VECUNIT_ERR_BAD_K                          0x00000010u  /* OP is TOPK and K is 0, above the core's K_MAX, or above LEN. */
+#define SPECDEC_VECUNIT_ERR_SHORT_STREAM                   0x00000020u  /* TLAST came before the job's last s_axis beat. */
+#define SPECDEC_VECUNIT_ERR_LONG_STREAM                    0x00000040u  /* The job's last s_axis beat came without TLAST. */
+
+/* stream s_axis (in, 64 bits): One element (or one part of an element) a beat, TLAST on the job's last beat. QUANT: LEN beats (X, C = its column's MULT / SHIFT); DEQ: per element PARTS beats (X = a part, C of the first = the column's MULT / SHIFT) and with RES one more (X = the residual); NORMQ: the row twice (LEN beats, C ignored; then LEN beats with C = MULT / SHIFT); ROPE: LEN beats (C = the element's frequency in turns per position, Q.32); SILU: per element g then u (2 LEN beats, C ignored); TOPK: LEN beats (C ignored). */
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_WIDTH                64u
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_DIR                  SPECDEC_DIR_IN
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_X_LSB                0u  /* data word (two's complement) */
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_X_WIDTH              32u
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_X_COUNT              1u
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_X_SIGNED             1u
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_C_LSB                32u  /* constant word (unsigned) */
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_C_WIDTH              32u
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_C_COUNT              1u
+#define SPECDEC_VECUNIT_STREAM_S_AXIS_C_SIGNED             0u
+
+/* stream vu_scale (in, 32 bits): A column's multiplier inside a C word (QUANT, DEQ, NORMQ). */
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_WIDTH              32u
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_DIR                SPECDEC_DIR_IN
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_MULT_LSB           0u  /* multiplier (unsigned) */
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_MULT_WIDTH         16u
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_MULT_COUNT         1u
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_MULT_SIGNED        0u
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_SHIFT_LSB          16u  /* right shift 0..63 (rounding half up) */
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_SHIFT_WIDTH        6u
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_SHIFT_COUNT        1u
+#define SPECDEC_VECUNIT_STREAM_VU_SCALE_SHIFT_SIGNED       0u
+
+/* stream m_axis (out, 32 bits): One beat an element, TLAST on the job's last beat. QUANT, NORMQ: the first plane's int8 code in bits 7..0 and the second's in 15..8 (0 without PLANES2), sign-extended from bit 15 up; DEQ, ROPE, SILU: the value; TOPK: 2 K beats, index then value, largest value first (ties: lower index first). */
+#define SPECDEC_VECUNIT_STREAM_M_AXIS_WIDTH                32u
+#define SPECDEC_VECUNIT_STREAM_M_AXIS_DIR                  SPECDEC_DIR_OUT
+#define SPECDEC_VECUNIT_STREAM_M_AXIS_Y_LSB                0u  /* output word (two's complement) */
+#define SPECDEC_VECUNIT_STREAM_M_AXIS_Y_WIDTH              32u
+#define SPECDEC_VECUNIT_STREAM_M_AXIS_Y_COUNT              1u
+#define SPECDEC_VECUNIT_STREAM_M_AXIS_Y_SIGNED             1u
+
+/* group RESULT: The outcome of one job besides its m_axis words. */
+#define SPECDEC_VECUNIT_RESULT_COUNT                       3u  /* registers in the group */
+#define SPECDEC_VECUNIT_RESULT_SATURATED_INDEX             0u
+#define SPECDEC_VECUNIT_RESULT_BEATS_IN_INDEX              1u
+#define SPECDEC_VECUNIT_RESULT_BEATS_OUT_INDEX             2u
+
+/* group COUNTERS: Cycle counters of one job (the cycle model hls_ref.vecunit.cycles predicts BUSY - STALL). */
+#define SPECDEC_VECUNIT_COUNTERS_COUNT                     2u  /* registers in the group */
+#define SPECDEC_VECUNIT_COUNTERS_CYCLES_BUSY_INDEX         0u
+#define SPECDEC_VECUNIT_COUNTERS_CYCLES_STALL_INDEX        1u
+
 /* ==== tables (hwcontract/formats.py EH_LIST, EL_LIST; hwcontract/params.py value sets) */
 /* EH[k] = round(2**15 exp(-16 k / 256)), k < SPECDEC_EH_SIZE */
 static const uint16_t SPECDEC_EH[SPECDEC_EH_SIZE] = {
@@ -2252,6 +2511,96 @@ static const uint16_t SPECDEC_EL[SPECDEC_EL_SIZE] = {
 /* draft engine: the output widths OUT_BITS may take */
 static const uint8_t SPECDEC_DE_OUT_BITS[SPECDEC_DE_OUT_BITS_SIZE] = {
     8, 16, 32,
+};
+#define SPECDEC_VU_SIN_SIZE                                257u
+/* vector unit: round(2**15 sin(pi / 2 * i / VU_SIN_STEPS)), i <= VU_SIN_STEPS */
+static const int32_t SPECDEC_VU_SIN[SPECDEC_VU_SIN_SIZE] = {
+    0, 201, 402, 603, 804, 1005, 1206, 1407, 1608, 1809, 2009, 2210, 2411, 2611, 2811, 3012,
+    3212, 3412, 3612, 3812, 4011, 4211, 4410, 4609, 4808, 5007, 5205, 5404, 5602, 5800, 5998, 6195,
+    6393, 6590, 6787, 6983, 7180, 7376, 7571, 7767, 7962, 8157, 8351, 8546, 8740, 8933, 9127, 9319,
+    9512, 9704, 9896, 10088, 10279, 10469, 10660, 10850, 11039, 11228, 11417, 11605, 11793, 11980, 12167, 12354,
+    12540, 12725, 12910, 13095, 13279, 13463, 13646, 13828, 14010, 14192, 14373, 14553, 14733, 14912, 15091, 15269,
+    15447, 15624, 15800, 15976, 16151, 16326, 16500, 16673, 16846, 17018, 17190, 17361, 17531, 17700, 17869, 18037,
+    18205, 18372, 18538, 18703, 18868, 19032, 19195, 19358, 19520, 19681, 19841, 20001, 20160, 20318, 20475, 20632,
+    20788, 20943, 21097, 21251, 21403, 21555, 21706, 21856, 22006, 22154, 22302, 22449, 22595, 22740, 22884, 23028,
+    23170, 23312, 23453, 23593, 23732, 23870, 24008, 24144, 24279, 24414, 24548, 24680, 24812, 24943, 25073, 25202,
+    25330, 25457, 25583, 25708, 25833, 25956, 26078, 26199, 26320, 26439, 26557, 26674, 26791, 26906, 27020, 27133,
+    27246, 27357, 27467, 27576, 27684, 27791, 27897, 28002, 28106, 28209, 28311, 28411, 28511, 28610, 28707, 28803,
+    28899, 28993, 29086, 29178, 29269, 29359, 29448, 29535, 29622, 29707, 29792, 29875, 29957, 30038, 30118, 30196,
+    30274, 30350, 30425, 30499, 30572, 30644, 30715, 30784, 30853, 30920, 30986, 31050, 31114, 31177, 31238, 31298,
+    31357, 31415, 31471, 31527, 31581, 31634, 31686, 31737, 31786, 31834, 31881, 31927, 31972, 32015, 32058, 32099,
+    32138, 32177, 32214, 32251, 32286, 32319, 32352, 32383, 32413, 32442, 32470, 32496, 32522, 32546, 32568, 32590,
+    32610, 32629, 32647, 32664, 32679, 32693, 32706, 32718, 32729, 32738, 32746, 32753, 32758, 32762, 32766, 32767,
+    32768,
+};
+#define SPECDEC_VU_SIG_SIZE                                1025u
+/* vector unit: round(2**16 sigmoid(-VU_SIG_RANGE + i * 2**(VU_SIG_STEP_BITS - VQ_FRAC))) */
+static const int32_t SPECDEC_VU_SIG[SPECDEC_VU_SIG_SIZE] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+    3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5,
+    5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 8, 8,
+    8, 8, 9, 9, 9, 9, 10, 10, 10, 11, 11, 11, 12, 12, 13, 13,
+    13, 14, 14, 15, 15, 16, 16, 17, 17, 18, 18, 19, 19, 20, 21, 21,
+    22, 23, 23, 24, 25, 26, 27, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+    36, 37, 39, 40, 41, 42, 44, 45, 47, 48, 50, 51, 53, 54, 56, 58,
+    60, 62, 64, 66, 68, 70, 72, 74, 77, 79, 82, 84, 87, 90, 92, 95,
+    98, 101, 105, 108, 111, 115, 119, 122, 126, 130, 134, 139, 143, 148, 152, 157,
+    162, 167, 172, 178, 184, 189, 195, 202, 208, 215, 221, 228, 236, 243, 251, 259,
+    267, 275, 284, 293, 302, 312, 321, 332, 342, 353, 364, 376, 387, 400, 412, 425,
+    439, 452, 467, 481, 497, 512, 528, 545, 562, 580, 598, 617, 636, 656, 677, 698,
+    720, 743, 766, 790, 815, 840, 867, 894, 922, 951, 980, 1011, 1042, 1075, 1109, 1143,
+    1179, 1215, 1253, 1292, 1333, 1374, 1417, 1461, 1506, 1553, 1601, 1650, 1701, 1754, 1808, 1864,
+    1921, 1980, 2041, 2104, 2168, 2235, 2303, 2374, 2446, 2521, 2598, 2677, 2758, 2842, 2928, 3017,
+    3108, 3202, 3298, 3398, 3500, 3605, 3713, 3824, 3938, 4055, 4176, 4299, 4427, 4557, 4692, 4830,
+    4971, 5117, 5266, 5420, 5577, 5739, 5904, 6074, 6249, 6428, 6611, 6799, 6992, 7190, 7392, 7600,
+    7812, 8030, 8252, 8481, 8714, 8953, 9197, 9447, 9702, 9964, 10230, 10503, 10782, 11066, 11357, 11653,
+    11955, 12264, 12579, 12899, 13226, 13559, 13898, 14243, 14595, 14952, 15316, 15686, 16062, 16444, 16832, 17226,
+    17625, 18031, 18442, 18859, 19282, 19710, 20143, 20582, 21025, 21474, 21928, 22386, 22849, 23316, 23788, 24263,
+    24743, 25226, 25712, 26202, 26695, 27191, 27689, 28190, 28693, 29198, 29705, 30213, 30723, 31233, 31744, 32256,
+    32768, 33280, 33792, 34303, 34813, 35323, 35831, 36338, 36843, 37346, 37847, 38345, 38841, 39334, 39824, 40310,
+    40793, 41273, 41748, 42220, 42687, 43150, 43608, 44062, 44511, 44954, 45393, 45826, 46254, 46677, 47094, 47505,
+    47911, 48310, 48704, 49092, 49474, 49850, 50220, 50584, 50941, 51293, 51638, 51977, 52310, 52637, 52957, 53272,
+    53581, 53883, 54179, 54470, 54754, 55033, 55306, 55572, 55834, 56089, 56339, 56583, 56822, 57055, 57284, 57506,
+    57724, 57936, 58144, 58346, 58544, 58737, 58925, 59108, 59287, 59462, 59632, 59797, 59959, 60116, 60270, 60419,
+    60565, 60706, 60844, 60979, 61109, 61237, 61360, 61481, 61598, 61712, 61823, 61931, 62036, 62138, 62238, 62334,
+    62428, 62519, 62608, 62694, 62778, 62859, 62938, 63015, 63090, 63162, 63233, 63301, 63368, 63432, 63495, 63556,
+    63615, 63672, 63728, 63782, 63835, 63886, 63935, 63983, 64030, 64075, 64119, 64162, 64203, 64244, 64283, 64321,
+    64357, 64393, 64427, 64461, 64494, 64525, 64556, 64585, 64614, 64642, 64669, 64696, 64721, 64746, 64770, 64793,
+    64816, 64838, 64859, 64880, 64900, 64919, 64938, 64956, 64974, 64991, 65008, 65024, 65039, 65055, 65069, 65084,
+    65097, 65111, 65124, 65136, 65149, 65160, 65172, 65183, 65194, 65204, 65215, 65224, 65234, 65243, 65252, 65261,
+    65269, 65277, 65285, 65293, 65300, 65308, 65315, 65321, 65328, 65334, 65341, 65347, 65352, 65358, 65364, 65369,
+    65374, 65379, 65384, 65388, 65393, 65397, 65402, 65406, 65410, 65414, 65417, 65421, 65425, 65428, 65431, 65435,
+    65438, 65441, 65444, 65446, 65449, 65452, 65454, 65457, 65459, 65462, 65464, 65466, 65468, 65470, 65472, 65474,
+    65476, 65478, 65480, 65482, 65483, 65485, 65486, 65488, 65489, 65491, 65492, 65494, 65495, 65496, 65497, 65499,
+    65500, 65501, 65502, 65503, 65504, 65505, 65506, 65507, 65508, 65509, 65509, 65510, 65511, 65512, 65513, 65513,
+    65514, 65515, 65515, 65516, 65517, 65517, 65518, 65518, 65519, 65519, 65520, 65520, 65521, 65521, 65522, 65522,
+    65523, 65523, 65523, 65524, 65524, 65525, 65525, 65525, 65526, 65526, 65526, 65527, 65527, 65527, 65527, 65528,
+    65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530, 65530, 65530, 65530, 65530, 65531, 65531, 65531,
+    65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534,
+    65534, 65534, 65534, 65534, 65534, 65534, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535,
+    65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535,
+    65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65535, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536, 65536,
+    65536,
 };
 /* the allowed values of verifier.LANES, ascending */
 static const int32_t SPECDEC_VERIFIER_PARAM_LANES_VALUES[SPECDEC_VERIFIER_PARAM_LANES_COUNT] = {
@@ -2315,6 +2664,14 @@ static const int32_t SPECDEC_TREEATTN_PARAM_LANES_VALUES[SPECDEC_TREEATTN_PARAM_
 /* the allowed values of treeattn.BLOCK, ascending */
 static const int32_t SPECDEC_TREEATTN_PARAM_BLOCK_VALUES[SPECDEC_TREEATTN_PARAM_BLOCK_COUNT] = {
     16, 32,
+};
+/* the allowed values of vecunit.LEN_MAX, ascending */
+static const int32_t SPECDEC_VECUNIT_PARAM_LEN_MAX_VALUES[SPECDEC_VECUNIT_PARAM_LEN_MAX_COUNT] = {
+    256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+};
+/* the allowed values of vecunit.HALF_MAX, ascending */
+static const int32_t SPECDEC_VECUNIT_PARAM_HALF_MAX_VALUES[SPECDEC_VECUNIT_PARAM_HALF_MAX_COUNT] = {
+    16, 32, 64, 128,
 };
 
 #endif /* SPECDEC_REGS_H */

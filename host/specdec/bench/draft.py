@@ -45,9 +45,10 @@ import time
 from fpga import hw, overlay_budget
 from hls_ref import draftengine as de
 from hls_ref import treeattn
+from hls_ref import vecunit
 from hwcontract import board
 from hwcontract import params as hwparams
-from hwcontract.formats import TA_ACC_BITS
+from hwcontract.formats import TA_ACC_BITS, VU_OP
 from hwcontract.latency import de_wpipe
 from hwcontract.regmap import REG_BITS, TA_BEAT_BITS
 
@@ -356,6 +357,34 @@ def attention(cfg: dict, ctx: int, visible: list[int], params: dict) -> dict:
             "bytes_in": jobs * treeattn.frame_beats(ctx, len(visible), params) * treeattn.BEAT_BYTES}
 
 
+def vector_jobs(cfg: dict, k_max: int, tokens: int = 1, planes: int = int8draft.ACT_PLANES,
+                weight_plane2: tuple[str, ...] = int8eagle.WEIGHT_PLANE2) -> dict:
+    """The vector unit's jobs of a forward of ``tokens`` rows of the head (:mod:`specdec.models.int8eagle`'s
+    order, the engine's K slices at ``k_max`` each a DEQ part, one row's top token): their count and cycles
+    (``hls_ref.vecunit.cycles``) on the contract's default build."""
+    d, hd, inter, hot = cfg["d"], cfg["head_dim"], cfg["intermediate"], cfg["hot_vocab"]
+    q_n, kv_n = cfg["heads"] * hd, cfg["kv_heads"] * hd
+    res = 1 << 1                                                        # FLAGS.RES (hwcontract.regmap)
+
+    def deq(name: str, n: int, k: int, flags: int = 0) -> tuple:
+        parts = math.ceil(k / k_max) * (planes + (1 if name in weight_plane2 else 0))
+        return ("DEQ", n * tokens, parts, flags)
+    jobs = [("QUANT", 2 * d * tokens), deq("fc", d, 2 * d)]
+    for name, n in (("q", q_n), ("k", kv_n), ("v", kv_n)):
+        jobs += [("NORMQ", d)] * tokens + [deq(name, n, d)]
+    jobs += [("ROPE", q_n)] * tokens + [("QUANT", q_n * tokens)] + [("ROPE", kv_n)] * tokens
+    jobs += [("QUANT", kv_n * tokens), ("QUANT", kv_n * tokens), ("QUANT", q_n * tokens), deq("o", d, q_n, res)]
+    for name in ("gate", "up"):
+        jobs += [("NORMQ", d)] * tokens + [deq(name, inter, d)]
+    jobs += [("SILU", inter * tokens), ("QUANT", inter * tokens), deq("down", d, inter, res)]
+    jobs += [("QUANT", d * tokens), deq("head", hot, d), ("TOPK", hot)]
+    cycles = 0
+    for op, length, *more in jobs:
+        parts, flags = more if more else (1, 0)
+        cycles += vecunit.cycles(VU_OP[op], length, parts, flags, hd // 2, 1)
+    return {"jobs": len(jobs), "cycles": cycles}
+
+
 def engine_jobs(shapes: list[tuple[str, int, int, int]], params: dict, tokens: int = 1) -> dict:
     """The engine jobs of a forward of ``tokens`` tokens (each job's rows ``M * tokens``, in pieces of M_MAX) on the
     build ``params``: their cycles (``hls_ref.draftengine.cycles``, the build's weight read), MAC cycles and
@@ -391,10 +420,11 @@ def board_loads(shapes: list[tuple[str, int, int, int]], params: dict, port_byte
 def board_step(shapes: list[tuple[str, int, int, int]], cfg: dict, board_name: str, ctx: int,
                visible: list[int], tokens: int = 1) -> dict:
     """One forward of the head on ``board_name``'s build at its fabric clock: the engine's jobs, the loads of what
-    does not stay on chip (through the HP port, before their jobs), and the attention unit's jobs (whose context
-    arrives through the same port: its s_axis bytes at the port's width, when that takes longer than its cycles).
-    They run one after the other; ``bound_by`` names the largest term: ``MACs`` (the engine's jobs), ``HP port``
-    (the loads) or ``attention unit``."""
+    does not stay on chip (through the HP port, before their jobs), the attention unit's jobs (whose context
+    arrives through the same port: its s_axis bytes at the port's width, when that takes longer than its cycles)
+    and the vector unit's jobs between them (:func:`vector_jobs`). They run one after the other; ``bound_by`` names
+    the largest term: ``MACs`` (the engine's jobs), ``HP port`` (the loads), ``attention unit`` or ``vector
+    unit``."""
     design = board.design(board_name)
     params = engine_params(board_name)
     port = design.hp_width // 8
@@ -403,17 +433,19 @@ def board_step(shapes: list[tuple[str, int, int, int]], cfg: dict, board_name: s
     ta, source = treeattn_params(board_name)
     att = attention(cfg, ctx, visible, ta)
     att_port = math.ceil(att["bytes_in"] / port)
-    terms = {"MACs": eng["cycles"], "HP port": loads["load_cycles"], "attention unit": max(att["cycles"], att_port)}
+    vec = vector_jobs(cfg, params["K_MAX"], tokens)
+    terms = {"MACs": eng["cycles"], "HP port": loads["load_cycles"], "attention unit": max(att["cycles"], att_port),
+             "vector unit": vec["cycles"]}
     total = sum(terms.values())
     wide = max(k for _, _, k, _ in shapes)
     return {"board": board_name, "engine_build": params, "treeattn_build": ta, "treeattn_build_source": source,
             "clock_hz": design.fclk_hz, "clock": design.fclk.label, "clock_note": CLOCK_NOTE,
-            "engine": eng, "loads": loads, "attention": {**att, "port_cycles": att_port},
+            "engine": eng, "loads": loads, "attention": {**att, "port_cycles": att_port}, "vector": vec,
             "cycles": terms, "total_cycles": total, "step_s": total / design.fclk_hz,
             "bound_by": max(terms, key=terms.get),
             "k_split": wide > params["K_MAX"],
             "k_split_note": (f"K up to {wide} above the build's K_MAX {params['K_MAX']}: those layers run as K slices "
-                             "with 32-bit outputs, added and requantized on the host (int8eagle)"
+                             "with 32-bit outputs, each slice a part of the vector unit's DEQ (int8eagle)"
                              if wide > params["K_MAX"] else "every layer within the build's K_MAX")}
 
 
@@ -494,17 +526,20 @@ def run_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, int8: d
     levels = {b: [board_step(shapes, cfg, b, ctx + a, [1]) for a in tree_levels()] for b in board.BOARDS}
     kv = chain["kv260"]
     eng, att = kv["engine"], kv["attention"]
-    cycles = eng["cycles"] + att["cycles"]
-    level_cycles = [s["engine"]["cycles"] + s["attention"]["cycles"] for s in levels["kv260"]]
+    vec = kv["vector"]
+    cycles = eng["cycles"] + att["cycles"] + vec["cycles"]
+    level_cycles = [s["engine"]["cycles"] + s["attention"]["cycles"] + s["vector"]["cycles"] for s in levels["kv260"]]
     ratio = att["cycles"] / att["bound"]
     lanes = kv["treeattn_build"]["LANES"]
     res = {
         "draft": draft, "head": cfg, "context": ctx, "tree": dataclasses.asdict(EAGLE_TREE),
         "layers": [{"name": n, "n": nn, "k": k, "m": m} for n, nn, k, m in shapes],
         "cycles_source": ("the KV260's builds: hls_ref.draftengine.cycles for each engine job (its UltraRAM weight "
-                          "read, K_MAX slices), hls_ref.treeattn.cycles for each KV head's attention job; weights "
-                          "on chip (the loads are in projected_step_s)"),
+                          "read, K_MAX slices), hls_ref.treeattn.cycles for each KV head's attention job, "
+                          "hls_ref.vecunit.cycles for each vector job; weights on chip (the loads are in "
+                          "projected_step_s)"),
         "cycles_per_token": cycles, "engine_cycles_per_token": eng["cycles"], "engine_jobs_per_token": eng["jobs"],
+        "vector_cycles_per_token": vec["cycles"], "vector_jobs_per_token": vec["jobs"],
         "cycles_per_tree_level": sum(level_cycles) / len(level_cycles), "tree_level_cycles": level_cycles,
         "attention_cycles": att["cycles"], "attention_bound": att["bound"], "attention_ratio": ratio,
         "attention_jobs": att["jobs"], "attention_macs": att["macs"],
@@ -581,7 +616,8 @@ def format_eagle(res: dict) -> str:
     lines = [f"draft: {res['draft']} (d {res['head']['d']}, hot head {res['head']['hot_vocab']}), context "
              f"{res['context']}",
              f"cycles per drafted token: {res['cycles_per_token']:,} ({res['engine_jobs_per_token']} engine jobs "
-             f"{res['engine_cycles_per_token']:,}, attention {res['attention_cycles']:,}); per tree level "
+             f"{res['engine_cycles_per_token']:,}, attention {res['attention_cycles']:,}, "
+             f"{res['vector_jobs_per_token']} vector jobs {res['vector_cycles_per_token']:,}); per tree level "
              f"{res['cycles_per_tree_level']:,.0f}; MACs busy {res['mac_utilization']:.1%}",
              f"attention: {res['attention_cycles']:,} cycles against its bound {res['attention_bound']:,} "
              f"({res['attention_ratio']:.3f}x, goal <= {g['attention_ratio']['goal']}: "
@@ -590,7 +626,8 @@ def format_eagle(res: dict) -> str:
         c = s["cycles"]
         lines.append(f"{b}: {s['step_s'] * 1e3:.3f} ms a drafted token at {s['clock']} (the clock ladder's first "
                      f"rung), bound by {s['bound_by']} (MACs {c['MACs']:,}, HP port {c['HP port']:,}, attention "
-                     f"{c['attention unit']:,} cycles); {s['loads']['placed']} of {s['loads']['matrices']} matrices "
+                     f"{c['attention unit']:,}, vector unit {c['vector unit']:,} cycles); {s['loads']['placed']} of "
+                     f"{s['loads']['matrices']} matrices "
                      f"on chip, {s['loads']['streamed_weight_beats']:,} weight beats streamed")
     lines.append(f"goal: a drafted token <= 1 ms on the KV260: {mark(g['kv260_step_s']['met'])}; host operations "
                  f"per step = 0: {mark(g['host_ops_per_step']['met'])}")

@@ -9,16 +9,20 @@ smollm2-eagle-head`` merges into its cycle figures (docs/draftengine.md, "The EA
   register model (goal: int8 within 0.02 of float); ``same_tokens``: both heads' runs gave the same tokens (greedy
   decoding is lossless, so they must);
 * ``tokens_per_call``: the int8 head's chain at gamma ``gamma`` (goal 2.8 at gamma 5);
-* ``host_ops_per_step``: the host's arithmetic operations between engine jobs in one drafted token (a chain step
-  over a held-out context, then the hot head), on the KV260's engine build (K_MAX 512: every layer in K slices);
-  ``host_ops`` says what they are (operations and elements by kind) on that build and on the golden build. The
-  goal, 0, needs a vector unit, which this version does not have;
-* ``jobs_per_token``: the layers' jobs of that drafted token (name, M rows, K, N, activation planes) and the
-  attention jobs (one per KV head), and the engine jobs the drivers ran for it on each build.
+* ``host_ops_per_step``: the host's arithmetic operations between the jobs of one drafted token (a chain step over
+  a held-out context, then the hot head and its top token), on the KV260's engine build (K_MAX 512: every layer in
+  K slices), measured from the step's trace (:func:`host_operations`): a job input holding a value that no earlier
+  job produced and that is not one of the step's inputs (the token's embedding row, the feature, the cache's
+  codes) is a host operation; ``host_ops`` lists them by job on that build and on the golden build;
+* ``jobs_per_token``: the drafted token's jobs in order: the layers' engine jobs (name, M rows, K, N, activation
+  planes), the attention jobs (one per KV head) and the vector unit's (``vecunit OP``, LEN); the engine jobs the
+  drivers ran for it on each build, and the vector unit's jobs and cycles (its cycle model).
 """
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from hwcontract import board
 
@@ -64,9 +68,26 @@ def acceptance(float_pair: pairs.Pair, int8_pair: pairs.Pair, prompts: list[str]
     return out
 
 
+def host_operations(trace: list, sources: list) -> list[dict]:
+    """The job inputs of a step's ``trace`` (:attr:`specdec.models.int8eagle.Int8Head.trace`: ``(kind, inputs,
+    outputs)`` in order) that hold a value neither an earlier job's output nor one of ``sources`` (the step's own
+    inputs) holds: each such input is a value the host computed between jobs. ``[{"job", "input", "values"}]``
+    (the job's index and kind, the input's index, how many of its values are new)."""
+    known = np.unique(np.concatenate([np.asarray(a, dtype=np.int64).ravel() for a in sources] + [np.zeros(1, int)]))
+    out = []
+    for i, (kind, inputs, outputs) in enumerate(trace):
+        for j, a in enumerate(inputs):
+            new = ~np.isin(np.asarray(a, dtype=np.int64).ravel(), known)
+            if new.any():
+                out.append({"job": f"{i} {kind}", "input": j, "values": int(new.sum())})
+        known = np.union1d(known, np.concatenate([np.asarray(o, dtype=np.int64).ravel() for o in outputs]))
+    return out
+
+
 def one_token(head: int8eagle.Int8Head, target_model, tokenizer, text: str, params: dict) -> dict:
     """The host operations and jobs of one drafted token: ``head`` (a fresh copy) bound to a golden engine of
-    ``params``, its cache filled from the target's features of ``text``, then one chain step and its hot head."""
+    ``params``, its cache filled from the target's features of ``text``, then one chain step, its hot head and the
+    unit's top token, traced (:func:`host_operations`)."""
     import torch
     fresh = int8eagle.Int8Head(head.float_head, head.fl, head.q)
     engine = golden_draftengine(params)
@@ -74,20 +95,23 @@ def one_token(head: int8eagle.Int8Head, target_model, tokenizer, text: str, para
     (feats, tokens), = int8eagle.target_samples(target_model, tokenizer, [text])
     cache = fresh.new_cache()
     h = fresh(torch.from_numpy(feats[:-1].astype("float32"))[None], torch.from_numpy(tokens[:-1])[None], 0, cache)
-    fresh.host_ops.clear()
-    fresh.host_calls.clear()
     fresh.jobs.clear()
-    jobs0, cycles0 = engine.jobs, fresh.attention_cycles
+    jobs0, cycles0, vjobs0, vcycles0 = engine.jobs, fresh.attention_cycles, fresh.vector_jobs, fresh.vector_cycles
     n = len(tokens) - 1
     visible = torch.ones((1, n + 1), dtype=torch.bool)
-    h = fresh.nodes(h[:, -1:], torch.tensor([[int(tokens[-1])]]), [n], visible, cache)
-    fresh.hot_logits(h[0])
-    return {"host_ops_per_step": sum(fresh.host_calls.values()),
-            "host_elements_per_step": sum(fresh.host_ops.values()),
-            "host_ops": {k: {"calls": fresh.host_calls[k], "elements": fresh.host_ops[k]} for k in fresh.host_ops},
-            "jobs": [dict(zip(("name", "m", "k", "n", "planes"), j)) if j[0] != "attention" else
-                     dict(zip(("name", "nodes", "ctx", "group", "head_dim"), j)) for j in fresh.jobs],
+    token = int(tokens[-1])
+    sources = [fresh.embed([token]), int8eagle.vq(h[0, -1:].numpy()), cache.k, cache.v]
+    fresh.trace = []
+    h = fresh.nodes(h[:, -1:], torch.tensor([[token]]), [n], visible, cache)
+    fresh.top(h[0], 1)
+    ops = host_operations(fresh.trace, sources)
+    return {"host_ops_per_step": len(ops), "host_ops": ops,
+            "jobs": [dict(zip(("name", "m", "k", "n", "planes"), j)) if j[0] not in ("attention",) and
+                     not j[0].startswith("vecunit") else
+                     dict(zip(("name", "nodes", "ctx", "group", "head_dim"), j)) if j[0] == "attention" else
+                     dict(zip(("name", "len"), j)) for j in fresh.jobs],
             "engine_jobs": engine.jobs - jobs0, "attention_cycles": fresh.attention_cycles - cycles0,
+            "vector_jobs": fresh.vector_jobs - vjobs0, "vector_cycles": fresh.vector_cycles - vcycles0,
             "context": n, "split_k": report["split_k"], "streamed": report["streamed"]}
 
 
@@ -128,9 +152,11 @@ def int8_figures(n_prompts: int = 8, gamma: int = 5, max_new_tokens: int = 48, n
         "tokens_per_call": acc["tokens_per_call_int8"]["chain"],
         "tokens_per_call_int8": acc["tokens_per_call_int8"], "tokens_per_call_float": acc["tokens_per_call_float"],
         "host_ops_per_step": kv["host_ops_per_step"], "host_ops": {b: s["host_ops"] for b, s in steps.items()},
-        "host_ops_note": ("the host's operations between engine jobs in one drafted token (RMSNorm, RoPE, SiLU * up, "
-                          "residual adds, each job's input quantization and its planes' combination, K slices' "
-                          "int32 sums requantized): the goal 0 needs a vector unit, not in this version"),
+        "host_ops_note": ("job inputs of one drafted token holding a value no earlier job produced and not among "
+                          "the step's inputs (host_operations); the vector unit takes RMSNorm, RoPE, SiLU * up, "
+                          "the residual adds, every quantization and requantization"),
+        "vector_jobs_per_token": {b: s["vector_jobs"] for b, s in steps.items()},
+        "vector_cycles_per_token": {b: s["vector_cycles"] for b, s in steps.items()},
         "jobs_per_token": kv["jobs"], "engine_jobs_per_token": {b: s["engine_jobs"] for b, s in steps.items()},
         "attention_cycles_measured": kv["attention_cycles"], "one_token_context": kv["context"],
         "seconds": {"calibration": calib_s, **acc["seconds"]},

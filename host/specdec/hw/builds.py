@@ -28,5 +28,8 @@ DRAFTENGINE_PARAMS = hwparams.check("draftengine", {"ROWS": 8, "COLS": 8, "WDEPT
 #: The tree-attention unit at the EAGLE head's shape (SmolLM2: head dimension 64, 9 query heads over 3 KV heads),
 #: the whole 8,192-token context and 64-node trees: its defaults.
 TREEATTN_PARAMS = hwparams.check("treeattn", {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 64, "CTX_MAX": 8192})
+#: The vector unit at its defaults: vectors up to 16,384 elements (the EAGLE head's 576-wide rows, its 1,536-wide
+#: MLP and its hot head's logits), DEQ of up to 16 parts, ROPE of head dimension up to 128, top-8.
+VECUNIT_PARAMS = hwparams.check("vecunit", {"LEN_MAX": 16384, "PARTS_MAX": 16, "HALF_MAX": 64, "K_MAX": 8})
 #: The largest token tree both tree cores take (nodes, root included).
 TREE_LIMIT = min(CORE_PARAMS["TREE_MAX"], TREEMASK_PARAMS["NODES_MAX"])

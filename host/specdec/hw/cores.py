@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 from hwcontract import params as hwparams
 
-from .builds import CORE_PARAMS, DRAFTENGINE_PARAMS, KV_PARAMS, TREEATTN_PARAMS, TREEMASK_PARAMS
-from .drivers import DraftEngine, KVPage, TreeAttn, TreeMask, Verifier
+from .builds import CORE_PARAMS, DRAFTENGINE_PARAMS, KV_PARAMS, TREEATTN_PARAMS, TREEMASK_PARAMS, VECUNIT_PARAMS
+from .drivers import DraftEngine, KVPage, TreeAttn, TreeMask, VecUnit, Verifier
 from .drivers.base import description
 from .golden import GoldenDevice
 
@@ -63,3 +63,10 @@ def golden_treeattn(params: dict | None = None) -> TreeAttn:
     (:data:`specdec.hw.builds.TREEATTN_PARAMS`)."""
     dev = GoldenDevice({0: "treeattn"}, {0: _golden_params("treeattn", TREEATTN_PARAMS, params)})
     return TreeAttn(description("treeattn", dev), dev.stream(0), dev.sink(0))
+
+
+def golden_vecunit(params: dict | None = None) -> VecUnit:
+    """The vecunit driver over the golden register model (backend ``ref``), at the project's build
+    (:data:`specdec.hw.builds.VECUNIT_PARAMS`)."""
+    dev = GoldenDevice({0: "vecunit"}, {0: _golden_params("vecunit", VECUNIT_PARAMS, params)})
+    return VecUnit(description("vecunit", dev), dev.stream(0), dev.sink(0))

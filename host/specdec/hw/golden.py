@@ -14,11 +14,13 @@ import numpy as np
 from hls_ref import draftengine as de_ref
 from hls_ref import kvpage as kv_ref
 from hwcontract import params as hwparams
+from hwcontract.formats import vu_frame_words
 from hwcontract.latency import DE_CHECK, TA_CHECK, de_wpipe
 from hwcontract.regmap import DE_OUT_CODES
 from hls_ref import rng as rng_ref
 from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
+from hls_ref import vecunit as vu_ref
 from hls_ref import verifier as ver_ref
 
 from hwcontract.regmap import RESP_DECERR, RESP_SLVERR, TREE_MAX_NODES, TREE_PARENT_BITS, TREE_TOKEN_BITS, CoreMap, core
@@ -334,7 +336,7 @@ class TreemaskModel(RegisterModel):
 class GoldenSink(WordSink):
     """The word stream out of a golden model: :meth:`recv` takes the frame it holds, and the model is done."""
 
-    def __init__(self, model: TreemaskModel | DraftengineModel | TreeattnModel) -> None:
+    def __init__(self, model: TreemaskModel | DraftengineModel | TreeattnModel | VecunitModel) -> None:
         self.model = model
 
     def recv(self) -> list[int]:
@@ -558,8 +560,71 @@ class TreeattnModel(RegisterModel):
         self.emit(ta_ref.beats_out(out.out))       # done once the sink takes it
 
 
+class VecunitModel(RegisterModel):
+    """Register-level model of the vecunit core over ``hls_ref.vecunit``, with both its streams.
+
+    CTRL.START (idle or done, no error) clears the RESULT and COUNTERS registers and makes the start checks
+    (:func:`hls_ref.vecunit.start_error`: BAD_OP, BAD_LEN, then the operation's BAD_PARTS, BAD_HALF or BAD_K,
+    before any beat is taken); a good job then waits for its s_axis frame (:meth:`frame`), which
+    :func:`hls_ref.vecunit.run` runs with the registers (SHORT_STREAM and LONG_STREAM from the frame's length; the
+    core drains a frame in error). Its m_axis words are queued for :class:`GoldenSink` (BUSY until the sink takes
+    them). ``CYCLES_BUSY`` is the cycle model :func:`hls_ref.vecunit.cycles` (0 for a job in error, as the
+    golden model reports it), ``CYCLES_STALL`` 0: the model has no clock.
+
+    Parameters
+    ----------
+    len_max, parts_max, half_max, k_max : int
+        The build parameters (``hwcontract.params`` core "vecunit").
+    """
+
+    def __init__(self, len_max: int = 16384, parts_max: int = 16, half_max: int = 64, k_max: int = 8) -> None:
+        super().__init__(core("vecunit"))
+        self.params = vu_ref.build(dict(LEN_MAX=len_max, PARTS_MAX=parts_max, HALF_MAX=half_max, K_MAX=k_max))
+        p = self.params
+        self.ro.update(PARAMS=self.cmap.reg("PARAMS").encode(PARTS_MAX=p["PARTS_MAX"], HALF_MAX=p["HALF_MAX"],
+                                                             K_MAX=p["K_MAX"]),
+                       LEN_MAX=p["LEN_MAX"])
+
+    def job(self, x: np.ndarray, c: np.ndarray) -> vu_ref.Job:
+        """The job the registers hold, with the beats' X words ``x`` and C words ``c``."""
+        regs = {name.lower(): self.rw[name] for name in ("FLAGS", "PARTS", "WMASK", "POS", "HALF", "EPS",
+                                                         "NORM_MULT", "K")}
+        return vu_ref.Job(self.rw["OP"], self.rw["LEN"], x, c, **regs)
+
+    def on_ctrl(self, bits: dict[str, int]) -> None:
+        if not bits["START"] or self.busy:
+            return
+        self.ro.update(SATURATED=0, BEATS_IN=0, BEATS_OUT=0, CYCLES_BUSY=0, CYCLES_STALL=0)
+        self.done = False
+        empty = np.zeros(0, np.int64)
+        err = vu_ref.start_error(self.job(empty, empty), self.params)
+        if err:
+            self.err |= err
+            return
+        self.pending = {"want": vu_ref.frame_beats(self.rw["OP"], self.rw["LEN"], self.rw["PARTS"],
+                                                   self.rw["FLAGS"])}
+        self.busy = True
+
+    def frame(self, codes: np.ndarray) -> None:
+        """One s_axis frame (the bytes of whole beats, viewed as int16 words), TLAST on its last beat."""
+        x, c = vu_frame_words(codes)
+        job = self.pending
+        if job is None:
+            return                                 # not expecting a frame: the core's TREADY is low (or it drains)
+        self.pending = None
+        out = vu_ref.run(self.job(x, c), self.params)
+        self.ro["BEATS_IN"] = min(len(x), job["want"])
+        if out.err:
+            self.err |= out.err
+            self.busy = False
+            return
+        self.ro.update(SATURATED=out.saturated, BEATS_OUT=len(out.y), CYCLES_BUSY=out.cycles)
+        self.emit([int(v) & 0xFFFFFFFF for v in out.y])      # done once the sink takes it
+
+
 MODELS = {"rng": RngModel, "verifier": VerifierModel, "treemask": TreemaskModel, "kvpage": KvpageModel,
-          "draftengine": DraftengineModel, "treeattn": TreeattnModel}
+          "draftengine": DraftengineModel, "treeattn": TreeattnModel,
+          "vecunit": VecunitModel}
 
 
 class GoldenDevice(RegisterDevice):

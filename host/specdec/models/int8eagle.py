@@ -13,29 +13,35 @@ target's shape, the target's LM-head rows of the hot tokens) runs here in numpy 
   one job of the tree-attention unit's golden model (:func:`attend`, :func:`hls_ref.treeattn.run`); its output
   is Q7.8 codes in units of v's codes. Pending tree entries that every new node sees join the context; those
   only some see are step nodes with their mask rows (their own rows computed with q = 0 and dropped);
-* RMSNorm, RoPE, SiLU-and-multiply, the residual adds and the quantization of each job's input stay on the host,
-  in float64, and every such operation is counted (:attr:`Int8Head.host_ops`): a vector unit would take them.
+* everything between those jobs runs on the **vector unit** (:mod:`hls_ref.vecunit`, docs/vecunit.md): the
+  fuse's input ``[embed(token), feature]`` as Q15.16 values (the embedding table's rows and the target's feature)
+  into int8 planes (QUANT), each layer's int32 sums into Q15.16 values with the residual added (DEQ), RMSNorm
+  into the next layers' planes (NORMQ, the norm's weight folded into the multipliers), RoPE (ROPE), q / k / v
+  into the attention's codes (QUANT), the attention's Q7.8 codes into ``o``'s planes (QUANT), SiLU-and-multiply
+  (SILU), the hot head's sums into Q7.8 logit codes (DEQ) and their top k (TOPK). The host moves integers between
+  jobs and computes nothing: its one conversion is the target's feature into Q15.16 on the way in.
 
 A layer whose K is above the engine's K_MAX (the ``fc``'s 1,152 and ``down``'s 1,536 on the golden build, every
-layer's 576 on the KV260's 512) runs as one job per slice of at most K_MAX input channels with 32-bit outputs; the
-host adds the int32 sums and requantizes them with the layer's own MULT / SHIFT (:func:`hls_ref.draftengine.requant`),
-so the result is bit for bit the unsplit job's on every build.
+layer's 576 on the KV260's 512) runs as one job per slice of at most K_MAX input channels with 32-bit outputs,
+each slice's sums a part of the layer's DEQ, so the result is bit for bit the unsplit job's on every build.
 """
 from __future__ import annotations
 
 import functools
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
-from hwcontract.formats import DE_ACT_MAX, LOGIT_FRAC
+from hwcontract.formats import DE_ACT_MAX, LOGIT_FRAC, VQ_FRAC, VU_NORM_SHIFT, vu_scale_words, vu_turns
 from hls_ref import draftengine as golden
 from hls_ref import treeattn
+from hls_ref import vecunit as vu
 
 from . import corpus
 from .hotvocab import scatter
-from .int8draft import ACT_PLANES, ALPHA, ALPHA_HEAD, QLinear, run_on, stream_on, layout, quantize_linear
+from .int8draft import (ACT_PLANES, ALPHA, ALPHA_HEAD, PLANE, QLinear, layout, quantize_linear, run_on, stream_on,
+                        weight_codes)
 from .lm import CacheStateError
 
 #: The head's linear layers in the order one drafted token runs them: ``(name, path of the float weight)``.
@@ -119,11 +125,6 @@ def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, scale: floa
 def silu(x: np.ndarray) -> np.ndarray:
     """SiLU, ``x * sigmoid(x)``."""
     return x / (1.0 + np.exp(-x))
-
-
-def codes(x: np.ndarray, scale) -> np.ndarray:
-    """int8 codes of ``x`` at ``scale`` (broadcast), saturated to +-127."""
-    return np.clip(np.rint(x / scale), -DE_ACT_MAX, DE_ACT_MAX).astype(np.int64)
 
 
 def attention_params(shape: Shape) -> dict:
@@ -271,58 +272,261 @@ def quantize_layer(fl: FloatLayer, st: Stats, act_planes: int = ACT_PLANES, alph
     return Quantized(lins, *scales)
 
 
-class Int8Head:
-    """The EAGLE head with its layer in int8 on the draft engine, behind the float head's interface
-    (:class:`specdec.decoding.eagle.HeadLM` and :class:`~specdec.decoding.eagle.EagleDraft` take it as they take
-    the float head: ``__call__``, ``nodes``, ``hot_logits``, ``logits``, ``new_cache``, ``config``, ``hot_ids``,
-    ``vocab``).
+class GoldenVectorUnit:
+    """The vector unit's golden model (:mod:`hls_ref.vecunit`) behind the driver's methods
+    (:class:`specdec.hw.drivers.vecunit.VecUnit` has the same); ``saturated`` and ``cycles`` (the cycle model) of
+    the last job, as the driver reads them from the core."""
 
-    ``host_ops``: the host's operations so far, by kind (elements each: see :meth:`count`); ``jobs``: the latest
-    :data:`JOBS_KEPT` engine and attention jobs, ``(name, M, K, N, planes)`` / ``("attention", N, L, GROUP,
-    head_dim)``;
-    ``attention_cycles``: the tree-attention unit's cycles (its cycle model) so far.
+    def __init__(self, params: dict | None = None) -> None:
+        self.params = vu.build(params)
+        self.len_max = self.params["LEN_MAX"]
+        self.saturated = 0
+        self.cycles = 0
+
+    def _run(self, job: vu.Job) -> np.ndarray:
+        out = vu.run(job, self.params)
+        if out.err:
+            raise ValueError(f"vecunit ({vu.VU_OPS[job.op]} of {job.length} elements): ERR {out.err:#x}")
+        self.saturated, self.cycles = out.saturated, out.cycles
+        return out.y
+
+    def quant(self, x, words, planes2: bool = True):
+        return vu.unpack_planes(self._run(vu.quant_job(x, words, planes2)))
+
+    def deq(self, parts, words, wmask: int, residual=None, sat16: bool = False):
+        return self._run(vu.deq_job(parts, words, wmask, residual, sat16))
+
+    def normq(self, x, words, eps: int, planes2: bool = True):
+        return vu.unpack_planes(self._run(vu.normq_job(x, words, eps, planes2)))
+
+    def rope(self, x, turns, pos: int, half: int):
+        return self._run(vu.rope_job(x, turns, pos, half))
+
+    def silu(self, g, u):
+        return self._run(vu.silu_job(g, u))
+
+    def topk(self, x, k: int):
+        return vu.unpack_topk(self._run(vu.topk_job(x, k)))
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    """The vector unit's constant words for a quantized head (docs/vecunit.md, "The EAGLE head on the unit").
+
+    ``quant[name]``: the C words (K,) that turn layer ``name``'s input into its int8 planes: QUANT of Q15.16 values
+    for ``fc`` and ``down``; NORMQ's (the RMSNorm weight folded in) for q / k / v (``input_layernorm``) and gate /
+    up (``post_attention_layernorm``); QUANT of the attention's Q7.8 codes (in units of each KV head's v step) for
+    ``o``; QUANT of the final Q15.16 values for the hot ``head``. ``deq[name]``: ``(C words (N,), plane-1
+    divisor)``: DEQ of the layer's int32 parts into Q15.16 values (the head's into Q7.8 codes). ``att[x]``: the
+    C words of QUANT to the attention's int8 codes of q / k / v (RoPE's scale folded into q's and k's);
+    ``turns``: RoPE's frequencies (turns a position, Q.32); ``eps``: RMSNorm's epsilon in Q.32."""
+
+    quant: dict
+    deq: dict
+    att: dict
+    turns: np.ndarray
+    eps: int
+
+
+#: The layers whose input NORMQ makes (the RMSNorm that feeds them), the rest take QUANT.
+NORMED = {"q": "ln1", "k": "ln1", "v": "ln1", "gate": "ln2", "up": "ln2"}
+_VQ = float(1 << VQ_FRAC)
+
+
+def plane1_weight(ql: QLinear) -> int:
+    """DEQ's weight of a layer's first-plane sums: PLANE when a second plane (of the activations or the weights)
+    adds at 1/PLANE of its step, else 1."""
+    return PLANE if ql.act_planes == 2 or ql.w2 is not None else 1
+
+
+def vector_plan(fl: FloatLayer, q: Quantized) -> VectorPlan:
+    """The :class:`VectorPlan` of a head's float layer ``fl`` and its quantization ``q``. Raises ValueError for a
+    layer with a bias (the engine's jobs run without one here) or a non-positive RMSNorm weight (NORMQ folds it
+    into an unsigned multiplier)."""
+    sh = fl.shape
+    norms = {"ln1": fl.ln1, "ln2": fl.ln2}
+    for name, w in norms.items():
+        if not (w > 0).all():
+            raise ValueError(f"EAGLE head (int8): {name} has weights <= 0; the vector unit folds RMSNorm's weight "
+                             "into NORMQ's unsigned multipliers")
+    kv_of_q = np.arange(sh.heads * sh.head_dim) // (sh.group * sh.head_dim)
+    kv_of_k = np.arange(sh.kv_heads * sh.head_dim) // sh.head_dim
+    quant, deq = {}, {}
+    for name, ql in q.linears.items():
+        if np.any(ql.bias):
+            raise ValueError(f"EAGLE head (int8): layer {name} has a bias; its engine jobs run without one")
+        step = ql.smooth * ql.s_in                                   # a first-plane code's value, per input
+        if name in NORMED:
+            scale = norms[NORMED[name]] / (_VQ * step)
+        elif name == "o":
+            scale = np.asarray(q.s_v)[kv_of_q] / ((1 << LOGIT_FRAC) * step)
+        else:
+            scale = 1.0 / (_VQ * step)
+        quant[name] = vu_scale_words(scale)
+        s_w = weight_codes(fl.weights[name] * ql.smooth[None, :])[0]
+        out = float(1 << LOGIT_FRAC) if name == "head" else _VQ
+        div = plane1_weight(ql)
+        deq[name] = (vu_scale_words(ql.s_in * s_w * out / div), div)
+    att = {"q": vu_scale_words(fl.rope_scale / (_VQ * np.asarray(q.s_q)[kv_of_q])),
+           "k": vu_scale_words(fl.rope_scale / (_VQ * np.asarray(q.s_k)[kv_of_k])),
+           "v": vu_scale_words(1.0 / (_VQ * np.asarray(q.s_v)[kv_of_k]))}
+    eps = round(sh.eps * 2.0 ** VU_NORM_SHIFT)
+    return VectorPlan(quant, deq, att, vu_turns(fl.inv_freq), eps)
+
+
+@functools.lru_cache(maxsize=2)
+def vq_embed(float_head) -> np.ndarray:
+    """The target's input embeddings as Q15.16 values (V, d) int32: the table the unit's jobs read rows of."""
+    import torch
+    e = torch.round(float_head.embed.detach().double() * _VQ)
+    return e.to(torch.int32).numpy()
+
+
+def vq(x) -> np.ndarray:
+    """Q15.16 values (int64) of float features (the target's, or the head's own predictions, which are exact)."""
+    return np.rint(np.asarray(x, dtype=np.float64) * _VQ).astype(np.int64)
+
+
+class Int8Head:
+    """The EAGLE head with its layer in int8 on the draft engine and its glue on the vector unit, behind the float
+    head's interface (:class:`specdec.decoding.eagle.HeadLM` and :class:`~specdec.decoding.eagle.EagleDraft` take it
+    as they take the float head: ``__call__``, ``nodes``, ``hot_logits``, ``logits``, ``new_cache``, ``config``,
+    ``hot_ids``, ``vocab``).
+
+    Between the jobs the host moves integers and does no arithmetic: every engine job's rows are the vector unit's
+    int8 planes, every vector job's words the engine's, the attention's or the unit's own outputs, the embedding
+    table's rows, the target's feature as Q15.16 values, or constant words (:class:`VectorPlan`). Predicted
+    features leave as float64 (exactly the Q15.16 values) and come back exactly.
+
+    ``jobs``: the latest :data:`JOBS_KEPT` engine, attention and vector jobs, ``(name, M, K, N, planes)`` /
+    ``("attention", N, L, GROUP, head_dim)`` / ``("vecunit OP", LEN)``; ``attention_cycles``: the tree-attention
+    unit's cycles (its cycle model) so far; ``vector_jobs`` / ``vector_cycles``: the vector unit's jobs and cycles
+    so far; ``saturated``: the vector unit's saturated outputs so far; ``vec``: the vector unit (:class:`GoldenVectorUnit` until
+    :func:`bind_vector` puts a driver there); ``trace``: when a list, every job's ``(kind, inputs, outputs)``.
     """
 
     def __init__(self, float_head, fl: FloatLayer, q: Quantized) -> None:
         self.float_head = float_head
         self.config, self.hot_ids, self.vocab = float_head.config, float_head.hot_ids, float_head.vocab
         self.fl, self.q = fl, q
+        self.plan = vector_plan(fl, q)
         self.runners: dict = {name: (None, None) for name in q.linears}      # bind() sets them
         self.att_params = attention_params(fl.shape)
-        self.host_ops: Counter = Counter()
-        self.host_calls: Counter = Counter()
+        self.vec = GoldenVectorUnit()
         self.jobs: deque = deque(maxlen=JOBS_KEPT)
         self.saturated = 0
         self.attention_cycles = 0
+        self.vector_jobs = 0
+        self.vector_cycles = 0
+        self.trace: list | None = None
 
-    # -- bookkeeping ----------------------------------------------------------------------------
-    def count(self, kind: str, elements: int) -> None:
-        """Count one host operation of ``kind`` over ``elements`` values (:attr:`host_ops`: elements by kind,
-        :attr:`host_calls`: operations by kind)."""
-        self.host_ops[kind] += int(elements)
-        self.host_calls[kind] += 1
+    def _vec_done(self, op: str, inputs: list, outputs: list) -> None:
+        """Account one vector job (its LEN, saturations and cycles) and trace it."""
+        self.jobs.append((f"vecunit {op}", len(inputs[0])))
+        self.vector_jobs += 1
+        self.vector_cycles += self.vec.cycles
+        self.saturated += self.vec.saturated
+        self._record(f"vecunit {op}", inputs, outputs)
 
-    def linear(self, name: str, x: np.ndarray) -> np.ndarray:
-        """Layer ``name`` on float rows ``x`` (M, K): the input quantized on the host, the jobs on the engine, the
-        planes combined and the output scaled on the host."""
+    def _record(self, kind: str, inputs: list, outputs: list) -> None:
+        if self.trace is not None:
+            self.trace.append((kind, [np.asarray(a) for a in inputs], [np.asarray(a) for a in outputs]))
+
+    # -- the vector unit's jobs, cut at LEN_MAX on row boundaries -------------------------------------
+    def _rows_per_job(self, width: int) -> int:
+        return max(1, self.vec.len_max // width)
+
+    def _elementwise(self, op: str, rows: list[np.ndarray], words: np.ndarray | None, **kw) -> list[np.ndarray]:
+        """One vector op over matrices ``rows`` (each (n, C)), ``words`` (C,) per column, in jobs of whole rows."""
+        n, c = rows[0].shape
+        step = self._rows_per_job(c * (2 if op == "silu" else 1))
+        outs: list = []
+        for i in range(0, n, step):
+            part = [r[i:i + step].reshape(-1) for r in rows]
+            w = None if words is None else np.tile(words, len(part[0]) // c)
+            if op == "quant":
+                res = self.vec.quant(part[0], w, **kw)
+            elif op == "deq":
+                res = (self.vec.deq(np.stack(part[:kw["parts"]]), w, kw["wmask"],
+                                    part[kw["parts"]] if len(part) > kw["parts"] else None, kw.get("sat16", False)),)
+            else:
+                res = (self.vec.silu(part[0], part[1]),)
+            self._vec_done(op, part, list(res))
+            outs.append([r.reshape(-1, c) for r in res])
+        return [np.concatenate([o[j] for o in outs]) for j in range(len(outs[0]))]
+
+    def _normq(self, x: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        planes = []
+        for row in x:
+            planes.append(self.vec.normq(row, words, self.plan.eps))
+            self._vec_done("normq", [row], list(planes[-1]))
+        return np.stack([p[0] for p in planes]), np.stack([p[1] for p in planes])
+
+    def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        half = self.fl.shape.head_dim // 2
+        out = []
+        for row, pos in zip(x, positions):
+            out.append(self.vec.rope(row, self.plan.turns, int(pos), half))
+            self._vec_done("rope", [row], [out[-1]])
+        return np.stack(out)
+
+    # -- the engine's jobs --------------------------------------------------------------------------
+    def _engine(self, name: str, x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, int]:
+        """Layer ``name``'s engine jobs on planes x1, x2 (M, K): its int32 parts (P, M, N), in DEQ's order (for
+        each K slice: the first plane's sums, the second plane's, the second weight plane's), and DEQ's WMASK."""
         ql: QLinear = self.q.linears[name]
-        m = len(x)
-        self.count("quantize " + name, x.size * ql.act_planes)
-        self.jobs.append((name, m * ql.act_planes, ql.w.shape[1], ql.w.shape[0], ql.act_planes))
+        m = len(x1)
+        rows = np.concatenate([x1, x2]) if ql.act_planes == 2 else x1
+        self.jobs.append((name, len(rows), ql.w.shape[1], ql.w.shape[0], ql.act_planes))
+        main = self._slices(name, 0, rows)
+        w2 = None
         if ql.w2 is not None:
             self.jobs.append((name + " (weight plane 2)", m, ql.w.shape[1], ql.w.shape[0], 1))
-        y, sat = ql(x, *self.runners[name])
-        self.saturated += sat
-        if ql.act_planes > 1 or ql.w2 is not None:
-            self.count("combine planes " + name, y.size)
+            w2 = self._slices(name, 1, x1)
+        parts, wmask = [], 0
+        for i, y in enumerate(main):
+            if plane1_weight(ql) != 1:
+                wmask |= 1 << len(parts)
+            parts.append(y[:m])
+            if ql.act_planes == 2:
+                parts.append(y[m:])
+            if w2 is not None:
+                parts.append(w2[i])
+        self._record("engine " + name, [rows] + ([x1] if w2 is not None else []), parts)
+        return np.stack(parts), wmask
+
+    def _slices(self, name: str, which: int, x_q: np.ndarray) -> list[np.ndarray]:
+        """Matrix ``which`` of layer ``name`` on rows ``x_q``: the int32 sums of each K slice, (M, N) each (one
+        slice on the golden engine; :func:`bind` cuts at the engine's K_MAX)."""
+        run = self.runners[name][which]
+        if run is None:
+            ql = self.q.linears[name]
+            w, _, _ = ql.matrices()[which]
+            n = w.shape[0]
+            return [golden.run(golden.Job(x_q, w, np.zeros(n, np.int64), np.zeros(n, np.int64),
+                                          np.zeros(n, np.int64), 32)).y]
+        return run(x_q)
+
+    def _linear(self, name: str, x1: np.ndarray, x2: np.ndarray, residual: np.ndarray | None = None,
+                logits: bool = False) -> np.ndarray:
+        """Layer ``name`` from its input planes to its Q15.16 output (plus ``residual``), or Q7.8 codes."""
+        parts, wmask = self._engine(name, x1, x2)
+        words, _ = self.plan.deq[name]
+        rows = list(parts) + ([residual] if residual is not None else [])
+        y, = self._elementwise("deq", rows, words, parts=len(parts), wmask=wmask, sat16=logits)
         return y
+
+    def _quant(self, x: np.ndarray, words: np.ndarray, planes2: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        x1, x2 = self._elementwise("quant", [x], words, planes2=planes2)
+        return x1, x2
 
     def new_cache(self) -> Int8Cache:
         return Int8Cache(self.fl.shape.kv_heads, self.fl.shape.head_dim)
 
     # -- the float head's interface -------------------------------------------------------------
     def embed(self, tokens: np.ndarray) -> np.ndarray:
-        return _embed(self.float_head, tokens)
+        """Rows of the Q15.16 embedding table (a gather, no arithmetic)."""
+        return vq_embed(self.float_head)[np.asarray(tokens, dtype=np.int64)].astype(np.int64)
 
     def __call__(self, features, tokens, start: int = 0, cache: Int8Cache | None = None):
         """Predicted features (1, T, d) of slots ``start..`` (committed to ``cache``), causal over the new ones."""
@@ -332,7 +536,7 @@ class Int8Head:
         if cache.get_seq_length() != start:
             raise CacheStateError(f"EAGLE head (int8): its cache holds {cache.get_seq_length()} slots, the new "
                                   f"ones start at {start}")
-        f = _np(features)[0]
+        f = vq(_np(features)[0])
         t = _np(tokens)[0].astype(np.int64)
         out = []
         rows = self.att_params["NODES_MAX"]
@@ -341,20 +545,37 @@ class Int8Head:
             visible = np.concatenate([np.ones((n, start + i), dtype=bool), np.tri(n, dtype=bool)], 1)
             out.append(self._layer(f[i:i + n], t[i:i + n], np.arange(start + i, start + i + n), visible, cache,
                                    commit=True))
-        return torch.from_numpy(np.concatenate(out).astype(np.float32))[None]
+        return torch.from_numpy(np.concatenate(out) / _VQ)[None]
 
     def nodes(self, features, tokens, positions, visible, cache: Int8Cache):
         """Predicted features (1, n, d) of n tree nodes appended to ``cache`` as pending entries (the float head's
         :meth:`nodes`)."""
         import torch
-        h = self._layer(_np(features)[0], _np(tokens)[0].astype(np.int64), _np(positions).astype(np.int64),
+        h = self._layer(vq(_np(features)[0]), _np(tokens)[0].astype(np.int64), _np(positions).astype(np.int64),
                         _np(visible).astype(bool), cache, commit=False)
-        return torch.from_numpy(h.astype(np.float32))[None]
+        return torch.from_numpy(h / _VQ)[None]
+
+    def hot_codes(self, h) -> np.ndarray:
+        """The head's N logits as Q7.8 codes (n, N) for predicted features h: QUANT, the engine, DEQ to 16 bits."""
+        x1, x2 = self._quant(vq(_np(h)), self.plan.quant["head"])
+        return self._linear("head", x1, x2, logits=True)
 
     def hot_logits(self, h):
-        """The head's N logits (Q7.8 codes of the engine's hot LM head, as floats) for predicted features h."""
+        """The head's N logits (Q7.8 codes of the hot LM head, as floats) for predicted features h."""
         import torch
-        return torch.from_numpy(self.linear("head", _np(h).astype(np.float64)).astype(np.float32))
+        return torch.from_numpy((self.hot_codes(h) / float(1 << LOGIT_FRAC)).astype(np.float32))
+
+    def top(self, h, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best hot tokens of each predicted feature in h (the unit's TOPK over the Q7.8 codes): token ids
+        (n, k) and their codes (n, k)."""
+        ids, vals = [], []
+        hot = _np(self.hot_ids)
+        for row in self.hot_codes(h):
+            i, v = self.vec.topk(row, k)
+            self._vec_done("topk", [row], [i, v])
+            ids.append(hot[i])
+            vals.append(v)
+        return np.stack(ids), np.stack(vals)
 
     def logits(self, h):
         """Full-vocabulary rows: the hot logits at their token ids, -inf elsewhere."""
@@ -363,33 +584,25 @@ class Int8Head:
     # -- the layer --------------------------------------------------------------------------------
     def _layer(self, feats: np.ndarray, tokens: np.ndarray, positions: np.ndarray, visible: np.ndarray,
                cache: Int8Cache, commit: bool) -> np.ndarray:
-        fl, sh = self.fl, self.fl.shape
+        """The head's layer on n rows: Q15.16 features (n, d) and tokens in, Q15.16 predicted features out."""
+        sh, pl = self.fl.shape, self.plan
         n = len(tokens)
-        x = self.linear("fc", np.concatenate([self.embed(tokens), feats.astype(np.float64)], -1))
-        h = rms_norm(x, fl.ln1, sh.eps)
-        self.count("rmsnorm", h.size)
-        q = rope(self.linear("q", h).reshape(n, sh.heads, sh.head_dim), positions, fl.inv_freq, fl.rope_scale)
-        k = rope(self.linear("k", h).reshape(n, sh.kv_heads, sh.head_dim), positions, fl.inv_freq, fl.rope_scale)
-        self.count("rope", q.size + k.size)
-        v = self.linear("v", h).reshape(n, sh.kv_heads, sh.head_dim)
-        qc = codes(q.reshape(n, sh.kv_heads, sh.group, sh.head_dim), self.q.s_q[None, :, None, None])
-        kc, vc = codes(k, self.q.s_k[None, :, None]), codes(v, self.q.s_v[None, :, None])
-        self.count("quantize q k v", q.size + k.size + v.size)
-        a = self._attention(qc, kc, vc, visible, cache, commit)            # (n, kv_heads, group, hd) float
-        self.count("dequantize attention", a.size)
-        x = x + self.linear("o", a.reshape(n, -1))
-        self.count("residual", x.size)
-        h = rms_norm(x, fl.ln2, sh.eps)
-        self.count("rmsnorm", h.size)
-        gate, up = self.linear("gate", h), self.linear("up", h)
-        m = silu(gate) * up
-        self.count("silu * up", m.size)
-        x = x + self.linear("down", m)
-        self.count("residual", x.size)
-        return x
+        x = self._linear("fc", *self._quant(np.concatenate([self.embed(tokens), feats], 1), pl.quant["fc"]))
+        qkv = {name: self._linear(name, *self._normq(x, pl.quant[name])) for name in ("q", "k", "v")}
+        qc, _ = self._quant(self._rope(qkv["q"], positions), pl.att["q"], planes2=False)
+        kc, _ = self._quant(self._rope(qkv["k"], positions), pl.att["k"], planes2=False)
+        vc, _ = self._quant(qkv["v"], pl.att["v"], planes2=False)
+        a = self._attention(qc.reshape(n, sh.kv_heads, sh.group, sh.head_dim), kc.reshape(n, sh.kv_heads, -1),
+                            vc.reshape(n, sh.kv_heads, -1), visible, cache, commit)
+        x = self._linear("o", *self._quant(a.reshape(n, -1), pl.quant["o"]), residual=x)
+        gate = self._linear("gate", *self._normq(x, pl.quant["gate"]))
+        up = self._linear("up", *self._normq(x, pl.quant["up"]))
+        m, = self._elementwise("silu", [gate, up], None)
+        return self._linear("down", *self._quant(m, pl.quant["down"]), residual=x)
 
     def _attention(self, qc, kc, vc, visible, cache: Int8Cache, commit: bool) -> np.ndarray:
-        """The tree-attention jobs (one per KV head) of n new rows; their k / v codes go into ``cache``."""
+        """The tree-attention jobs (one per KV head) of n new rows; their k / v codes go into ``cache``. Returns
+        the Q7.8 codes (n, kv_heads, group, hd) in units of each KV head's v step."""
         sh = self.fl.shape
         n = len(qc)
         ctx, pend = cache.committed, cache.pending
@@ -412,7 +625,7 @@ class Int8Head:
             bits = [j for j in range(p) if old[i, partial[j]]]
             bits += [p + j for j in range(n) if visible[i, ctx + pend + j]]
             mask.append(sum(1 << b for b in bits))
-        out = np.zeros((n, sh.kv_heads, sh.group, sh.head_dim))
+        out = np.zeros((n, sh.kv_heads, sh.group, sh.head_dim), dtype=np.int64)
         for g in range(sh.kv_heads):
             q_rows = np.concatenate([np.zeros((p, sh.group, sh.head_dim), dtype=np.int64), qc[:, g]])
             k_step = np.concatenate([cache.k[step_idx, g], kc[:, g]])
@@ -421,7 +634,9 @@ class Int8Head:
                          float(self.q.s_q[g]), float(self.q.s_k[g]), self.att_params)
             self.jobs.append(("attention", p + n, len(ctx_idx), sh.group, sh.head_dim))
             self.attention_cycles += res.cycles
-            out[:, g] = res.out[p:].astype(np.float64) * (self.q.s_v[g] / (1 << LOGIT_FRAC))
+            out[:, g] = res.out[p:]
+            self._record("attention", [q_rows, cache.k[ctx_idx, g], cache.v[ctx_idx, g], k_step, v_step],
+                         [res.out])
         cache.append(kc, vc, commit)
         return out
 
@@ -499,11 +714,12 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4)
     """Put every matrix of ``head`` on ``engine`` (a draft-engine driver on any backend), placed where the memories
     hold it and streamed otherwise (:func:`specdec.models.int8draft.layout`), and run the head's layers there.
 
-    A layer wider than the engine's K_MAX runs as slices with 32-bit outputs, requantized on the host (module
-    docstring); a layer whose weights take more than 1/``share`` of the weight memory runs as slices of output
-    channels (:func:`pieces`), so that the layout can keep the others on chip. Returns the layout's figures and
-    ``"matrices"``, ``"streamed"``, ``"split_k"`` (the layers cut along K). Raises ValueError for a float head or a
-    bad ``streaming``, before the engine's memory is touched."""
+    Every job writes 32-bit sums (the vector unit's DEQ requantizes them); a layer wider than the engine's K_MAX
+    runs as one job per slice of at most K_MAX input channels, each slice's sums a DEQ part of their own; a layer
+    whose weights take more than 1/``share`` of the weight memory runs as slices of output channels
+    (:func:`pieces`), side by side, so that the layout can keep the others on chip. Returns the layout's figures
+    and ``"matrices"``, ``"streamed"``, ``"split_k"`` (the layers cut along K). Raises ValueError for a float head
+    or a bad ``streaming``, before the engine's memory is touched."""
     if streaming not in ("auto", True, False):
         raise ValueError(f"streaming must be 'auto', True or False, got {streaming!r}")
     if not isinstance(head, Int8Head):
@@ -518,9 +734,9 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4)
     mats = []
     for p in ps:
         ql = head.q.linears[p.name]
-        w, bias, _ = ql.matrices()[p.which]
-        bias = bias[p.n0:p.n1] if p.k0 == 0 else np.zeros(p.n1 - p.n0, dtype=np.int64)
-        mats.append((w[p.n0:p.n1, p.k0:p.k1], bias, ql.mult[p.n0:p.n1], ql.shift[p.n0:p.n1]))
+        w, _, _ = ql.matrices()[p.which]
+        zero = np.zeros(p.n1 - p.n0, dtype=np.int64)
+        mats.append((w[p.n0:p.n1, p.k0:p.k1], zero, ql.mult[p.n0:p.n1], ql.shift[p.n0:p.n1]))
     plan = layout([w.shape for w, *_ in mats], engine, stream_all=streaming is True)
     if streaming is False:
         plan["placed"] = [True] * len(mats)
@@ -529,41 +745,28 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4)
         for placed, p, (w, bias, mult, shift) in zip(plan["placed"], ps, mats):
             if placed != placed_pass:
                 continue
-            ql = head.q.linears[p.name]
-            bits = ql.out_bits if p.k1 - p.k0 == ql.w.shape[1] else 32
             if placed:
-                run = functools.partial(run_on, engine, engine.place(w, bias, mult, shift), bits)
+                run = functools.partial(run_on, engine, engine.place(w, bias, mult, shift), 32)
             else:
-                run = functools.partial(stream_on, engine, engine.stream_layer(w, bias, mult, shift), bits)
+                run = functools.partial(stream_on, engine, engine.stream_layer(w, bias, mult, shift), 32)
             runs.setdefault((p.name, p.which), []).append((p, run))
     for name, ql in head.q.linears.items():
-        rs = [functools.partial(_pieced, head, ql, sorted(runs[(name, which)], key=lambda r: (r[0].n0, r[0].k0)))
+        rs = [functools.partial(_k_slices, sorted(runs[(name, which)], key=lambda r: (r[0].k0, r[0].n0)))
               for which in range(len(ql.matrices()))]
         head.runners[name] = (rs[0], rs[1] if len(rs) > 1 else None)
     return {"matrices": len(mats), **{k: v for k, v in plan.items() if k != "placed"},
             "streamed": not all(plan["placed"]), "split_k": sorted({p.name for p in ps if p.k0 > 0})}
 
 
-def _pieced(head: Int8Head, ql: QLinear, parts, x_q: np.ndarray) -> tuple[np.ndarray, int]:
-    """A layer's jobs on ``x_q``: its slices of output channels side by side, each the sum of its K slices' int32
-    outputs added and requantized on the host where the layer is cut along K."""
-    if len(parts) == 1:
-        return parts[0][1](x_q)
-    cols, sat = [], 0
-    for n0 in sorted({p.n0 for p, _ in parts}):
-        row = [(p, run) for p, run in parts if p.n0 == n0]
-        if len(row) == 1:
-            y, s = row[0][1](x_q)
-        else:
-            acc = sum(run(x_q[:, p.k0:p.k1])[0] for p, run in row)
-            head.count("add and requantize K slices " + ql.name, acc.size * len(row))
-            p = row[0][0]
-            y, clipped = golden.requant(acc, np.zeros(p.n1 - p.n0, dtype=np.int64), ql.mult[p.n0:p.n1],
-                                        ql.shift[p.n0:p.n1], ql.out_bits)
-            s = int(clipped.sum())
-        cols.append(y)
-        sat += s
-    return np.concatenate(cols, axis=1), sat
+def _k_slices(parts, x_q: np.ndarray) -> list[np.ndarray]:
+    """A matrix's jobs on ``x_q``: for each K slice, its slices of output channels side by side, (M, N) int32
+    sums."""
+    out = []
+    for k0 in sorted({p.k0 for p, _ in parts}):
+        row = [(p, run) for p, run in parts if p.k0 == k0]
+        out.append(np.concatenate([run(x_q[:, p.k0:p.k1])[0] for p, run in sorted(row, key=lambda r: r[0].n0)],
+                                  axis=1))
+    return out
 
 
 def agreement(head: Int8Head, float_head, samples) -> dict:

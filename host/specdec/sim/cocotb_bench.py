@@ -15,7 +15,9 @@ p = 0: one position and a residual sample), ``typical`` (GPT-2-like logits, draf
 ``bench_treemask``: one random tree per N (TREADY always high). ``bench_kvpage``: every operation, with
 COMMIT, ROLLBACK and FREE at both ends of what they could depend on. ``bench_treeattn``: the EAGLE head's jobs (a
 chain row, a 7-node tree) over the given context lengths, each checked against ``hls_ref.treeattn``, its cycles
-beside the cycle model and the unit's bound.
+beside the cycle model and the unit's bound. ``bench_vecunit``: one job of each operation of the vector unit on the
+EAGLE head's shapes, each checked against ``hls_ref.vecunit``, its cycles beside the cycle model, and the recovery
+from a frame a beat short.
 """
 from __future__ import annotations
 
@@ -31,15 +33,18 @@ from cocotb.task import bridge
 from hls_ref import rng as rng_ref
 from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
+from hls_ref import vecunit as vu_ref
 from hls_ref import vectors
 from hls_ref import verifier as ver_ref
-from hwcontract.formats import LOGIT_NEG_INF, inv_temp
-from hwcontract.regmap import core
+from hwcontract.formats import LOGIT_NEG_INF, inv_temp, vu_scale_words, vu_turns
+from hwcontract.regmap import VU_OPS, core
 
-from ..hw.drivers import KVPage, TreeAttn, TreeMask, Verifier
+from ..errors import CoreError
+from ..hw.drivers import KVPage, TreeAttn, TreeMask, VecUnit, Verifier
 from ..hw.drivers.base import description
 from ..hw.drivers.verifier import Result
 from ..hw.golden import GoldenDevice
+from ..hw.streams import RowStream, WordSink
 from .device import AxilTB, SimDevice, SimSink, SimStream
 from .jobs import BENCH_OUT_ENV, bench_setting as setting
 
@@ -193,6 +198,103 @@ async def bench_treeattn(dut):
     def run() -> dict:
         drv = TreeAttn(description("treeattn", SimDevice(tb.axil)), stream, sink)
         return treeattn_jobs(drv, [int(n) for n in setting("contexts").split(",")], int(setting("seed", "0")))
+
+    _write(await bridge(run)())
+
+
+# ------------------------------------------------------------------------------------------------
+# vecunit
+# ------------------------------------------------------------------------------------------------
+
+#: The EAGLE head's vector shapes (SmolLM2-135M): its hidden row, its MLP row, its heads' halves and the top k.
+VECUNIT_SHAPES = {"hidden": 576, "mlp": 1536, "half": 32, "logits": 1024, "k": 8}
+
+
+def vecunit_jobs(drv: VecUnit, seed: int) -> dict:
+    """One random job of each operation on :data:`VECUNIT_SHAPES` through ``drv``, checked against
+    ``hls_ref.vecunit.run`` (the Y words and SATURATED); its cycles beside the cycle model."""
+    rng = np.random.default_rng(seed)
+    s = VECUNIT_SHAPES
+    d, f = s["hidden"], s["mlp"]
+
+    def vals(n: int, bits: int = 22) -> np.ndarray:
+        return rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), n)
+
+    def scales(n: int, lo: float = 1e-4, hi: float = 1e-3) -> np.ndarray:
+        return vu_scale_words(rng.uniform(lo, hi, n))
+
+    jobs = {"QUANT": vu_ref.quant_job(vals(d), scales(d, 2e-5, 6e-5)),
+            "DEQ": vu_ref.deq_job(vals(2 * f, 30).reshape(2, f), scales(f), 1, vals(f)),
+            "NORMQ": vu_ref.normq_job(vals(d), scales(d), 1 << 12),
+            "ROPE": vu_ref.rope_job(vals(d), vu_turns(10000.0 ** -(np.arange(s["half"]) / s["half"])),
+                                    int(rng.integers(0, 8192)), s["half"]),
+            "SILU": vu_ref.silu_job(vals(f), vals(f)),
+            "TOPK": vu_ref.topk_job(vals(s["logits"], 16), min(s["k"], drv.params["K_MAX"]))}
+    out = {}
+    for name, job in jobs.items():
+        got, want = drv.run(job), vu_ref.run(job, drv.params)
+        assert (got.y == want.y).all(), f"{name}: the output differs from the golden model"
+        assert got.saturated == want.saturated, f"{name}: SATURATED {got.saturated} != {want.saturated}"
+        out[name] = {"op": name, "len": job.length, "beats_in": drv.beats_in, "beats_out": drv.beats_out,
+                     "cycles_busy": drv.cycles, "cycles_stall": drv.stall, "cycles": got.cycles,
+                     "model_cycles": want.cycles, "saturated": got.saturated}
+    out["SHORT_STREAM"] = vecunit_recovery(drv, jobs["SILU"])
+    return out
+
+
+class _LastBeatLost(RowStream):
+    """A stream that loses a frame's last beat (a DMA programmed one beat short)."""
+
+    def __init__(self, inner: RowStream) -> None:
+        self.inner = inner
+
+    def send(self, codes: np.ndarray) -> None:
+        self.inner.send(codes[:-(core("vecunit").stream("s_axis").width // 16)])
+
+
+class _TakenOnRecv(WordSink):
+    """A sink that takes a frame off the stream only when :meth:`recv` asks, as a DMA's S2MM channel armed then
+    does: it holds nothing early (``pending`` 0), so nothing but the driver drops a frame left behind."""
+
+    def __init__(self, inner: WordSink) -> None:
+        self.inner = inner
+
+    def recv(self) -> list[int]:
+        return self.inner.recv()
+
+
+def vecunit_recovery(drv: VecUnit, job: vu_ref.Job) -> dict:
+    """``job`` (long enough that Y words leave before the error) sent a beat short into a sink that takes frames
+    only when asked: the driver raises CoreError naming SHORT_STREAM and takes the frame the core closes after the
+    error, so that the job sent whole then gives the golden model's output."""
+    stream, sink = drv.stream, drv.sink
+    drv.attach(_LastBeatLost(stream), _TakenOnRecv(sink))
+    try:
+        drv.run(job)
+        raise AssertionError("a frame a beat short was not refused")
+    except CoreError as e:
+        bits = e.bits
+    assert bits == ["SHORT_STREAM"], f"a frame a beat short: ERR bits {bits}"
+    drv.attach(stream, _TakenOnRecv(sink))
+    try:
+        got, want = drv.run(job), vu_ref.run(job, drv.params)
+    finally:
+        drv.attach(stream, sink)
+    assert (got.y == want.y).all(), "the job after a stream error differs from the golden model"
+    return {"op": VU_OPS[job.op], "len": job.length, "bits": bits, "cycles": got.cycles,
+            "model_cycles": want.cycles}
+
+
+@cocotb.test()
+async def bench_vecunit(dut):
+    """``vecunit_jobs`` at ``BENCH_SEED`` on the vecunit core."""
+    tb = AxilTB(dut, core("vecunit"))
+    stream, sink = SimStream(dut), SimSink(dut)
+    await tb.reset()
+
+    def run() -> dict:
+        drv = VecUnit(description("vecunit", SimDevice(tb.axil)), stream, sink)
+        return vecunit_jobs(drv, int(setting("seed", "0")))
 
     _write(await bridge(run)())
 

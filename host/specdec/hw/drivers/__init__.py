@@ -10,8 +10,9 @@ from .kvpage import KVPage, KVPageError, SlotInfo
 from .rng import Rng
 from .treeattn import TreeAttn
 from .treemask import TreeMask
+from .vecunit import VecUnit
 from .verifier import Result, Verifier
 from .verifier_errors import VerifierError
 
 __all__ = ["SpecdecIP", "DraftEngine", "Placement", "Streamed", "Rng", "Verifier", "VerifierError", "Result",
-           "TreeMask", "TreeAttn", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]
+           "TreeMask", "TreeAttn", "VecUnit", "KVPage", "KVPageError", "SlotInfo", "pynq_registers", "vlnv"]
