@@ -29,7 +29,8 @@ FSM::
 
 In ERR s_axis is drained (TREADY high) until CTRL.SOFT_RESET, and the pipeline is cleared. A stream error is seen
 only at its beat, when the Y words of the beats before it may have left: then one zero word with TLAST closes their
-frame (so a DMA transfer ends and the next job's frame starts clean); a job that sent no word sends none. An error
+frame (so a DMA transfer ends and the next job's frame starts clean), and STATUS stays BUSY, not ERROR, until that
+word is taken, so a driver soft-resets only a closed stream; a job that sent no word sends none. An error
 clears SATURATED and the cycle counters (a refused job has no result); BEATS_IN and BEATS_OUT count what moved.
 """
 from __future__ import annotations
@@ -225,8 +226,9 @@ def control(c, clk, rst, regs, s_tvalid, s_tready, s_tlast, m_tvalid, m_tready, 
 
     @always_comb
     def regs_out():
-        r_status.next = (((state == ST_CHECK or state == ST_RUN) << st_busy) | ((state == ST_DONE) << st_done)
-                               | ((err != 0) << st_err))
+        closing = state == ST_ERR and c.closing         # the close word not taken yet: still BUSY, not ERROR
+        r_status.next = (((state == ST_CHECK or state == ST_RUN or closing) << st_busy)
+                         | ((state == ST_DONE) << st_done) | ((err != 0 and not closing) << st_err))
         r_err.next = err
         r_sat.next = c.sat
         r_bin.next = c.bin

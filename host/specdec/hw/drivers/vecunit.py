@@ -134,6 +134,7 @@ class VecUnit(SpecdecIP):
         frame = vu_frame_bytes(job.x, job.c)
         self.check_idle()
         self.check_stream(self.sink)
+        words = None
         try:
             for name, v in job.registers().items():
                 self.write_reg(name, v)
@@ -146,7 +147,7 @@ class VecUnit(SpecdecIP):
             words = self.sink.recv()
             self.wait_done()
         except BaseException:
-            self.abandon()
+            self.abandon(received=words is not None)
             raise
         self.saturated, self.beats_in, self.beats_out, self.cycles, self.stall = (
             self.read_reg(r) for r in ("SATURATED", "BEATS_IN", "BEATS_OUT", "CYCLES_BUSY", "CYCLES_STALL"))
@@ -157,12 +158,13 @@ class VecUnit(SpecdecIP):
             raise SpecdecError(f"vecunit: {len(words)} m_axis words for a {VU_OPS[job.op]} job of {want}")
         return golden.Output(vu_out_values(words), 0, self.saturated, self.cycles - self.stall)
 
-    def abandon(self) -> None:
+    def abandon(self, received: bool = False) -> None:
         """Leave a job that failed with nothing of it behind: after a stream error in a job that sent Y words, the
-        frame the core closes with a zero word (``fpga.vecunit``) is received and discarded; then a soft reset,
-        and the frames a sink took early are dropped."""
+        frame the core closes with a zero word (``fpga.vecunit``: STATUS shows ERROR once that word is taken) is
+        received, unless ``received`` says the job's receive took it, and discarded; then a soft reset, and the
+        frames a sink took early are dropped."""
         try:
-            if self.read_reg("ERR") & _STREAM_ERRORS and self.read_reg("BEATS_OUT"):
+            if not received and self.read_reg("ERR") & _STREAM_ERRORS and self.read_reg("BEATS_OUT"):
                 self.sink.recv()
         finally:
             self.soft_reset()
