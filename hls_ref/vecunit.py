@@ -416,3 +416,63 @@ def unpack_topk(y) -> tuple[np.ndarray, np.ndarray]:
     """(indices, values) of TOPK's Y words."""
     y = np.asarray(y, dtype=np.int64).reshape(-1, 2)
     return y[:, 0], y[:, 1]
+
+
+# ------------------------------------------------------------------------------------------------
+# The operations on vectors, over any unit that runs a job
+# ------------------------------------------------------------------------------------------------
+
+class Ops:
+    """The six operations on numpy vectors over :meth:`run` (a :class:`Job` to its :class:`Output`, raising on an
+    error): the one interface of the golden unit (:class:`Unit`) and the driver
+    (:class:`specdec.hw.drivers.vecunit.VecUnit`). ``last``: the last job's :class:`Output` (its SATURATED and its
+    cycle count, ``CYCLES_BUSY - CYCLES_STALL``)."""
+
+    last: Output | None = None
+
+    def run(self, job: Job) -> Output:
+        raise NotImplementedError
+
+    def _y(self, job: Job) -> np.ndarray:
+        self.last = self.run(job)
+        return self.last.y
+
+    def quant(self, x, words, planes2: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """QUANT: the int8 planes ``(x1, x2)`` (int64, (LEN,)) of Q15.16 values ``x`` at C words ``words``
+        (:func:`hwcontract.formats.vu_scale_words`); ``x2`` is 0 without ``planes2``."""
+        return unpack_planes(self._y(quant_job(x, words, planes2)))
+
+    def deq(self, parts, words, wmask: int, residual=None, sat16: bool = False) -> np.ndarray:
+        """DEQ: Q15.16 values (Q7.8 codes with ``sat16``), int64 (LEN,), of the engine's int32 sums ``parts``
+        (PARTS, LEN) at C words ``words``, part p weighing 127 where bit p of ``wmask`` is set, plus ``residual``."""
+        return self._y(deq_job(parts, words, wmask, residual, sat16))
+
+    def normq(self, x, words, eps: int, planes2: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """NORMQ: RMSNorm of Q15.16 values ``x`` (epsilon ``eps`` in Q.32), then QUANT at ``words``: ``(x1, x2)``."""
+        return unpack_planes(self._y(normq_job(x, words, eps, planes2)))
+
+    def rope(self, x, turns, pos: int, half: int) -> np.ndarray:
+        """ROPE: Q15.16 values ``x`` (heads * 2 half,) rotated to position ``pos``; ``turns`` (half,) each pair's
+        frequency (:func:`hwcontract.formats.vu_turns`)."""
+        return self._y(rope_job(x, turns, pos, half))
+
+    def silu(self, g, u) -> np.ndarray:
+        """SILU: ``silu(g) * u`` of Q15.16 gates and ups (LEN,) each."""
+        return self._y(silu_job(g, u))
+
+    def topk(self, x, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """TOPK: the indices and values of the ``k`` largest of ``x`` (LEN,), largest first (ties: lower index)."""
+        return unpack_topk(self._y(topk_job(x, k)))
+
+
+class Unit(Ops):
+    """The golden model as a unit of build ``params``: a job the core would refuse raises ValueError naming ERR."""
+
+    def __init__(self, params: Mapping[str, object] | None = None) -> None:
+        self.params = build(params)
+
+    def run(self, job: Job) -> Output:
+        out = run(job, self.params)
+        if out.err:
+            raise ValueError(f"vecunit ({VU_OPS[job.op]} of {job.length} elements): ERR {out.err:#x}")
+        return out

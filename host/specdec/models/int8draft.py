@@ -70,6 +70,7 @@ class QLinear:
     smooth: np.ndarray      # (K,) per-input-channel factors folded into the weights' columns (SmoothQuant)
     act_planes: int = 1     # 2: each input row goes to the engine as two int8 planes (module docstring)
     w2: np.ndarray | None = None    # (N, K) int8 second weight plane (its job has zero bias), or None
+    s_acc: np.ndarray | None = None  # (N,) a first-plane sum's scale, s_in * s_w (the vector unit's DEQ takes it)
 
     def matrices(self) -> list[tuple[np.ndarray, np.ndarray, int]]:
         """``(weights, bias, rows per token)`` of each matrix the engine holds for this layer: its weights (one
@@ -168,7 +169,7 @@ def quantize_linear(name: str, weight: np.ndarray, bias: np.ndarray | None, in_m
     if out_bits == 32:
         n = w.shape[0]
         return QLinear(name, w_q, b_q, np.zeros(n, np.int64), np.zeros(n, np.int64), s_in, acc_scale, 32, smooth,
-                       act_planes, w2)
+                       act_planes, w2, acc_scale)
     if logit_codes:
         s_out = 2.0 ** -LOGIT_FRAC
     else:
@@ -179,7 +180,8 @@ def quantize_linear(name: str, weight: np.ndarray, bias: np.ndarray | None, in_m
     pairs = [de_multiplier(a / s_out) for a in acc_scale]
     mult = np.array([p[0] for p in pairs], dtype=np.int64)
     shift = np.array([p[1] for p in pairs], dtype=np.int64)
-    return QLinear(name, w_q, b_q, mult, shift, s_in, np.full(w.shape[0], s_out), out_bits, smooth, act_planes, w2)
+    return QLinear(name, w_q, b_q, mult, shift, s_in, np.full(w.shape[0], s_out), out_bits, smooth, act_planes, w2,
+                   acc_scale)
 
 
 def weight_codes(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

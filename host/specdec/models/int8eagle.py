@@ -40,8 +40,7 @@ from hls_ref import vecunit as vu
 
 from . import corpus
 from .hotvocab import scatter
-from .int8draft import (ACT_PLANES, ALPHA, ALPHA_HEAD, PLANE, QLinear, layout, quantize_linear, run_on, stream_on,
-                        weight_codes)
+from .int8draft import ACT_PLANES, ALPHA, ALPHA_HEAD, PLANE, QLinear, layout, quantize_linear, run_on, stream_on
 from .lm import CacheStateError
 
 #: The head's linear layers in the order one drafted token runs them: ``(name, path of the float weight)``.
@@ -272,43 +271,6 @@ def quantize_layer(fl: FloatLayer, st: Stats, act_planes: int = ACT_PLANES, alph
     return Quantized(lins, *scales)
 
 
-class GoldenVectorUnit:
-    """The vector unit's golden model (:mod:`hls_ref.vecunit`) behind the driver's methods
-    (:class:`specdec.hw.drivers.vecunit.VecUnit` has the same); ``saturated`` and ``cycles`` (the cycle model) of
-    the last job, as the driver reads them from the core."""
-
-    def __init__(self, params: dict | None = None) -> None:
-        self.params = vu.build(params)
-        self.len_max = self.params["LEN_MAX"]
-        self.saturated = 0
-        self.cycles = 0
-
-    def _run(self, job: vu.Job) -> np.ndarray:
-        out = vu.run(job, self.params)
-        if out.err:
-            raise ValueError(f"vecunit ({vu.VU_OPS[job.op]} of {job.length} elements): ERR {out.err:#x}")
-        self.saturated, self.cycles = out.saturated, out.cycles
-        return out.y
-
-    def quant(self, x, words, planes2: bool = True):
-        return vu.unpack_planes(self._run(vu.quant_job(x, words, planes2)))
-
-    def deq(self, parts, words, wmask: int, residual=None, sat16: bool = False):
-        return self._run(vu.deq_job(parts, words, wmask, residual, sat16))
-
-    def normq(self, x, words, eps: int, planes2: bool = True):
-        return vu.unpack_planes(self._run(vu.normq_job(x, words, eps, planes2)))
-
-    def rope(self, x, turns, pos: int, half: int):
-        return self._run(vu.rope_job(x, turns, pos, half))
-
-    def silu(self, g, u):
-        return self._run(vu.silu_job(g, u))
-
-    def topk(self, x, k: int):
-        return vu.unpack_topk(self._run(vu.topk_job(x, k)))
-
-
 @dataclass(frozen=True)
 class VectorPlan:
     """The vector unit's constant words for a quantized head (docs/vecunit.md, "The EAGLE head on the unit").
@@ -363,10 +325,9 @@ def vector_plan(fl: FloatLayer, q: Quantized) -> VectorPlan:
         else:
             scale = 1.0 / (_VQ * step)
         quant[name] = vu_scale_words(scale)
-        s_w = weight_codes(fl.weights[name] * ql.smooth[None, :])[0]
         out = float(1 << LOGIT_FRAC) if name == "head" else _VQ
         div = plane1_weight(ql)
-        deq[name] = (vu_scale_words(ql.s_in * s_w * out / div), div)
+        deq[name] = (vu_scale_words(ql.s_acc * out / div), div)
     att = {"q": vu_scale_words(fl.rope_scale / (_VQ * np.asarray(q.s_q)[kv_of_q])),
            "k": vu_scale_words(fl.rope_scale / (_VQ * np.asarray(q.s_k)[kv_of_k])),
            "v": vu_scale_words(1.0 / (_VQ * np.asarray(q.s_v)[kv_of_k]))}
@@ -401,8 +362,9 @@ class Int8Head:
     ``jobs``: the latest :data:`JOBS_KEPT` engine, attention and vector jobs, ``(name, M, K, N, planes)`` /
     ``("attention", N, L, GROUP, head_dim)`` / ``("vecunit OP", LEN)``; ``attention_cycles``: the tree-attention
     unit's cycles (its cycle model) so far; ``vector_jobs`` / ``vector_cycles``: the vector unit's jobs and cycles
-    so far; ``saturated``: the vector unit's saturated outputs so far; ``vec``: the vector unit (:class:`GoldenVectorUnit` until
-    :func:`bind_vector` puts a driver there); ``trace``: when a list, every job's ``(kind, inputs, outputs)``.
+    so far; ``saturated``: the vector unit's saturated outputs so far; ``vec``: the vector unit, any
+    :class:`hls_ref.vecunit.Ops` (the golden model's :class:`~hls_ref.vecunit.Unit`, or the driver on a backend);
+    ``trace``: when a list, every job's ``(kind, inputs, outputs)``.
     """
 
     def __init__(self, float_head, fl: FloatLayer, q: Quantized) -> None:
@@ -412,7 +374,7 @@ class Int8Head:
         self.plan = vector_plan(fl, q)
         self.runners: dict = {name: (None, None) for name in q.linears}      # bind() sets them
         self.att_params = attention_params(fl.shape)
-        self.vec = GoldenVectorUnit()
+        self.vec: vu.Ops = vu.Unit()
         self.jobs: deque = deque(maxlen=JOBS_KEPT)
         self.saturated = 0
         self.attention_cycles = 0
@@ -424,8 +386,8 @@ class Int8Head:
         """Account one vector job (its LEN, saturations and cycles) and trace it."""
         self.jobs.append((f"vecunit {op}", len(inputs[0])))
         self.vector_jobs += 1
-        self.vector_cycles += self.vec.cycles
-        self.saturated += self.vec.saturated
+        self.vector_cycles += self.vec.last.cycles
+        self.saturated += self.vec.last.saturated
         self._record(f"vecunit {op}", inputs, outputs)
 
     def _record(self, kind: str, inputs: list, outputs: list) -> None:
@@ -434,7 +396,7 @@ class Int8Head:
 
     # -- the vector unit's jobs, cut at LEN_MAX on row boundaries -------------------------------------
     def _rows_per_job(self, width: int) -> int:
-        return max(1, self.vec.len_max // width)
+        return max(1, self.vec.params["LEN_MAX"] // width)
 
     def _elementwise(self, op: str, rows: list[np.ndarray], words: np.ndarray | None, **kw) -> list[np.ndarray]:
         """One vector op over matrices ``rows`` (each (n, C)), ``words`` (C,) per column, in jobs of whole rows."""

@@ -6,7 +6,7 @@ Over the golden backend (the unit is in no board design, ``hwcontract.board``)::
     x1, x2 = vu.normq(h, words, eps)                       # RMSNorm, then the engine's int8 planes
     y = vu.deq(sums, words, wmask, residual=h)             # the engine's int32 sums back to Q15.16, plus h
     ids, vals = vu.topk(logits, 4)
-    vu.saturated, vu.cycles                                # SATURATED and CYCLES_BUSY of that call
+    vu.last.saturated, vu.last.cycles                      # SATURATED and CYCLES_BUSY - CYCLES_STALL of it
 
 Each operation builds its job with the golden model's helpers (``hls_ref.vecunit.quant_job`` ...) and runs it
 through :meth:`VecUnit.run`, which writes the registers, sends the job's s_axis frame (a beat a 64-bit word: X in
@@ -21,7 +21,6 @@ matching stream and sink, or pynq's on a board whose overlay holds the core (``b
 """
 from __future__ import annotations
 
-import numpy as np
 
 from hls_ref import vecunit as golden
 from hwcontract.formats import vu_frame_bytes, vu_out_values
@@ -52,8 +51,9 @@ def start_message(job: golden.Job, err: int, params: dict[str, int]) -> str:
     return "vecunit: " + messages[bit]
 
 
-class VecUnit(SpecdecIP):
-    """Driver of the ``vecunit`` core (golden model ``hls_ref.vecunit``, RTL ``fpga.vecunit``).
+class VecUnit(SpecdecIP, golden.Ops):
+    """Driver of the ``vecunit`` core (golden model ``hls_ref.vecunit``, RTL ``fpga.vecunit``): the operations of
+    :class:`hls_ref.vecunit.Ops` over :meth:`run`.
 
     Parameters
     ----------
@@ -171,31 +171,3 @@ class VecUnit(SpecdecIP):
             pending = getattr(self.sink, "pending", None)
             if pending is not None and pending():
                 self.sink.drop()
-
-    # -- the operations ---------------------------------------------------------------------------------
-    def quant(self, x, words, planes2: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """QUANT: the int8 planes ``(x1, x2)`` (int64, (LEN,)) of Q15.16 values ``x`` at C words ``words``
-        (:func:`hwcontract.formats.vu_scale_words`); ``x2`` is 0 without ``planes2``."""
-        return golden.unpack_planes(self.run(golden.quant_job(x, words, planes2)).y)
-
-    def deq(self, parts, words, wmask: int, residual=None, sat16: bool = False) -> np.ndarray:
-        """DEQ: Q15.16 values (Q7.8 codes with ``sat16``), int64 (LEN,), of the engine's int32 sums ``parts``
-        (PARTS, LEN) at C words ``words``, part p weighing 127 where bit p of ``wmask`` is set, plus ``residual``."""
-        return self.run(golden.deq_job(parts, words, wmask, residual, sat16)).y
-
-    def normq(self, x, words, eps: int, planes2: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """NORMQ: RMSNorm of Q15.16 values ``x`` (epsilon ``eps`` in Q.32), then QUANT at ``words``: ``(x1, x2)``."""
-        return golden.unpack_planes(self.run(golden.normq_job(x, words, eps, planes2)).y)
-
-    def rope(self, x, turns, pos: int, half: int) -> np.ndarray:
-        """ROPE: Q15.16 values ``x`` (heads * 2 half,) rotated to position ``pos``; ``turns`` (half,) each pair's
-        frequency (:func:`hwcontract.formats.vu_turns`)."""
-        return self.run(golden.rope_job(x, turns, pos, half)).y
-
-    def silu(self, g, u) -> np.ndarray:
-        """SILU: ``silu(g) * u`` of Q15.16 gates and ups (LEN,) each."""
-        return self.run(golden.silu_job(g, u)).y
-
-    def topk(self, x, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """TOPK: the indices and values of the ``k`` largest of ``x`` (LEN,), largest first (ties: lower index)."""
-        return golden.unpack_topk(self.run(golden.topk_job(x, k)).y)
