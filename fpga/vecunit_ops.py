@@ -424,18 +424,64 @@ def deq(clk, ce, x1, c1, part1, first1, w127, res1, has_res, sat16, y, sat):
 # ROPE
 # ------------------------------------------------------------------------------------------------
 
+#: Enabled cycles of :func:`table_slope`: the table's read register, a fabric register after the block RAM, the
+#: slope, its product in M and P.
+TABLE_SLOPE = 5
+
+
+@block
+def table_slope(clk, ce, tab, idx, frac, base, dp):
+    """A table's linear interpolation but its last sum, :data:`TABLE_SLOPE` enabled cycles after ``idx`` and
+    ``frac``: ``base = tab[idx]`` and ``dp = (tab[idx + 1] - tab[idx]) * frac`` (the next entry clamped at the
+    table's end). The caller rounds and adds: the sine's quarter wave and the sigmoid both read theirs here."""
+    top = len(tab) - 1
+    w = len(base)
+    idx1 = uns(len(idx))
+    lo_n, hi_n, lo1, hi1, lo2, hi2, lo3 = uns(w), uns(w), uns(w), uns(w), uns(w), uns(w), uns(w)
+    fr1, fr2, fr3, df3 = uns(len(frac)), uns(len(frac)), uns(len(frac)), uns(w)
+    m4 = uns(len(dp))
+
+    @always_comb
+    def next_index():
+        if idx >= top:
+            idx1.next = top
+        else:
+            idx1.next = idx + 1
+
+    @always_comb
+    def rom_lo():
+        lo_n.next = tab[int(idx)]
+
+    @always_comb
+    def rom_hi():
+        hi_n.next = tab[int(idx1)]
+
+    @always(clk.posedge)
+    def stages():
+        if ce:
+            lo1.next = lo_n             # the table's read register
+            hi1.next = hi_n
+            fr1.next = frac
+            lo2.next = lo1              # a fabric register after the block RAM
+            hi2.next = hi1
+            fr2.next = fr1
+            df3.next = hi2 - lo2        # the slope
+            fr3.next = fr2
+            lo3.next = lo2
+            m4.next = df3 * fr3         # the product, in M ...
+            dp.next = m4                # ... and P
+
+    return next_index, rom_lo, rom_hi, stages, dlys(clk, ce, 2, (lo3, base))
+
+
 @block
 def quarter(clk, ce, ph, mag, neg):
     """sin of a phase ``ph`` (turns, Q.32) from the quarter-wave table: magnitude (Q1.15, up to 2**15) and sign,
     seven enabled cycles later (quadrant, table, a fabric register after the table's block RAM, hi - lo,
     (hi - lo) * frac in M and P, interpolation)."""
     a7, n7 = uns(31), Signal(bool(0))
-    lo8, hi8, fr8, n8 = uns(16), uns(16), uns(SIN_FRAC), Signal(bool(0))
-    df9, fr9, lo9, n9 = uns(16), uns(SIN_FRAC), uns(16), Signal(bool(0))
-    m10, dp11 = uns(16 + SIN_FRAC), uns(16 + SIN_FRAC)
-    lo11, n11 = uns(16), Signal(bool(0))
-    idx, idx1 = uns(9), uns(9)
-    lo_n, hi_n = uns(16), uns(16)
+    lo11, dp11, n11 = uns(16), uns(16 + SIN_FRAC), Signal(bool(0))
+    idx, fr = uns(9), uns(SIN_FRAC)
 
     @always(clk.posedge)
     def quadrant():
@@ -449,50 +495,7 @@ def quarter(clk, ce, ph, mag, neg):
     @always_comb
     def index():
         idx.next = a7 >> SIN_SHIFT
-        if (a7 >> SIN_SHIFT) >= VU_SIN_STEPS:
-            idx1.next = VU_SIN_STEPS
-        else:
-            idx1.next = (a7 >> SIN_SHIFT) + 1
-
-    @always_comb
-    def rom_lo():
-        lo_n.next = SIN_TAB[int(idx)]
-
-    @always_comb
-    def rom_hi():
-        hi_n.next = SIN_TAB[int(idx1)]
-
-    @always(clk.posedge)
-    def table():
-        if ce:
-            lo8.next = lo_n
-            hi8.next = hi_n
-            fr8.next = (a7 >> (SIN_SHIFT - SIN_FRAC)) & ((1 << SIN_FRAC) - 1)
-            n8.next = n7
-
-    lo8r, hi8r, fr8r, n8r = uns(16), uns(16), uns(SIN_FRAC), Signal(bool(0))
-
-    @always(clk.posedge)
-    def fabric():
-        if ce:
-            lo8r.next = lo8
-            hi8r.next = hi8
-            fr8r.next = fr8
-            n8r.next = n8
-
-    @always(clk.posedge)
-    def slope():
-        if ce:
-            df9.next = hi8r - lo8r
-            fr9.next = fr8r
-            lo9.next = lo8r
-            n9.next = n8r
-
-    @always(clk.posedge)
-    def product():
-        if ce:
-            m10.next = df9 * fr9
-            dp11.next = m10
+        fr.next = (a7 >> (SIN_SHIFT - SIN_FRAC)) & ((1 << SIN_FRAC) - 1)
 
     @always(clk.posedge)
     def interp():
@@ -500,8 +503,8 @@ def quarter(clk, ce, ph, mag, neg):
             mag.next = lo11 + ((dp11 + (1 << (SIN_FRAC - 1))) >> SIN_FRAC)
             neg.next = n11
 
-    return (quadrant, index, rom_lo, rom_hi, table, fabric, slope, product, interp,
-            dlys(clk, ce, 2, (lo9, lo11), (n9, n11)))
+    return (quadrant, index, interp, table_slope(clk, ce, SIN_TAB, idx, fr, lo11, dp11),
+            dlys(clk, ce, TABLE_SLOPE, (n7, n11)))
 
 
 @block
@@ -582,66 +585,16 @@ def silu(clk, ce, g2, u2, y, sat):
             else:
                 z3.next = zs[ZW:0]
 
-    IW = (len(SIG_TAB) - 1).bit_length()
-    idx, idx1 = uns(IW), uns(IW)
-    lo_n, hi_n = uns(VU_SIG_FRAC + 1), uns(VU_SIG_FRAC + 1)
+    fr3 = uns(VU_SIG_STEP_BITS)
+    idx3 = uns((len(SIG_TAB) - 1).bit_length())
+    tl7, dp7 = uns(VU_SIG_FRAC + 1), uns(VU_SIG_FRAC + 1 + VU_SIG_STEP_BITS)
+    c7lo, c7hi = Signal(bool(0)), Signal(bool(0))
+    sg8 = uns(VU_SIG_FRAC + 1)          # the sigmoid
 
     @always_comb
     def index():
-        idx.next = z3 >> VU_SIG_STEP_BITS
-        idx1.next = (z3 >> VU_SIG_STEP_BITS) + 1
-
-    @always_comb
-    def rom_lo():
-        lo_n.next = SIG_TAB[int(idx)]
-
-    @always_comb
-    def rom_hi():
-        hi_n.next = SIG_TAB[int(idx1)]
-
-    tl4, th4, fr4, c4lo, c4hi = uns(VU_SIG_FRAC + 1), uns(VU_SIG_FRAC + 1), uns(VU_SIG_STEP_BITS), \
-        Signal(bool(0)), Signal(bool(0))
-    df5, fr5, tl5, c5lo, c5hi = uns(VU_SIG_FRAC + 1), uns(VU_SIG_STEP_BITS), uns(VU_SIG_FRAC + 1), \
-        Signal(bool(0)), Signal(bool(0))
-    m6, dp7 = uns(VU_SIG_FRAC + 1 + VU_SIG_STEP_BITS), uns(VU_SIG_FRAC + 1 + VU_SIG_STEP_BITS)
-    tl7, c7lo, c7hi = uns(VU_SIG_FRAC + 1), Signal(bool(0)), Signal(bool(0))
-    sg8 = uns(VU_SIG_FRAC + 1)          # the sigmoid
-
-    @always(clk.posedge)
-    def table():
-        if ce:
-            tl4.next = lo_n
-            th4.next = hi_n
-            fr4.next = z3[VU_SIG_STEP_BITS:0]
-            c4lo.next = lo3
-            c4hi.next = hi3
-
-    tl4r, th4r, fr4r, c4lor, c4hir = uns(VU_SIG_FRAC + 1), uns(VU_SIG_FRAC + 1), uns(VU_SIG_STEP_BITS), \
-        Signal(bool(0)), Signal(bool(0))
-
-    @always(clk.posedge)
-    def fabric():
-        if ce:
-            tl4r.next = tl4
-            th4r.next = th4
-            fr4r.next = fr4
-            c4lor.next = c4lo
-            c4hir.next = c4hi
-
-    @always(clk.posedge)
-    def slope():
-        if ce:
-            df5.next = th4r - tl4r
-            fr5.next = fr4r
-            tl5.next = tl4r
-            c5lo.next = c4lor
-            c5hi.next = c4hir
-
-    @always(clk.posedge)
-    def product():
-        if ce:
-            m6.next = df5 * fr5
-            dp7.next = m6
+        idx3.next = z3 >> VU_SIG_STEP_BITS
+        fr3.next = z3[VU_SIG_STEP_BITS:0]
 
     @always(clk.posedge)
     def interp():
@@ -658,8 +611,8 @@ def silu(clk, ce, g2, u2, y, sat):
     v13 = sig(VU_SIG_FRAC + 2 + XW)
     sg14 = sig(XW + 3)
     sgm, sgn = uns(XW), Signal(bool(0))            # |sg| <= 2**31
-    insts = [shifted, clamp, index, rom_lo, rom_hi, table, fabric, slope, product, interp,
-             dlys(clk, ce, 2, (tl5, tl7), (c5lo, c7lo), (c5hi, c7hi)),
+    insts = [shifted, clamp, index, interp, table_slope(clk, ce, SIG_TAB, idx3, fr3, tl7, dp7),
+             dlys(clk, ce, TABLE_SLOPE, (lo3, c7lo), (hi3, c7hi)),
              magnitude(clk, ce, g2, gm, gn), magnitude(clk, ce, u2, um, un),
              dlys(clk, ce, 6, (gm, gm8), (gn, gn8)), dlys(clk, ce, 13, (um, um15), (un, un15)),
              mul_wide(clk, ce, sg8, gm8, p12), dly(clk, ce, gn8, gn12, 4), signed_of(clk, ce, p12, gn12, v13),
