@@ -14,11 +14,12 @@ and the emulated board's hardware description also read.
 
 - ``pynq-z2`` (xc7z020): the verifier at the full OPT vocabulary with 4 lanes (a 64-bit beat, the width of the
   Zynq-7000 HP port), treemask at 64 nodes, kvpage at 256 pages and 64-row block tables, the draft engine at
-  4 x 8 (``Z2_DRAFTENGINE``), rng, the tree-attention unit (``hwcontract.board.Z2_TREEATTN``).
+  4 x 8 (``Z2_DRAFTENGINE``), rng.
 - ``kv260`` (xck26): the verifier with 8 lanes (a 128-bit beat, the width of the ZynqMP HP ports, twice the
   row rate per clock), treemask at 64 nodes, kvpage at 1,024 pages (``hwcontract.board.KV260_KVPAGE``), the
-  draft engine at 8 x 8 with its weights in the part's 64 URAM288 (``hwcontract.board.KV260_DRAFTENGINE``), rng,
-  the tree-attention unit (``hwcontract.board.KV260_TREEATTN``).
+  draft engine at 8 x 8 with its weights in 56 of the part's 64 URAM288 (``hwcontract.board.KV260_DRAFTENGINE``),
+  the verifier's row buffers in the other 8 (``hwcontract.board.KV260_VERIFIER``), rng, the tree-attention unit
+  (``hwcontract.board.KV260_TREEATTN``) and the vector unit (``hwcontract.board.KV260_VECUNIT``).
 
 A DMA in scatter-gather mode (the treeattn core's) adds the estimate of its scatter-gather engine and its
 descriptor master (M_AXI_SG) as one more master on the HP interconnect.

@@ -145,7 +145,8 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
            de_axil, de_s_axis_tdata, de_s_axis_tvalid, de_s_axis_tready, de_s_axis_tlast,
            de_m_axis_tdata, de_m_axis_tvalid, de_m_axis_tready, de_m_axis_tlast,
            feed_load=None, feed_len=None, feed_busy=None,
-           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64, ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
+           VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64, ROWS=8,
+           COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0, ROW_URAM=0):
     """The four cores on one clock and reset.
 
     Parameters
@@ -156,7 +157,7 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         The verifier's register port and logit row stream (see :func:`fpga.verifier.verifier`).
     tm_axil, m_axis_* :
         The treemask core's register port and mask row stream (see :func:`fpga.treemask.treemask`).
-    VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX : int
+    VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, ROW_URAM : int
         The verifier's parameters.
     NODES_MAX : int
         The treemask core's parameter.
@@ -182,7 +183,7 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         feeder = row_feed(clk, rst, feed_load, feed_len, feed_busy, rows_tdata, rows_tvalid, rows_tready,
                           rows_tlast, DEPTH=feed_len.max - 1)      # feed_ports sized it
     ver = verifier(clk, rst, ver_axil, *rows, VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX,
-                   TREE_MAX=TREE_MAX)
+                   TREE_MAX=TREE_MAX, ROW_URAM=ROW_URAM)
     tm = treemask(clk, rst, tm_axil, m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast,
                   NODES_MAX=NODES_MAX)
     kv = kvpage(clk, rst, kv_axil, PAGES=PAGES, MAX_BLOCKS=MAX_BLOCKS, SLOTS=SLOTS)
@@ -193,7 +194,7 @@ def system(clk, rst, ver_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
 
 def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
+               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0, ROW_URAM=0):
     """Top-level signals of :func:`system` for conversion and simulation: :func:`core_ports`, then
     :func:`feed_ports`."""
     return (*core_ports(VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX, NODES_MAX, PAGES, MAX_BLOCKS, ROWS, COLS, WDEPTH,
@@ -208,7 +209,7 @@ def feed_ports(VOCAB_MAX=64, LANES=4):
 
 
 def core_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, NODES_MAX=64, PAGES=256, MAX_BLOCKS=64,
-               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0):
+               ROWS=8, COLS=8, WDEPTH=1024, PDEPTH=256, K_MAX=1024, M_MAX=16, SLOTS=KV_SLOTS, URAM=0, ROW_URAM=0):
     """The cores' ports of :func:`system`: every signal but the feeder's (a board's overlay has these)."""
     width = core("treemask").stream("m_axis").width
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False),

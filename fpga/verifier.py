@@ -79,7 +79,7 @@ from .verifier_stream import stream_flow, stream_path
 
 @block
 def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axis_tlast,
-             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64):
+             VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, ROW_URAM=0):
     """Verifier IP.
 
     Parameters
@@ -92,9 +92,12 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
         Logit rows, LANES 16-bit codes per beat (lane 0 in bits 15:0), TLAST on each row's last beat.
     VOCAB_MAX, LANES, GAMMA_MAX, TREE_MAX : int
         Row buffer depth (tokens), codes per beat (1, 2, 4, 8), largest GAMMA, largest NODES in tree mode.
+    ROW_URAM : int
+        1: each row buffer is one UltraRAM memory; 0: block RAM and a distributed tail (:func:`row_buffer`).
     """
     L = LANES
-    hwparams.check("verifier", dict(VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX))
+    hwparams.check("verifier", dict(VOCAB_MAX=VOCAB_MAX, LANES=LANES, GAMMA_MAX=GAMMA_MAX, TREE_MAX=TREE_MAX,
+                                    ROW_URAM=ROW_URAM))
     DEPTH = -(-VOCAB_MAX // L)
     AW = max(1, (DEPTH - 1).bit_length()) + 1       # beat index width (one spare bit)
     DW = CODE_W * L
@@ -123,8 +126,8 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
 
     datapath = [stream_path(clk, s_axis_tdata, rd, rw, zbs, bidx5, L),
                 stream_flow(clk, rst, state, cmd, s_axis_tvalid, s_axis_tready, s_axis_tlast, rd, rw),
-                row_buffer(clk, bf.we_p, bf.wa_p, bf.din_p, bf.ra, bf.rd_p, DEPTH, DW),
-                row_buffer(clk, bf.we_q, bf.wa_q, bf.din_q, bf.ra, bf.rd_q, DEPTH, DW),
+                row_buffer(clk, bf.we_p, bf.wa_p, bf.din_p, bf.ra, bf.rd_p, DEPTH, DW, ROW_URAM),
+                row_buffer(clk, bf.we_q, bf.wa_q, bf.din_q, bf.ra, bf.rd_q, DEPTH, DW, ROW_URAM),
                 buffer_ports(clk, state, wc, rd, rw, sp, ps, nd, zbus5, bidx5, bf, L),
                 sample_path(clk, rd, sp, ps, bf, L), sample_valid(clk, rst, state, cmd, ps)]
     control = [start_checks(clk, regs, rd, nd, st, nb_next, L, VOCAB_MAX, GAMMA_MAX, TREE_MAX),
@@ -146,7 +149,7 @@ def verifier(clk, rst, s_axil, s_axis_tdata, s_axis_tvalid, s_axis_tready, s_axi
     return [axil_regs(clk, rst, bus, CMAP, regs)] + datapath + control
 
 
-def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64):
+def make_ports(VOCAB_MAX=64, LANES=4, GAMMA_MAX=16, TREE_MAX=64, ROW_URAM=0):
     """Top-level signals of :func:`verifier` for conversion and simulation."""
     return (Signal(bool(0)), ResetSignal(0, active=1, isasync=False), AxiLite(CMAP.addr_width),
             Signal(intbv(0)[CODE_W * LANES:]), Signal(bool(0)), Signal(bool(0)), Signal(bool(0)))

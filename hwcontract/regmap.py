@@ -707,7 +707,7 @@ def _treeattn_map() -> CoreMap:
         Field("GROUP", 8, 4, "Query heads per KV head."),
         Field("NODES_MAX", 12, 7, "Largest NODES accepted."),
         Field("LANES", 19, 6, "Multiply-accumulates per cycle."),
-        Field("BLOCK", 25, 6, "Context keys per block buffer.")])
+        Field("BLOCK", 25, 7, "Context keys per block buffer.")])
     b.add("CTX_MAX", "ro", "Largest CTX accepted.")
     b.add("MACS", "ro", "Multiply-accumulates of the last job: 2 * HEAD_DIM * GROUP * sum_r (CTX + popcount(MASK[r])).")
     b.add("CYCLES_BUSY", "ro", "Clock cycles BUSY in the last job (START to DONE).")

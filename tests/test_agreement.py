@@ -32,6 +32,7 @@ from hls_ref import vectors
 from hls_ref import verifier as ver
 from hls_ref.rng import xoshiro128pp
 from hwcontract import params as hwparams
+from hwcontract.board import KV260_TREEATTN
 from hwcontract.latency import de_wpipe
 from hwcontract.regmap import core
 from specdec.hw.drivers.base import description
@@ -114,6 +115,13 @@ FLOWS = {
     "treeattn": Flow("treeattn", "tb.treeattn.agree_treeattn", "agree",
                      {"HEAD_DIM": 32, "GROUP": 2, "NODES_MAX": 16, "CTX_MAX": 256, "BLOCK": 16},
                      {"golden": 40, "cpp": 40, "verilator": 8, "icarus": 0}, {"icarus": 15}),
+    # the KV260's build (hwcontract.board.KV260_TREEATTN, blocks of 64 keys) on the same set: Verilator runs it but
+    # the CTX_MAX - 1 and CTX_MAX = 8,192-key jobs (NODES_MAX = 64 rows included; under ``long`` all of it, as
+    # "treeattn_kv260_all"), the golden and C++ stages all of it; Icarus, under ``long``, the jobs with no context, a
+    # chain over two whole blocks and a short one, and a 7-node tree over one whole block
+    "treeattn_kv260": Flow("treeattn", "tb.treeattn.agree_treeattn", "agree", KV260_TREEATTN,
+                           {"golden": 40, "cpp": 40, "verilator": 8, "icarus": 0},
+                           {"icarus": 3, "verilator": len(vectors.treeattn_set(SEED, 8, KV260_TREEATTN)) - 2}),
     # a small build (LEN_MAX 256, PARTS_MAX 4, HALF_MAX 32: the EAGLE head's half head, K_MAX 8): the edge jobs of
     # every operation, every refusal and mis-framed job, then random jobs; Icarus runs the edge jobs and the
     # refusals (the set without random jobs)
@@ -415,11 +423,20 @@ def treeattn_expected(job: ta.Job, b: dict[str, int]) -> dict:
     return {"out": o.out.tolist(), "err": o.err, "macs": o.macs, "cycles": o.cycles}
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_treeattn(stage, tmp_path, waves):
+FLOWS["treeattn_kv260_all"] = dataclasses.replace(FLOWS["treeattn_kv260"], limits={})
+#: The treeattn flows and their stages: the small build's every stage, the KV260's with Icarus, and Verilator over
+#: the whole set, under ``long``.
+TREEATTN_RUNS = [*(("treeattn", s) for s in STAGES), *(("treeattn_kv260", s) for s in STAGES if s != "icarus"),
+                 *(pytest.param(*run, marks=pytest.mark.long)
+                   for run in (("treeattn_kv260", "icarus"), ("treeattn_kv260_all", "verilator")))]
+
+
+@pytest.mark.parametrize(("name", "stage"), TREEATTN_RUNS)
+def test_treeattn(name, stage, tmp_path, waves):
     """Every job's output codes, ERR and MACS, bit for bit, through the golden register model (the driver), the C++
-    reference and both simulators (the driver on the RTL); the register stages also the cycle model's count."""
-    flow = FLOWS["treeattn"]
+    reference and both simulators (the driver on the RTL); the register stages also the cycle model's count. The
+    small build and the KV260's."""
+    flow = FLOWS[name]
     b, n = flow.build(), flow.counts[stage]
     jobs = vectors.treeattn_set(SEED, n, b)[:flow.limits.get(stage)]
     want = [treeattn_expected(j, b) for j in jobs]

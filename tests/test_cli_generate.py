@@ -306,7 +306,7 @@ def test_a_target_without_a_draft_is_named_before_its_missing_default_draft(back
 @pytest.mark.parametrize("backend", ["ref", "sim", "pynq"])
 def test_draft_options_the_draft_cannot_take_exit_2_before_anything_loads(backend, gpt2_dirs, no_model_load,
                                                                           no_backend_start, capsys):
-    """A hot vocabulary larger than the draft's (read from its config.json), or one on an EAGLE head: bad
+    """A hot vocabulary larger than the draft's (read from its config.json), or than an EAGLE head's: bad
     arguments, refused before a model loads, the RTL builds (sim: they were refused inside the simulation, a
     failed run with its traceback) or the overlay loads (pynq). (An EAGLE head on the fabric engine runs:
     tests/test_eagle_int8.py.)"""
@@ -315,9 +315,9 @@ def test_draft_options_the_draft_cannot_take_exit_2_before_anything_loads(backen
     err = capsys.readouterr().err
     assert "--draft-vocab must be a hot-vocabulary size in 1..50257 (the vocabulary), got 50258" in err, err
     head = ["--draft", "smollm2-eagle-head"]
-    assert exit_code(["generate", "--prompt", "x", "--backend", backend, *head, "--draft-vocab", "99"]) == 2
+    assert exit_code(["generate", "--prompt", "x", "--backend", backend, *head, "--draft-vocab", "8193"]) == 2
     err = capsys.readouterr().err
-    assert "--draft-vocab must be none with the EAGLE head 'smollm2-eagle-head'" in err and "got 99" in err, err
+    assert "--draft-vocab must be 1 to 8192 with the EAGLE head 'smollm2-eagle-head'" in err and "got 8193" in err, err
     assert exit_code(["generate", "--prompt", "x", "--backend", backend, "--draft", "prompt-lookup",
                       "--draft-vocab", "0"]) == 2          # the CLI's words: 'none', not Python's None
     err = capsys.readouterr().err

@@ -61,7 +61,7 @@ def test_check_refuses_non_integers_and_unknown_names():
         with pytest.raises(ValueError, match=r"LANES=.* not an integer"):
             params.check("verifier", {"LANES": bad})
     assert params.check("verifier", {"LANES": np.float64(4.0)})["LANES"] == 4
-    with pytest.raises(KeyError, match=r"no parameter 'LANE'.*'GAMMA_MAX', 'LANES', 'TREE_MAX', 'VOCAB_MAX'"):
+    with pytest.raises(KeyError, match=r"no parameter 'LANE'.*'GAMMA_MAX', 'LANES', 'ROW_URAM', 'TREE_MAX', 'VOCAB_MAX'"):
         params.check("verifier", {"LANE": 4})
     with pytest.raises(KeyError, match=r"unknown core 'verifyer'.*'kvpage', 'rng', 'treeattn', 'treemask', 'vecunit', 'verifier'"):
         params.check("verifyer")

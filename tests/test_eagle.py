@@ -177,6 +177,23 @@ def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
     assert json.loads((tmp_path / "h" / eagle.CONFIG_FILE).read_text())["note"] == "test"
 
 
+def test_a_smaller_hot_vocabulary_keeps_the_heads_most_frequent_tokens(target, eagle_pair):
+    """``draft_vocab`` with an EAGLE head: the first N of its hot ids (its most frequent tokens), the target's rows
+    of them, the same layer; its logits are the full head's at those tokens, bit for bit."""
+    model, _ = target
+    full = eagle_pair.draft.head
+    small = eagle.load_head(HEAD_DIR, model, 2048)
+    assert torch.equal(small.hot_ids, full.hot_ids[:2048])
+    f, x = torch.randn(1, 3, model.config.hidden_size), torch.randint(0, 1000, (1, 3))
+    with torch.inference_mode():
+        assert torch.equal(small.hot_logits(small(f, x)), full.hot_logits(full(f, x))[..., :2048])
+    pair = pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_vocab=2048)
+    assert pair.draft_name == f"{HEAD} (hot vocabulary 2048)" and pair.draft.head.hot_ids.numel() == 2048
+    for bad in (0, 8193, True):
+        with pytest.raises(ValueError, match="keeps 1 to 8192 hot tokens"):
+            eagle.load_head(HEAD_DIR, model, bad)
+
+
 def test_bad_heads_and_options_are_refused(target, tmp_path):
     model, _ = target
     with pytest.raises(loading.ModelError, match="holds no EAGLE head"):
@@ -219,8 +236,9 @@ def eagle_pair(target):
 def test_pair_options_the_head_cannot_take(eagle_pair, monkeypatch):
     with monkeypatch.context() as mp:           # refused before any model loads
         mp.setattr(loading, "load", lambda name: pytest.fail(f"loaded {name} before refusing the option"))
-        with pytest.raises(OptionError, match="draft_vocab"):
-            pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_vocab=2048)
+        for bad in (8193, 0, 2.5):
+            with pytest.raises(OptionError, match=f"draft_vocab must be 1 to 8192 with the EAGLE head.*got {bad}"):
+                pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_vocab=bad)
     from specdec.app.job import TreeSpec
     built = pairs.drafter(eagle_pair, TreeSpec(kind="static", budget=8))       # trees expand the head
     assert isinstance(built, decoding_trees.StaticTree) and isinstance(built.lm, eagle.HeadLM)

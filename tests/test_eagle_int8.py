@@ -76,23 +76,30 @@ def test_trees_on_the_engine_are_the_target_alone(int8_pair, kind):
 
 
 def test_the_emulated_kv260_decodes_as_the_golden_backend(int8_pair):
-    """The EAGLE-2 tree with the int8 head through pynq's Overlay, DMA and buffers on the emulated KV260 (its
-    engine's K_MAX 512 cuts every layer along K, its 32,768 beats stream most of the head): the golden backend's
-    tokens, which are the target's own."""
+    """The EAGLE-2 tree with the int8 head through pynq's Overlay, DMA and buffers on the emulated KV260, the whole
+    draft step on its fabric: the engine (its K_MAX 512 cuts every layer along K, its 28,672 beats stream most of
+    the head), the vector unit (every operation between engine jobs) and the tree-attention unit (each KV head's
+    attention, its context gathered page by page): the golden backend's tokens, which are the target's own."""
     prompts = corpus.sample_passages(1, held_out=True, seed=9)
     job = fabric_job(prompts, 8, tree={"kind": "eagle", "budget": 7, "depth": 4, "topk": 2})
     board = EmulatedBoard("kv260")
     ol = overlay.pynq_overlay(device=board)
     c = ol.cores()
-    engine = ol.draft_engine()
-    res = runner.execute(job, c.verifier, int8_pair, masker=c.masker, kv=c.kv, engine=engine)
+    fabric = ol.fabric()
+    engine, head = fabric.engine, int8_pair.draft.head
+    done = head.vector_jobs
+    res = runner.execute(job, c.verifier, int8_pair, masker=c.masker, kv=c.kv, fabric=fabric)
+    assert head.vec is fabric.vector and head.attention is fabric.attention
+    assert fabric.vector.jobs == head.vector_jobs - done > 0 and fabric.attention.jobs > 0
     ref = runner.execute(job, cores.golden_verifier(), int8_pair, masker=cores.golden_masker(),
-                         kv=cores.golden_kvpage(), engine=cores.golden_draftengine())
+                         kv=cores.golden_kvpage(), fabric=cores.golden_fabric())
     assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
     assert_identical(res, Reference(int8_pair), 8)
     assert res["draft_engine"]["split_k"] == [name for name, _ in sorted(int8eagle.LINEARS)]
     assert engine.streamed_beats > 0
     assert board.dmas["draftengine_dma"].transfers["S2MM"] == res["draft_engine"]["jobs"]
+    assert board.dmas["vecunit_dma"].transfers["S2MM"] == fabric.vector.jobs
+    assert board.dmas["treeattn_dma"].transfers["S2MM"] == fabric.attention.jobs
 
 
 @pytest.mark.long
@@ -190,6 +197,9 @@ def test_bad_calibrations_heads_and_caches_are_refused(int8_pair):
         int8eagle.bind(head.float_head, engine)
     with pytest.raises(ValueError, match="streaming must be"):
         int8eagle.bind(head, engine, streaming="sometimes")
+    with pytest.raises(ValueError, match="GROUP 2 and HEAD_DIM 64 are not the head's 3 and 64"):
+        int8eagle.bind(head, engine, attention=cores.golden_treeattn({"GROUP": 2}))
+    assert engine.jobs == 0 and all(r is None for r, _ in head.runners.values())
     cache = head.new_cache()
     with pytest.raises(ValueError, match=r"crop\(2\)"):
         cache.crop(2)

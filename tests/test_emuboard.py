@@ -34,6 +34,7 @@ from specdec.hw.drivers.kvpage import KVPage
 from specdec.hw.drivers.rng import Rng
 from specdec.hw.drivers.treeattn import TreeAttn
 from specdec.hw.drivers.treemask import TreeMask
+from specdec.hw.drivers.vecunit import VecUnit
 from specdec.hw.drivers.verifier import Verifier
 from specdec.hw.emuboard import AXI_DMA_REGISTERS, AXI_DMA_SG_REGISTERS, EmulatedBoard, bitstream_header
 from specdec.hw.overlay import SpecdecOverlay
@@ -42,7 +43,7 @@ from specdec.models import lm
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVERS = {"verifier": Verifier, "treemask": TreeMask, "kvpage": KVPage, "draftengine": DraftEngine, "rng": Rng,
-           "treeattn": TreeAttn}
+           "treeattn": TreeAttn, "vecunit": VecUnit}
 #: DMASR's error bits (PG021).
 ERROR_BITS = ("DMAIntErr", "DMASlvErr", "DMADecErr")
 
@@ -77,6 +78,20 @@ def test_hwh_is_deterministic_and_comes_from_the_block_design(name):
     hwh_bases = dict(re.findall(r'BASEVALUE="(0x[0-9A-F]+)"[^/]*INSTANCE="(\w+)"[^/]*MEMTYPE="REGISTER"', text))
     assert {cell: int(base, 16) for base, cell in hwh_bases.items()} == tcl_bases
     assert len(tcl_bases) == len(bd.design(name).cells) + len(bd.design(name).dmas)
+
+
+def test_the_fabric_is_what_the_overlay_holds():
+    """``SpecdecOverlay.fabric()``: on the KV260 the draft engine, the vector unit and the tree-attention unit, each
+    driver with its DMA's channels attached; the PYNQ-Z2 has the engine alone (the others None, and asking for one
+    names the cores it has)."""
+    kv = overlay.pynq_overlay(device=EmulatedBoard("kv260")).fabric()
+    assert (type(kv.engine), type(kv.vector), type(kv.attention)) == (DraftEngine, VecUnit, TreeAttn)
+    assert kv.vector.stream is not None and kv.vector.sink is not None and kv.attention.sink is not None
+    ol = overlay.pynq_overlay(device=EmulatedBoard("pynq-z2"))
+    z2 = ol.fabric()
+    assert z2.vector is None and z2.attention is None and isinstance(z2.engine, DraftEngine)
+    with pytest.raises(KeyError, match="the pynq-z2 overlay has no core 'vecunit'; cores: .*'draftengine', 'rng'"):
+        ol.vector_unit()
 
 
 @pytest.mark.parametrize("name", bd.BOARDS)
@@ -400,12 +415,11 @@ def _treeattn_job(ol, rng, n: int, ctx: int, rows: list[int], block: int = 32):
     return (q, pool, ctx, k_step, v_step, mask, mult, shift), job
 
 
-@pytest.mark.parametrize("name", bd.BOARDS)
-def test_treeattn_job_through_pynq_equals_the_golden_model(name):
-    """A tree job and a chain job on each emulated board, through pynq's own DMA driver in scatter-gather mode:
+def test_treeattn_job_through_pynq_equals_the_golden_model():
+    """A tree job and a chain job on the emulated KV260 (the board with the unit), through pynq's own DMA driver in scatter-gather mode:
     one MM2S descriptor for the header, one per KV page where it lies (pages out of order in the pool, the last
     partly filled), one for the step; the output bit-exact with hls_ref.treeattn, MACS and cycles its model's."""
-    board = EmulatedBoard(name)
+    board = EmulatedBoard("kv260")
     ol = SpecdecOverlay(board.bitfile, device=board)
     ta = ol.tree_attention()
     assert ta.params == {**dict(board.design.cell("treeattn").params)}
@@ -531,10 +545,11 @@ def test_decode_through_pynq_on_the_emulated_board_equals_the_golden_backend(opt
     board = EmulatedBoard(board_name)
     ol = overlay.pynq_overlay(device=board)
     c = ol.cores()
-    engine = ol.draft_engine()
-    res = runner.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, engine=engine)
+    fabric = ol.fabric()
+    engine = fabric.engine
+    res = runner.execute(job, c.verifier, fabric_pair, masker=c.masker, kv=c.kv, fabric=fabric)
     ref = runner.execute(job, cores.golden_verifier(), fabric_pair, masker=cores.golden_masker(),
-                          kv=cores.golden_kvpage(), engine=cores.golden_draftengine())
+                          kv=cores.golden_kvpage(), fabric=cores.golden_fabric())
     assert [g["tokens"] for g in res["generations"]] == [g["tokens"] for g in ref["generations"]]
     assert_identical(res, Reference(fabric_pair), n_new)
     rounds = [r for g in res["generations"] for r in g["rounds"]]

@@ -219,8 +219,9 @@ def test_the_kv260_weight_memory_is_marked_ultraram_and_fits_the_part() -> None:
     """Issue #65, finding 4: the KV260's draft engine keeps its weights in UltraRAM. Vivado infers URAM only from
     ``ram_style = "ultra"``, builds a matrix of 4K x 72 URAM288 blocks (72 for 36,864 x 512 bits: 9 deep x 8
     wide, more than the XCK26's 64) and cannot initialise one, so the converted memory says "ultra", has no
-    initial block and takes at most the part's 64, and its read has the registers of UG901's rule (rows +
-    columns of the matrix) after it. Every memory of both overlays carries a ram_style."""
+    initial block and takes, with the verifier's two UltraRAM row buffers, at most the part's 64, and its read has
+    the registers of UG901's rule (rows + columns of the matrix) after it. Every memory of both overlays carries a
+    ram_style; on the KV260 the engine's weights and the verifier's row buffers are its UltraRAM."""
     from fpga.convert import convert, initialised, memories
     from fpga.overlay_budget import OVERLAY_CORES, PARTS
     from hwcontract import board
@@ -230,15 +231,21 @@ def test_the_kv260_weight_memory_is_marked_ultraram_and_fits_the_part() -> None:
     text = convert("draftengine", build, BUILD / "src").read_text()
     ultra = [m for m in memories(text) if m.style == "ultra"]
     assert [(m.depth, m.width) for m in ultra] == [(build["WDEPTH"], 512)], memories(text)
-    assert uram_blocks(build["WDEPTH"], 512) == 64 <= PARTS["xck26"].uram
+    ver = board.design("kv260").cell("verifier").params
+    vtext = convert("verifier", ver, BUILD / "src").read_text()
+    rows_ultra = [m for m in memories(vtext) if m.style == "ultra"]
+    depth = -(-ver["VOCAB_MAX"] // ver["LANES"])
+    assert [(m.depth, m.width) for m in rows_ultra] == [(depth, 16 * ver["LANES"])] * 2, memories(vtext)
+    assert not initialised(vtext) & {m.name for m in rows_ultra}
+    assert uram_blocks(build["WDEPTH"], 512) + 2 * uram_blocks(depth, 128) == 56 + 8 == PARTS["xck26"].uram
     assert not initialised(text) & {m.name for m in ultra}
     rows, columns, _ = uram_matrix(build["WDEPTH"], 512)
-    assert (rows, columns) == (8, 1) and de_wpipe(build["WDEPTH"], build["URAM"]) == rows + columns
+    assert (rows, columns) == (7, 1) and de_wpipe(build["WDEPTH"], build["URAM"]) == rows + columns
     for b in ("kv260", "pynq-z2"):
         for core, params in OVERLAY_CORES[b]:
             styles = [m.style for m in memories(convert(core, params, BUILD / "src").read_text())]
             assert None not in styles, (b, core)
-            assert ("ultra" in styles) == (b == "kv260" and core == "draftengine"), (b, core, styles)
+            assert ("ultra" in styles) == (b == "kv260" and core in ("draftengine", "verifier")), (b, core, styles)
 
 
 @pytest.mark.filterwarnings("ignore:Port is not used:UserWarning")

@@ -275,7 +275,7 @@ def test_failed_conversion_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_rows_for_real_builds() -> None:
     rows = hw.rows_for()
     assert [(c, p) for c, p in rows][0] == ("verifier", {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16,
-                                                         "TREE_MAX": 64})
+                                                         "TREE_MAX": 64, "ROW_URAM": 0})
     assert [c for c, _ in rows] == ["verifier", "verifier", "treemask", "kvpage", "kvpage", "kvpage",
                                     "draftengine", "draftengine", "treeattn", "vecunit", "rng", "axil"]
     assert [(p["ROWS"], p["WDEPTH"]) for c, p in rows if c == "draftengine"] == [(8, 2048), (4, 4096)]
@@ -309,22 +309,26 @@ def test_overlay_infrastructure_pynq_z2() -> None:
     assert "MM2S, 64-bit" in dma_v["config"]
     assert dma_v["lut"] == overlay_budget.ESTIMATES["axi_dma mm2s <=64b"].lut
     per_slave = next(i for i in infra if i["config"].endswith("slave ports"))
-    assert per_slave["config"] == "10 slave ports"          # 6 cores + 4 DMAs' register ports
-    assert per_slave["lut"] == 10 * overlay_budget.ESTIMATES["axi-lite interconnect per slave"].lut
+    assert per_slave["config"] == "8 slave ports"           # 5 cores + 3 DMAs' register ports
+    assert per_slave["lut"] == 8 * overlay_budget.ESTIMATES["axi-lite interconnect per slave"].lut
     # the draft engine's one DMA has both channels, each sized by its stream width (4 x 8: 256 and 128 bits)
     de = [i for i in infra if i["name"] == "axi_dma (draftengine)"]
     assert [i["config"].split(",")[:2] for i in de] == [["MM2S", " 256-bit stream"], ["S2MM", " 128-bit stream"]]
     assert de[0]["lut"] == overlay_budget.ESTIMATES["axi_dma mm2s 256b"].lut
-    # the treeattn core's DMA runs scatter-gather: its engine, and its descriptor master on the HP interconnect
-    ta = [i for i in infra if i["name"] == "axi_dma (treeattn)"]
-    assert [i["config"] for i in ta] == ["MM2S, 128-bit stream, scatter-gather", "S2MM, 128-bit stream, scatter-gather",
-                                         "scatter-gather engine, M_AXI_SG"]
-    assert ta[2]["lut"] == overlay_budget.ESTIMATES["axi_dma sg engine"].lut
-    assert next(i for i in infra if i["config"].endswith("extra masters"))["config"] == "4 extra masters"
+    assert next(i for i in infra if i["config"].endswith("extra masters"))["config"] == "2 extra masters"
     with pytest.raises(ValueError, match="no DMA estimate for a 1024-bit mm2s stream"):
         overlay_budget._dma_key("mm2s", 1024)
     kv = overlay_budget.infrastructure("kv260")
     assert "MM2S, 128-bit" in next(i for i in kv if i["name"] == "axi_dma (verifier)")["config"]
+    # the KV260's treeattn core's DMA runs scatter-gather: its engine, and its descriptor master on the HP
+    # interconnect; the vecunit core's DMA is a 64-bit MM2S and a 32-bit S2MM
+    ta = [i for i in kv if i["name"] == "axi_dma (treeattn)"]
+    assert [i["config"] for i in ta] == ["MM2S, 128-bit stream, scatter-gather", "S2MM, 128-bit stream, scatter-gather",
+                                         "scatter-gather engine, M_AXI_SG"]
+    assert ta[2]["lut"] == overlay_budget.ESTIMATES["axi_dma sg engine"].lut
+    vu = [i["config"] for i in kv if i["name"] == "axi_dma (vecunit)"]
+    assert vu == ["MM2S, 64-bit stream, simple mode", "S2MM, 32-bit stream, simple mode"]
+    assert next(i for i in kv if i["config"].endswith("extra masters"))["config"] == "5 extra masters"
 
 
 def test_overlay_totals_and_goals() -> None:
@@ -352,9 +356,10 @@ def test_overlay_totals_and_goals() -> None:
 def test_overlay_boards_and_hook() -> None:
     assert set(overlay_budget.OVERLAY_CORES) == set(overlay_budget.BOARDS) == {"pynq-z2", "kv260"}
     z2 = dict(overlay_budget.OVERLAY_CORES["pynq-z2"])
-    assert z2["verifier"] == {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64}
+    assert z2["verifier"] == {"VOCAB_MAX": 50272, "LANES": 4, "GAMMA_MAX": 16, "TREE_MAX": 64, "ROW_URAM": 0}
     kv = dict(overlay_budget.OVERLAY_CORES["kv260"])
-    assert kv["verifier"]["LANES"] == 8 and kv["draftengine"]["WDEPTH"] * 64 == 2 * 2**20    # 2 MiB: the 64 URAMs
+    assert kv["verifier"]["LANES"] == 8 and kv["verifier"]["ROW_URAM"] == 1
+    assert kv["draftengine"]["WDEPTH"] * 64 == 1.75 * 2**20    # 1.75 MiB: 56 URAMs, the verifier's 8 beside
     assert kv["draftengine"]["URAM"] == 1 and z2["draftengine"]["URAM"] == 0
     assert z2["draftengine"] == overlay_budget.Z2_DRAFTENGINE and z2["draftengine"]["ROWS"] == 4
     assert overlay_budget.PARTS["xck26"].budget() == {"lut": 117_120, "ff": 234_240, "bram36": 144, "uram": 64,

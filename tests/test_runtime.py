@@ -417,7 +417,7 @@ def test_a_pair_given_must_serve_the_draft_the_job_asks_for(gpt2_dirs, gpt2_pair
                        ({**job, "draft_vocab": 100}, "a hot vocabulary of 100, the pair given drafts with"),
                        ({**job, "draft_engine": "fabric"}, "draft engine .*which has no int8 engine layers")):
         with pytest.raises(ValueError, match=match):
-            runner.execute(bad, cores.golden_verifier(), gpt2_pair, engine=engine)
+            runner.execute(bad, cores.golden_verifier(), gpt2_pair, fabric=cores.Fabric(engine))
     with pytest.raises(ValueError, match="no int8 engine layers to bind"):
         int8draft.bind(gpt2_pair.draft.lm.model, engine)
     assert engine.matmul(np.ones((1, 64), np.int64), at, 32)[0].tolist() == [[64] * 8]    # still placed

@@ -69,7 +69,8 @@ def test_selftest_passes_on_the_emulated_board(board, emulate, capsys):
     for c in d.cells:
         assert (c.name, f"ID {core(c.name).map_hash():#010x} = the map hash") in got
     timed = {k: r for k, r in got.items() if r[1]}
-    assert {k[0] for k in timed} == {"verifier", "treemask", "kvpage", "draftengine", "treeattn"}
+    vector = {"treeattn", "vecunit", "vecunit_dma"} if board == "kv260" else set()
+    assert {k[0] for k in timed} == {"verifier", "treemask", "kvpage", "draftengine"} | vector
     assert all(r[1] == r[2] and int(r[1]) > 0 for r in timed.values())
     assert {k[0] for k in got if k[0].endswith("_dma")} == {m.cell for m in d.dmas}
     assert f"specdec self-test: the {board} overlay on the emulated {board}" in out
@@ -92,7 +93,8 @@ def test_selftest_on_the_golden_models():
     """Without an overlay (notebook 1 on ``ref``) the core checks run on the golden models: no DMA, no clock."""
     report = selftest.run(None)
     assert report.passed and report.board is None and report.clock == {}
-    assert {c.core for c in report.checks} == {"verifier", "treemask", "kvpage", "draftengine", "rng", "treeattn"}
+    assert {c.core for c in report.checks} == {"verifier", "treemask", "kvpage", "draftengine", "rng", "treeattn",
+                                               "vecunit"}
     assert "clock: none (the golden models have no clock)" in report.table()
 
 
@@ -134,10 +136,10 @@ def test_a_core_with_wrong_cycles_fails_naming_it(board, emulate, monkeypatch, c
     assert [k for k, r in got.items() if r[0] != "ok"] == [("treemask", "mask and depths, N=12")]
 
 
-@pytest.mark.parametrize("board", bd.BOARDS)
-def test_a_treeattn_core_with_a_wrong_output_fails_naming_it(board, emulate, monkeypatch, capsys):
+def test_a_treeattn_core_with_a_wrong_output_fails_naming_it(emulate, monkeypatch, capsys):
     """The treeattn core streams its first output beat with one code off by one: the tree check and the gather
     check (through the scatter-gather DMA) each name the first element that differs."""
+    board = "kv260"
     emulate(board)
     honest = TreeattnModel.emit
 
@@ -257,15 +259,18 @@ def test_the_bundle_copies_the_overlays_build_json(tmp_path):
 
 
 @pytest.mark.long
-def test_selftest_on_the_rtl_of_the_pynq_z2():
-    """The self-test through pynq's classes on the RTL of the PYNQ-Z2's whole overlay (Verilator): every check
-    passes, every core's active cycles equal to its cycle model's on the RTL too."""
-    res = sim_jobs.selftest_board_sim("pynq-z2")
+@pytest.mark.parametrize("board", ["pynq-z2", "kv260"])
+def test_selftest_on_the_rtl_of_the_overlay(board):
+    """The self-test through pynq's classes on the RTL of a board's whole overlay (Verilator): every check
+    passes, every core's active cycles equal to its cycle model's on the RTL too. The KV260's holds the vector
+    unit and the tree-attention unit (their core and DMA checks), the verifier's UltraRAM row buffers; the
+    PYNQ-Z2's simulation holds both units idle."""
+    res = sim_jobs.selftest_board_sim(board)
     report = res["selftest"]
     print(json.dumps({"checks": report["checks"], "sim_ns": res["board"]["sim_ns"]}))
     assert report["passed"], report["failures"]
-    assert report["target"] == "the pynq-z2 overlay on the emulated pynq-z2 (its PL: the RTL in simulation)"
-    assert len(report["checks"]) == rows(bd.design("pynq-z2"))
+    assert report["target"] == f"the {board} overlay on the emulated {board} (its PL: the RTL in simulation)"
+    assert len(report["checks"]) == rows(bd.design(board))
     timed = [c for c in report["checks"] if c["cycles"] is not None]
-    assert len(timed) == 6 and all(c["cycles"] == c["model"] for c in timed)
-    assert report["clock"]["pynq_mhz"] == pytest.approx(bd.design("pynq-z2").fclk.mhz)
+    assert len(timed) == (8 if board == "kv260" else 5) and all(c["cycles"] == c["model"] for c in timed)
+    assert report["clock"]["pynq_mhz"] == pytest.approx(bd.design(board).fclk.mhz)

@@ -8,12 +8,14 @@ import pytest
 from hls_ref import cpp
 from hls_ref import treeattn as ta
 from hls_ref.vectors import chain_mask, treeattn_job, treeattn_set
+from hwcontract.board import KV260_TREEATTN
 from hwcontract.regmap import core
 
 pytestmark = pytest.mark.skipif(cpp.shutil.which(cpp.CXX) is None, reason="no C++ compiler")
 
 BUILDS = [None, dict(HEAD_DIM=32, GROUP=1, NODES_MAX=4, LANES=8, CTX_MAX=16, BLOCK=16),
-          dict(HEAD_DIM=128, GROUP=8, NODES_MAX=16, LANES=32, CTX_MAX=512, BLOCK=16), dict(NODES_MAX=1)]
+          dict(HEAD_DIM=128, GROUP=8, NODES_MAX=16, LANES=32, CTX_MAX=512, BLOCK=16), dict(NODES_MAX=1),
+          KV260_TREEATTN]
 
 
 def agree(job, params) -> ta.Output:
@@ -28,7 +30,7 @@ def test_id_hash():
     assert cpp.treeattn_id_hash() == core("treeattn").map_hash()
 
 
-@pytest.mark.parametrize("params", BUILDS, ids=["default", "tiny", "wide", "one-node"])
+@pytest.mark.parametrize("params", BUILDS, ids=["default", "tiny", "wide", "one-node", "kv260"])
 def test_vector_set(params):
     jobs = treeattn_set(67, 12, params)
     errs = {agree(j, params).err for j in jobs}

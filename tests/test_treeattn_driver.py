@@ -10,6 +10,7 @@ import pytest
 from hls_ref import treeattn as ta
 from hls_ref.vectors import chain_mask, tree_rows, treeattn_job, treeattn_set
 from specdec.errors import CoreError, SpecdecError
+from specdec.hw.builds import TREEATTN_PARAMS
 from specdec.hw.cores import golden_kvpage, golden_treeattn
 from specdec.hw.drivers.base import description
 from specdec.hw.drivers.treeattn import TreeAttn
@@ -29,10 +30,10 @@ def golden_driver(params=None) -> tuple[TreeAttn, object]:
 @pytest.mark.parametrize("params", [None, SMALL], ids=["default", "small"])
 def test_jobs_equal_the_golden_model(params):
     drv, _ = golden_driver(params)
-    p = ta.build(params)
+    p = ta.build({**TREEATTN_PARAMS, **(params or {})})         # the golden backend's build, ``params`` over it
     assert drv.params == p and drv.max_out_beats == p["NODES_MAX"] * p["GROUP"] * p["HEAD_DIM"] // 8
     done = 0
-    for job in treeattn_set(21, 8, params)[:-2]:
+    for job in treeattn_set(21, 8, p)[:-2]:
         want = ta.run(job, p)
         if want.err:
             continue
@@ -149,8 +150,8 @@ def test_pages_are_gathered_in_page_table_order():
     positions = [(rows[t // blk], t % blk) for t in range(ctx)]
     k_ctx = np.array([pool[pg, o, 0] for pg, o in positions])
     v_ctx = np.array([pool[pg, o, 1] for pg, o in positions])
-    want = ta.run(ta.Job(job.q, k_ctx, v_ctx, job.k_step, job.v_step, job.mask, job.mult, job.shift)).out
     drv, _ = golden_driver()
+    want = ta.run(ta.Job(job.q, k_ctx, v_ctx, job.k_step, job.v_step, job.mask, job.mult, job.shift), drv.params).out
     pages = drv.pages(pool, rows)
     assert all(np.shares_memory(pg, pool) for pg in pages)            # views: each page goes out as it lies
     got = drv.attend(job.q, pages, ctx, job.k_step, job.v_step, job.mask, job.mult, job.shift)
@@ -252,7 +253,7 @@ def test_a_scatter_gather_dma_reads_each_page_where_it_lies():
     dma = type("Dma", (), {"sendchannel": FakeChannel(mmio)})()
     gather = DmaGatherStream(dma, memory.allocate)
     drv.attach(gather, drv.sink)
-    p = ta.build()
+    p = drv.params
     rng = np.random.default_rng(30)
     pool = memory.allocate((8, 32, 2, 64), np.int8)
     pool[...] = rng.integers(-128, 128, pool.shape)
@@ -261,7 +262,7 @@ def test_a_scatter_gather_dma_reads_each_page_where_it_lies():
     got = drv.attend(job.q, drv.pages(pool, rows), ctx, job.k_step, job.v_step, job.mask, job.mult, job.shift)
     k = np.concatenate([pool[r, :, 0] for r in rows])[:ctx]
     v = np.concatenate([pool[r, :, 1] for r in rows])[:ctx]
-    assert (got == ta.run(ta.Job(job.q, k, v, job.k_step, job.v_step, job.mask, job.mult, job.shift)).out).all()
+    assert (got == ta.run(ta.Job(job.q, k, v, job.k_step, job.v_step, job.mask, job.mult, job.shift), p).out).all()
     frame = mmio.frames[-1]
     page_bytes = 32 * 2 * 64
     assert [len(f) for f in frame] == [ta.header_bytes(ta.check(job), p).nbytes, page_bytes, page_bytes,
@@ -271,7 +272,7 @@ def test_a_scatter_gather_dma_reads_each_page_where_it_lies():
     assert [int(w) for w in desc[1:4, 2]] == [pool.physical_address + r * page_bytes for r in rows]
     assert [bool(w & SG_TXSOF) for w in desc[:, 6]] == [True, False, False, False, False]
     assert [bool(w & SG_TXEOF) for w in desc[:, 6]] == [False, False, False, False, True]
-    assert drv.cycles == ta.cycles(ctx, [1, 2])
+    assert drv.cycles == ta.cycles(ctx, [1, 2], p)
 
 
 def test_the_driver_on_the_rtl():

@@ -38,18 +38,20 @@ set ip_library specdec
 set ip_version 1.0
 # cores: {cell module base range streams {PARAM value ...}}
 set cores {
-  {verifier verifier_lanes8_vocab_max50272 0xa0000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 8 TREE_MAX 64 VOCAB_MAX 50272}}
+  {verifier verifier_lanes8_row_uram1_vocab_max50272 0xa0000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 8 ROW_URAM 1 TREE_MAX 64 VOCAB_MAX 50272}}
   {treemask treemask 0xa0010000 0x10000 {m_axis} {NODES_MAX 64}}
-  {kvpage kvpage_max_blocks256_pages1024 0xa0020000 0x10000 {} {MAX_BLOCKS 256 PAGES 1024 SLOTS 64}}
-  {draftengine draftengine_k_max512_pdepth2048_uram1_wdepth32768 0xa0030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 512 M_MAX 16 PDEPTH 2048 ROWS 8 URAM 1 WDEPTH 32768}}
+  {kvpage kvpage_max_blocks256_pages1024_slots32 0xa0020000 0x10000 {} {MAX_BLOCKS 256 PAGES 1024 SLOTS 32}}
+  {draftengine draftengine_k_max512_pdepth2048_uram1_wdepth28672 0xa0030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 512 M_MAX 16 PDEPTH 2048 ROWS 8 URAM 1 WDEPTH 28672}}
   {rng rng 0xa0040000 0x10000 {} {}}
-  {treeattn treeattn 0xa0050000 0x10000 {s_axis m_axis} {BLOCK 32 CTX_MAX 8192 GROUP 3 HEAD_DIM 64 LANES 16 NODES_MAX 64}}
+  {treeattn treeattn_block64 0xa0050000 0x10000 {s_axis m_axis} {BLOCK 64 CTX_MAX 8192 GROUP 3 HEAD_DIM 64 LANES 16 NODES_MAX 64}}
+  {vecunit vecunit 0xa0060000 0x10000 {s_axis m_axis} {HALF_MAX 64 K_MAX 8 LEN_MAX 16384 PARTS_MAX 16}}
 }
 # dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst sg}
 # (sg 1: scatter-gather mode, c_include_sg, its descriptors read through the HP port)
 set dmas {
-  {verifier_dma verifier 0xa0060000 0x10000 s_axis 128 {} 0 26 16 0}
-  {treemask_dma treemask 0xa0070000 0x10000 {} 0 m_axis 128 26 16 0}
-  {draftengine_dma draftengine 0xa0080000 0x10000 s_axis 512 m_axis 256 26 16 0}
-  {treeattn_dma treeattn 0xa0090000 0x10000 s_axis 128 m_axis 128 26 16 1}
+  {verifier_dma verifier 0xa0070000 0x10000 s_axis 128 {} 0 26 16 0}
+  {treemask_dma treemask 0xa0080000 0x10000 {} 0 m_axis 128 26 16 0}
+  {draftengine_dma draftengine 0xa0090000 0x10000 s_axis 512 m_axis 256 26 16 0}
+  {treeattn_dma treeattn 0xa00a0000 0x10000 s_axis 128 m_axis 128 26 16 1}
+  {vecunit_dma vecunit 0xa00b0000 0x10000 s_axis 64 m_axis 32 26 16 0}
 }

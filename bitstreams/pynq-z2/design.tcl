@@ -38,18 +38,16 @@ set ip_library specdec
 set ip_version 1.0
 # cores: {cell module base range streams {PARAM value ...}}
 set cores {
-  {verifier verifier_vocab_max50272 0x40000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 4 TREE_MAX 64 VOCAB_MAX 50272}}
+  {verifier verifier_vocab_max50272 0x40000000 0x10000 {s_axis} {GAMMA_MAX 16 LANES 4 ROW_URAM 0 TREE_MAX 64 VOCAB_MAX 50272}}
   {treemask treemask 0x40010000 0x10000 {m_axis} {NODES_MAX 64}}
   {kvpage kvpage_slots16 0x40020000 0x10000 {} {MAX_BLOCKS 64 PAGES 256 SLOTS 16}}
   {draftengine draftengine_pdepth512_rows4_wdepth4096 0x40030000 0x10000 {s_axis m_axis} {COLS 8 K_MAX 1024 M_MAX 16 PDEPTH 512 ROWS 4 URAM 0 WDEPTH 4096}}
   {rng rng 0x40040000 0x10000 {} {}}
-  {treeattn treeattn_block16_lanes8_nodes_max8 0x40050000 0x10000 {s_axis m_axis} {BLOCK 16 CTX_MAX 8192 GROUP 3 HEAD_DIM 64 LANES 8 NODES_MAX 8}}
 }
 # dmas: {cell core base range mm2s_port mm2s_width s2mm_port s2mm_width length_width burst sg}
 # (sg 1: scatter-gather mode, c_include_sg, its descriptors read through the HP port)
 set dmas {
-  {verifier_dma verifier 0x40060000 0x10000 s_axis 64 {} 0 26 16 0}
-  {treemask_dma treemask 0x40070000 0x10000 {} 0 m_axis 128 26 16 0}
-  {draftengine_dma draftengine 0x40080000 0x10000 s_axis 256 m_axis 128 26 16 0}
-  {treeattn_dma treeattn 0x40090000 0x10000 s_axis 128 m_axis 128 26 16 1}
+  {verifier_dma verifier 0x40050000 0x10000 s_axis 64 {} 0 26 16 0}
+  {treemask_dma treemask 0x40060000 0x10000 {} 0 m_axis 128 26 16 0}
+  {draftengine_dma draftengine 0x40070000 0x10000 s_axis 256 m_axis 128 26 16 0}
 }

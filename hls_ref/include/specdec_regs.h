@@ -98,6 +98,10 @@
 #define SPECDEC_VERIFIER_PARAM_TREE_MAX_DEFAULT            64
 #define SPECDEC_VERIFIER_PARAM_TREE_MAX_MIN                1
 #define SPECDEC_VERIFIER_PARAM_TREE_MAX_MAX                64
+/* verifier.ROW_URAM: 1: each row buffer is one UltraRAM memory (ram_style ultra, no tail split); 0: block RAM with a distributed tail. The read takes VER_BUF_READ cycles either way. Allowed: 0..1. */
+#define SPECDEC_VERIFIER_PARAM_ROW_URAM_DEFAULT            0
+#define SPECDEC_VERIFIER_PARAM_ROW_URAM_MIN                0
+#define SPECDEC_VERIFIER_PARAM_ROW_URAM_MAX                1
 /* treemask.NODES_MAX: Largest NODES (tree nodes, root included) accepted. Allowed: 1..64. */
 #define SPECDEC_TREEMASK_PARAM_NODES_MAX_DEFAULT           64
 #define SPECDEC_TREEMASK_PARAM_NODES_MAX_MIN               1
@@ -172,11 +176,11 @@
 #define SPECDEC_TREEATTN_PARAM_CTX_MAX_DEFAULT             8192
 #define SPECDEC_TREEATTN_PARAM_CTX_MAX_MIN                 16
 #define SPECDEC_TREEATTN_PARAM_CTX_MAX_MAX                 8192
-/* treeattn.BLOCK: Context keys per block buffer (two buffers, ping-pong). Allowed: {16, 32}. */
+/* treeattn.BLOCK: Context keys per block buffer (two buffers, ping-pong): a pass's fill is paid once a block. Allowed: {16, 32, 64}. */
 #define SPECDEC_TREEATTN_PARAM_BLOCK_DEFAULT               32
 #define SPECDEC_TREEATTN_PARAM_BLOCK_MIN                   16
-#define SPECDEC_TREEATTN_PARAM_BLOCK_MAX                   32
-#define SPECDEC_TREEATTN_PARAM_BLOCK_COUNT                 2  /* allowed values: SPECDEC_TREEATTN_PARAM_BLOCK_VALUES */
+#define SPECDEC_TREEATTN_PARAM_BLOCK_MAX                   64
+#define SPECDEC_TREEATTN_PARAM_BLOCK_COUNT                 3  /* allowed values: SPECDEC_TREEATTN_PARAM_BLOCK_VALUES */
 /* vecunit.LEN_MAX: Largest LEN (a power of two): the job's element counters (no memory holds a vector). Allowed: {256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}. */
 #define SPECDEC_VECUNIT_PARAM_LEN_MAX_DEFAULT              16384
 #define SPECDEC_VECUNIT_PARAM_LEN_MAX_MIN                  256
@@ -2115,7 +2119,7 @@
 #define SPECDEC_DRAFTENGINE_COUNTERS_CYCLES_STALL_INDEX    1u
 
 /* ==== core treeattn: Tree attention for one KV head: the GROUP query heads of each of NODES step rows attend, with a streaming max and the verifier's exp table, over CTX committed context keys (streamed in blocks from the KV pages) and the step's own nodes that the row's MASK shows (the treemask core's ancestor bits; a chain's row r sees nodes 0..r). Masked pairs cost no multiply-accumulate. */
-#define SPECDEC_TREEATTN_ID_HASH                           0xD0195E07u  /* value of the ID register */
+#define SPECDEC_TREEATTN_ID_HASH                           0x6C490183u  /* value of the ID register */
 #define SPECDEC_TREEATTN_NUM_REGS                          13u
 #define SPECDEC_TREEATTN_SPAN                              0x34u  /* bytes of register space */
 #define SPECDEC_TREEATTN_ADDR_WIDTH                        8u  /* AXI4-Lite address bits */
@@ -2210,8 +2214,8 @@
 #define SPECDEC_TREEATTN_PARAMS_LANES_WIDTH                6u
 #define SPECDEC_TREEATTN_PARAMS_LANES_MASK                 0x01F80000u
 #define SPECDEC_TREEATTN_PARAMS_BLOCK_LSB                  25u  /* Context keys per block buffer. */
-#define SPECDEC_TREEATTN_PARAMS_BLOCK_WIDTH                6u
-#define SPECDEC_TREEATTN_PARAMS_BLOCK_MASK                 0x7E000000u
+#define SPECDEC_TREEATTN_PARAMS_BLOCK_WIDTH                7u
+#define SPECDEC_TREEATTN_PARAMS_BLOCK_MASK                 0xFE000000u
 
 /* CTX_MAX (ro) @ 0x24: Largest CTX accepted. */
 #define SPECDEC_TREEATTN_CTX_MAX_OFFSET                    0x24u
@@ -2663,7 +2667,7 @@ static const int32_t SPECDEC_TREEATTN_PARAM_LANES_VALUES[SPECDEC_TREEATTN_PARAM_
 };
 /* the allowed values of treeattn.BLOCK, ascending */
 static const int32_t SPECDEC_TREEATTN_PARAM_BLOCK_VALUES[SPECDEC_TREEATTN_PARAM_BLOCK_COUNT] = {
-    16, 32,
+    16, 32, 64,
 };
 /* the allowed values of vecunit.LEN_MAX, ascending */
 static const int32_t SPECDEC_VECUNIT_PARAM_LEN_MAX_VALUES[SPECDEC_VECUNIT_PARAM_LEN_MAX_COUNT] = {

@@ -307,8 +307,8 @@ def _bench_draft(args: argparse.Namespace) -> int:
         return _bench_draft_eagle(args)
     if args.cycles_only or args.context != bench_draft.EAGLE_CONTEXT:
         raise UsageError(f"--cycles-only and --context are an EAGLE head's options (--draft {loading.DEMO_EAGLE})")
-    for name, value in bench_draft.DEMO_DEFAULTS.items():      # the demo draft's defaults (the head has its own)
-        if getattr(args, name) is None:
+    for name, value in {**bench_draft.DEMO_DEFAULTS, "draft_vocab": 8192}.items():    # the demo draft's defaults
+        if getattr(args, name) is None:                                              # (the head has its own)
             setattr(args, name, value)
     try:
         bench_draft.check_options(args.gamma, args.max_new_tokens)     # first: the job's message would offer
@@ -338,12 +338,12 @@ def _bench_draft_eagle(args: argparse.Namespace) -> int:
         flags = ", ".join("--" + k.replace("_", "-") for k in options)
         raise UsageError(f"--cycles-only measures nothing: drop {flags}")
     try:
-        res = bench_draft.run_eagle(args.draft, args.context)     # its checks come before anything loads
+        res = bench_draft.run_eagle(args.draft, args.context, hot_vocab=args.draft_vocab)   # checks first
         for name, value in options.items():
             if value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {value}: a positive integer")
         if not args.cycles_only:
-            res = bench_draft.measure_eagle(args.draft, args.context, **options)
+            res = bench_draft.measure_eagle(args.draft, args.context, hot_vocab=args.draft_vocab, **options)
     except ValueError as err:
         raise UsageError(str(err)) from None
     print(bench_draft.format_eagle(res))
@@ -438,7 +438,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    help="tokens per prompt (default 64; an EAGLE head: eagle_int8's default)")
     d.add_argument("--gamma", type=int, default=None,
                    help="draft tokens per round (default 4; an EAGLE head: eagle_int8's default)")
-    d.add_argument("--draft-vocab", type=int, default=8192, help="the draft's hot vocabulary (default 8192)")
+    d.add_argument("--draft-vocab", type=int, default=None,
+                   help="the draft's hot vocabulary (default 8192; an EAGLE head: the first N of its own hot tokens, "
+                        "default all of them)")
     d.add_argument("--n-agreement", type=_positive, default=None,
                    help="held-out passages of the greedy-agreement measurement (default 200; an EAGLE head: "
                         "eagle_int8's default)")

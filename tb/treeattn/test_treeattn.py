@@ -18,6 +18,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 
 from hls_ref import treeattn as golden
 from hls_ref.vectors import chain_mask, random_parents, tree_rows, treeattn_errors, treeattn_job
+from hwcontract.board import KV260_TREEATTN
 from hwcontract.regmap import core
 from specdec.sim import harness
 from specdec.sim.device import AxilTB
@@ -25,7 +26,8 @@ from tb.common import QUIET, Stimulus, cross_names, cross_test, param
 
 CMAP = core("treeattn")
 PARAMS = ("HEAD_DIM", "GROUP", "NODES_MAX", "LANES", "BLOCK")
-#: Simulated time a job may take (the largest job here is about 30,000 cycles of 10 ns, with pauses).
+#: Simulated time a job may take (the largest jobs here, NODES_MAX = 64 rows, take about 90,000 cycles of 10 ns,
+#: with pauses).
 JOB_US = 2000
 
 
@@ -238,3 +240,11 @@ def test_treeattn_real(sim, waves):
     chains and trees, NODES_MAX = 64 rows included, and the errors."""
     harness.run("treeattn", "tb.treeattn.test_treeattn", sim, waves=waves,
                 testcase=cross_names("registers", "chains_and_trees", "errors"))
+
+
+@pytest.mark.icarus(long=True)
+def test_treeattn_kv260(sim, waves):
+    """The KV260's build (``hwcontract.board.KV260_TREEATTN``, its blocks of 64 keys): chains and trees over short
+    and whole blocks, NODES_MAX rows included, extreme codes and distances, and the errors."""
+    harness.run("treeattn", "tb.treeattn.test_treeattn", sim, params=KV260_TREEATTN, waves=waves,
+                testcase=cross_names("registers", "chains_and_trees", "extremes", "errors"))

@@ -22,6 +22,7 @@ import pytest
 
 from hls_ref import verifier as gv
 from hls_ref.vectors import full_vocab_round, random_chain_round, rng_seed
+from hwcontract.board import KV260_VERIFIER
 from hwcontract.formats import LOGIT_NEG_INF
 from specdec.sim import harness
 from tb.common import QUIET, Stimulus, cross_names, cross_test, param
@@ -222,6 +223,14 @@ def test_verifier_full_vocab(sim, waves):
     """The build for GPT-2/OPT (VOCAB_MAX 50272, 4 lanes) at full vocabularies: block-RAM row buffers
     split in a main part and a tail (fpga.verifier.row_buffer)."""
     harness.run("verifier", "tb.verifier.test_verifier", sim, params={"LANES": 4, "VOCAB_MAX": 50272},
+                testcase=cross_names("full_vocab"), waves=waves)
+
+
+@pytest.mark.icarus(long=True)
+def test_verifier_kv260_build(sim, waves):
+    """The KV260's build (``hwcontract.board.KV260_VERIFIER``: 8 lanes, VOCAB_MAX 50272, each row buffer one
+    UltraRAM memory of 6,284 beats with no tail split) at full vocabularies: the same rounds, bit for bit."""
+    harness.run("verifier", "tb.verifier.test_verifier", sim, params=dict(KV260_VERIFIER),
                 testcase=cross_names("full_vocab"), waves=waves)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import paths
-from ..decoding.eagle import is_head_dir
+from ..decoding.eagle import head_hot_vocab, is_head_dir
 from ..decoding.loop import check_room
 from ..errors import OptionError
 from ..kv.layout import pick_block
@@ -53,18 +53,21 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
                   draft_engine: str = "host") -> tuple[str, str]:
     """:func:`resolve_names`, then :func:`specdec.models.loading.check_source` on the target and on a draft model (not
     prompt lookup, not an EAGLE head): a model this machine cannot load is refused before anything loads. So are
-    the draft options the draft cannot take: ``draft_vocab`` with an EAGLE head (its ``fabric`` engine runs the
-    int8 head, :mod:`specdec.models.int8eagle`), and a
-    ``draft_vocab`` beyond the draft's vocabulary where its saved config tells
+    the draft options the draft cannot take: a ``draft_vocab`` beyond an EAGLE head's own hot vocabulary (it keeps
+    the first that many of its hot tokens), and a ``draft_vocab`` beyond a draft model's vocabulary where its saved
+    config tells
     (:func:`specdec.models.loading.config_vocab_size`; otherwise :func:`open_pair` refuses it once the models load)."""
     target, draft = resolve_names(target, draft)
     loading.check_source(target, "target")
     if draft == PROMPT_LOOKUP:
         return target, draft
-    if eagle_dir(draft) is not None:
+    head = eagle_dir(draft)
+    if head is not None:
         if draft_vocab is not None:
-            raise OptionError("draft_vocab", draft_vocab, f"none with the EAGLE head {draft!r} (its hot vocabulary "
-                                                          "is fixed by its training)")
+            most = head_hot_vocab(head)
+            if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or not 1 <= draft_vocab <= most:
+                raise OptionError("draft_vocab", draft_vocab, f"1 to {most} with the EAGLE head {draft!r} (the first "
+                                                              "that many of its hot tokens, the most frequent)")
         return target, draft
     loading.check_source(draft, "draft")
     vocab = loading.config_vocab_size(draft) if draft_vocab is not None else None

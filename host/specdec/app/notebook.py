@@ -39,7 +39,7 @@ from hwcontract.regmap import integer, integers
 
 from ..decoding.tree import Tree
 from ..hw import overlay
-from ..hw.cores import Cores, golden_draftengine
+from ..hw.cores import Cores, Fabric, golden_draftengine
 from ..hw.drivers import DraftEngine, KVPage, TreeMask, Verifier
 from ..kv.pagetable import PagedKV
 from ..paths import EMULATE_ENV
@@ -106,6 +106,7 @@ class Backend:
     cores: Cores
     overlay: Any = None
     _engine: DraftEngine | None = field(default=None, repr=False)
+    _fabric: Fabric | None = field(default=None, repr=False)
 
     @property
     def verifier(self) -> Verifier:
@@ -130,6 +131,18 @@ class Backend:
         if self._engine is None:
             self._engine = self.overlay.draft_engine() if self.overlay is not None else golden_draftengine()
         return self._engine
+
+    def fabric(self, job: Job) -> Fabric | None:
+        """What ``job``'s draft runs on: None for a host draft; for a fabric draft :meth:`draft_engine` with, on a
+        board whose overlay holds them, its vector unit and tree-attention unit (the same drivers on every
+        call)."""
+        if job.draft_engine != "fabric":
+            return None
+        if self.overlay is None:
+            return Fabric(self.draft_engine())
+        if self._fabric is None:
+            self._fabric = self.overlay.fabric(self.draft_engine())
+        return self._fabric
 
     @property
     def fclk_mhz(self) -> float:
@@ -157,8 +170,7 @@ class Backend:
         draft runs on :meth:`draft_engine`."""
         job = as_job(job)
         job.check_backend(self.name)
-        engine = self.draft_engine() if job.draft_engine == "fabric" else None
-        return runner.execute(job, self.verifier, pair, masker=self.masker, kv=self.kv, engine=engine)
+        return runner.execute(job, self.verifier, pair, masker=self.masker, kv=self.kv, fabric=self.fabric(job))
 
     def __str__(self) -> str:
         if self.overlay is None:

@@ -41,7 +41,8 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
               draft_engine: str = "host") -> Pair:
     """Load a target and its draft (a model, an EAGLE head (:mod:`specdec.decoding.eagle`, by directory or by name
     under models/) or ``"prompt-lookup"``), checking they share a vocabulary.
-    ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.models.hotvocab`).
+    ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.models.hotvocab`;
+    an EAGLE head the first that many of its own hot tokens).
     ``draft_engine="fabric"``: the draft's linear layers run on the int8 draft engine's golden model
     (:mod:`specdec.models.int8draft`, calibrated on the corpus's training passages; an EAGLE head's layer, its
     int8 KV cache and its hot head as :mod:`specdec.models.int8eagle` runs them).
@@ -60,10 +61,10 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     if draft == PROMPT_LOOKUP:
         return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
     if head_dir is not None:
-        head = load_head(head_dir, t_model)
+        head = load_head(head_dir, t_model, draft_vocab)
         if draft_engine == "fabric":
             head = quantize_head(head, t_model, t_tok)
-        return Pair(t_lm, EagleDraft(head, t_lm), t_tok, target, draft_name(draft, None, draft_engine))
+        return Pair(t_lm, EagleDraft(head, t_lm), t_tok, target, draft_name(draft, draft_vocab, draft_engine))
     # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
     d_model, d_tok = loading.load(draft, "draft", t_tok if loading.same_tokenizer(target, draft) else None)
     vocab = loading.check_pair(t_model, t_tok, d_model, d_tok, target, draft)

@@ -27,8 +27,8 @@ import numpy as np
 from ..decoding import metrics
 from ..decoding.loop import generate
 from ..decoding.base import Drafter, Generation
-from ..hw.cores import Cores, golden_draftengine, golden_kvpage, golden_masker, golden_verifier
-from ..hw.drivers import DraftEngine, KVPage, TreeMask, Verifier
+from ..hw.cores import Cores, Fabric, golden_fabric, golden_kvpage, golden_masker, golden_verifier
+from ..hw.drivers import KVPage, TreeMask, Verifier
 from ..hw.overlay import pynq_cores, pynq_overlay
 from ..hw.recording import Recording, RecordingVerifier
 from ..decoding.eagle import EagleDraft
@@ -57,10 +57,10 @@ def cores(backend: str) -> Cores:
     raise ValueError(f"backend {backend!r}: cores in this process come from 'ref' or 'pynq'")
 
 
-def open_backend(job: Job, backend: str, pair: Pair | None = None) -> tuple[Cores, DraftEngine | None]:
-    """The cores ``job`` runs on at ``backend`` (``ref`` or ``pynq``), and the draft engine of a fabric-draft job
-    on a board (None elsewhere: :func:`execute` takes the golden one). On ``pynq`` one overlay, one download: its
-    cores and its engine; without a ``pair`` given, a model or draft option this machine cannot take is refused
+def open_backend(job: Job, backend: str, pair: Pair | None = None) -> tuple[Cores, Fabric | None]:
+    """The cores ``job`` runs on at ``backend`` (``ref`` or ``pynq``), and the fabric of a fabric-draft job on a
+    board (its engine, vector unit and tree-attention unit; None elsewhere: :func:`execute` takes the golden
+    engine). On ``pynq`` one overlay, one download: its cores and its fabric; without a ``pair`` given, a model or draft option this machine cannot take is refused
     before the download (:func:`specdec.app.checks.check_job`)."""
     if backend not in HERE:
         raise ValueError(f"backend {backend!r} not in {HERE} (a sim job runs in the simulation: "
@@ -71,7 +71,7 @@ def open_backend(job: Job, backend: str, pair: Pair | None = None) -> tuple[Core
     if pair is None:
         check_job(job)
     ol = pynq_overlay()
-    return ol.cores(), ol.draft_engine() if job.draft_engine == "fabric" else None
+    return ol.cores(), ol.fabric() if job.draft_engine == "fabric" else None
 
 
 def job_pair(job: Job, kv: KVPage | None, pair: Pair | None = None) -> Pair:
@@ -94,7 +94,7 @@ def seed_words(seed: int, index: int) -> tuple[int, ...]:
 
 def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair | None = None,
             progress: Callable[[int, int], None] | None = None, masker: TreeMask | None = None,
-            kv: KVPage | None = None, engine: DraftEngine | None = None) -> dict:
+            kv: KVPage | None = None, fabric: Fabric | None = None) -> dict:
     """Run every prompt of ``job`` (a :class:`~specdec.app.job.Job` or its JSON object) through
     :func:`specdec.decoding.loop.generate`.
 
@@ -110,10 +110,11 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
     kv : KVPage, optional
         The kvpage core: both models' KV caches then live in page pools whose pages it assigns (forks per
         round, commits, rollbacks). None, or a job with dense caches, keeps transformers' caches.
-    engine : DraftEngine, optional
+    fabric : Fabric, optional
         A fabric-draft job (``draft_engine="fabric"``): the draft engine its draft's linear layers run on
         (loaded here, :func:`specdec.models.int8draft.bind`, or :func:`specdec.models.int8eagle.bind` for an
-        EAGLE head); default the golden register model.
+        EAGLE head, whose glue and attention run on the fabric's vector and tree-attention units where it has
+        them); default the golden engine alone (:func:`specdec.hw.cores.golden_fabric`).
 
     Returns
     -------
@@ -126,9 +127,11 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
     pair = job_pair(job, kv, pair)
     engine_report = None
     if job.draft_engine == "fabric":
-        engine = engine or golden_draftengine()
+        fabric = fabric or golden_fabric()
+        engine = fabric.engine
         if isinstance(pair.draft, EagleDraft):
-            engine_report = int8eagle.bind(pair.draft.head, engine)
+            engine_report = int8eagle.bind(pair.draft.head, engine, vector=fabric.vector,
+                                           attention=fabric.attention)
         else:
             engine_report = bind(pair.draft.lm.model, engine)
     tree = calibrated(pair, job.tree)
@@ -164,8 +167,8 @@ def run(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = 
         progress: Callable[[int, int], None] | None = None) -> dict:
     """Run ``job`` on ``backend`` (``ref`` or ``pynq``, :func:`open_backend`); see :func:`execute`."""
     job = as_job(job)
-    c, engine = open_backend(job, backend, pair)
-    return execute(job, c.verifier, pair, progress, c.masker, c.kv, engine)
+    c, fabric = open_backend(job, backend, pair)
+    return execute(job, c.verifier, pair, progress, c.masker, c.kv, fabric)
 
 
 def record(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None = None) -> tuple[Recording, dict]:
@@ -176,9 +179,9 @@ def record(job: Job | Mapping[str, Any], backend: str = "ref", pair: Pair | None
     if backend not in HERE:
         raise ValueError(f"backend {backend!r}: a recording runs on ref or pynq (the sim backend's verifier runs "
                          f"inside the simulation)")
-    c, engine = open_backend(job, backend, pair)
+    c, fabric = open_backend(job, backend, pair)
     rv = RecordingVerifier(c.verifier)
-    res = execute(job, rv, pair, masker=c.masker, kv=c.kv, engine=engine)
+    res = execute(job, rv, pair, masker=c.masker, kv=c.kv, fabric=fabric)
     rv.recording.info = {"job": json.loads(job.to_json()), "backend": backend,
                          "texts": [g["text"] for g in res["generations"]],
                          "tokens": [g["tokens"] for g in res["generations"]]}

@@ -292,17 +292,23 @@ EAGLE_GOALS = {"kv260_step_s": 1e-3, "attention_ratio": 1.1}
 RAMB36_SHAPES = ((32768, 1), (16384, 2), (8192, 4), (4096, 9), (2048, 18), (1024, 36), (512, 72))
 
 
-def head_config(draft: str) -> dict:
+def head_config(draft: str, hot_vocab: int | None = None) -> dict:
     """The layer shape of the EAGLE head ``draft`` (a directory or a shipped head's name), from its ``eagle.json``:
-    ``d``, ``intermediate``, ``heads``, ``kv_heads``, ``head_dim``, ``hot_vocab``. ValueError when ``draft`` is
-    no EAGLE head."""
+    ``d``, ``intermediate``, ``heads``, ``kv_heads``, ``head_dim``, ``hot_vocab`` (``hot_vocab`` given: the first
+    that many of its hot tokens, ``eagle.load_head``). ValueError when ``draft`` is no EAGLE head or ``hot_vocab``
+    is not 1 to the head's own."""
     path = checks.eagle_dir(draft)
     if path is None:
         raise ValueError(f"--draft {draft!r}: not an EAGLE head (a directory with {eagle.CONFIG_FILE})")
     meta = json.loads((path / eagle.CONFIG_FILE).read_text(encoding="utf-8"))
     lc = meta["layer_config"]
+    if hot_vocab is not None and (isinstance(hot_vocab, bool) or not isinstance(hot_vocab, int)
+                                  or not 1 <= hot_vocab <= meta["hot_vocab"]):
+        raise ValueError(f"--draft-vocab {hot_vocab!r}: the EAGLE head {draft!r} keeps 1 to {meta['hot_vocab']} "
+                         "hot tokens")
     return {"d": lc["hidden_size"], "intermediate": lc["intermediate_size"], "heads": lc["num_attention_heads"],
-            "kv_heads": lc["num_key_value_heads"], "head_dim": lc["head_dim"], "hot_vocab": meta["hot_vocab"]}
+            "kv_heads": lc["num_key_value_heads"], "head_dim": lc["head_dim"],
+            "hot_vocab": meta["hot_vocab"] if hot_vocab is None else hot_vocab}
 
 
 def head_shapes(cfg: dict, planes: int = int8draft.ACT_PLANES,
@@ -434,6 +440,10 @@ def board_step(shapes: list[tuple[str, int, int, int]], cfg: dict, board_name: s
     att = attention(cfg, ctx, visible, ta)
     att_port = math.ceil(att["bytes_in"] / port)
     vec = vector_jobs(cfg, params["K_MAX"], tokens)
+    has_vector = any(c.name == "vecunit" for c in design.cells)
+    vec["source"] = (f"the {board_name} overlay's vecunit cell" if has_vector else
+                     f"the {board_name} overlay has no vecunit cell: the unit's cycles at the contract's defaults, "
+                     "as if it had one (its glue runs in the host otherwise)")
     terms = {"MACs": eng["cycles"], "HP port": loads["load_cycles"], "attention unit": max(att["cycles"], att_port),
              "vector unit": vec["cycles"]}
     total = sum(terms.values())
@@ -510,14 +520,16 @@ def ramb36(depth: int, width: int) -> int:
     return min(-(-depth // d) * -(-width // w) for d, w in RAMB36_SHAPES)
 
 
-def run_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, int8: dict | None = None) -> dict:
+def run_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, int8: dict | None = None,
+              hot_vocab: int | None = None) -> dict:
     """The EAGLE head's figures on the fabric (the module's section above): cycles per drafted token (chain) and per
     tree level (:data:`EAGLE_TREE`) on the KV260's builds, the attention unit against its bound, the MACs' use,
     the step projected on each board with the limit that binds, the sizing; ``int8``: the int8 head's measured
     figures (:func:`specdec.bench.eagle_int8.int8_figures`: agreement, acceptance, tokens per call, host operations
-    per step) merged in, their goals judged. ValueError for a ``draft`` that is no EAGLE head or a ``ctx`` outside
-    the unit's CTX_MAX."""
-    cfg = head_config(draft)
+    per step) merged in, their goals judged; ``hot_vocab``: the head with the first that many of its hot tokens.
+    ValueError for a ``draft`` that is no EAGLE head, a ``ctx`` outside the unit's CTX_MAX or a bad
+    ``hot_vocab``."""
+    cfg = head_config(draft, hot_vocab)
     ta, _ = treeattn_params("kv260")
     if not 1 <= ctx <= ta["CTX_MAX"]:
         raise ValueError(f"--context {ctx}: must be in 1..{ta['CTX_MAX']} (the tree-attention unit's CTX_MAX)")
@@ -561,12 +573,13 @@ def run_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, int8: d
     return res
 
 
-def measure_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, progress=print, **options) -> dict:
+def measure_eagle(draft: str = loading.DEMO_EAGLE, ctx: int = EAGLE_CONTEXT, progress=print,
+                  hot_vocab: int | None = None, **options) -> dict:
     """:func:`run_eagle` with the int8 head's figures measured (:func:`specdec.bench.eagle_int8.int8_figures` with
-    ``options``: its prompts, gamma, tokens and passages)."""
+    ``options``: its prompts, gamma, tokens and passages), the head with ``hot_vocab`` hot tokens when given."""
     t0 = time.perf_counter()
     progress("measuring the int8 head (calibration, agreement, acceptance, host operations)")
-    res = run_eagle(draft, ctx, int8_figures(draft=draft, **options))
+    res = run_eagle(draft, ctx, int8_figures(draft=draft, hot_vocab=hot_vocab, **options), hot_vocab)
     res["wall_s"] = time.perf_counter() - t0
     res["host"] = host_info()
     return res

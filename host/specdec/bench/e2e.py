@@ -242,10 +242,10 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     :class:`specdec.decoding.pipeline.PipelinedDraft` (the next round drafted while the target scores this one).
     """
     check_options(gammas, guard_gamma, pipelined or [])
-    cores, engine = open_backend(job, backend, pair)
+    cores, fabric = open_backend(job, backend, pair)
     pair = job_pair(job, cores.kv, pair)
-    if engine is not None:          # a fabric draft on a board: its layers on the overlay's engine
-        bind(pair.draft.lm.model, engine)
+    if fabric is not None:          # a fabric draft on a board: its layers on the overlay's engine
+        bind(pair.draft.lm.model, fabric.engine)
     v = variants(job, pair, gammas, trees or [], pipelined or [], guard_gamma)
     draft_model, assistant_name = assistant(pair, peers)
     peers = [p for p in peers or [] if not p.assisted or draft_model is not None]

@@ -117,16 +117,17 @@ def one_token(head: int8eagle.Int8Head, target_model, tokenizer, text: str, para
 
 def int8_figures(n_prompts: int = 8, gamma: int = 5, max_new_tokens: int = 48, n_agreement: int = 60,
                  tree: TreeSpec = TREE7, calibration_passages: int = 2, n_calibration: int = 100,
-                 draft: str = loading.DEMO_EAGLE) -> dict:
+                 draft: str = loading.DEMO_EAGLE, hot_vocab: int | None = None) -> dict:
     """The int8 head's figures (module docstring) on ``n_prompts`` held-out prompts of ``max_new_tokens`` tokens
-    and ``n_agreement`` held-out passages; the head calibrated on ``n_calibration`` training passages."""
+    and ``n_agreement`` held-out passages; the head calibrated on ``n_calibration`` training passages, with the
+    first ``hot_vocab`` of its hot tokens when given (``eagle.load_head``)."""
     for name, v in (("n_prompts", n_prompts), ("gamma", gamma), ("max_new_tokens", max_new_tokens),
                     ("n_agreement", n_agreement), ("n_calibration", n_calibration)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}={v!r}: a positive integer")
     t0 = time.perf_counter()
     model, tok = loading.load(loading.DEMO_TARGET, "target")
-    float_head = load_head(model_dir(draft), model)
+    float_head = load_head(model_dir(draft), model, hot_vocab)
     head = int8eagle.quantize_head(float_head, model, tok, n_calibration=n_calibration)
     calib_s = time.perf_counter() - t0
     samples = int8eagle.target_samples(model, tok, corpus.sample_passages(n_agreement, held_out=True, seed=2))
@@ -135,7 +136,7 @@ def int8_figures(n_prompts: int = 8, gamma: int = 5, max_new_tokens: int = 48, n
     target = CausalLM(model, "target")
     float_pair = pairs.Pair(target, EagleDraft(float_head, target), tok, loading.DEMO_TARGET, draft)
     int8_pair = pairs.Pair(target, EagleDraft(head, target), tok, loading.DEMO_TARGET,
-                           pairs.draft_name(draft, None, "fabric"))
+                           pairs.draft_name(draft, hot_vocab, "fabric"))
     prompts = corpus.sample_passages(n_prompts, held_out=True, seed=7)
     acc = acceptance(float_pair, int8_pair, prompts, max_new_tokens, gamma, tree, calibration_passages)
     text = corpus.sample_passages(1, held_out=True, seed=5)[0]

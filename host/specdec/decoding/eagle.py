@@ -46,6 +46,11 @@ CONFIG_FILE = "eagle.json"
 WEIGHTS_FILE = "head.safetensors"
 
 
+def head_hot_vocab(path: str | Path) -> int:
+    """The hot vocabulary of the head saved at ``path`` (its ``eagle.json``), read without loading it."""
+    return int(json.loads((Path(path) / CONFIG_FILE).read_text())["hot_vocab"])
+
+
 def is_head_dir(path: str | Path) -> bool:
     """Whether ``path`` is a directory holding an EAGLE head."""
     p = Path(path)
@@ -156,13 +161,17 @@ def save_head(head, path: str | Path, meta: dict) -> None:
     (p / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
 
 
-def load_head(path: str | Path, target_model):
-    """The head at ``path`` over ``target_model`` (whose embeddings and LM head rows it reads).
+def load_head(path: str | Path, target_model, hot_vocab: int | None = None):
+    """The head at ``path`` over ``target_model`` (whose embeddings and LM head rows it reads). ``hot_vocab``: keep
+    only the first that many of its hot tokens (its hot ids are the training passages' most frequent tokens, most
+    frequent first), a smaller hot LM head over the same layer.
 
     Raises
     ------
     ModelError
         No head there, or a head trained for another shape or vocabulary than the target's.
+    ValueError
+        A ``hot_vocab`` that is not a whole number from 1 to the head's own hot vocabulary.
     """
     import torch
     from safetensors.torch import load_file
@@ -176,7 +185,13 @@ def load_head(path: str | Path, target_model):
         raise ModelError(f"EAGLE head {p.name!r} was trained for vocabulary {cfg.get('vocab')} and width "
                          f"{cfg['layer_config'].get('hidden_size')}; the target has {vocab} and {d}")
     state = load_file(str(p / WEIGHTS_FILE))
-    head = new_head(target_model, state.pop("hot_ids").numpy())
+    ids = state.pop("hot_ids").numpy()
+    if hot_vocab is not None:
+        whole = isinstance(hot_vocab, (int, np.integer)) and not isinstance(hot_vocab, bool)
+        if not whole or not 1 <= hot_vocab <= len(ids):
+            raise ValueError(f"hot_vocab={hot_vocab!r}: EAGLE head {p.name!r} keeps 1 to {len(ids)} hot tokens")
+        ids = ids[:int(hot_vocab)]
+    head = new_head(target_model, ids)
     missing, unexpected = head.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     missing = [k for k in missing if k.startswith(("fc.", "layer."))]
     if missing or unexpected:

@@ -8,6 +8,7 @@ handed, since a board's build may be smaller.
 from __future__ import annotations
 
 from hwcontract import params as hwparams
+from hwcontract.board import KV260_TREEATTN
 from hwcontract.regmap import KV_MAX_BLOCKS, KV_MAX_PAGES
 
 #: The verifier: the full OPT vocabulary, gamma up to 16, 4 lanes, trees up to 64 nodes.
@@ -25,9 +26,11 @@ KV_PARAMS = hwparams.check("kvpage", {"PAGES": KV_MAX_PAGES, "MAX_BLOCKS": KV_MA
 #: Zynq here holds that much (docs/draftengine.md, Sizing): a functional build, not a board's.
 DRAFTENGINE_PARAMS = hwparams.check("draftengine", {"ROWS": 8, "COLS": 8, "WDEPTH": 65536, "PDEPTH": 8192,
                                                     "K_MAX": 1024, "M_MAX": 16})
-#: The tree-attention unit at the EAGLE head's shape (SmolLM2: head dimension 64, 9 query heads over 3 KV heads),
-#: the whole 8,192-token context and 64-node trees: its defaults.
-TREEATTN_PARAMS = hwparams.check("treeattn", {"HEAD_DIM": 64, "GROUP": 3, "NODES_MAX": 64, "CTX_MAX": 8192})
+#: The tree-attention unit at the KV260's build (``hwcontract.board.KV260_TREEATTN``): the EAGLE head's shape
+#: (SmolLM2: head dimension 64, 9 query heads over 3 KV heads), the whole 8,192-token context, 64-node trees and
+#: blocks of 64 keys. Its outputs depend on BLOCK (the online softmax rescales at block boundaries), so the
+#: off-board backends run the board's build and agree with it bit for bit.
+TREEATTN_PARAMS = hwparams.check("treeattn", KV260_TREEATTN)
 #: The vector unit at its defaults: vectors up to 16,384 elements (the EAGLE head's 576-wide rows, its 1,536-wide
 #: MLP and its hot head's logits), DEQ of up to 16 parts, ROPE of head dimension up to 128, top-8.
 VECUNIT_PARAMS = hwparams.check("vecunit", {"LEN_MAX": 16384, "PARTS_MAX": 16, "HALF_MAX": 64, "K_MAX": 8})

@@ -25,6 +25,17 @@ class Cores:
     kv: KVPage | None = None
 
 
+@dataclass(frozen=True)
+class Fabric:
+    """The cores a fabric draft runs on: the draft engine, and where the backend holds them the vector unit (the
+    int8 EAGLE head's glue) and the tree-attention unit (its attention). None for a unit: the head runs that part
+    on its golden model in this process, the same arithmetic."""
+
+    engine: DraftEngine
+    vector: VecUnit | None = None
+    attention: TreeAttn | None = None
+
+
 def _golden_params(core: str, build: Mapping[str, int], params: Mapping[str, Any] | None) -> dict[str, int]:
     """``build``'s parameters overridden by ``params``, checked by the contract (``hwcontract.params``), as the
     golden model's keywords. An unknown name (``{"lanes": 8}``, ``{"SLOTS": 16}``) raises KeyError listing the valid
@@ -56,6 +67,12 @@ def golden_kvpage(params: dict | None = None) -> KVPage:
     """The kvpage driver over the golden register model (backend ``ref``)."""
     dev = GoldenDevice({0: "kvpage"}, {0: _golden_params("kvpage", KV_PARAMS, params)})
     return KVPage(description("kvpage", dev))
+
+
+def golden_fabric(params: dict | None = None) -> Fabric:
+    """The golden draft engine (:func:`golden_draftengine`) alone: the head's glue and attention run on their
+    golden models in the head itself."""
+    return Fabric(golden_draftengine(params))
 
 
 def golden_treeattn(params: dict | None = None) -> TreeAttn:

@@ -154,9 +154,12 @@ class VerifierModel(RegisterModel):
         The build parameters ``LANES``, ``VOCAB_MAX``, ``GAMMA_MAX`` and ``TREE_MAX``.
     """
 
-    def __init__(self, lanes: int = 4, vocab_max: int = 64, gamma_max: int = 16, tree_max: int = 64) -> None:
+    def __init__(self, lanes: int = 4, vocab_max: int = 64, gamma_max: int = 16, tree_max: int = 64,
+                 row_uram: int = 0) -> None:
         super().__init__(core("verifier"))
-        hwparams.check("verifier", dict(LANES=lanes, VOCAB_MAX=vocab_max, GAMMA_MAX=gamma_max, TREE_MAX=tree_max))
+        # row_uram picks the row buffers' memory (UltraRAM or block RAM): the registers and cycles are the same
+        hwparams.check("verifier", dict(LANES=lanes, VOCAB_MAX=vocab_max, GAMMA_MAX=gamma_max, TREE_MAX=tree_max,
+                                        ROW_URAM=row_uram))
         self.lanes, self.vocab_max, self.gamma_max, self.tree_max = lanes, vocab_max, gamma_max, tree_max
         self.ro["PARAMS"] = self.cmap.reg("PARAMS").encode(LANES=lanes, GAMMA_MAX=gamma_max, TREE_MAX=tree_max)
         self.ro["VOCAB_MAX"] = vocab_max

@@ -3,11 +3,13 @@
 ::
 
     ol = SpecdecOverlay("bitstreams/kv260/specdec.bit")     # on a board
-    ol.verifier, ol.treemask, ol.kvpage, ol.draftengine, ol.rng, ol.treeattn   # every core, bound by VLNV
+    ol.verifier, ol.treemask, ol.kvpage, ol.draftengine, ol.rng, ol.treeattn, ol.vecunit   # bound by VLNV
     ol.verifier_dma                                        # every DMA by its cell name (pynq.lib.dma.DMA)
     c = ol.cores()                                         # specdec.hw.cores.Cores, the DMA channels attached
     de = ol.draft_engine()                                 # the DraftEngine with its MM2S stream and S2MM sink
+    f = ol.fabric()                                        # the engine, the vector and tree-attention units
     ta = ol.tree_attention()                               # the TreeAttn with its scatter-gather DMA's channels
+    vu = ol.vector_unit()                                  # the VecUnit (KV260) with its MM2S stream and S2MM sink
     ol.fclk_mhz, ol.seconds(cycles)                        # PL clock 0 as pynq reports it; cycles as seconds
 
 Importing this module imports :mod:`specdec.hw.drivers`, which registers the drivers with pynq: no import
@@ -43,8 +45,8 @@ from .. import paths
 from ..paths import EMULATE_ENV
 from . import drivers  # noqa: F401  (registers every specdec driver with pynq by its VLNV)
 from . import hwh
-from .cores import Cores
-from .drivers import DraftEngine, SpecdecIP, TreeAttn
+from .cores import Cores, Fabric
+from .drivers import DraftEngine, SpecdecIP, TreeAttn, VecUnit
 from .emuboard import EmulatedBoard
 from .streams import DmaGatherSink, DmaGatherStream, DmaSink, DmaStream
 
@@ -127,7 +129,8 @@ class SpecdecOverlay(pynq.Overlay):
         and its results in through S2MM into a buffer for its longest output frame (M_MAX rows of PDEPTH tiles,
         the most N = ROWS * PDEPTH gives), the treeattn core's frames gathered through its scatter-gather MM2S (a
         descriptor per KV page) and its outputs in through its S2MM, one descriptor over a buffer for its largest
-        job (NODES_MAX rows). KeyError naming the cores when the overlay lacks it."""
+        job (NODES_MAX rows), the vecunit core's beats out through MM2S and its words in through S2MM into a
+        buffer for its largest job. KeyError naming the cores when the overlay lacks it."""
         if not self.has(core):
             raise KeyError(f"the {self.board} overlay has no core {core!r}; cores: "
                            f"{[c.name for c in self.design.cells]}")
@@ -146,6 +149,10 @@ class SpecdecOverlay(pynq.Overlay):
             drv.attach(DmaGatherStream(dma, self.allocate, length_width=width),
                        DmaGatherSink(dma, self.allocate, max_words=drv.max_out_beats,
                                      word_bytes=self._word_bytes(core), length_width=width))
+        elif core == "vecunit":
+            dma = self.dma(core)
+            drv.attach(DmaStream(dma, self.allocate),
+                       DmaSink(dma, self.allocate, max_words=drv.max_out_beats, word_bytes=self._word_bytes(core)))
         return drv
 
     def cores(self) -> Cores:
@@ -161,6 +168,17 @@ class SpecdecOverlay(pynq.Overlay):
     def tree_attention(self) -> TreeAttn:
         """The treeattn core's driver with its DMA attached (:meth:`driver`). KeyError when the overlay has none."""
         return self.driver("treeattn")
+
+    def fabric(self, engine: DraftEngine | None = None) -> Fabric:
+        """The draft engine (``engine``, one of this overlay's drivers, or :meth:`draft_engine`) with the vector
+        and tree-attention units where the overlay holds them, their DMAs attached: what a fabric draft runs on."""
+        return Fabric(engine if engine is not None else self.draft_engine(),
+                      self.vector_unit() if self.has("vecunit") else None,
+                      self.tree_attention() if self.has("treeattn") else None)
+
+    def vector_unit(self) -> VecUnit:
+        """The vecunit core's driver with its DMA attached (:meth:`driver`). KeyError when the overlay has none."""
+        return self.driver("vecunit")
 
     @property
     def fclk_mhz(self) -> float:

@@ -21,11 +21,14 @@ a few register accesses and transfers:
 * the rng core: a burst against :func:`hls_ref.rng.xoshiro128pp`;
 * the treeattn core: one tree job (:data:`TREE`'s ancestor masks) over a context of three KV pages, the last partly
   filled, against :func:`hls_ref.treeattn.run` (outputs, MACS);
+* the vecunit core: an RMSNorm row into two int8 planes (NORMQ) and its top 8 (TOPK) against
+  :func:`hls_ref.vecunit.run` (every output word, SATURATED);
 * every DMA channel (a board only): the verifier's MM2S with a row whose every code enters the sampling sums the
   core returns, the treemask core's S2MM with the received bytes against the golden words, the draft engine's
   MM2S into S2MM with each of the 256 byte values sent as a weight and read back through the array, the treeattn
   core's scatter-gather MM2S gathering a chain row's context from pages of a pool in DMA memory, out of order, and
-  its S2MM descriptor's byte count;
+  its S2MM descriptor's byte count, the vecunit core's MM2S and S2MM with a SiLU-and-multiply row whose every
+  beat's bytes come back changed by the unit (the bytes each channel moved);
 * the fabric clock (a board only): PL clock 0 as pynq reports it against the rate the ``.hwh`` asks for.
 
 Each core's active cycles (``CYCLES_BUSY - CYCLES_STALL``; the kvpage core has no stream, so ``CYCLES_BUSY``)
@@ -56,14 +59,15 @@ from hls_ref import kvpage as kv_ref
 from hls_ref import rng as rng_ref
 from hls_ref import treeattn as ta_ref
 from hls_ref import treemask as tm_ref
+from hls_ref import vecunit as vu_ref
 from hls_ref import verifier as ver_ref
 from hwcontract import board as bd
 from hwcontract import formats as fmt
 from hwcontract.regmap import core
 
 from . import hwh
-from .cores import golden_draftengine, golden_kvpage, golden_masker, golden_treeattn, golden_verifier
-from .drivers import DraftEngine, KVPage, Rng, SpecdecIP, TreeAttn, TreeMask, Verifier
+from .cores import golden_draftengine, golden_kvpage, golden_masker, golden_treeattn, golden_vecunit, golden_verifier
+from .drivers import DraftEngine, KVPage, Rng, SpecdecIP, TreeAttn, TreeMask, VecUnit, Verifier
 from .drivers.base import description
 from .emuboard import EmulatedBoard, GoldenPL
 from .golden import GoldenDevice
@@ -404,6 +408,47 @@ def treeattn_tree(ta: TreeAttn, check: Check) -> Check:
     return _timed(check, ta.cycles - ta.stall, want.cycles)
 
 
+#: The vecunit checks' row: 576 elements (the EAGLE head's width), values within +-8 in Q15.16.
+VU_LEN, VU_RANGE = 576, 8 << fmt.VQ_FRAC
+
+
+def _vu_run(vu: VecUnit, job: vu_ref.Job) -> tuple[int, int]:
+    """Run ``job`` on the core: every output word and SATURATED against the golden model (:class:`Mismatch` at the
+    first difference). Returns the core's active cycles (``CYCLES_BUSY - CYCLES_STALL``) and the model's."""
+    got, want = vu.run(job), vu_ref.run(job, vu.params)
+    _array_difference(got.y, want.y, "Y words")
+    first_difference({"saturated": got.saturated}, {"saturated": want.saturated})
+    return vu.cycles - vu.stall, want.cycles
+
+
+def vecunit_norm_top(vu: VecUnit, check: Check) -> Check:
+    """A NORMQ row of :data:`VU_LEN` values into two int8 planes at per-column multipliers, then TOPK 8 of the
+    row: every word against :func:`hls_ref.vecunit.run`, both jobs' cycles against the cycle model."""
+    rnd = np.random.default_rng(INPUT_SEED + 8)
+    x = rnd.integers(-VU_RANGE, VU_RANGE, VU_LEN)
+    words = fmt.vu_scale_words(rnd.uniform(0.5, 40.0, VU_LEN))
+    k = min(8, vu.params["K_MAX"])
+    check.check = f"NORMQ of {VU_LEN}, TOPK {k}"
+    norm = _vu_run(vu, vu_ref.normq_job(x, words, 1 << 12))
+    top = _vu_run(vu, vu_ref.topk_job(x, k))
+    return _timed(check, norm[0] + top[0], norm[1] + top[1])
+
+
+def vecunit_silu(vu: VecUnit, dma, check: Check) -> Check:
+    """A SiLU-and-multiply row of :data:`VU_LEN` elements through MM2S (two beats an element: the gate's, then the
+    up's) and back through S2MM: the words against the golden model, both channels idle with no error and the
+    bytes they moved those of the frames."""
+    rnd = np.random.default_rng(INPUT_SEED + 9)
+    g, u = rnd.integers(-VU_RANGE, VU_RANGE, (2, VU_LEN))
+    job = vu_ref.silu_job(g, u)
+    check.check = f"MM2S {len(job.x)} beats -> S2MM {VU_LEN} words"
+    _timed(check, *_vu_run(vu, job))
+    beat, word = core("vecunit").stream("s_axis").width // 8, core("vecunit").stream("m_axis").width // 8
+    _channel(dma.sendchannel, len(job.x) * beat)
+    _channel(dma.recvchannel, vu_ref.out_beats(job.op, job.length, job.k) * word)
+    return check
+
+
 def verifier_mm2s(ver: Verifier, dma, check: Check) -> Check:
     """One row of 5 beats and 3 codes sent through MM2S for a sampling round of no draft token, whose sums
     (LAST_EP, LAST_SP) and sampled token depend on every code: the result against the golden model, the channel
@@ -495,11 +540,12 @@ CORE_CHECKS: dict[str, tuple[Callable[[Any, Check], Check], ...]] = {
     "draftengine": (draftengine_job,),
     "rng": (rng_burst,),
     "treeattn": (treeattn_tree,),
+    "vecunit": (vecunit_norm_top,),
 }
 #: Each DMA's check, by the core it serves: ``fn(driver, dma, check)``.
 DMA_CHECKS: dict[str, Callable[[Any, Any, Check], Check]] = {
     "verifier": verifier_mm2s, "treemask": treemask_s2mm, "draftengine": draftengine_loopback,
-    "treeattn": treeattn_gather}
+    "treeattn": treeattn_gather, "vecunit": vecunit_silu}
 
 
 def _label(fn: Callable) -> str:
@@ -588,7 +634,7 @@ def golden() -> Report:
     dev = GoldenDevice({0: "rng"})
     drivers = {"verifier": golden_verifier(), "treemask": golden_masker(),
                "kvpage": golden_kvpage(), "draftengine": golden_draftengine(),
-               "rng": Rng(description("rng", dev)), "treeattn": golden_treeattn()}
+               "rng": Rng(description("rng", dev)), "treeattn": golden_treeattn(), "vecunit": golden_vecunit()}
     report = Report("the golden register models (backend ref): no DMA, no clock", None)
     for name, drv in drivers.items():
         c = Check(name, "ID = the contract's map hash", True)

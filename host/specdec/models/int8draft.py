@@ -346,9 +346,9 @@ def layout(shapes, engine, stream_all: bool = False) -> dict:
 
     All are placed when they fit (:func:`footprint`). Else the largest are placed first, each only while the
     memories left over still hold every matrix not yet placed whole, so that a streamed matrix loads in one
-    slice: on the KV260's build (32,768 beats) the N = 8,192 draft with its second planes keeps its head and 6
-    other matrices on chip and streams the other 29 (24,192 beats a step), where streaming every matrix loaded all
-    55,296 beats each step. A matrix too large for any window
+    slice: on the KV260's build the N = 8,192 draft with its second planes keeps its head and a few other
+    matrices on chip and streams the rest, less than half of what streaming every matrix loads each step
+    (docs/draftengine.md, Sizing, has the figures). A matrix too large for any window
     (the PYNQ-Z2's head) leaves nothing placed: every matrix streams, in slices of the whole memories.
 
     Returns :func:`footprint`'s figures and ``placed`` (one flag per matrix), ``streamed_weight_beats``,

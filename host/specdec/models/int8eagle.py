@@ -10,7 +10,8 @@ target's shape, the target's LM-head rows of the hot tokens) runs here in numpy 
   :func:`bind` has put the head's matrices on it; the hot LM head writes Q7.8 logit codes, the verifier's format;
 * the attention reads an **int8 KV cache**: q, k (after RoPE) and v become int8 codes at static per-KV-head
   scales, and each KV head's attention over the committed slots and the step's nodes (with their tree mask) is
-  one job of the tree-attention unit's golden model (:func:`attend`, :func:`hls_ref.treeattn.run`); its output
+  one job of the tree-attention unit at the KV260's build (:func:`attend`: its golden model,
+  :func:`hls_ref.treeattn.run`, or the unit's driver on a backend once :func:`bind` has given it); its output
   is Q7.8 codes in units of v's codes. Pending tree entries that every new node sees join the context; those
   only some see are step nodes with their mask rows (their own rows computed with q = 0 and dropped);
 * everything between those jobs runs on the **vector unit** (:mod:`hls_ref.vecunit`, docs/vecunit.md): the
@@ -18,8 +19,9 @@ target's shape, the target's LM-head rows of the hot tokens) runs here in numpy 
   into int8 planes (QUANT), each layer's int32 sums into Q15.16 values with the residual added (DEQ), RMSNorm
   into the next layers' planes (NORMQ, the norm's weight folded into the multipliers), RoPE (ROPE), q / k / v
   into the attention's codes (QUANT), the attention's Q7.8 codes into ``o``'s planes (QUANT), SiLU-and-multiply
-  (SILU), the hot head's sums into Q7.8 logit codes (DEQ) and their top k (TOPK). The host moves integers between
-  jobs and computes nothing: its one conversion is the target's feature into Q15.16 on the way in.
+  (SILU), the hot head's sums into Q7.8 logit codes (DEQ) and their top k (TOPK): the golden unit, or the unit's
+  driver on a backend once :func:`bind` has given it. The host moves integers between jobs and computes nothing:
+  its one conversion is the target's feature into Q15.16 on the way in.
 
 A layer whose K is above the engine's K_MAX (the ``fc``'s 1,152 and ``down``'s 1,536 on the golden build, every
 layer's 576 on the KV260's 512) runs as one job per slice of at most K_MAX input channels with 32-bit outputs,
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hwcontract.board import KV260_TREEATTN
 from hwcontract.formats import DE_ACT_MAX, LOGIT_FRAC, VQ_FRAC, VU_NORM_SHIFT, vu_scale_words, vu_turns
 from hls_ref import draftengine as golden
 from hls_ref import treeattn
@@ -127,20 +130,21 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def attention_params(shape: Shape) -> dict:
-    """The tree-attention unit's build for a head of ``shape`` (its GROUP and HEAD_DIM; the contract's defaults
-    otherwise): ValueError naming a shape the unit cannot take."""
-    return treeattn.build({"GROUP": shape.group, "HEAD_DIM": shape.head_dim})
+    """The tree-attention unit's build for a head of ``shape``: the KV260's (``hwcontract.board.KV260_TREEATTN``,
+    the board the head runs on) at the head's GROUP and HEAD_DIM. ValueError naming a shape the unit cannot take."""
+    return treeattn.build({**KV260_TREEATTN, "GROUP": shape.group, "HEAD_DIM": shape.head_dim})
 
 
 def attend(q: np.ndarray, k_ctx: np.ndarray, v_ctx: np.ndarray, k_step: np.ndarray, v_step: np.ndarray,
-           mask: list[int], s_q: float, s_k: float, params: dict) -> treeattn.Output:
-    """One KV head's tree-attention job (:func:`hls_ref.treeattn.run`): int8 codes q (N, GROUP, hd), the context's
-    k / v (L, hd), the step's k / v (N, hd), ``mask`` (N ints, bit j of row r: step node j visible); scores at
-    ``s_q * s_k / sqrt(hd)`` nats a unit (MULT / SHIFT from :func:`hls_ref.treeattn.multiplier`). The output
-    (N, GROUP, hd) is Q7.8 codes in units of v's codes. Raises ValueError where the unit flags the job."""
+           mask: list[int], s_q: float, s_k: float, params: dict, unit=None) -> treeattn.Output:
+    """One KV head's tree-attention job (:func:`hls_ref.treeattn.run`, or ``unit.run``: a treeattn driver on any
+    backend): int8 codes q (N, GROUP, hd), the context's k / v (L, hd), the step's k / v (N, hd), ``mask`` (N ints,
+    bit j of row r: step node j visible); scores at ``s_q * s_k / sqrt(hd)`` nats a unit (MULT / SHIFT from
+    :func:`hls_ref.treeattn.multiplier`). The output (N, GROUP, hd) is Q7.8 codes in units of v's codes. Raises
+    ValueError where the unit flags the job (a driver raises its CoreError, the core soft-reset)."""
     mult, shift = treeattn.multiplier(s_q, s_k, q.shape[-1])
-    out = treeattn.run(treeattn.Job(q, k_ctx, v_ctx, k_step, v_step, tuple(int(m) for m in mask), mult, shift),
-                       params)
+    job = treeattn.Job(q, k_ctx, v_ctx, k_step, v_step, tuple(int(m) for m in mask), mult, shift)
+    out = treeattn.run(job, params) if unit is None else unit.run(job)
     if out.err:
         raise ValueError(f"EAGLE head (int8): the tree-attention job of {len(q)} rows over {len(k_ctx)} context "
                          f"keys was refused, ERR {out.err:#x}")
@@ -364,6 +368,7 @@ class Int8Head:
     unit's cycles (its cycle model) so far; ``vector_jobs`` / ``vector_cycles``: the vector unit's jobs and cycles
     so far; ``saturated``: the vector unit's saturated outputs so far; ``vec``: the vector unit, any
     :class:`hls_ref.vecunit.Ops` (the golden model's :class:`~hls_ref.vecunit.Unit`, or the driver on a backend);
+    ``attention``: the tree-attention unit's driver, or None for its golden model at ``att_params``;
     ``trace``: when a list, every job's ``(kind, inputs, outputs)``.
     """
 
@@ -374,6 +379,7 @@ class Int8Head:
         self.plan = vector_plan(fl, q)
         self.runners: dict = {name: (None, None) for name in q.linears}      # bind() sets them
         self.att_params = attention_params(fl.shape)
+        self.attention = None                   # a treeattn driver (bind), or None: the golden model
         self.vec: vu.Ops = vu.Unit()
         self.jobs: deque = deque(maxlen=JOBS_KEPT)
         self.saturated = 0
@@ -593,7 +599,7 @@ class Int8Head:
             k_step = np.concatenate([cache.k[step_idx, g], kc[:, g]])
             v_step = np.concatenate([cache.v[step_idx, g], vc[:, g]])
             res = attend(q_rows, cache.k[ctx_idx, g], cache.v[ctx_idx, g], k_step, v_step, mask,
-                         float(self.q.s_q[g]), float(self.q.s_k[g]), self.att_params)
+                         float(self.q.s_q[g]), float(self.q.s_k[g]), self.att_params, self.attention)
             self.jobs.append(("attention", p + n, len(ctx_idx), sh.group, sh.head_dim))
             self.attention_cycles += res.cycles
             out[:, g] = res.out[p:]
@@ -672,9 +678,12 @@ def pieces(head: Int8Head, k_max: int, n_max: int) -> list[Piece]:
     return out
 
 
-def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4) -> dict:
+def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4, vector=None,
+         attention=None) -> dict:
     """Put every matrix of ``head`` on ``engine`` (a draft-engine driver on any backend), placed where the memories
-    hold it and streamed otherwise (:func:`specdec.models.int8draft.layout`), and run the head's layers there.
+    hold it and streamed otherwise (:func:`specdec.models.int8draft.layout`), and run the head's layers there;
+    its glue on ``vector`` (a vecunit driver) and its attention on ``attention`` (a treeattn driver) where given,
+    on their golden models otherwise (the same arithmetic: the attention at the unit's build, ``att_params``).
 
     Every job writes 32-bit sums (the vector unit's DEQ requantizes them); a layer wider than the engine's K_MAX
     runs as one job per slice of at most K_MAX input channels, each slice's sums a DEQ part of their own; a layer
@@ -689,6 +698,12 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4)
                          "(int8eagle.quantize_head); the engine's memory is left as it was")
     if not isinstance(share, int) or share < 1:
         raise ValueError(f"share={share!r}: a positive integer")
+    if attention is not None:
+        shape = head.fl.shape
+        if (attention.params["GROUP"], attention.params["HEAD_DIM"]) != (shape.group, shape.head_dim):
+            raise ValueError(f"the tree-attention unit's GROUP {attention.params['GROUP']} and HEAD_DIM "
+                             f"{attention.params['HEAD_DIM']} are not the head's {shape.group} and {shape.head_dim}; "
+                             "the engine's memory is left as it was")
     tile = engine.footprint(engine.rows, engine.k_max)[0]            # weight beats of ROWS channels at K_MAX
     n_max = max(1, engine.wdepth // share // tile) * engine.rows
     engine.reset_memory()
@@ -716,6 +731,9 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4)
         rs = [functools.partial(_k_slices, sorted(runs[(name, which)], key=lambda r: (r[0].k0, r[0].n0)))
               for which in range(len(ql.matrices()))]
         head.runners[name] = (rs[0], rs[1] if len(rs) > 1 else None)
+    head.vec = vector if vector is not None else vu.Unit()
+    head.attention = attention
+    head.att_params = dict(attention.params) if attention is not None else attention_params(head.fl.shape)
     return {"matrices": len(mats), **{k: v for k, v in plan.items() if k != "placed"},
             "streamed": not all(plan["placed"]), "split_k": sorted({p.name for p in ps if p.k0 > 0})}
 

@@ -29,6 +29,7 @@ from cocotb.task import resume
 from cocotb.utils import get_sim_time
 
 from hwcontract import board as bd
+from hwcontract.params import SYSTEMS
 from hwcontract.regmap import core
 
 from ..app.job import Job
@@ -41,6 +42,9 @@ from .jobs import BOARD_ENV, JOB_ENV, REPLAY_ENV, SELFTEST_ENV
 
 #: Simulated time an S2MM poll waits for the core's frame (the DMA model checks at every register read).
 POLL_US = 0.2
+#: The inputs of a core's ports that start a transfer: held low for a core the board's design lacks.
+IDLE_INPUTS = ("axil_awvalid", "axil_wvalid", "axil_arvalid", "axil_bready", "axil_rready", "s_axis_tvalid",
+               "s_axis_tlast", "m_axis_tready")
 
 
 
@@ -49,11 +53,18 @@ class SimPL:
     """The PL of an emulated board as the RTL: toplevel ``overlay``'s ports, named after the cells.
 
     Build it inside the cocotb test (it starts the clock and the stream coroutines); the board calls
-    :meth:`configure` (power-on, a download: the overlay's reset) from the driver's bridge thread.
+    :meth:`configure` (power-on, a download: the overlay's reset) from the driver's bridge thread. The toplevel's
+    cores that the board's design lacks get their inputs held idle (:data:`IDLE_INPUTS`): nothing reaches them.
     """
 
     def __init__(self, dut, design: bd.Board) -> None:
         self.dut, self.design = dut, design
+        cells = {c.name for c in design.cells}
+        for name in SYSTEMS["overlay"]:
+            if name not in cells:
+                for port in IDLE_INPUTS:
+                    if hasattr(dut, f"{name}_{port}"):
+                        getattr(dut, f"{name}_{port}").value = 0
         self.tbs = {c.name: AxilTB(dut, core(c.name), prefix=f"{c.name}_axil", clock=i == 0)
                     for i, c in enumerate(design.cells)}
         self.ports = {name: SimDevice(tb.axil) for name, tb in self.tbs.items()}
@@ -98,9 +109,8 @@ async def decode_on_board(dut):
             res = {"replay": recording.replay(recording.load(replaying), ol.cores().verifier)}
         else:
             c = ol.cores()
-            engine = ol.draft_engine() if job.draft_engine == "fabric" else None
-            res = execute(job, c.verifier if job.speculative else None, masker=c.masker, kv=c.kv,
-                                  engine=engine)
+            fabric = ol.fabric() if job.draft_engine == "fabric" else None
+            res = execute(job, c.verifier if job.speculative else None, masker=c.masker, kv=c.kv, fabric=fabric)
         res["board"] = {"name": design.name, "resets": pl.resets, "sim_ns": get_sim_time("ns") - ns0,
                         "wall_s": time.perf_counter() - t0,
                         "dmas": {cell: {"transfers": d.transfers, "bytes": d.bytes} for cell, d in board.dmas.items()},

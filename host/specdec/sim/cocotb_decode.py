@@ -28,6 +28,7 @@ from hwcontract.regmap import core
 
 from ..app.job import Job
 from ..app.runner import execute
+from ..hw.cores import Fabric
 from ..hw.drivers import DraftEngine, KVPage, TreeMask, Verifier
 from ..hw.drivers.base import description
 from .device import AxilTB, FeedStream, SimDevice, SimSink, SimStream, run_job
@@ -106,6 +107,6 @@ async def decode_job(dut):
         engine = DraftEngine(description("draftengine", SimDevice(de_tb.axil)), de_stream, de_sink) \
             if fabric else None
         return execute(job, drv if job.speculative else None, progress=progress.prompt,
-                               masker=masker, kv=kv, engine=engine)
+                       masker=masker, kv=kv, fabric=Fabric(engine) if engine is not None else None)
 
     await run_job(dut, run, f"sim:{cocotb.SIM_NAME}")
