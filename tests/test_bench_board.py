@@ -110,6 +110,13 @@ def test_run_with_given_step_and_accept_len(tmp_path):
         assert r["accept_len"] == 2.5 and r["cycles"]["kvpage"] == 0.0
         assert res["speculative_tokens_per_s"][mode] == pytest.approx(2.5 / (0.02 + r["fabric_s"]))
         assert res["speedup"][mode] == pytest.approx(res["speculative_tokens_per_s"][mode] / 50.0)
+    # the head with its first 2,048 hot tokens: a quarter of the hot head streams, a round's fabric time shrinks
+    small = bench_board.run("kv260", target_step_ms=20.0, accept_len=2.5, e2e=tmp_path / "none.json", measure=False,
+                            hot_vocab=2048)
+    assert (small["hot_vocab"], res["hot_vocab"]) == (2048, 8192)
+    assert small["rounds"]["chain"]["fabric_s"] < res["rounds"]["chain"]["fabric_s"]
+    with pytest.raises(ValueError, match="--draft-vocab 8193: the EAGLE head"):
+        bench_board.run("kv260", target_step_ms=20.0, measure=False, hot_vocab=8193)
 
 
 @pytest.mark.parametrize("args,message", [

@@ -87,8 +87,8 @@ def test_cycle_model_and_utilisation():
 
 
 def test_the_uram_build_pipelines_its_weight_read_and_the_driver_reads_it_from_params():
-    """The KV260's build (weights in UltraRAM) reads its weights through the 8-deep cascade's rows plus its one
-    column of registers: 9 more cycles a job, which the cycle model adds; the driver learns the build from
+    """The KV260's build (weights in UltraRAM) reads its weights through the 7-deep cascade's rows plus its one
+    column of registers: 8 more cycles a job, which the cycle model adds; the driver learns the build from
     PARAMS.URAM and WDEPTH, as it learns the array's shape."""
     from hwcontract import board
     from hwcontract.latency import de_pipe, de_wpipe
@@ -97,7 +97,7 @@ def test_the_uram_build_pipelines_its_weight_read_and_the_driver_reads_it_from_p
     assert golden.cycles("RUN", 3, 1, 192, 512, wpipe=9) == golden.cycles("RUN", 3, 1, 192, 512) + 9
     assert golden.cycles("LOAD_W", 7, wpipe=9) == golden.cycles("LOAD_W", 7)        # loads read no weights
     drv, _ = golden_engine(**{k.lower(): v for k, v in board.KV260_DRAFTENGINE.items()})
-    assert (drv.uram, drv.wpipe, drv.wdepth) == (1, 9, 32768)
+    assert (drv.uram, drv.wpipe, drv.wdepth) == (1, 8, 28672) and de_wpipe(28672, 1) == 7 + 1
     check_job(drv, draftengine_job(np.random.default_rng(3), 2, 192, 64, 16), exact_cycles=True)
     assert (golden_engine()[0].uram, golden_engine()[0].wpipe) == (0, 0)
 

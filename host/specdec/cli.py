@@ -354,7 +354,8 @@ def _bench_draft_eagle(args: argparse.Namespace) -> int:
 def _bench_board(args: argparse.Namespace) -> int:
     try:
         bench_board.check_options(args.board, args.target_step_ms, args.accept_len, args.gamma, args.context)
-        res = bench_board.run(args.board, args.target_step_ms, args.accept_len, args.e2e, args.gamma, args.context)
+        res = bench_board.run(args.board, args.target_step_ms, args.accept_len, args.e2e, args.gamma, args.context,
+                              hot_vocab=args.draft_vocab)
     except ValueError as err:
         raise UsageError(str(err)) from None
     print(bench_board.format_board(res))
@@ -457,6 +458,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                                        "and speculative with the EAGLE head on the fabric")
     o.set_defaults(func=_bench_board, command="bench board")
     o.add_argument("--board", required=True, choices=BOARDS, help="the board")
+    o.add_argument("--draft-vocab", type=int, default=None, metavar="N",
+                   help="the EAGLE head with the first N of its hot tokens (default all; give --accept-len with it: "
+                        "the committed acceptance is the full head's)")
     o.add_argument("--target-step-ms", type=float, default=None,
                    help="the target's step on the board's CPU (off a board; default: its weight bytes over the "
                         "board's DRAM peak bandwidth, hwcontract.board.DRAM_BYTES_PER_S)")

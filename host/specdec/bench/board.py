@@ -219,11 +219,13 @@ def check_options(board_name: str, target_step_ms: float | None, accept_len: flo
 
 def run(board_name: str, target_step_ms: float | None = None, accept_len: float | None = None,
         e2e: str | Path | None = None, gamma: int = DEFAULT_GAMMA, ctx: int = draft.EAGLE_CONTEXT,
-        measure: bool | None = None) -> dict:
+        measure: bool | None = None, hot_vocab: int | None = None) -> dict:
     """The board model's figures (module docstring) as the bench's JSON. ``measure``: time the target on this
     machine (default: :func:`on_board`); ``target_step_ms`` then must be None. ``e2e``: default
-    :data:`DEFAULT_E2E`."""
+    :data:`DEFAULT_E2E`. ``hot_vocab``: the head with the first that many of its hot tokens (its draft steps; the
+    acceptance still comes from ``e2e`` unless ``accept_len`` gives it)."""
     check_options(board_name, target_step_ms, accept_len, gamma, ctx)
+    cfg = draft.head_config(loading.DEMO_EAGLE, hot_vocab)
     measure = on_board() if measure is None else measure
     if measure and target_step_ms is not None:
         raise ValueError("--target-step-ms: on a board the target's step is measured, not given")
@@ -244,7 +246,6 @@ def run(board_name: str, target_step_ms: float | None = None, accept_len: float 
                   "the target's weight bytes over the board's DRAM peak bandwidth (hwcontract.board.DRAM_BYTES_PER_S)",
                   "step_s": step_s, "round_s": step_s,
                   "dram_bytes_per_s": board.DRAM_BYTES_PER_S[board_name]}
-    cfg = draft.head_config(loading.DEMO_EAGLE)
     shapes = draft.head_shapes(cfg)
     modes = {m: round_model(board_name, m, accept[m], target["round_s"], kv[m], cfg, shapes, facts["vocab"], ctx,
                             gamma) for m in ("chain", "tree")}
@@ -252,7 +253,7 @@ def run(board_name: str, target_step_ms: float | None = None, accept_len: float 
     design = board.design(board_name)
     return {
         "board": board_name, "clock_hz": design.fclk_hz, "clock": design.fclk.label, "clock_note": draft.CLOCK_NOTE,
-        "draft": loading.DEMO_EAGLE, "target": loading.DEMO_TARGET, "target_facts": facts, "target_step": target,
+        "draft": loading.DEMO_EAGLE, "hot_vocab": cfg["hot_vocab"], "target": loading.DEMO_TARGET, "target_facts": facts, "target_step": target,
         "context": ctx, "gamma": gamma,
         "acceptance_source": "--accept-len" if accept_len is not None else rows["source"],
         "target_only_tokens_per_s": only,
