@@ -269,6 +269,8 @@ agreement {ms['first_step_agreement']:.3f}, expected acceptance of the first dra
 at those settings) **{ms['expected_first_acceptance']:.3f}**.
 
 Use it through `specdec` with `--draft {card['name']}`. `training.json` holds the full record.
+`int8_calibration.npz` holds the int8 head's calibration (`scripts/calibrate_eagle.py`: the maxima of its layer on
+the target's features of 100 training passages), which `--draft-engine fabric` reads instead of calibrating.
 """
     (out / "README.md").write_text(text)
 

@@ -37,6 +37,34 @@ def int8_pair(torch_threads):
     return pairs.open_pair(loading.DEMO_TARGET, HEAD, draft_engine="fabric")
 
 
+def test_the_shipped_calibration_is_what_a_calibration_measures(int8_pair, tmp_path, monkeypatch):
+    """The head's ``int8_calibration.npz`` (scripts/calibrate_eagle.py) holds the maxima a calibration on the same
+    100 training passages measures now (up to torch's last bits: its sums' order follows the thread count, 3e-6
+    relative here), under the key of this head, target and set; the
+    pair loaded without calibrating (the target never ran over the passages); another key or no file finds
+    nothing, and quantize_head then calibrates."""
+    head = int8_pair.draft.head
+    path = paths.model_dir(HEAD) / int8eagle.STATS_FILE
+    key = int8eagle.calibration_key(head.fl, head.float_head, 100, 1)
+    shipped = int8eagle.load_stats(path, key)
+    assert shipped is not None
+    model, tok = int8_pair.target.model, int8_pair.tokenizer
+    fresh = int8eagle.calibrate(head.float_head, head.fl, model, tok)
+    assert set(shipped.linear) == set(fresh.linear) == {name for name, _ in int8eagle.LINEARS}
+    for name, (ch, om) in fresh.linear.items():
+        np.testing.assert_allclose(shipped.linear[name][0], ch, rtol=1e-5)
+        assert shipped.linear[name][1] == pytest.approx(om, rel=1e-5)
+    for name, m in fresh.att.items():
+        np.testing.assert_allclose(shipped.att[name], m, rtol=1e-5)
+    assert int8eagle.load_stats(path, int8eagle.calibration_key(head.fl, head.float_head, 99, 1)) is None
+    assert int8eagle.load_stats(tmp_path / "none.npz", key) is None
+    monkeypatch.setattr(int8eagle, "target_samples", lambda *a: pytest.fail("the target ran over the passages"))
+    again = int8eagle.quantize_head(head.float_head, model, tok, stats=path)
+    assert np.array_equal(again.q.linears["fc"].mult, head.q.linears["fc"].mult)
+    with pytest.raises(pytest.fail.Exception, match="the target ran"):
+        int8eagle.quantize_head(head.float_head, model, tok, n_calibration=99, stats=path)
+
+
 def fabric_job(prompts: list[str], n_new: int, **more) -> dict:
     return {"prompts": prompts, "max_new_tokens": n_new, "seed": 0, "draft": HEAD, "draft_engine": "fabric", **more}
 

@@ -16,7 +16,7 @@ from ..kv.layout import pick_block
 from ..models import loading
 from ..models.hotvocab import hot_head_model, hot_ids
 from ..models.int8draft import demo_draft, engine_modules
-from ..models.int8eagle import Int8Head, quantize_head
+from ..models.int8eagle import STATS_FILE, Int8Head, quantize_head
 from ..models.lm import CausalLM, context_length
 from .checks import HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir
 from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
@@ -63,7 +63,7 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
     if head_dir is not None:
         head = load_head(head_dir, t_model, draft_vocab)
         if draft_engine == "fabric":
-            head = quantize_head(head, t_model, t_tok)
+            head = quantize_head(head, t_model, t_tok, stats=head_dir / STATS_FILE)
         return Pair(t_lm, EagleDraft(head, t_lm), t_tok, target, draft_name(draft, draft_vocab, draft_engine))
     # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
     d_model, d_tok = loading.load(draft, "draft", t_tok if loading.same_tokenizer(target, draft) else None)

@@ -128,7 +128,8 @@ def int8_figures(n_prompts: int = 8, gamma: int = 5, max_new_tokens: int = 48, n
     t0 = time.perf_counter()
     model, tok = loading.load(loading.DEMO_TARGET, "target")
     float_head = load_head(model_dir(draft), model, hot_vocab)
-    head = int8eagle.quantize_head(float_head, model, tok, n_calibration=n_calibration)
+    head = int8eagle.quantize_head(float_head, model, tok, n_calibration=n_calibration,    # the head the loop runs
+                                   stats=model_dir(draft) / int8eagle.STATS_FILE)
     calib_s = time.perf_counter() - t0
     samples = int8eagle.target_samples(model, tok, corpus.sample_passages(n_agreement, held_out=True, seed=2))
     judge = int8eagle.Int8Head(float_head, head.fl, head.q)

@@ -30,6 +30,7 @@ each slice's sums a part of the layer's DEQ, so the result is bit for bit the un
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -639,15 +640,71 @@ def target_samples(target_model, tokenizer, texts: list[str]) -> list[tuple[np.n
     return out
 
 
-def quantize_head(head, target_model, tokenizer, n_calibration: int = 100, seed: int = 1, **options) -> Int8Head:
+#: The calibration a shipped head carries beside its weights (:func:`save_stats`), read by :func:`quantize_head`.
+STATS_FILE = "int8_calibration.npz"
+
+
+def calibration_key(fl: FloatLayer, head, n_calibration: int, seed: int) -> str:
+    """What a calibration depends on, as a digest: the head's float layer (its hot rows included), the target's
+    input embeddings (its features' source and the fuse's input), the passages' count and seed."""
+    h = hashlib.sha256(f"{n_calibration}:{seed}".encode())
+    for name, _ in LINEARS:
+        h.update(np.ascontiguousarray(fl.weights[name]).tobytes())
+    for a in (fl.ln1, fl.ln2, fl.inv_freq, head.embed.detach().cpu().numpy()):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def save_stats(st: Stats, path, key: str) -> None:
+    """Write calibration maxima ``st`` with their :func:`calibration_key` to ``path`` (an npz file)."""
+    arrays = {"key": np.array(key)}
+    for name, (ch, om) in st.linear.items():
+        arrays[f"linear.{name}.ch"], arrays[f"linear.{name}.om"] = ch, np.array(om)
+    arrays.update({f"att.{name}": m for name, m in st.att.items()})
+    np.savez(path, **arrays)
+
+
+def load_stats(path, key: str) -> Stats | None:
+    """The calibration maxima saved at ``path`` when their key is ``key``; None when there is no file or it was
+    made for another head, target or calibration set."""
+    try:
+        data = np.load(path)
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    with data:
+        if "key" not in data.files or str(data["key"]) != key:
+            return None
+        st = Stats()
+        for f in data.files:
+            kind, _, rest = f.partition(".")
+            name, _, part = rest.partition(".")
+            if kind == "linear" and part == "ch":
+                st.linear[name] = (data[f], float(data[f"linear.{name}.om"]))
+            elif kind == "att":
+                st.att[name] = data[f]
+    return st
+
+
+def quantize_head(head, target_model, tokenizer, n_calibration: int = 100, seed: int = 1, stats=None,
+                  **options) -> Int8Head:
     """The int8 twin of ``head`` (a loaded float EAGLE head over ``target_model``), calibrated on the target's
-    features of ``n_calibration`` training passages (never the held-out ones); ``options`` go to
-    :func:`quantize_layer`. Its layers run on the golden engine until :func:`bind` puts them on a driver."""
+    features of ``n_calibration`` training passages (never the held-out ones), or with the maxima saved at
+    ``stats`` (a :data:`STATS_FILE`) when they were made for this head, target and set (:func:`load_stats`: the
+    same maxima, without running the target over the passages); ``options`` go to :func:`quantize_layer`. Its
+    layers run on the golden engine until :func:`bind` puts them on a driver."""
     fl = float_layer(head)
+    st = None if stats is None else load_stats(stats, calibration_key(fl, head, n_calibration, seed))
+    if st is None:
+        st = calibrate(head, fl, target_model, tokenizer, n_calibration, seed)
+    return Int8Head(head, fl, quantize_layer(fl, st, **options))
+
+
+def calibrate(head, fl: FloatLayer, target_model, tokenizer, n_calibration: int = 100, seed: int = 1) -> Stats:
+    """The maxima of ``head``'s float layer ``fl`` over the target's features of ``n_calibration`` training
+    passages drawn with ``seed`` (:func:`calibrate_layer` on :func:`target_samples`)."""
     samples = target_samples(target_model, tokenizer, corpus.sample_passages(n_calibration, held_out=False,
                                                                              seed=seed))
-    st = calibrate_layer(fl, functools.partial(_embed, head), samples)
-    return Int8Head(head, fl, quantize_layer(fl, st, **options))
+    return calibrate_layer(fl, functools.partial(_embed, head), samples)
 
 
 @dataclass(frozen=True)
