@@ -431,7 +431,10 @@ class Ops:
     last: Output | None = None
 
     def run(self, job: Job) -> Output:
-        raise NotImplementedError
+        """One job on the unit: its :class:`Output`, or an error raised. Each unit defines it (:class:`Unit`: the
+        golden model; the driver: the core through its registers and streams); an ``Ops`` alone runs nothing. (Not
+        an ``abc`` abstract method: the driver's other base, pynq's ``DefaultIP``, has a metaclass of its own.)"""
+        raise NotImplementedError(f"{type(self).__name__} defines no run(job): Ops is the interface, not a unit")
 
     def _y(self, job: Job) -> np.ndarray:
         self.last = self.run(job)
