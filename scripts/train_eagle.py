@@ -82,9 +82,10 @@ def parse() -> argparse.Namespace:
 
 
 @torch.no_grad()
-def target_data(target, tok, prompts: list[str], new_tokens: int, batch: int, log, sampling=None):
+def target_data(target, tok, prompts: list[str], new_tokens: int, batch: int, log, sampling=None, features=None):
     """(ids int64 (n,), features float16 (n, d), prompt length) per prompt: the prompt and the target's
-    continuation (up to and including EOS), with the target's final hidden state at every position. The
+    continuation (up to and including EOS), with the target's final hidden state at every position (or what
+    ``features(input_ids, attention_mask)`` gives for the batch: scripts/train_eagle3.py's fused features). The
     continuation is greedy, or sampled with ``sampling = (temperature, top_p)`` (no top-k) from torch's
     generator, seeded at the run's start."""
     out = []
@@ -108,7 +109,8 @@ def target_data(target, tok, prompts: list[str], new_tokens: int, batch: int, lo
         att = torch.zeros((len(seqs), n), dtype=torch.long)
         for i, (s, _) in enumerate(seqs):         # right-padded: position ids 0.. for every real token
             ids[i, :len(s)], att[i, :len(s)] = s, 1
-        h = target.model(input_ids=ids, attention_mask=att).last_hidden_state
+        h = (features(ids, att) if features is not None else
+             target.model(input_ids=ids, attention_mask=att).last_hidden_state)
         for i, (s, n0) in enumerate(seqs):
             out.append((s.numpy(), h[i, :len(s)].half().numpy(), n0))
         log(f"data {min(b + batch, len(prompts))}/{len(prompts)} sequences, "

@@ -409,6 +409,29 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000 for p in pngs)
 
 
+def test_bench_e2e_runs_further_drafts_side_by_side(gpt2_dirs, tmp_path, capsys):
+    """``--also-drafts``: prompt lookup's chains at the run's gammas beside the draft model's, over the same target,
+    every greedy row the target-only tokens; each draft's best row; a draft that cannot run there is refused."""
+    out = tmp_path / "e2e.json"
+    argv = ["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gammas", "0,2,3", "--n-prompts",
+            "2", "--max-new-tokens", "8", "--also-drafts", "prompt-lookup", "--no-peers", "--sampling-guard", "-1",
+            "--json", str(out)]
+    assert cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    assert [r["gamma"] for r in res["rows"]] == [0, 2, 3, "prompt-lookup@2", "prompt-lookup@3"]
+    lookup = res["rows"][3:]
+    assert all(r["draft"] == "prompt-lookup" and r["mode"] == "chain" for r in lookup)
+    assert [r["positions_per_call"] for r in lookup] == [3, 4] and "draft" not in res["rows"][1]
+    assert res["greedy_outputs_identical_across_gammas"] is True
+    assert set(res["drafts"]) == {res["draft"], "prompt-lookup"}
+    assert res["drafts"]["prompt-lookup"]["gamma"] in ("prompt-lookup@2", "prompt-lookup@3")
+    assert [p["gamma"] for p in res["breakeven"]["rows"]] == [2, 3]       # the model is the draft model's
+    assert "prompt-lookup@3" in capsys.readouterr().out
+    argv[argv.index("prompt-lookup")] = gpt2_dirs[1]
+    assert cli.main(argv) == 2
+    assert "--also-drafts must be prompt-lookup or an EAGLE head" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("gammas,message", [("0,x", "'x'"), ("0,17", "GAMMA_MAX")])
 def test_bench_e2e_bad_gammas_exit_2(gammas, message, capsys):
     assert exit_code(["bench", "e2e", "--gammas", gammas]) == 2

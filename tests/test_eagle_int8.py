@@ -18,9 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from greedy_identity import Reference, assert_identical, sim_available  # noqa: E402
+from two_tokens import N_SAMPLES, V_SMALL, exact_two_token_dist, sample_two_tokens  # noqa: E402
 from specdec import paths  # noqa: E402
 from specdec.app import checks, pairs, runner  # noqa: E402
-from specdec.decoding import base, eagle, loop  # noqa: E402
+from specdec.decoding import base, eagle  # noqa: E402
 from specdec.hw import cores, overlay  # noqa: E402
 from specdec.hw.emuboard import EmulatedBoard  # noqa: E402
 from specdec.models import corpus, int8eagle, loading  # noqa: E402
@@ -79,11 +80,15 @@ def test_the_fabric_head_is_an_option_and_a_pair_serves_it(int8_pair):
         runner.run(fabric_job(["x"], 2, gamma=2), "ref", float_pair)
 
 
-def test_greedy_chain_on_the_engine_is_the_target_alone(int8_pair):
+def test_greedy_chain_on_the_engine_is_the_target_alone(int8_pair, monkeypatch):
     """A chain at gamma 5 (paged target, golden cores): HF greedy's tokens; every linear layer ran on the engine
-    driver (its jobs counted), the layers whose K is above the golden build's K_MAX 1,024 in K slices."""
+    driver (its jobs counted), the layers whose K is above the golden build's K_MAX 1,024 in K slices; every
+    drafted token is the vector unit's TOPK (k = 1) over the head's Q7.8 row, no row read back."""
     prompts = corpus.sample_passages(2, held_out=True, seed=7)
+    picks, top = [], int8eagle.Int8Head.top
+    monkeypatch.setattr(int8eagle.Int8Head, "top", lambda self, h, k: picks.append(k) or top(self, h, k))
     res = runner.run(fabric_job(prompts, 24, gamma=5), "ref", int8_pair)
+    assert picks == [1] * res["summary"]["drafted"]
     assert_identical(res, Reference(int8_pair), 24)
     report = res["draft_engine"]
     assert report["jobs"] > 0 and report["split_k"] == ["down", "fc"] and report["streamed"]
@@ -118,6 +123,11 @@ def test_the_emulated_kv260_decodes_as_the_golden_backend(int8_pair):
     done = head.vector_jobs
     res = runner.execute(job, c.verifier, int8_pair, masker=c.masker, kv=c.kv, fabric=fabric)
     assert head.vec is fabric.vector and head.attention is fabric.attention
+    # the head's KV cache in the kvpage core's pages, in a DMA buffer the unit reads page by page where it lies:
+    # more MM2S descriptors than a header and a step a job, and every page back in the pool at the end
+    assert head.kv is c.kv and head.pool.physical_address
+    assert board.dmas["treeattn_dma"].transfers["MM2S"] > 2 * fabric.attention.jobs
+    assert res["kv"]["free_pages_after"] == res["kv"]["pages"]
     assert fabric.vector.jobs == head.vector_jobs - done > 0 and fabric.attention.jobs > 0
     ref = runner.execute(job, cores.golden_verifier(), int8_pair, masker=cores.golden_masker(),
                          kv=cores.golden_kvpage(), fabric=cores.golden_fabric())
@@ -145,6 +155,52 @@ def test_greedy_chain_on_the_rtl_is_the_target_alone():
             want = model.generate(torch.tensor([g["prompt_ids"]]), max_new_tokens=2, do_sample=False)
         assert g["tokens"] == want[0, len(g["prompt_ids"]):].tolist()
     assert res["draft_engine"]["jobs"] > 0
+
+
+def test_the_heads_kv_cache_lives_in_the_kvpage_cores_pages(int8_pair):
+    """The int8 head's cache in the kvpage core's pages (a branch per forward, copy on write of the last shared
+    page, COMMIT; the attention's context sent page by page through the treeattn driver) gives the predicted
+    features of the same head on host-numbered pages and its golden attention, bit for bit: a prefix committed,
+    a tree level of two nodes, a level under the second node only (pending entries some rows see, none all of
+    them: step nodes), the pending entries cropped and more slots committed; the host's mirror of the rows is the
+    core's, and the sequence's pages go back to the pool when the cache is freed."""
+    head = int8_pair.draft.head
+    kv = cores.golden_kvpage()
+    paged = int8eagle.Int8Head(head.float_head, head.fl, head.q)
+    int8eagle.bind(paged, cores.golden_draftengine(), attention=cores.golden_treeattn(), kv=kv, block=16)
+    host = int8eagle.Int8Head(head.float_head, head.fl, head.q)
+    int8eagle.bind(host, cores.golden_draftengine())
+    text = " ".join(corpus.sample_passages(4, held_out=True, seed=11))          # 60 tokens and more
+    (feats, tokens), = int8eagle.target_samples(int8_pair.target.model, int8_pair.tokenizer, [text])
+    f = torch.from_numpy(feats.astype("float32"))[None]
+    t = torch.from_numpy(tokens)[None]
+    n = 37                                  # 2 pages and 5 slots of the third
+    caches = {"paged": paged.new_cache(), "host": host.new_cache()}
+    assert caches["paged"].table is not None and caches["host"].table is None
+    free0 = kv.free_pages
+
+    def both(step):
+        out = {k: step(h, caches[k]) for k, h in (("paged", paged), ("host", host))}
+        np.testing.assert_array_equal(out["paged"].numpy(), out["host"].numpy())
+        for a, b in zip(caches["paged"].codes(), caches["host"].codes()):
+            np.testing.assert_array_equal(a, b)
+        caches["paged"].table.check()
+        return out["paged"]
+
+    h = both(lambda m, c: m(f[:, :n], t[:, :n], 0, c))
+    vis = np.concatenate([np.ones((2, n), bool), np.eye(2, dtype=bool)], 1)
+    both(lambda m, c: m.nodes(h[:, -1:].repeat(1, 2, 1), t[:, n:n + 2], [n, n], vis, c))
+    vis = np.concatenate([np.ones((2, n), bool), [[False, True], [False, True]], np.tri(2, dtype=bool)], 1)
+    both(lambda m, c: m.nodes(h[:, -2:], t[:, n + 2:n + 4], [n + 1, n + 2], vis, c))
+    att = [j for j in paged.jobs if j[0] == "attention"]
+    assert att[-1][:3] == ("attention", 3, n)            # node 1 a step node: no pending prefix every row sees
+    for c in caches.values():
+        c.crop(-4)
+    both(lambda m, c: m(f[:, n:n + 20], t[:, n:n + 20], n, c))
+    table = caches["paged"].table
+    assert table.ops["copy"] >= 2 and table.ops["commit"] >= 3 and len(table.rows) == 4
+    caches["paged"].free()
+    assert kv.free_pages == free0 and table.seq is None
 
 
 def test_the_int8_head_agrees_with_its_float_twin(int8_pair):
@@ -246,11 +302,6 @@ def test_bad_calibrations_heads_and_caches_are_refused(int8_pair):
 
 # -- losslessness through the loop with a tiny int8 head -------------------------------------------------
 
-V_SMALL = 8
-PROMPT = [1, 5, 2]
-N_SAMPLES = 400
-
-
 def tiny_int8_pair(seed: int = 3):
     """A tiny Llama target over 8 tokens (width 64, 2 query heads over 1 KV head of 32) with its features kept,
     and a random EAGLE head over 6 hot tokens, quantized (calibrated on random token runs) and bound to the
@@ -275,21 +326,6 @@ def tiny_int8_pair(seed: int = 3):
     return CausalLM(model, "target"), q
 
 
-def exact_two_token_dist(lm: CausalLM, s: base.Sampling) -> np.ndarray:
-    from specdec.decoding.rows import mask_logits
-
-    def dist(ctx):
-        lm.reset()
-        row = mask_logits(lm.forward(ctx)[-1], s).astype(np.float64) / s.temperature
-        e = np.exp(row - row.max())
-        return e / e.sum()
-    p1 = dist(PROMPT)
-    out = np.zeros((V_SMALL, V_SMALL))
-    for t1 in range(V_SMALL):
-        out[t1] = p1[t1] * dist(PROMPT + [t1])
-    return out.ravel()
-
-
 def test_sampling_with_the_int8_head_follows_the_target(torch_threads):
     """Two sampled tokens (T = 1, gamma 2) through the loop with the int8 head drafting: their counts pass the
     chi-square test against the target's exact distribution, and the head's own first proposals fail it (the
@@ -297,23 +333,7 @@ def test_sampling_with_the_int8_head_follows_the_target(torch_threads):
     target, head = tiny_int8_pair()
     s = base.Sampling(temperature=1.0)
     p_target = exact_two_token_dist(target, s)
-    draft = eagle.EagleDraft(head, target)
-    firsts = np.zeros(V_SMALL, dtype=np.int64)
-    propose = draft.propose
-
-    def spy(context, budget, sampling, rng):
-        chain = propose(context, budget, sampling, rng)
-        if len(context) == len(PROMPT) and chain.tokens:
-            firsts[chain.tokens[0]] += 1
-        return chain
-    draft.propose = spy
-    verifier = cores.golden_verifier()
-    counts = np.zeros(V_SMALL * V_SMALL, dtype=np.int64)
-    for i in range(N_SAMPLES):
-        verifier.seed(runner.seed_words(11, i))
-        cfg = base.GenConfig(max_new_tokens=2, gamma=2, sampling=s, seed=11 + i, stop_at_eos=False)
-        gen = loop.generate(target, draft, verifier, PROMPT, cfg)
-        counts[gen.tokens[0] * V_SMALL + gen.tokens[1]] += 1
+    counts, firsts = sample_two_tokens(target, eagle.EagleDraft(head, target), s)
     assert chi2_pvalue(counts, p_target) > ALPHA
     assert firsts.sum() == N_SAMPLES and firsts[[4, 7]].sum() == 0
     assert chi2_pvalue(firsts, p_target.reshape(V_SMALL, V_SMALL).sum(1)) < ALPHA

@@ -426,6 +426,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "-1 = off")
     e.add_argument("--pipelined", metavar="GAMMAS", default=None,
                    help="comma-separated measured gammas to run again with pipelined drafting (greedy chains)")
+    e.add_argument("--also-drafts", metavar="DRAFTS", default=None,
+                   help="comma-separated further drafts over the same target (prompt-lookup, EAGLE heads), their "
+                        "chains at every gamma above 0, side by side with --draft's")
     e.add_argument("--no-peers", action="store_true",
                    help="skip the Hugging Face peers (target-only generate, assisted generation)")
     e.add_argument("--json", metavar="FILE", help="write the results as JSON")
@@ -681,8 +684,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     guard = _e2e_guard(args, gammas)
     piped = _e2e_pipelined(args, gammas, job)
     peers = [] if args.no_peers else default_peers(guard if guard > 0 else 4)
+    others = [d for d in (args.also_drafts or "").split(",") if d]
     res = e2e.run(job, gammas, args.backend, trees=trees, guard_gamma=None if guard == -1 else guard,
-                  peers=peers, pipelined=piped)
+                  peers=peers, pipelined=piped, others=others)
     print(e2e_report.format_table(res))
     _write_json(args.json, res)
     if args.plot:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import paths
-from ..decoding.eagle import head_hot_vocab, is_head_dir
+from ..decoding.eagle import head_fusion_layers, head_hot_vocab, is_head_dir
 from ..decoding.loop import check_room
 from ..errors import OptionError
 from ..kv.layout import pick_block
@@ -63,6 +63,9 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
         return target, draft
     head = eagle_dir(draft)
     if head is not None:
+        if draft_engine == "fabric" and head_fusion_layers(head):
+            raise OptionError("draft_engine", draft_engine, f"host with the EAGLE-3 head {draft!r}: the int8 engine "
+                                                            "path runs EAGLE-1 heads (no fusion layer)")
         if draft_vocab is not None:
             most = head_hot_vocab(head)
             if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or not 1 <= draft_vocab <= most:
@@ -77,14 +80,16 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
 
 
 def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks: int,
-                  block: int | str = KV_AUTO) -> None:
+                  block: int | str = KV_AUTO, draft_engine: str = "host") -> None:
     """The check of :func:`paged_pair` before the pair loads: KVCapacityError when the target's context (from
     its config, :func:`specdec.models.loading.config_context_length`) does not fit a kvpage core of ``pages`` pages
     and ``max_blocks`` rows at ``block``. Nothing is checked when the config cannot be read without loading
     the model."""
     target, draft = resolve_names(target, draft)
-    # as paged_pair counts them: a draft model's cache shares the pool; prompt lookup and an EAGLE head have none
-    sequences = 1 if draft == PROMPT_LOOKUP or eagle_dir(draft) is not None else 2
+    # as paged_pair counts them: a draft model's cache shares the pool, and so does an EAGLE head's on the fabric;
+    # prompt lookup and an EAGLE head on the host have none
+    own = draft == PROMPT_LOOKUP or (eagle_dir(draft) is not None and draft_engine != "fabric")
+    sequences = 1 if own else 2
     pick_block(loading.config_context_length(target), sequences, pages, max_blocks,
                None if block == KV_AUTO else block)
 

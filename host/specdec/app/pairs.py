@@ -107,7 +107,7 @@ def open_job_pair(job: Job, kv=None) -> Pair:
     refused first, from its config, before anything loads (:func:`check_kv_fits`)."""
     check_budget(job)
     if kv is not None and job.kv_block is not None:
-        check_kv_fits(job.target, job.draft, kv.pages, kv.max_blocks, job.kv_block)
+        check_kv_fits(job.target, job.draft, kv.pages, kv.max_blocks, job.kv_block, job.draft_engine)
     return open_pair(job.target, job.draft, job.draft_vocab, job.draft_engine)
 
 
@@ -123,8 +123,11 @@ def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:
         The target's context does not fit the core at ``block`` (at any page size, for ``"auto"``): the
         message names the numbers, a page size that fits, and ``--dense-kv``.
     """
-    sequences = 2 if isinstance(pair.draft, ModelDraft) else 1         # caches sharing the core's pool (an
-    # EAGLE head's one-layer cache stays on the host)
+    # caches sharing the core's pool: a draft model's, and an int8 EAGLE head's (its one layer's pages, the
+    # tree-attention unit's context); the float head's cache stays on the host
+    shared = isinstance(pair.draft, ModelDraft) or (isinstance(pair.draft, EagleDraft)
+                                                    and isinstance(pair.draft.head, Int8Head))
+    sequences = 2 if shared else 1
     block = pick_block(context_length(pair.target.model), sequences, kv.pages, kv.max_blocks,
                        None if block == KV_AUTO else block)
     target = CausalLM(pair.target.model, pair.target.name, kv=kv, block=block)
@@ -171,6 +174,19 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     if tree.acceptance is None:
         raise ValueError("a Sequoia tree needs its acceptance vector: pass the spec through calibrated() first")
     return SequoiaTree(lm, tree.acceptance, tree.budget, tree.depth)
+
+
+def other_draft(pair: Pair, name: str) -> Drafter:
+    """A further chain drafter over ``pair``'s target, for a run that compares drafts side by side: prompt lookup,
+    or an EAGLE head (by name or directory, over the target's features). OptionError for a draft model (it would
+    need its own cache and kvpage sequence) or a name that is neither."""
+    if name == PROMPT_LOOKUP:
+        return PromptLookup(pair.target.vocab)
+    head = eagle_dir(name)
+    if head is None:
+        raise OptionError("also_drafts", name, f"{PROMPT_LOOKUP} or an EAGLE head (a name under models/ or a "
+                                               "directory); a draft model runs as --draft")
+    return EagleDraft(load_head(head, pair.target.model), pair.target)
 
 
 def draft_lm(pair: Pair):

@@ -114,7 +114,8 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         A fabric-draft job (``draft_engine="fabric"``): the draft engine its draft's linear layers run on
         (loaded here, :func:`specdec.models.int8draft.bind`, or :func:`specdec.models.int8eagle.bind` for an
         EAGLE head, whose glue and attention run on the fabric's vector and tree-attention units where it has
-        them); default the golden engine alone (:func:`specdec.hw.cores.golden_fabric`).
+        them, its KV cache in ``kv``'s pages beside the target's); default the golden engine alone
+        (:func:`specdec.hw.cores.golden_fabric`).
 
     Returns
     -------
@@ -130,8 +131,10 @@ def execute(job: Job | Mapping[str, Any], verifier: Verifier | None, pair: Pair 
         fabric = fabric or golden_fabric()
         engine = fabric.engine
         if isinstance(pair.draft, EagleDraft):
+            paged = kv is not None and job.kv_block is not None
             engine_report = int8eagle.bind(pair.draft.head, engine, vector=fabric.vector,
-                                           attention=fabric.attention)
+                                           attention=fabric.attention, kv=kv if paged else None,
+                                           block=pair.target.block, allocate=fabric.allocate)
         else:
             engine_report = bind(pair.draft.lm.model, engine)
     tree = calibrated(pair, job.tree)

@@ -119,6 +119,7 @@ class Variants:
     drafters: dict[object, Drafter]
     specs: dict[str, TreeSpec]
     guard: dict[int, str]
+    drafts: dict[str, str] = dataclasses.field(default_factory=dict)     # label -> a further draft's name
 
     @property
     def labels(self) -> list:
@@ -126,10 +127,12 @@ class Variants:
 
 
 def variants(job: Job, pair: pairs.Pair, gammas: list, trees: list[TreeSpec], pipelined: list[int],
-             guard_gamma: int | None) -> Variants:
+             guard_gamma: int | None, others: list[str] | None = None) -> Variants:
     """The rows of a run: every gamma as a chain, every tree (its spec calibrated on the pair), every pipelined
-    gamma, and the guard's reruns of gamma 0 and ``guard_gamma`` in the other sampling mode
-    (:data:`specdec.bench.e2e_report.GUARD_SAMPLING` for a greedy job, greedy for a sampled one)."""
+    gamma, the chains of every further draft in ``others`` at every numeric gamma above 0 (``"<draft>@<gamma>"``,
+    :func:`specdec.app.pairs.other_draft`: the same target, side by side), and the guard's reruns of gamma 0 and
+    ``guard_gamma`` in the other sampling mode (:data:`specdec.bench.e2e_report.GUARD_SAMPLING` for a greedy job,
+    greedy for a sampled one)."""
     v = Variants({g: dataclasses.replace(job, gamma=g, tree=None) for g in gammas},
                  {g: pairs.drafter(pair, None, job.draft_confidence) for g in gammas}, {}, {})
     for spec in trees:
@@ -143,6 +146,13 @@ def variants(job: Job, pair: pairs.Pair, gammas: list, trees: list[TreeSpec], pi
                              f"{pair.draft_name!r}")
         label = f"{g}-pipelined"
         v.jobs[label], v.drafters[label] = dataclasses.replace(job, gamma=g, tree=None), PipelinedDraft(pair.draft.lm)
+    for name in others or []:
+        source = pairs.other_draft(pair, name)
+        for g in gammas:
+            if isinstance(g, int) and g > 0:
+                label = f"{name}@{g}"
+                v.jobs[label] = dataclasses.replace(job, gamma=g, tree=None, draft_confidence=None)
+                v.drafters[label], v.drafts[label] = source, name
     if guard_gamma is not None:
         other = Sampling() if not job.sampling.greedy else report.GUARD_SAMPLING
         for g in (0, guard_gamma):
@@ -212,8 +222,9 @@ def rows(v: Variants, gens: dict[object, list[Generation]], base_tps: float | No
         tree = v.specs.get(k)
         piped = isinstance(k, str) and k.endswith("-pipelined")
         out.append({"gamma": k, "mode": tree.kind if tree else "pipelined" if piped else "chain",
-                    "positions_per_call": tree.budget if tree else v.jobs[k].gamma + 1 if piped else
-                    (k + 1 if isinstance(k, int) else None),
+                    **({"draft": v.drafts[k]} if k in v.drafts else {}),
+                    "positions_per_call": tree.budget if tree else v.jobs[k].gamma + 1 if piped or k in v.drafts
+                    else (k + 1 if isinstance(k, int) else None),
                     "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / base if base else None,
                     "speedup_vs_loop": s["tokens_per_s"] / loop if loop else None,
                     **{key: s[key] for key in ROW_FIGURES}})
@@ -224,7 +235,8 @@ def rows(v: Variants, gens: dict[object, list[Generation]], base_tps: float | No
 
 def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = None,
         trees: list[TreeSpec] | None = None, guard_gamma: int | None = None,
-        peers: list[hf_peers.Peer] | None = None, pipelined: list[int] | None = None) -> dict:
+        peers: list[hf_peers.Peer] | None = None, pipelined: list[int] | None = None,
+        others: list[str] | None = None) -> dict:
     """Measure every gamma, and every token tree in ``trees``, on the prompts of ``job``; see the module
     docstring.
 
@@ -240,13 +252,16 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
 
     ``pipelined`` gammas add rows ``"<g>-pipelined"`` (mode ``pipelined``): the same chains drafted with
     :class:`specdec.decoding.pipeline.PipelinedDraft` (the next round drafted while the target scores this one).
+
+    ``others`` (draft names: prompt lookup, EAGLE heads) add their chains at the same gammas over the same target,
+    interleaved with the rest (rows ``"<draft>@<gamma>"``); ``drafts`` in the result gives each draft's best row.
     """
     check_options(gammas, guard_gamma, pipelined or [])
     cores, fabric = open_backend(job, backend, pair)
     pair = job_pair(job, cores.kv, pair)
     if fabric is not None:          # a fabric draft on a board: its layers on the overlay's engine
         bind(pair.draft.lm.model, fabric.engine)
-    v = variants(job, pair, gammas, trees or [], pipelined or [], guard_gamma)
+    v = variants(job, pair, gammas, trees or [], pipelined or [], guard_gamma, others)
     draft_model, assistant_name = assistant(pair, peers)
     peers = [p for p in peers or [] if not p.assisted or draft_model is not None]
     prompts = [pairs.encode(pair.tokenizer, p) for p in job.prompts]
@@ -262,6 +277,13 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
                                                       job.sampling.greedy)
         res.setdefault("goals_met", {})[f"sampling within {report.GOALS['sampling_cost']}x of greedy per target "
                                         f"call"] = res["sampling_guard"]["ok"]
+    if v.drafts:
+        res["drafts"] = {}
+        for name in [pair.draft_name, *dict.fromkeys(v.drafts.values())]:
+            mine = [r for r in res["rows"] if r["gamma"] != 0 and r.get("draft", pair.draft_name) == name]
+            top = _best(mine)
+            res["drafts"][name] = top and {k: top[k] for k in ("gamma", "tokens_per_s", "speedup", "tokens_per_call",
+                                                               "acceptance")}
     if v.specs:
         res["trees"] = {label: spec.to_dict() for label, spec in v.specs.items()}
         res["tree_vs_chain"] = report.tree_vs_chain(res["rows"])

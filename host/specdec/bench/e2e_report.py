@@ -105,16 +105,17 @@ def _baseline_words(res: dict) -> str:
 
 def format_table(res: dict) -> str:
     """HADES Table I's layout plus acceptance, tokens per call and the host share of a round."""
+    w = max([10] + [len(str(r["gamma"])) for r in res["rows"]])
     lines = [f"target {res['target']}  draft {res['draft']}  backend {res['backend']}  "
              f"{res['prompts']} prompts x {res['max_new_tokens']} new tokens" + _baseline_words(res),
-             f"{'gamma':>10} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'tok/call':>9} {'round ms':>9} "
+             f"{'gamma':>{w}} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'tok/call':>9} {'round ms':>9} "
              f"{'draft':>6} {'target':>7} {'mask':>6} {'q+xfer':>7} {'verify':>7} {'host':>6} "
              f"{'ver cyc':>8} {'mask cyc':>8}"]
     for r in res["rows"]:
         b = r["breakdown"]
         rd = sum(b.get(k, 0.0) for k in BREAKDOWN)
         acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
-        lines.append(f"{r['gamma']!s:>10} {r['tokens_per_s']:8.2f} {r['speedup']:7.2f}x {acc:>7} "
+        lines.append(f"{r['gamma']!s:>{w}} {r['tokens_per_s']:8.2f} {r['speedup']:7.2f}x {acc:>7} "
                      f"{r['tokens_per_call']:9.2f} {rd * 1e3:9.1f} " +
                      " ".join(f"{b['fractions'].get(k, 0.0):6.1%}" for k in BREAKDOWN) +
                      f" {r.get('verifier_cycles_per_round', 0):8.0f} {r.get('mask_cycles_per_round', 0):8.0f}")

@@ -16,7 +16,8 @@ smollm2-eagle-head`` merges into its cycle figures (docs/draftengine.md, "The EA
   codes) is a host operation; ``host_ops`` lists them by job on that build and on the golden build;
 * ``jobs_per_token``: the drafted token's jobs in order: the layers' engine jobs (name, M rows, K, N, activation
   planes), the attention jobs (one per KV head) and the vector unit's (``vecunit OP``, LEN); the engine jobs the
-  drivers ran for it on each build, and the vector unit's jobs and cycles (its cycle model).
+  drivers ran for it on each build, and the vector unit's jobs and cycles (its cycle model); the step's cache is in
+  the kvpage core's pages (``kv_cache``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from hwcontract import board
 from ..app import pairs, runner
 from ..app.job import TreeSpec
 from ..decoding.eagle import EagleDraft, load_head
-from ..hw.cores import golden_draftengine
+from ..hw.cores import golden_draftengine, golden_kvpage
 from ..models import corpus, int8eagle, loading
 from ..models.lm import CausalLM
 from ..paths import model_dir
@@ -39,6 +40,8 @@ from ..paths import model_dir
 TREE7 = TreeSpec("eagle", budget=7, depth=5, topk=3, expand=1, scores="calibrated")
 GOALS = {"int8_vs_float_agreement": 0.98, "acceptance_gap": 0.02, "tokens_per_call": 2.8, "host_ops_per_step": 0}
 #: The engine builds the host operations are counted on: the KV260's overlay and the golden backend's.
+#: Slots a page of the head's KV cache in the one-token trace: the KV260's pair page size (``specdec.kv.layout``).
+KV_BLOCK = 32
 BUILDS = {"kv260": {k: v for k, v in board.KV260_DRAFTENGINE.items() if k != "URAM"}, "golden": {}}
 
 
@@ -91,7 +94,7 @@ def one_token(head: int8eagle.Int8Head, target_model, tokenizer, text: str, para
     import torch
     fresh = int8eagle.Int8Head(head.float_head, head.fl, head.q)
     engine = golden_draftengine(params)
-    report = int8eagle.bind(fresh, engine)
+    report = int8eagle.bind(fresh, engine, kv=golden_kvpage(), block=KV_BLOCK)
     (feats, tokens), = int8eagle.target_samples(target_model, tokenizer, [text])
     cache = fresh.new_cache()
     h = fresh(torch.from_numpy(feats[:-1].astype("float32"))[None], torch.from_numpy(tokens[:-1])[None], 0, cache)
@@ -100,7 +103,7 @@ def one_token(head: int8eagle.Int8Head, target_model, tokenizer, text: str, para
     n = len(tokens) - 1
     visible = torch.ones((1, n + 1), dtype=torch.bool)
     token = int(tokens[-1])
-    sources = [fresh.embed([token]), int8eagle.vq(h[0, -1:].numpy()), cache.k, cache.v]
+    sources = [fresh.embed([token]), int8eagle.vq(h[0, -1:].numpy()), *cache.codes()]
     fresh.trace = []
     h = fresh.nodes(h[:, -1:], torch.tensor([[token]]), [n], visible, cache)
     fresh.top(h[0], 1)
@@ -161,6 +164,9 @@ def int8_figures(n_prompts: int = 8, gamma: int = 5, max_new_tokens: int = 48, n
         "vector_cycles_per_token": {b: s["vector_cycles"] for b, s in steps.items()},
         "jobs_per_token": kv["jobs"], "engine_jobs_per_token": {b: s["engine_jobs"] for b, s in steps.items()},
         "attention_cycles_measured": kv["attention_cycles"], "one_token_context": kv["context"],
+        "kv_cache": (f"the head's int8 KV cache in the kvpage core's pages ({KV_BLOCK} slots a page, a sequence "
+                     "beside the target's); each KV head's attention job reads its context page by page"),
+        "greedy_readback": "a drafted token's id (the vector unit's TOPK, k = 1), no row",
         "seconds": {"calibration": calib_s, **acc["seconds"]},
     }
     res["goals_met"] = {

@@ -23,8 +23,14 @@ features are cut off and rebuilt from the target's real features of the accepted
 :class:`EagleDraft` drafts chains; :class:`HeadLM` puts the head behind the draft model's interface, so every
 tree builder of :mod:`specdec.decoding.trees` expands it (a node takes its parent's predicted feature).
 
+An EAGLE-3 head (EAGLE-3, Li et al., 2025; ``fusion_layers`` in its config) reads a fusion instead of ``f_i``:
+``fuse`` (a linear map, (k + 1)d -> d) over the outputs of k of the target's decoder layers (a low and a middle
+one) and its final state, which the target keeps beside its final state
+(:meth:`specdec.models.lm.CausalLM.keep_features`); later draft steps read the head's own output as before.
+
 A head is a directory: ``eagle.json`` (the layer's Llama config, the hot vocabulary size, the target it was
-trained for) and ``head.safetensors`` (``fc``, the layer, ``hot_ids``). ``scripts/train_eagle.py`` makes it.
+trained for, the fused layers of an EAGLE-3 head) and ``head.safetensors`` (``fc``, the layer, ``fuse``,
+``hot_ids``). ``scripts/train_eagle.py`` makes the EAGLE-1 head, ``scripts/train_eagle3.py`` the EAGLE-3 one.
 """
 from __future__ import annotations
 
@@ -44,11 +50,19 @@ from .base import Chain, Sampling, Support, check_confidence
 #: The file that marks a directory as an EAGLE head (and holds its config).
 CONFIG_FILE = "eagle.json"
 WEIGHTS_FILE = "head.safetensors"
+#: The trained weights' names (the rest are the target's, read from it at load time).
+TRAINED = ("fc.", "layer.", "fuse.")
 
 
 def head_hot_vocab(path: str | Path) -> int:
     """The hot vocabulary of the head saved at ``path`` (its ``eagle.json``), read without loading it."""
     return int(json.loads((Path(path) / CONFIG_FILE).read_text())["hot_vocab"])
+
+
+def head_fusion_layers(path: str | Path) -> tuple[int, ...]:
+    """The target's decoder layers the head saved at ``path`` fuses with the final state (an EAGLE-3 head), or ()
+    (an EAGLE-1 head: the final state alone), read without loading it."""
+    return tuple(json.loads((Path(path) / CONFIG_FILE).read_text()).get("fusion_layers", ()))
 
 
 def is_head_dir(path: str | Path) -> bool:
@@ -63,12 +77,20 @@ def _module():
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     class _EagleHead(torch.nn.Module):
-        """fc over [embed(token), feature], one decoder layer, the hot rows of the target's LM head."""
+        """fc over [embed(token), feature], one decoder layer, the hot rows of the target's LM head; with
+        ``fusion_layers``, the target's feature is ``fuse`` over those layers' outputs and its final state."""
 
-        def __init__(self, config, embed, head_rows, hot_ids, vocab: int) -> None:
+        def __init__(self, config, embed, head_rows, hot_ids, vocab: int, fusion_layers=()) -> None:
             super().__init__()
             d = config.hidden_size
             self.config = config
+            self.fusion_layers = tuple(int(i) for i in fusion_layers)
+            self.fuse = None
+            if self.fusion_layers:      # initialised to pass the final state through: the EAGLE-1 head's input
+                self.fuse = torch.nn.Linear((len(self.fusion_layers) + 1) * d, d, bias=False)
+                with torch.no_grad():
+                    self.fuse.weight.zero_()
+                    self.fuse.weight[:, -d:] = torch.eye(d)
             self.fc = torch.nn.Linear(2 * d, d, bias=False)
             self.layer = LlamaDecoderLayer(config, layer_idx=0)
             self.rotary = LlamaRotaryEmbedding(config)
@@ -79,8 +101,11 @@ def _module():
             self.vocab = vocab
 
         def forward(self, features, tokens, start: int = 0, cache=None):
-            """Predicted features (B, T, d) for slots ``start..start+T-1`` from ``features`` (B, T, d) and
-            the next ``tokens`` (B, T); ``cache`` (a transformers DynamicCache) holds the earlier slots."""
+            """Predicted features (B, T, d) for slots ``start..start+T-1`` from the target's ``features`` (B, T, d;
+            with ``fusion_layers``, (B, T, (layers + 1) * d), :meth:`specdec.models.lm.CausalLM.keep_features`)
+            and the next ``tokens`` (B, T); ``cache`` (a transformers DynamicCache) holds the earlier slots."""
+            if self.fuse is not None:
+                features = self.fuse(features)
             x = self.fc(torch.cat([torch.nn.functional.embedding(tokens, self.embed), features], -1))
             b, t, _ = x.shape
             past = cache.get_seq_length() if cache is not None else 0
@@ -133,8 +158,9 @@ def layer_config(target_config):
     return cfg
 
 
-def new_head(target_model, hot_ids, seed: int = 0):
-    """A freshly initialised head for ``target_model`` (a Llama-family causal LM) over the hot ids."""
+def new_head(target_model, hot_ids, seed: int = 0, fusion_layers=()):
+    """A freshly initialised head for ``target_model`` (a Llama-family causal LM) over the hot ids; with
+    ``fusion_layers`` (decoder layer indices), an EAGLE-3 head reading those layers' outputs and the final state."""
     import torch
     if getattr(target_model.config, "model_type", "") != "llama":
         raise ModelError(f"an EAGLE head is built for Llama-family targets, got model_type "
@@ -143,7 +169,7 @@ def new_head(target_model, hot_ids, seed: int = 0):
     ids = torch.as_tensor(check_map(hot_ids, vocab))
     torch.manual_seed(seed)
     return _module()(layer_config(target_model.config), target_model.get_input_embeddings().weight.detach(),
-                     target_model.get_output_embeddings().weight.detach()[ids].clone(), ids, vocab)
+                     target_model.get_output_embeddings().weight.detach()[ids].clone(), ids, vocab, fusion_layers)
 
 
 def save_head(head, path: str | Path, meta: dict) -> None:
@@ -153,11 +179,13 @@ def save_head(head, path: str | Path, meta: dict) -> None:
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").half().contiguous() for k, v in head.state_dict().items()
-             if k.startswith(("fc.", "layer."))}
+             if k.startswith(TRAINED)}
     state["hot_ids"] = head.hot_ids.to(dtype=torch.int64).contiguous()
     save_file(state, str(p / WEIGHTS_FILE))
     cfg = {"layer_config": {k: v for k, v in head.config.to_dict().items() if not k.startswith("_")},
            "hot_vocab": int(head.hot_ids.numel()), "vocab": head.vocab, **meta}
+    if head.fusion_layers:
+        cfg["fusion_layers"] = list(head.fusion_layers)
     (p / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
 
 
@@ -191,9 +219,13 @@ def load_head(path: str | Path, target_model, hot_vocab: int | None = None):
         if not whole or not 1 <= hot_vocab <= len(ids):
             raise ValueError(f"hot_vocab={hot_vocab!r}: EAGLE head {p.name!r} keeps 1 to {len(ids)} hot tokens")
         ids = ids[:int(hot_vocab)]
-    head = new_head(target_model, ids)
+    fusion = cfg.get("fusion_layers", [])
+    n_layers = target_model.config.num_hidden_layers
+    if any(not 0 <= i < n_layers for i in fusion):
+        raise ModelError(f"EAGLE head {p.name!r} fuses decoder layers {fusion}; the target has {n_layers}")
+    head = new_head(target_model, ids, fusion_layers=fusion)
     missing, unexpected = head.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-    missing = [k for k in missing if k.startswith(("fc.", "layer."))]
+    missing = [k for k in missing if k.startswith(TRAINED)]
     if missing or unexpected:
         raise ModelError(f"EAGLE head {p.name!r}: weights missing {missing[:3]} or unexpected {unexpected[:3]}")
     head = head.eval().requires_grad_(False).to(torch.float32)
@@ -234,8 +266,12 @@ class EagleDraft:
         h = self.lm.predict(context[self.lm.length:])[-1:]
         with torch.inference_mode():
             for i in range(g):
-                z = self.lm.compact_rows(h)
-                token, stop = draft_token(z, i, "EAGLE head", sampling, rng, rows, self.confidence, self.lm.support)
+                if sampling.greedy and self.confidence is None and self.lm.picks:
+                    token, stop = self.lm.pick(h), False       # the fabric's TOPK: only the token id comes back
+                else:
+                    z = self.lm.compact_rows(h)
+                    token, stop = draft_token(z, i, "EAGLE head", sampling, rng, rows, self.confidence,
+                                              self.lm.support)
                 tokens.append(token)
                 if stop or i + 1 == g:
                     break
@@ -278,18 +314,29 @@ class HeadLM:
         #: where a compact row's entries sit: the hot ids, ascending (the head's rows gathered into that order)
         self.support = Support(ids[order], head.vocab)
         self._order = torch.as_tensor(order)
-        target.keep_features(True)
+        # the target keeps the features this head reads (an EAGLE-3 head's layers too; other heads' as well)
+        target.keep_features(True, getattr(head, "fusion_layers", ()))
+        self._cache = None
         self.reset()
 
     def reset(self) -> None:
         """An empty cache (the head's own kind: transformers' for the float head, int8 codes for
-        :class:`specdec.models.int8eagle.Int8Head`)."""
+        :class:`specdec.models.int8eagle.Int8Head`); the old one freed first (:meth:`free`)."""
+        self.free()
         self._cache = self.head.new_cache()
+        self._empty()
+
+    def _empty(self) -> None:
         self.length, self.pending = 0, 0
         self._h_last = None         # the last committed position's predicted feature (None: position 0 or none)
         self._pend_h, self._pend_depth = [], []
 
-    free = reset
+    def free(self) -> None:
+        """Release the cache at the end of a generation: an int8 head's pages go back to the kvpage core (its
+        ``free``); transformers' cache is left to the next :meth:`reset`."""
+        if hasattr(self._cache, "free"):
+            self._cache.free()
+        self._empty()
 
     def prefill(self, context: list[int]) -> None:
         """An empty cache, then ``context`` but its last token (no rows computed)."""
@@ -304,7 +351,7 @@ class HeadLM:
             have = "none" if feats is None else f"{start}..{start + len(feats) - 1}"
             raise CacheStateError(f"EAGLE head: needs the target's features of positions {first}..{upto - 1}, "
                                   f"its last forward kept {have}")
-        return feats[first - start:upto - start]
+        return self.target.feature_columns(feats[first - start:upto - start], getattr(self.head, "fusion_layers", ()))
 
     def _rows(self, h, compact: bool = False):
         """Full-vocabulary float32 rows for predicted features ``h`` (n, d); ``compact``: their entries at
@@ -321,6 +368,19 @@ class HeadLM:
         import torch
         with torch.inference_mode():
             return self.head.hot_logits(h)[:, self._order].float()
+
+    @property
+    def picks(self) -> bool:
+        """Whether the head picks its greedy token itself (an int8 head's ``top``: the vector unit's TOPK over its
+        Q7.8 row, so the host reads back a token id, not a row)."""
+        return hasattr(self.head, "top")
+
+    def pick(self, h) -> int:
+        """The head's greedy token for the predicted feature ``h`` (1, d), from its ``top`` (:attr:`picks`): the
+        highest Q7.8 code, ties to the lower hot rank (the unit's rule; the row's argmax takes the lower token id,
+        which can differ only on a tie)."""
+        ids, _ = self.head.top(h, 1)
+        return int(ids[0, 0])
 
     def predict(self, tokens):
         """Append ``tokens`` at positions ``length..``; the head's predicted features (n, d) of their slots (one

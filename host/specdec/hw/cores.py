@@ -6,7 +6,7 @@ at the project's builds (:mod:`specdec.hw.builds`). A board's cores come from it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from hwcontract import params as hwparams
 
@@ -34,6 +34,8 @@ class Fabric:
     engine: DraftEngine
     vector: VecUnit | None = None
     attention: TreeAttn | None = None
+    #: ``allocate(shape=..., dtype=...)``: memory the units' DMAs read in place (the head's KV pool); None: numpy's.
+    allocate: Callable | None = None
 
 
 def _golden_params(core: str, build: Mapping[str, int], params: Mapping[str, Any] | None) -> dict[str, int]:

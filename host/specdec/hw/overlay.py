@@ -174,7 +174,7 @@ class SpecdecOverlay(pynq.Overlay):
         and tree-attention units where the overlay holds them, their DMAs attached: what a fabric draft runs on."""
         return Fabric(engine if engine is not None else self.draft_engine(),
                       self.vector_unit() if self.has("vecunit") else None,
-                      self.tree_attention() if self.has("treeattn") else None)
+                      self.tree_attention() if self.has("treeattn") else None, self.allocate)
 
     def vector_unit(self) -> VecUnit:
         """The vecunit core's driver with its DMA attached (:meth:`driver`). KeyError when the overlay has none."""

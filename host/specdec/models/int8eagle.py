@@ -8,12 +8,14 @@ target's shape, the target's LM-head rows of the hot tokens) runs here in numpy 
   weights, static activation scales with SmoothQuant factors from calibration on training passages, two int8
   activation planes a layer) and runs as a draft-engine job: the golden model, or a driver on any backend once
   :func:`bind` has put the head's matrices on it; the hot LM head writes Q7.8 logit codes, the verifier's format;
-* the attention reads an **int8 KV cache**: q, k (after RoPE) and v become int8 codes at static per-KV-head
-  scales, and each KV head's attention over the committed slots and the step's nodes (with their tree mask) is
+* the attention reads an **int8 KV cache** in KV pages (:class:`Int8Cache`; with :func:`bind`'s ``kv``, the
+  kvpage core's pages beside the target's): q, k (after RoPE) and v become int8 codes at static per-KV-head
+  scales, and each KV head's attention over the cache's pages and the step's nodes (with their tree mask) is
   one job of the tree-attention unit at the KV260's build (:func:`attend`: its golden model,
-  :func:`hls_ref.treeattn.run`, or the unit's driver on a backend once :func:`bind` has given it); its output
-  is Q7.8 codes in units of v's codes. Pending tree entries that every new node sees join the context; those
-  only some see are step nodes with their mask rows (their own rows computed with q = 0 and dropped);
+  :func:`hls_ref.treeattn.run`, or the unit's driver on a backend once :func:`bind` has given it, which reads
+  the pages where they lie); its output is Q7.8 codes in units of v's codes. The committed slots and the pending
+  tree entries right after them that every new node sees are the job's context; the other pending entries a
+  node sees are step nodes with their mask rows (their own rows computed with q = 0 and dropped);
 * everything between those jobs runs on the **vector unit** (:mod:`hls_ref.vecunit`, docs/vecunit.md): the
   fuse's input ``[embed(token), feature]`` as Q15.16 values (the embedding table's rows and the target's feature)
   into int8 planes (QUANT), each layer's int32 sums into Q15.16 values with the residual added (DEQ), RMSNorm
@@ -38,6 +40,7 @@ import numpy as np
 
 from hwcontract.board import KV260_TREEATTN
 from hwcontract.formats import DE_ACT_MAX, LOGIT_FRAC, VQ_FRAC, VU_NORM_SHIFT, vu_scale_words, vu_turns
+from hwcontract.regmap import integer
 from hls_ref import draftengine as golden
 from hls_ref import treeattn
 from hls_ref import vecunit as vu
@@ -45,6 +48,9 @@ from hls_ref import vecunit as vu
 from . import corpus
 from .hotvocab import scatter
 from .int8draft import ACT_PLANES, ALPHA, ALPHA_HEAD, PLANE, QLinear, layout, quantize_linear, run_on, stream_on
+from ..hw.drivers.kvpage import KVPage
+from ..kv.layout import DEFAULT_BLOCK
+from ..kv.pagetable import PagedKV
 from .lm import CacheStateError
 
 #: The head's linear layers in the order one drafted token runs them: ``(name, path of the float weight)``.
@@ -95,7 +101,11 @@ def _weight(mod):
 
 
 def float_layer(head) -> FloatLayer:
-    """The float weights of ``head`` (a :func:`specdec.decoding.eagle.load_head` module)."""
+    """The float weights of ``head`` (a :func:`specdec.decoding.eagle.load_head` module). ValueError for an EAGLE-3
+    head (its fusion layer has no int8 form here)."""
+    if getattr(head, "fuse", None) is not None:
+        raise ValueError(f"an EAGLE-3 head (fusing decoder layers {list(head.fusion_layers)}) has no int8 form: the "
+                         "int8 engine path runs EAGLE-1 heads")
     cfg = head.config
     shape = Shape(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                   getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads, float(cfg.rms_norm_eps))
@@ -136,20 +146,27 @@ def attention_params(shape: Shape) -> dict:
     return treeattn.build({**KV260_TREEATTN, "GROUP": shape.group, "HEAD_DIM": shape.head_dim})
 
 
-def attend(q: np.ndarray, k_ctx: np.ndarray, v_ctx: np.ndarray, k_step: np.ndarray, v_step: np.ndarray,
+def attend(q: np.ndarray, pages: list[np.ndarray], ctx: int, k_step: np.ndarray, v_step: np.ndarray,
            mask: list[int], s_q: float, s_k: float, params: dict, unit=None) -> treeattn.Output:
-    """One KV head's tree-attention job (:func:`hls_ref.treeattn.run`, or ``unit.run``: a treeattn driver on any
-    backend): int8 codes q (N, GROUP, hd), the context's k / v (L, hd), the step's k / v (N, hd), ``mask`` (N ints,
-    bit j of row r: step node j visible); scores at ``s_q * s_k / sqrt(hd)`` nats a unit (MULT / SHIFT from
-    :func:`hls_ref.treeattn.multiplier`). The output (N, GROUP, hd) is Q7.8 codes in units of v's codes. Raises
-    ValueError where the unit flags the job (a driver raises its CoreError, the core soft-reset)."""
+    """One KV head's tree-attention job: int8 codes q (N, GROUP, hd), the context's first ``ctx`` keys and values in
+    ``pages`` (int8 (block, 2, hd) each, row 0 first: :meth:`Int8Cache.pages`), the step's k / v (N, hd), ``mask``
+    (N ints, bit j of row r: step node j visible); scores at ``s_q * s_k / sqrt(hd)`` nats a unit (MULT / SHIFT
+    from :func:`hls_ref.treeattn.multiplier`). ``unit``: a treeattn driver on any backend, which takes the pages
+    as they lie (:meth:`~specdec.hw.drivers.treeattn.TreeAttn.attend`); None: the golden model
+    (:func:`hls_ref.treeattn.run`) over the same keys. The output (N, GROUP, hd) is Q7.8 codes in units of v's
+    codes. Raises ValueError where the golden model flags the job (a driver raises its CoreError, the core
+    soft-reset)."""
     mult, shift = treeattn.multiplier(s_q, s_k, q.shape[-1])
-    job = treeattn.Job(q, k_ctx, v_ctx, k_step, v_step, tuple(int(m) for m in mask), mult, shift)
-    out = treeattn.run(job, params) if unit is None else unit.run(job)
-    if out.err:
-        raise ValueError(f"EAGLE head (int8): the tree-attention job of {len(q)} rows over {len(k_ctx)} context "
-                         f"keys was refused, ERR {out.err:#x}")
-    return out
+    mask = tuple(int(m) for m in mask)
+    if unit is not None:
+        out = unit.attend(q, pages, ctx, k_step, v_step, mask, mult, shift)
+        return treeattn.Output(out, 0, unit.macs, unit.cycles - unit.stall)
+    kv = np.concatenate(pages)[:ctx] if pages else np.zeros((0, 2, q.shape[-1]), np.int8)
+    res = treeattn.run(treeattn.Job(q, kv[:, 0], kv[:, 1], k_step, v_step, mask, mult, shift), params)
+    if res.err:
+        raise ValueError(f"EAGLE head (int8): the tree-attention job of {len(q)} rows over {ctx} context keys was "
+                         f"refused, ERR {res.err:#x}")
+    return res
 
 
 # ------------------------------------------------------------------------------------------------
@@ -157,35 +174,108 @@ def attend(q: np.ndarray, k_ctx: np.ndarray, v_ctx: np.ndarray, k_step: np.ndarr
 # ------------------------------------------------------------------------------------------------
 
 class Int8Cache:
-    """The head's KV cache as int8 codes (slots, kv_heads, head_dim): the committed slots, then the pending tree
-    entries with their mask rows among the pending ones. ``crop(-n)`` drops the last n (transformers' use)."""
+    """The head's KV cache as int8 codes in KV pages: the committed slots, then the pending tree entries (whose
+    mask rows among the pending ones the layer's caller gives). ``crop(-n)`` drops the last n (transformers' use).
 
-    def __init__(self, kv_heads: int, head_dim: int) -> None:
-        self.k = np.zeros((0, kv_heads, head_dim), dtype=np.int64)
-        self.v = np.zeros((0, kv_heads, head_dim), dtype=np.int64)
+    Slot t lies at offset ``t % block`` of the page of row ``t // block``, in a pool of shape ``(kv_heads, pages,
+    block, 2, head_dim)``: a page of one KV head is ``(block, 2, head_dim)``, token t's key at ``[t, 0]`` and its
+    value at ``[t, 1]``, the layout the tree-attention unit's frame takes (:class:`~specdec.hw.drivers.treeattn.
+    TreeAttn`), so each KV head's context goes to the unit as its pages lie. With ``table`` (a
+    :class:`~specdec.kv.pagetable.PagedKV` on the kvpage core, the target's core) the pages are the core's: the
+    cache writes through a branch (FORK, WRITE with copy on write) and COMMITs, as the target's paged cache does,
+    in a pool the head owns (:meth:`Int8Head.use_pages`). Without one, row i is page i of a pool the cache grows.
+    """
+
+    def __init__(self, kv_heads: int, head_dim: int, block: int = DEFAULT_BLOCK, table: PagedKV | None = None,
+                 pool: np.ndarray | None = None) -> None:
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        self.table = table
+        self.block = table.block if table is not None else block
+        if table is not None and (pool is None or pool.shape[2:] != (self.block, 2, head_dim)
+                                  or pool.shape[0] != kv_heads):
+            raise ValueError(f"EAGLE head (int8): a paged cache needs a pool (kv_heads={kv_heads}, pages, "
+                             f"block={self.block}, 2, head_dim={head_dim}), got "
+                             f"{None if pool is None else pool.shape}")
+        self.pool = pool if pool is not None else np.zeros((kv_heads, 0, self.block, 2, head_dim), np.int8)
+        self.length = 0
         self.committed = 0
+        if table is not None:
+            table.on_copy = self.copy_page
+            table.open()
 
     @property
     def pending(self) -> int:
-        return len(self.k) - self.committed
+        return self.length - self.committed
 
     def get_seq_length(self) -> int:
-        return len(self.k)
+        return self.length
+
+    @property
+    def rows(self) -> list[int]:
+        """The pages of the cache's rows, row 0 first."""
+        if self.table is not None:
+            return self.table.rows
+        return list(range(self.pool.shape[1]))             # host pages: row i is page i, as many as the pool has
+
+    def _where(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pages and offsets of ``slots``."""
+        slots = np.asarray(slots, dtype=np.int64)
+        return np.asarray(self.rows, dtype=np.int64)[slots // self.block], slots % self.block
 
     def append(self, k: np.ndarray, v: np.ndarray, commit: bool) -> None:
+        """Entries ``k``, ``v`` (n, kv_heads, head_dim) after the last; ``commit``: they are committed slots."""
         if commit and self.pending:
             raise CacheStateError(f"EAGLE head (int8): committing slots behind {self.pending} pending entries")
-        self.k, self.v = np.concatenate([self.k, k]), np.concatenate([self.v, v])
+        end = self.length + len(k)
+        if self.table is not None:
+            self.table.reserve(end)
+        elif -(-end // self.block) > self.pool.shape[1]:
+            grown = np.zeros((self.kv_heads, max(2 * self.pool.shape[1], -(-end // self.block)), self.block, 2,
+                              self.head_dim), np.int8)
+            grown[:, :self.pool.shape[1]] = self.pool
+            self.pool = grown
+        pages, offs = self._where(np.arange(self.length, end))
+        self.pool[:, pages, offs, 0] = np.asarray(k).transpose(1, 0, 2)
+        self.pool[:, pages, offs, 1] = np.asarray(v).transpose(1, 0, 2)
+        self.length = end
         if commit:
-            self.committed = len(self.k)
+            if self.table is not None:
+                self.table.rollback(end)            # COMMIT the branch: its rows are the sequence's now
+            self.committed = end
 
     def crop(self, n: int) -> None:
         """Drop the last ``-n`` entries (``n`` < 0), pending ones first."""
-        if not isinstance(n, (int, np.integer)) or n >= 0 or -n > len(self.k):
-            raise ValueError(f"EAGLE head (int8): crop({n!r}) must drop 1..{len(self.k)} entries (a negative count)")
-        keep = len(self.k) + n
-        self.k, self.v = self.k[:keep], self.v[:keep]
-        self.committed = min(self.committed, keep)
+        if not isinstance(n, (int, np.integer)) or n >= 0 or -n > self.length:
+            raise ValueError(f"EAGLE head (int8): crop({n!r}) must drop 1..{self.length} entries (a negative count)")
+        self.length += int(n)
+        if self.table is not None:
+            self.table.rollback(self.length)
+        self.committed = min(self.committed, self.length)
+
+    def entries(self, slots) -> tuple[np.ndarray, np.ndarray]:
+        """The codes of ``slots``: k and v, (len(slots), kv_heads, head_dim) int64 each."""
+        pages, offs = self._where(slots)
+        return (self.pool[:, pages, offs, 0].transpose(1, 0, 2).astype(np.int64),
+                self.pool[:, pages, offs, 1].transpose(1, 0, 2).astype(np.int64))
+
+    def codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every entry's codes, k and v (length, kv_heads, head_dim)."""
+        return self.entries(np.arange(self.length))
+
+    def pages(self, g: int, n: int) -> list[np.ndarray]:
+        """KV head ``g``'s pages holding slots ``0..n-1``, row 0 first: views of the pool, (block, 2, head_dim)
+        each (a DMA buffer's views keep their physical addresses)."""
+        return [self.pool[g, p] for p in self.rows[:-(-n // self.block)]]
+
+    def copy_page(self, src: int, dst: int) -> None:
+        """Copy on write: page ``src`` into page ``dst`` in every KV head."""
+        self.pool[:, dst] = self.pool[:, src]
+
+    def free(self) -> None:
+        """Release the cache's pages (FREE its sequence on the kvpage core); it holds nothing afterwards."""
+        if self.table is not None:
+            self.table.free()
+        self.length = self.committed = 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -388,6 +478,7 @@ class Int8Head:
         self.vector_jobs = 0
         self.vector_cycles = 0
         self.trace: list | None = None
+        self.kv, self.block, self.pool = None, DEFAULT_BLOCK, None        # use_pages()
 
     def _vec_done(self, op: str, inputs: list, outputs: list) -> None:
         """Account one vector job (its LEN, saturations and cycles) and trace it."""
@@ -489,8 +580,22 @@ class Int8Head:
         x1, x2 = self._elementwise("quant", [x], words, planes2=planes2)
         return x1, x2
 
+    def use_pages(self, kv: KVPage | None, block: int = DEFAULT_BLOCK, allocate=None) -> None:
+        """Keep the caches :meth:`new_cache` makes in the kvpage core ``kv``'s pages, ``block`` slots a page, in one
+        pool of ``kv.pages`` pages a KV head from ``allocate(shape=..., dtype=...)`` (a DMA buffer on a board:
+        the tree-attention unit reads the pages where they lie; default numpy's). None: host-numbered pages."""
+        sh = self.fl.shape
+        self.kv, self.block, self.pool = kv, integer(block, "EAGLE head (int8): block"), None
+        if kv is not None:
+            shape = (sh.kv_heads, kv.pages, self.block, 2, sh.head_dim)
+            self.pool = np.zeros(shape, np.int8) if allocate is None else allocate(shape=shape, dtype=np.int8)
+
     def new_cache(self) -> Int8Cache:
-        return Int8Cache(self.fl.shape.kv_heads, self.fl.shape.head_dim)
+        """An empty cache: with :meth:`use_pages`, a new sequence on the kvpage core (:meth:`Int8Cache.free`
+        releases it)."""
+        sh = self.fl.shape
+        table = PagedKV(self.kv, self.block) if self.kv is not None else None
+        return Int8Cache(sh.kv_heads, sh.head_dim, self.block, table, self.pool)
 
     # -- the float head's interface -------------------------------------------------------------
     def embed(self, tokens: np.ndarray) -> np.ndarray:
@@ -570,8 +675,10 @@ class Int8Head:
         return self._linear("down", *self._quant(m, pl.quant["down"]), residual=x)
 
     def _attention(self, qc, kc, vc, visible, cache: Int8Cache, commit: bool) -> np.ndarray:
-        """The tree-attention jobs (one per KV head) of n new rows; their k / v codes go into ``cache``. Returns
-        the Q7.8 codes (n, kv_heads, group, hd) in units of each KV head's v step."""
+        """The tree-attention jobs (one per KV head) of n new rows; their k / v codes go into ``cache`` first. Each
+        job's context is the cache's first slots as its pages lie: the committed ones and the pending entries
+        every new row sees that directly follow them; the other pending entries a row sees are step nodes with
+        their mask rows. Returns the Q7.8 codes (n, kv_heads, group, hd) in units of each KV head's v step."""
         sh = self.fl.shape
         n = len(qc)
         ctx, pend = cache.committed, cache.pending
@@ -581,10 +688,9 @@ class Int8Head:
         if not visible[:, :ctx].all():
             raise ValueError("EAGLE head (int8): every committed slot is visible to every row")
         old = visible[:, ctx:ctx + pend]
-        shared = np.flatnonzero(old.all(0))              # pending entries every new row sees: context keys
-        partial = np.flatnonzero(old.any(0) & ~old.all(0))    # seen by some rows: step nodes with their mask
-        ctx_idx = np.concatenate([np.arange(ctx), ctx + shared])
-        step_idx = ctx + partial
+        seen = old.all(0)
+        shared = pend if seen.all() else int(np.argmin(seen))      # the pending prefix every new row sees
+        partial = shared + np.flatnonzero(old[:, shared:].any(0))  # the rest some row sees: step nodes
         p = len(partial)
         if p + n > self.att_params["NODES_MAX"]:
             raise ValueError(f"EAGLE head (int8): {p} pending + {n} new tree nodes exceed an attention job's "
@@ -594,19 +700,22 @@ class Int8Head:
             bits = [j for j in range(p) if old[i, partial[j]]]
             bits += [p + j for j in range(n) if visible[i, ctx + pend + j]]
             mask.append(sum(1 << b for b in bits))
+        step = ctx + pend + np.arange(n)
+        cache.append(kc, vc, commit)
+        k_step, v_step = cache.entries(np.concatenate([ctx + partial, step]))
+        context = ctx + shared
         out = np.zeros((n, sh.kv_heads, sh.group, sh.head_dim), dtype=np.int64)
         for g in range(sh.kv_heads):
             q_rows = np.concatenate([np.zeros((p, sh.group, sh.head_dim), dtype=np.int64), qc[:, g]])
-            k_step = np.concatenate([cache.k[step_idx, g], kc[:, g]])
-            v_step = np.concatenate([cache.v[step_idx, g], vc[:, g]])
-            res = attend(q_rows, cache.k[ctx_idx, g], cache.v[ctx_idx, g], k_step, v_step, mask,
-                         float(self.q.s_q[g]), float(self.q.s_k[g]), self.att_params, self.attention)
-            self.jobs.append(("attention", p + n, len(ctx_idx), sh.group, sh.head_dim))
+            pages = cache.pages(g, context)
+            res = attend(q_rows, pages, context, k_step[:, g], v_step[:, g], mask, float(self.q.s_q[g]),
+                         float(self.q.s_k[g]), self.att_params, self.attention)
+            self.jobs.append(("attention", p + n, context, sh.group, sh.head_dim))
             self.attention_cycles += res.cycles
             out[:, g] = res.out[p:]
-            self._record("attention", [q_rows, cache.k[ctx_idx, g], cache.v[ctx_idx, g], k_step, v_step],
-                         [res.out])
-        cache.append(kc, vc, commit)
+            if self.trace is not None:
+                kv = np.concatenate(pages)[:context] if pages else np.zeros((0, 2, sh.head_dim), np.int8)
+                self._record("attention", [q_rows, kv[:, 0], kv[:, 1], k_step[:, g], v_step[:, g]], [res.out])
         return out
 
 
@@ -736,11 +845,13 @@ def pieces(head: Int8Head, k_max: int, n_max: int) -> list[Piece]:
 
 
 def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4, vector=None,
-         attention=None) -> dict:
+         attention=None, kv: KVPage | None = None, block: int = DEFAULT_BLOCK, allocate=None) -> dict:
     """Put every matrix of ``head`` on ``engine`` (a draft-engine driver on any backend), placed where the memories
     hold it and streamed otherwise (:func:`specdec.models.int8draft.layout`), and run the head's layers there;
     its glue on ``vector`` (a vecunit driver) and its attention on ``attention`` (a treeattn driver) where given,
     on their golden models otherwise (the same arithmetic: the attention at the unit's build, ``att_params``).
+    With ``kv`` (the kvpage core's driver, the target's), the head's KV cache lives in that core's pages, ``block``
+    slots a page, in a pool from ``allocate`` (:meth:`Int8Head.use_pages`); without, in host-numbered pages.
 
     Every job writes 32-bit sums (the vector unit's DEQ requantizes them); a layer wider than the engine's K_MAX
     runs as one job per slice of at most K_MAX input channels, each slice's sums a DEQ part of their own; a layer
@@ -791,6 +902,7 @@ def bind(head: Int8Head, engine, streaming: bool | str = "auto", share: int = 4,
     head.vec = vector if vector is not None else vu.Unit()
     head.attention = attention
     head.att_params = dict(attention.params) if attention is not None else attention_params(head.fl.shape)
+    head.use_pages(kv, block, allocate)
     return {"matrices": len(mats), **{k: v for k, v in plan.items() if k != "placed"},
             "streamed": not all(plan["placed"]), "split_k": sorted({p.name for p in ps if p.k0 > 0})}
 

@@ -44,6 +44,38 @@ def check_keep(keep, pending: int, name: str) -> list[int]:
     return keep
 
 
+def decoder_layers(model, name: str = "model"):
+    """The decoder layers of a causal LM (``model.model.layers`` for the Llama family)."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    if layers is None:
+        raise ModelError(f"{name}: no decoder layers to read features from in {type(model).__name__}")
+    return layers
+
+
+def _layer_tap(model, i: int):
+    """A forward hook keeping decoder layer ``i``'s output (batch row 0) on ``model``."""
+    def tap(module, args, out):
+        model._specdec_layer_out[i] = (out[0] if isinstance(out, tuple) else out)[0].detach()
+    return tap
+
+
+def fusion_features(model, layers: tuple[int, ...], **inputs):
+    """The decoder's outputs of ``layers`` and its final hidden states (after the final norm), concatenated:
+    (B, T, (len(layers) + 1) * d) for a batch ``inputs`` (``input_ids``, ``attention_mask``): what
+    :meth:`CausalLM.keep_features` keeps for one sequence, for training."""
+    import torch
+    outs = {}
+    hooks = [decoder_layers(model)[i].register_forward_hook(
+        lambda m, a, o, i=i: outs.__setitem__(i, (o[0] if isinstance(o, tuple) else o).detach()))
+        for i in layers]
+    try:
+        last = model.get_decoder()(**inputs).last_hidden_state
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.cat([outs[i] for i in layers] + [last], -1)
+
+
 class CausalLM:
     """One model and its KV cache: feed tokens, get one logits row per token, roll back.
 
@@ -81,23 +113,55 @@ class CausalLM:
         self.features_start, self._features_on = 0, False
         self.reset()
 
-    def keep_features(self, on: bool = True) -> None:
+    def keep_features(self, on: bool = True, layers: tuple[int, ...] = ()) -> None:
         """Keep the final hidden states (the LM head's input, after the final norm) of every forward:
         :attr:`features` (float32, shape (tokens, d)) for the positions from :attr:`features_start` on. An EAGLE
-        draft reads them (:mod:`specdec.decoding.eagle`). The model keeps one hook on its final norm for all
-        wrappers."""
-        if on and not hasattr(self.model, "_specdec_tap"):
+        draft reads them (:mod:`specdec.decoding.eagle`). ``layers``: also the outputs of those decoder layers (an
+        EAGLE-3 head's fusion input, :func:`fusion_features`). The model keeps one hook on its final norm (and one
+        on each such layer) for all wrappers, and the layers every call asked for: :attr:`features` is then
+        (tokens, (layers + 1) * d), their outputs in ascending layer order before the final state, and
+        :meth:`feature_columns` cuts out what one head reads."""
+        if on:
             decoder = self.model.get_decoder()
-            norm = getattr(decoder, "norm", None) or getattr(decoder, "ln_f", None)
-            if norm is None:
-                raise ModelError(f"{self.name}: no final norm to read features from in "
-                                 f"{type(self.model).__name__}")
-            model = self.model
+            if not hasattr(self.model, "_specdec_tap"):
+                norm = getattr(decoder, "norm", None) or getattr(decoder, "ln_f", None)
+                if norm is None:
+                    raise ModelError(f"{self.name}: no final norm to read features from in "
+                                     f"{type(self.model).__name__}")
+                model = self.model
+                model._specdec_fusion, model._specdec_layer_out = (), {}
 
-            def tap(module, args, out):
-                model._specdec_features = out[0].detach()
-            self.model._specdec_tap = norm.register_forward_hook(tap)
+                def tap(module, args, out):
+                    import torch
+                    f = out[0].detach()
+                    if model._specdec_fusion:
+                        f = torch.cat([model._specdec_layer_out[i] for i in model._specdec_fusion] + [f], -1)
+                    model._specdec_features = f
+                self.model._specdec_tap = norm.register_forward_hook(tap)
+            layers = tuple(int(i) for i in layers)
+            taps = getattr(self.model, "_specdec_layer_taps", {})
+            for i in layers:
+                if i not in taps:
+                    taps[i] = decoder_layers(self.model, self.name)[i].register_forward_hook(
+                        _layer_tap(self.model, i))
+            self.model._specdec_layer_taps = taps
+            self.model._specdec_fusion = tuple(sorted(set(self.model._specdec_fusion) | set(layers)))
         self._features_on = on
+
+    def feature_columns(self, feats, layers: tuple[int, ...] = ()):
+        """Rows of :attr:`features` cut to the outputs of ``layers`` and the final state, in that order (the
+        final state alone, a view, for ``()``). CacheStateError for a layer the features do not hold."""
+        import torch
+        fusion = getattr(self.model, "_specdec_fusion", ())
+        d = feats.shape[-1] // (len(fusion) + 1)
+        if not layers:
+            return feats[..., -d:]
+        missing = [i for i in layers if i not in fusion]
+        if missing:
+            raise CacheStateError(f"{self.name}: the features hold decoder layers {list(fusion)}, not {missing} "
+                                  "(keep_features(True, layers) before the forward)")
+        return torch.cat([feats[..., fusion.index(i) * d:(fusion.index(i) + 1) * d] for i in layers]
+                         + [feats[..., -d:]], -1)
 
     @property
     def features(self):

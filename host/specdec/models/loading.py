@@ -31,6 +31,8 @@ DEMO_TARGET = "smollm2-135m-instruct"
 DEMO_DRAFT = "smollm2-shakespeare-draft-4x192"
 #: The demo target's EAGLE-style draft head (specdec.decoding.eagle; scripts/train_eagle.py).
 DEMO_EAGLE = "smollm2-eagle-head"
+#: Head v2 (EAGLE-3 style: fused target layers, training-time test, the target's distribution).
+DEMO_EAGLE3 = "smollm2-eagle3-head"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

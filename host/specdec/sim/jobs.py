@@ -68,7 +68,8 @@ def run_sim(job: Job | Mapping[str, Any], sim: str = "verilator", waves: str | o
     job = as_job(job)
     job.check_backend("sim")
     if job.kv_block is not None:        # refused before the simulation builds and the models load
-        check_kv_fits(job.target, job.draft, KV_PARAMS["PAGES"], KV_PARAMS["MAX_BLOCKS"], job.kv_block)
+        check_kv_fits(job.target, job.draft, KV_PARAMS["PAGES"], KV_PARAMS["MAX_BLOCKS"], job.kv_block,
+                      job.draft_engine)
     params = {**CORE_PARAMS, **TREEMASK_PARAMS, **KV_PARAMS, **DRAFTENGINE_PARAMS}
     res = _simulate(job, "system", DECODE_TESTS, sim, params, waves=waves, feed=True)
     if waves is not None:
