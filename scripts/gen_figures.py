@@ -141,8 +141,12 @@ def _e2e(root: Path) -> list[tuple[str, str, str, str]]:
             calls = max(r["tokens_per_call"] for r in own)
             out.append(("EAGLE3 greedy vs best target-only, HF assisted", f"{speedup:.2f}x, {ratio:.2f}x",
                         _goals(*goals), name))
-            out.append(("EAGLE3 greedy: tokens per target call", f"{calls:.2f}",
-                        f">= {TOKENS_PER_CALL_GOAL} {_goal(calls >= TOKENS_PER_CALL_GOAL)}", name))
+            both = [r for r in d["rows"] if r.get("draft", "").endswith("+lookup")]
+            top = max(both, key=lambda r: r["tokens_per_s"])
+            calls = max(calls, *(r["tokens_per_call"] for r in both))
+            out.append(("EAGLE3+lookup: greedy speedup; tokens/call", f"{top['tokens_per_s'] / base:.2f}x; {calls:.2f}",
+                        _goals((f"{goal}x", top["tokens_per_s"] / base >= goal),
+                               (f"{TOKENS_PER_CALL_GOAL}", calls >= TOKENS_PER_CALL_GOAL)), name))
         else:
             out.append(("EAGLE3 T 0.8 vs best target-only, HF assisted", f"{speedup:.2f}x, {ratio:.2f}x",
                         _goals(*goals), name))
@@ -155,14 +159,15 @@ def _e2e(root: Path) -> list[tuple[str, str, str, str]]:
     name = E2E_RUNS["drafts"]
     d = _load(name, root)
     names = list(d["drafts"])
-    out.append(("best chain tok/s: " + " / ".join(_short(n) for n in names),
-                " / ".join(f"{d['drafts'][n]['tokens_per_s']:.1f}" for n in names), "comparison", name))
+    out.append(("tok/s: " + " / ".join(_short(n) for n in names),
+                " / ".join(f"{d['drafts'][n]['tokens_per_s']:.1f}" for n in names), "best chains", name))
     return out
 
 
 def _short(draft: str) -> str:
     """A draft's name in the table."""
-    names = {"smollm2-eagle-head": "EAGLE v1", "smollm2-eagle3-head": "EAGLE3", "prompt-lookup": "lookup"}
+    names = {"smollm2-eagle-head": "v1", "smollm2-eagle3-head": "EAGLE3", "smollm2-eagle3-head+lookup": "+lookup",
+             "prompt-lookup": "lookup"}
     return names.get(draft, draft)
 
 

@@ -429,7 +429,7 @@ def test_bench_e2e_runs_further_drafts_side_by_side(gpt2_dirs, tmp_path, capsys)
     assert "prompt-lookup@3" in capsys.readouterr().out
     argv[argv.index("prompt-lookup")] = gpt2_dirs[1]
     assert cli.main(argv) == 2
-    assert "--also-drafts must be prompt-lookup or an EAGLE head" in capsys.readouterr().err
+    assert "--also-drafts must be prompt-lookup, an EAGLE head" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("gammas,message", [("0,x", "'x'"), ("0,17", "GAMMA_MAX")])

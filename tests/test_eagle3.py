@@ -190,3 +190,18 @@ def test_sampling_with_a_v2_head_follows_the_target(torch_threads):
     assert chi2_pvalue(counts, p_target) > ALPHA
     assert firsts.sum() == N_SAMPLES and firsts[[4, 7]].sum() == 0
     assert chi2_pvalue(firsts, p_target.reshape(V_SMALL, V_SMALL).sum(1)) < ALPHA
+
+
+def test_lookup_first_then_the_head_is_the_target_alone(eagle3_pair):
+    """``<head>+lookup`` (``LookupEagleDraft``): rounds whose context ends in a repeated 2- or 3-gram draft by lookup,
+    the rest by the head, whose cache catches up every round; greedy output is the target's own."""
+    draft = pairs.other_draft(eagle3_pair, HEAD + pairs.LOOKUP_SUFFIX)
+    assert isinstance(draft, eagle.LookupEagleDraft)
+    ref = Reference(eagle3_pair)
+    for text in corpus.sample_passages(2, held_out=True, seed=9):
+        ids = pairs.encode(eagle3_pair.tokenizer, text)
+        gen = loop.generate(eagle3_pair.target, draft, cores.golden_verifier(), ids, base.GenConfig(24, 4))
+        assert gen.tokens == ref(ids, 24)
+    assert draft.lookups > 0 and draft.heads > 0
+    with pytest.raises(OptionError, match=r"also_drafts must be prompt-lookup, an EAGLE head"):
+        pairs.other_draft(eagle3_pair, "nothing+lookup")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..decoding import calibration as calib
 from ..decoding.base import Drafter
 from ..decoding.drafters import ModelDraft, PromptLookup
-from ..decoding.eagle import EagleDraft, HeadLM, load_head
+from ..decoding.eagle import EagleDraft, HeadLM, LookupEagleDraft, load_head
 from ..decoding.sequoia import SequoiaTree
 from ..decoding.trees import EagleTree, StaticTree, default_paths
 from ..errors import OptionError
@@ -176,17 +176,25 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     return SequoiaTree(lm, tree.acceptance, tree.budget, tree.depth)
 
 
+#: A head's name with this suffix drafts by prompt lookup where it matches, the head elsewhere (:func:`other_draft`).
+LOOKUP_SUFFIX = "+lookup"
+
+
 def other_draft(pair: Pair, name: str) -> Drafter:
     """A further chain drafter over ``pair``'s target, for a run that compares drafts side by side: prompt lookup,
-    or an EAGLE head (by name or directory, over the target's features). OptionError for a draft model (it would
+    an EAGLE head (by name or directory, over the target's features), or ``<head>+lookup``
+    (:class:`~specdec.decoding.eagle.LookupEagleDraft`). OptionError for a draft model (it would
     need its own cache and kvpage sequence) or a name that is neither."""
     if name == PROMPT_LOOKUP:
         return PromptLookup(pair.target.vocab)
-    head = eagle_dir(name)
+    both = name.endswith(LOOKUP_SUFFIX)
+    head = eagle_dir(name.removesuffix(LOOKUP_SUFFIX))
     if head is None:
-        raise OptionError("also_drafts", name, f"{PROMPT_LOOKUP} or an EAGLE head (a name under models/ or a "
-                                               "directory); a draft model runs as --draft")
-    return EagleDraft(load_head(head, pair.target.model), pair.target)
+        raise OptionError("also_drafts", name, f"{PROMPT_LOOKUP}, an EAGLE head (a name under models/ or a "
+                                               f"directory) or a head's name with {LOOKUP_SUFFIX!r} (prompt lookup "
+                                               "first, the head elsewhere); a draft model runs as --draft")
+    cls = LookupEagleDraft if both else EagleDraft
+    return cls(load_head(head, pair.target.model), pair.target)
 
 
 def draft_lm(pair: Pair):

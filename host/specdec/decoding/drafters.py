@@ -94,12 +94,13 @@ class NoDraft:
         pass
 
 
-def lookup(context: list[int], g: int, max_ngram: int = 3) -> list[int]:
-    """Up to g tokens following the latest earlier match of the context's last n-gram, longest n first."""
+def lookup(context: list[int], g: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Up to g tokens following the latest earlier match of the context's last n-gram, longest n first, n from
+    ``max_ngram`` down to ``min_ngram``."""
     if g <= 0:
         return []
     ctx = np.asarray(context)
-    for n in range(min(max_ngram, len(ctx) - 1), 0, -1):
+    for n in range(min(max_ngram, len(ctx) - 1), max(min_ngram, 1) - 1, -1):
         tail = ctx[-n:]
         win = np.lib.stride_tricks.sliding_window_view(ctx[:-1], n)     # windows that end before the tail
         hits = np.nonzero((win == tail).all(axis=1))[0]

@@ -44,6 +44,7 @@ from ..models.hotvocab import check_map, scatter
 from ..models.kernels import block_q8, half_weights, linear, use_row_kernels
 from ..models.lm import CacheStateError, CausalLM, check_keep
 from ..models.loading import ModelError
+from .drafters import lookup
 from .rows import draft_token
 from .base import Chain, Sampling, Support, check_confidence
 
@@ -285,6 +286,33 @@ class EagleDraft:
 
     def free(self) -> None:
         self.lm.free()
+
+
+class LookupEagleDraft(EagleDraft):
+    """EAGLE chains with prompt lookup first: a round whose context ends in an n-gram (``min_ngram`` <= n <=
+    ``max_ngram``) seen earlier in the context drafts the tokens that followed it (q a point mass on each, as
+    :class:`~specdec.decoding.drafters.PromptLookup`), with no head step but the catch-up on the tokens the last
+    round accepted, which keeps the head's cache on the target's features; any other round the head drafts."""
+
+    name = "eagle+lookup"
+
+    def __init__(self, head, target: CausalLM, max_ngram: int = 3, min_ngram: int = 2) -> None:
+        super().__init__(head, target)
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        #: Rounds drafted by lookup and by the head.
+        self.lookups = self.heads = 0
+
+    def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
+        tokens = lookup(context, budget - 1, self.max_ngram, self.min_ngram) if len(context) >= 2 else []
+        if not tokens:
+            self.heads += 1
+            return super().propose(context, budget, sampling, rng)
+        if self.lm.length < len(context):
+            self.lm.predict(context[self.lm.length:])
+        self.lookups += 1
+        q = np.full((len(tokens), self.head.vocab), -np.inf, dtype=np.float32)
+        q[np.arange(len(tokens)), tokens] = 0.0
+        return Chain(tuple(tokens), q)
 
 
 class HeadLM:
