@@ -57,27 +57,15 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     training.data_args(ap, paths.model_dir(NAME))
     ap.add_argument("--hot-vocab", type=int, default=8192)
-    ap.add_argument("--sampled-prompts", type=int, default=2048,
-                    help="further training passages the target continues by sampling (0: greedy data only)")
-    ap.add_argument("--temperature", type=float, default=0.8, help="the sampled continuations' temperature")
-    ap.add_argument("--top-p", type=float, default=0.95, help="the sampled continuations' top-p")
+    training.eagle_args(ap, 2048, ROOT / "build" / "eagle-data.pt")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=96, help="slots per training window")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise on input features")
     ap.add_argument("--ce-weight", type=float, default=0.5)
-    ap.add_argument("--eval-prompts", type=int, default=48)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--data-cache", default=str(ROOT / "build" / "eagle-data.pt"),
-                    help="stage 1's output is kept here and reused when its arguments match")
-    ap.add_argument("--smoke", action="store_true", help="toy sizes: checks the pipeline end to end")
     a = ap.parse_args()
-    if a.smoke:
-        a.prompts, a.sampled_prompts, a.new_tokens, a.steps, a.eval_prompts, a.batch = 16, 8, 8, 5, 4, 4
-        a.out = str(ROOT / "build" / "eagle-smoke")
-        a.data_cache = str(ROOT / "build" / "eagle-smoke-data.pt")
+    training.smoke(a, ROOT / "build", "eagle")
     return a
 
 

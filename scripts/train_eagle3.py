@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,14 +60,11 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     training.data_args(ap, paths.model_dir(NAME))
     ap.set_defaults(prompts=1536)
-    ap.add_argument("--sampled-prompts", type=int, default=1536,
-                    help="further training passages the target continues by sampling")
+    training.eagle_args(ap, 1536, ROOT / "build" / "eagle3-data.pt")
     ap.add_argument("--init", default=str(paths.model_dir(DEMO_EAGLE)), help="the v1 head the run starts from")
     ap.add_argument("--layers", default="2,15", help="the low and middle decoder layers fused with the final state")
     ap.add_argument("--unroll", type=int, default=3, help="training-time test: steps unrolled on the head's outputs")
     ap.add_argument("--step-decay", type=float, default=0.8, help="step s's loss weight: decay ** (s - 1)")
-    ap.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (data, loss, eval)")
-    ap.add_argument("--top-p", type=float, default=0.95, help="the sampled continuations' top-p")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--seq", type=int, default=64, help="chains (slots) per training window")
@@ -76,17 +72,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise on the fused features")
     ap.add_argument("--ce-weight", type=float, default=1.0)
     ap.add_argument("--reg-weight", type=float, default=1.0)
-    ap.add_argument("--eval-prompts", type=int, default=48)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--data-cache", default=str(ROOT / "build" / "eagle3-data.pt"),
-                    help="stage 1's output is kept here and reused when its arguments match")
-    ap.add_argument("--smoke", action="store_true", help="toy sizes: checks the pipeline end to end")
     a = ap.parse_args()
-    if a.smoke:
-        a.prompts, a.sampled_prompts, a.new_tokens, a.steps, a.eval_prompts, a.batch = 16, 8, 8, 5, 4, 4
-        a.out = str(ROOT / "build" / "eagle3-smoke")
-        a.data_cache = str(ROOT / "build" / "eagle3-smoke-data.pt")
+    training.smoke(a, ROOT / "build", "eagle3")
     a.layers = [int(x) for x in a.layers.split(",")]
     return a
 
@@ -311,9 +298,7 @@ def main() -> None:
     data, held, held_sampled = stage["data"], stage["held"], stage["held_sampled"]
 
     v1 = eagle.load_head(a.init, target)
-    head = eagle.new_head(target, v1.hot_ids, a.seed, fusion_layers=a.layers)
-    start = load_file(str(Path(a.init) / eagle.WEIGHTS_FILE))
-    head.load_state_dict({k: w.float() for k, w in start.items() if k.startswith(eagle.TRAINED)}, strict=False)
+    head = eagle.fused_from(a.init, target, a.layers)
     with torch.no_grad():               # the unroll's step 1 is the module's own forward
         f, x, n = next(windows(held, 2, 16, a.unroll, np.random.default_rng(0)))
         want = head(f[:, :16], x[:, :16])

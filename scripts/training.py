@@ -1,4 +1,5 @@
-"""What the training scripts (train_draft.py, train_eagle.py) share: the run's logger and the stage-1 cache."""
+"""What the training scripts (train_draft.py, train_eagle.py, train_eagle3.py) share: the run's logger, the stage-1
+cache and the options of the data stage."""
 from __future__ import annotations
 
 import time
@@ -40,3 +41,26 @@ def data_args(ap, out: Path) -> None:
     ap.add_argument("--prompts", type=int, default=2048, help="training passages the target continues")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--gen-batch", type=int, default=32)
+
+
+def eagle_args(ap, sampled_prompts: int, data_cache: Path) -> None:
+    """The EAGLE scripts' options besides :func:`data_args`: the sampled continuations and their settings, the
+    held-out passages, seed, threads, the data stage's cache and ``--smoke`` (:func:`smoke`)."""
+    ap.add_argument("--sampled-prompts", type=int, default=sampled_prompts,
+                    help="further training passages the target continues by sampling (0: greedy data only)")
+    ap.add_argument("--temperature", type=float, default=0.8, help="the sampled continuations' temperature")
+    ap.add_argument("--top-p", type=float, default=0.95, help="the sampled continuations' top-p")
+    ap.add_argument("--eval-prompts", type=int, default=48)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data-cache", default=str(data_cache),
+                    help="stage 1's output is kept here and reused when its arguments match")
+    ap.add_argument("--smoke", action="store_true", help="toy sizes: checks the pipeline end to end")
+
+
+def smoke(a, build: Path, name: str) -> None:
+    """``--smoke``: toy sizes for every stage, the model and the data cache under ``build`` as ``name``."""
+    if a.smoke:
+        a.prompts, a.sampled_prompts, a.new_tokens, a.steps, a.eval_prompts, a.batch = 16, 8, 8, 5, 4, 4
+        a.out = str(build / f"{name}-smoke")
+        a.data_cache = str(build / f"{name}-smoke-data.pt")

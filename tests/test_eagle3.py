@@ -42,13 +42,10 @@ def target(torch_threads):
     return loading.load(loading.DEMO_TARGET)
 
 
-def fresh_v2(model, seed: int = 4):
-    """A v2 head over v1's committed weights: its fuse passes the final state through, as training starts."""
-    v1 = eagle.load_head(paths.model_dir(loading.DEMO_EAGLE), model)
-    head = eagle.new_head(model, v1.hot_ids.numpy(), seed=seed, fusion_layers=LAYERS)
-    state = {k: v for k, v in v1.state_dict().items() if k.startswith(("fc.", "layer."))}
-    head.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-    return v1, head.eval()
+def fresh_v2(model):
+    """v1 and a v2 head starting from v1's committed weights (its fuse passes the final state through)."""
+    v1_dir = paths.model_dir(loading.DEMO_EAGLE)
+    return eagle.load_head(v1_dir, model), eagle.fused_from(v1_dir, model, LAYERS).eval()
 
 
 def reference_chain(head, model, context: list[int], g: int) -> list[int]:

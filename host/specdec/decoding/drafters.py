@@ -63,11 +63,7 @@ class PromptLookup:
 
     def propose(self, context: list[int], budget: int, sampling: Sampling, rng: np.random.Generator) -> Chain:
         tokens = lookup(context, budget - 1, self.max_ngram)
-        if not tokens:
-            return Chain()
-        q = np.full((len(tokens), self.vocab), -np.inf, dtype=np.float32)
-        q[np.arange(len(tokens)), tokens] = 0.0
-        return Chain(tuple(tokens), q)
+        return lookup_chain(tokens, self.vocab) if tokens else Chain()
 
     def commit(self, valid: int) -> None:
         pass
@@ -92,6 +88,13 @@ class NoDraft:
 
     def free(self) -> None:
         pass
+
+
+def lookup_chain(tokens: list[int], vocab: int) -> Chain:
+    """A chain of looked-up ``tokens``: its q rows a point mass on each token (logit 0 there, -inf elsewhere)."""
+    q = np.full((len(tokens), vocab), -np.inf, dtype=np.float32)
+    q[np.arange(len(tokens)), tokens] = 0.0
+    return Chain(tuple(tokens), q)
 
 
 def lookup(context: list[int], g: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:

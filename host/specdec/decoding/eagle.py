@@ -44,7 +44,7 @@ from ..models.hotvocab import check_map, scatter
 from ..models.kernels import block_q8, half_weights, linear, use_row_kernels
 from ..models.lm import CacheStateError, CausalLM, check_keep
 from ..models.loading import ModelError
-from .drafters import lookup
+from .drafters import lookup, lookup_chain
 from .rows import draft_token
 from .base import Chain, Sampling, Support, check_confidence
 
@@ -171,6 +171,17 @@ def new_head(target_model, hot_ids, seed: int = 0, fusion_layers=()):
     torch.manual_seed(seed)
     return _module()(layer_config(target_model.config), target_model.get_input_embeddings().weight.detach(),
                      target_model.get_output_embeddings().weight.detach()[ids].clone(), ids, vocab, fusion_layers)
+
+
+def fused_from(path: str | Path, target_model, fusion_layers):
+    """An EAGLE-3 head over ``fusion_layers`` that starts as the EAGLE-1 head saved at ``path``: its fc and layer
+    (float32), its hot ids, and ``fuse`` passing the final state through (so it drafts what that head drafts)."""
+    import torch
+    from safetensors.torch import load_file
+    state = load_file(str(Path(path) / WEIGHTS_FILE))
+    head = new_head(target_model, state.pop("hot_ids").numpy(), fusion_layers=fusion_layers)
+    head.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    return head.to(torch.float32)
 
 
 def save_head(head, path: str | Path, meta: dict) -> None:
@@ -310,9 +321,7 @@ class LookupEagleDraft(EagleDraft):
         if self.lm.length < len(context):
             self.lm.predict(context[self.lm.length:])
         self.lookups += 1
-        q = np.full((len(tokens), self.head.vocab), -np.inf, dtype=np.float32)
-        q[np.arange(len(tokens)), tokens] = 0.0
-        return Chain(tuple(tokens), q)
+        return lookup_chain(tokens, self.head.vocab)
 
 
 class HeadLM:
