@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -310,6 +312,47 @@ def test_gamma_model_schedule_picks_the_predicted_best(accept, cheap, expect):
         assert abs(s.gamma - expect) <= 1       # acceptance estimated from samples
     else:
         assert s.gamma == expect
+
+
+def test_a_round_that_took_the_prompt_is_no_round_of_its_size():
+    """The first round of a generation whose target started empty takes the prompt with it: the schedule learns
+    no cost from it, and the summary's time breakdown leaves it out (tokens/s keeps it)."""
+    from specdec.decoding import metrics
+    cost = lambda n: 0.040 + 0.004 * n          # noqa: E731
+    s = GammaSchedule("model", gamma_max=16)
+    first = dataclasses.replace(model_round(4, 2, 0.001, cost), prompt=50, total_s=5.0)
+    s.update(2, 4, first)
+    assert s._cost == {}
+    s.update(2, 4, model_round(4, 2, 0.001, cost))
+    assert s._cost[5][1] == 1 and s._cost[5][0] == pytest.approx(cost(5))
+    gen = base.Generation([1] * 6, [first, model_round(4, 2, 0.001, cost)], 0.0, 5.1, False)
+    summary = metrics.summarize([gen])
+    assert summary["breakdown"]["draft_s"] == pytest.approx(0.004) and summary["wall_s"] == 5.1
+    assert summary["target_calls"] == 2 and summary["tokens_per_s"] == pytest.approx(6 / 5.1)
+
+
+def test_the_target_takes_the_prompt_in_the_first_round_unless_the_drafter_reads_it(tiny_pair):
+    """Target-only and model-draft chains: the target starts empty, its first pass takes the prompt with the
+    round's positions (one forward fewer, as transformers' generate), and the output is the prefilled one's."""
+    target, draft = tiny_pair
+    calls = []
+    hook = target.model.register_forward_hook(lambda m, a, k, out: calls.append(k["input_ids"].shape[1]),
+                                              with_kwargs=True)
+    try:
+        ref = loop.generate(target, None, None, PROMPT, GenConfig(6, 0, stop_at_eos=False))
+        assert calls == [len(PROMPT)] + [1] * 5
+        assert [r.prompt for r in ref.rounds] == [len(PROMPT) - 1] + [0] * 5
+        calls.clear()
+        gen = loop.generate(target, drafters.ModelDraft(draft), cores.golden_verifier(), PROMPT,
+                            GenConfig(6, 2, stop_at_eos=False))
+        assert calls[0] == len(PROMPT) + gen.rounds[0].g and gen.rounds[0].prompt == len(PROMPT) - 1
+        calls.clear()
+        tree_gen = loop.generate(target, trees.StaticTree(draft, [(0,), (1,)]), cores.golden_verifier(), PROMPT,
+                                 GenConfig(6, 0, stop_at_eos=False, tree_budget=3), cores.golden_masker())
+        assert calls[0] == len(PROMPT) - 1 and all(r.prompt == 0 for r in tree_gen.rounds)
+    finally:
+        hook.remove()
+    assert gen.tokens == tree_gen.tokens == ref.tokens
 
 
 def test_gamma_auto_start_capped_by_gamma_max():

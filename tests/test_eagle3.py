@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from greedy_identity import Reference, assert_identical  # noqa: E402
 from two_tokens import N_SAMPLES, V_SMALL, exact_two_token_dist, sample_two_tokens  # noqa: E402
 from specdec import paths  # noqa: E402
-from specdec.app import checks, pairs  # noqa: E402
+from specdec.app import checks, job, pairs  # noqa: E402
 from specdec.decoding import base, eagle, loop  # noqa: E402
 from specdec.errors import OptionError  # noqa: E402
 from specdec.hw import cores  # noqa: E402
@@ -191,8 +191,10 @@ def test_sampling_with_a_v2_head_follows_the_target(torch_threads):
 
 def test_lookup_first_then_the_head_is_the_target_alone(eagle3_pair):
     """``<head>+lookup`` (``LookupEagleDraft``): rounds whose context ends in a repeated 2- or 3-gram draft by lookup,
-    the rest by the head, whose cache catches up every round; greedy output is the target's own."""
-    draft = pairs.other_draft(eagle3_pair, HEAD + pairs.LOOKUP_SUFFIX)
+    the rest by the head, whose cache catches up every round; greedy output is the target's own, as an
+    ``--also-drafts`` row and as the job's own draft (paged caches, the golden cores)."""
+    name = HEAD + job.LOOKUP_SUFFIX
+    draft = pairs.other_draft(eagle3_pair, name)
     assert isinstance(draft, eagle.LookupEagleDraft)
     ref = Reference(eagle3_pair)
     for text in corpus.sample_passages(2, held_out=True, seed=9):
@@ -200,5 +202,15 @@ def test_lookup_first_then_the_head_is_the_target_alone(eagle3_pair):
         gen = loop.generate(eagle3_pair.target, draft, cores.golden_verifier(), ids, base.GenConfig(24, 4))
         assert gen.tokens == ref(ids, 24)
     assert draft.lookups > 0 and draft.heads > 0
+    own = pairs.open_pair(loading.DEMO_TARGET, name)
+    assert isinstance(own.draft, eagle.LookupEagleDraft) and own.draft_name == name
+    prompts = corpus.sample_passages(2, held_out=True, seed=9)
+    res = runner.run({"prompts": prompts, "max_new_tokens": 24, "gamma": 4, "draft": name}, "ref", own)
+    assert_identical(res, ref, 24)
+    assert res["summary"]["tokens_per_call"] > 1.5
     with pytest.raises(OptionError, match=r"also_drafts must be prompt-lookup, an EAGLE head"):
         pairs.other_draft(eagle3_pair, "nothing+lookup")
+    with pytest.raises(OptionError, match=r"draft must be an EAGLE head's name or directory before '\+lookup'"):
+        checks.check_sources(None, "nothing+lookup")
+    with pytest.raises(OptionError, match=r"draft must be a draft without '\+lookup' for a tree"):
+        job.Job(prompts=["x"], draft=name, tree=job.TreeSpec("eagle", 7))

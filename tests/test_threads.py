@@ -52,6 +52,7 @@ class Spy:
     """A drafter that records numpy's BLAS threads while the loop runs, around a real model draft."""
 
     name = "spy"
+    reads_target = False
 
     def __init__(self, inner) -> None:
         self.inner, self.seen = inner, []

@@ -11,7 +11,7 @@ from ..errors import OptionError
 from ..kv.layout import pick_block
 from ..models import loading
 from ..models.hotvocab import check_size
-from .job import KV_AUTO, PROMPT_LOOKUP, Job
+from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job
 
 
 #: How a draft's name says its hot vocabulary (:func:`draft_name`; :func:`check_serves` looks for it).
@@ -33,6 +33,27 @@ def eagle_dir(draft: str):
         if is_head_dir(path):
             return path
     return None
+
+
+def split_lookup(draft: str) -> tuple[str, bool]:
+    """(the head's name, True) for ``<head>+lookup`` (:data:`specdec.app.job.LOOKUP_SUFFIX`), else (``draft``,
+    False)."""
+    if isinstance(draft, str) and draft.endswith(LOOKUP_SUFFIX):
+        return draft.removesuffix(LOOKUP_SUFFIX), True
+    return draft, False
+
+
+def lookup_head_dir(draft: str):
+    """The head's directory of a ``<head>+lookup`` draft (:func:`split_lookup`), None for any other draft;
+    OptionError where the part before the suffix is no EAGLE head."""
+    base, lookup = split_lookup(draft)
+    if not lookup:
+        return None
+    head = eagle_dir(base)
+    if head is None:
+        raise OptionError("draft", draft, f"an EAGLE head's name or directory before {LOOKUP_SUFFIX!r} (prompt "
+                                          f"lookup first, the head elsewhere); {base!r} is none")
+    return head
 
 
 def resolve_names(target: str | None, draft: str | None) -> tuple[str, str]:
@@ -61,7 +82,7 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
     loading.check_source(target, "target")
     if draft == PROMPT_LOOKUP:
         return target, draft
-    head = eagle_dir(draft)
+    head = lookup_head_dir(draft) or eagle_dir(draft)
     if head is not None:
         if draft_engine == "fabric" and head_fusion_layers(head):
             raise OptionError("draft_engine", draft_engine, f"host with the EAGLE-3 head {draft!r}: the int8 engine "
@@ -88,7 +109,8 @@ def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks:
     target, draft = resolve_names(target, draft)
     # as paged_pair counts them: a draft model's cache shares the pool, and so does an EAGLE head's on the fabric;
     # prompt lookup and an EAGLE head on the host have none
-    own = draft == PROMPT_LOOKUP or (eagle_dir(draft) is not None and draft_engine != "fabric")
+    head = draft != PROMPT_LOOKUP and (lookup_head_dir(draft) or eagle_dir(draft))
+    own = draft == PROMPT_LOOKUP or (head is not None and draft_engine != "fabric")
     sequences = 1 if own else 2
     pick_block(loading.config_context_length(target), sequences, pages, max_blocks,
                None if block == KV_AUTO else block)

@@ -35,6 +35,9 @@ SEED_MAX = (1 << 32) - 1
 
 #: The ``draft`` that drafts by prompt lookup instead of with a model.
 PROMPT_LOOKUP = PromptLookup.name
+#: An EAGLE head's name with this suffix drafts by prompt lookup where the context's last n-gram was seen before,
+#: with the head elsewhere (:class:`specdec.decoding.eagle.LookupEagleDraft`).
+LOOKUP_SUFFIX = "+lookup"
 #: Tree builders (:mod:`specdec.decoding.trees`, :mod:`specdec.decoding.sequoia`): Medusa-style static paths,
 #: EAGLE-2's dynamic tree, Sequoia's DP topology.
 TREE_KINDS = ("static", "eagle", "sequoia")
@@ -170,6 +173,10 @@ class Job:
         if self.tree is not None and self.draft == PROMPT_LOOKUP:
             raise OptionError("draft", self.draft, "a model for tree speculation (tree speculation drafts "
                                                    "with a model; prompt lookup builds no trees)")
+        lookup_head = isinstance(self.draft, str) and self.draft.endswith(LOOKUP_SUFFIX)
+        if lookup_head and (self.tree is not None or self.draft_confidence is not None):
+            raise OptionError("draft", self.draft, f"a draft without {LOOKUP_SUFFIX!r} for a tree or a confidence "
+                                                   "stop (prompt lookup drafts chains and has no probabilities)")
         if self.draft_vocab is not None:
             check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (none: all tokens)")
             if self.draft == PROMPT_LOOKUP:

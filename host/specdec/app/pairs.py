@@ -18,8 +18,9 @@ from ..models.hotvocab import hot_head_model, hot_ids
 from ..models.int8draft import demo_draft, engine_modules
 from ..models.int8eagle import STATS_FILE, Int8Head, quantize_head
 from ..models.lm import CausalLM, context_length
-from .checks import HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir
-from .job import KV_AUTO, PROMPT_LOOKUP, Job, TreeSpec
+from .checks import (HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir, lookup_head_dir,
+                     split_lookup)
+from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job, TreeSpec
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class Pair:
 def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: int | None = None,
               draft_engine: str = "host") -> Pair:
     """Load a target and its draft (a model, an EAGLE head (:mod:`specdec.decoding.eagle`, by directory or by name
-    under models/) or ``"prompt-lookup"``), checking they share a vocabulary.
+    under models/), ``<head>+lookup`` (:class:`~specdec.decoding.eagle.LookupEagleDraft`: prompt lookup where it
+    matches, the head elsewhere) or ``"prompt-lookup"``), checking they share a vocabulary.
     ``draft_vocab``: the draft's LM head keeps only that many most frequent tokens (:mod:`specdec.models.hotvocab`;
     an EAGLE head the first that many of its own hot tokens).
     ``draft_engine="fabric"``: the draft's linear layers run on the int8 draft engine's golden model
@@ -55,7 +57,7 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
         No draft given for a target that has no default draft; a path that names no model directory.
     """
     target, draft = check_sources(target, draft, draft_vocab, draft_engine)
-    head_dir = eagle_dir(draft) if draft != PROMPT_LOOKUP else None
+    head_dir = (lookup_head_dir(draft) or eagle_dir(draft)) if draft != PROMPT_LOOKUP else None
     t_model, t_tok = loading.load(target, "target")
     t_lm = CausalLM(t_model, "target")
     if draft == PROMPT_LOOKUP:
@@ -64,7 +66,8 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
         head = load_head(head_dir, t_model, draft_vocab)
         if draft_engine == "fabric":
             head = quantize_head(head, t_model, t_tok, stats=head_dir / STATS_FILE)
-        return Pair(t_lm, EagleDraft(head, t_lm), t_tok, target, draft_name(draft, draft_vocab, draft_engine))
+        cls = LookupEagleDraft if split_lookup(draft)[1] else EagleDraft
+        return Pair(t_lm, cls(head, t_lm), t_tok, target, draft_name(draft, draft_vocab, draft_engine))
     # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
     d_model, d_tok = loading.load(draft, "draft", t_tok if loading.same_tokenizer(target, draft) else None)
     vocab = loading.check_pair(t_model, t_tok, d_model, d_tok, target, draft)
@@ -133,8 +136,8 @@ def paged_pair(pair: Pair, kv, block: int | str = KV_AUTO) -> Pair:
     target = CausalLM(pair.target.model, pair.target.name, kv=kv, block=block)
     if isinstance(pair.draft, ModelDraft):
         draft = ModelDraft(CausalLM(pair.draft.lm.model, pair.draft.lm.name, kv=kv, block=block))
-    elif isinstance(pair.draft, EagleDraft):       # it reads the new target's features
-        draft = EagleDraft(pair.draft.head, target)
+    elif isinstance(pair.draft, EagleDraft):       # it reads the new target's features (prompt lookup first, too)
+        draft = type(pair.draft)(pair.draft.head, target)
     else:
         draft = PromptLookup(target.vocab, pair.draft.max_ngram)
     return dataclasses.replace(pair, target=target, draft=draft)
@@ -176,10 +179,6 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     return SequoiaTree(lm, tree.acceptance, tree.budget, tree.depth)
 
 
-#: A head's name with this suffix drafts by prompt lookup where it matches, the head elsewhere (:func:`other_draft`).
-LOOKUP_SUFFIX = "+lookup"
-
-
 def other_draft(pair: Pair, name: str) -> Drafter:
     """A further chain drafter over ``pair``'s target, for a run that compares drafts side by side: prompt lookup,
     an EAGLE head (by name or directory, over the target's features), or ``<head>+lookup``
@@ -187,8 +186,8 @@ def other_draft(pair: Pair, name: str) -> Drafter:
     need its own cache and kvpage sequence) or a name that is neither."""
     if name == PROMPT_LOOKUP:
         return PromptLookup(pair.target.vocab)
-    both = name.endswith(LOOKUP_SUFFIX)
-    head = eagle_dir(name.removesuffix(LOOKUP_SUFFIX))
+    base, both = split_lookup(name)
+    head = eagle_dir(base)
     if head is None:
         raise OptionError("also_drafts", name, f"{PROMPT_LOOKUP}, an EAGLE head (a name under models/ or a "
                                                f"directory) or a head's name with {LOOKUP_SUFFIX!r} (prompt lookup "

@@ -101,6 +101,9 @@ class Drafter(Protocol):
     when the round's tokens are final, :meth:`commit`; :meth:`free` at the end, also after a failure."""
 
     name: str
+    #: True when a proposal reads the target's cache or features (an EAGLE head): the loop then has the target
+    #: take the prompt before the first round (``specdec.decoding.loop.prefill``).
+    reads_target: bool
 
     def start(self, context: list[int]) -> None:
         """Take the prompt ``context`` (its last token is fed by the first round)."""
@@ -149,6 +152,8 @@ class Round:
                                     # emitted where the budget or an EOS cuts the last round)
     emitted: int                    # tokens emitted (accepted, then the next token; cut at EOS / the budget)
     depth: int                      # deepest draft position: a chain's g, a tree's largest node depth
+    prompt: int = 0                 # prompt tokens the round's target pass took besides its g + 1 positions (the
+                                    # first round of a generation whose target started empty: loop.prefill)
     total_s: float                  # the whole round, caches committed
     draft_s: float = 0.0
     mask_s: float = 0.0             # tree rounds: the treemask core (driver call)

@@ -16,6 +16,7 @@ class ModelDraft:
     """A draft model proposing with its own KV cache."""
 
     name = "model"
+    reads_target = False
 
     def __init__(self, lm: CausalLM, confidence: float | None = None) -> None:
         """``confidence``: stop a chain early, after the first drafted token whose probability under the draft
@@ -54,6 +55,7 @@ class PromptLookup:
     last n-gram (n from ``max_ngram`` down to 1). Its q is a point mass on each proposed token."""
 
     name = "prompt-lookup"
+    reads_target = False
 
     def __init__(self, vocab: int, max_ngram: int = 3) -> None:
         self.vocab, self.max_ngram = vocab, max_ngram
@@ -76,6 +78,7 @@ class NoDraft:
     """Target-only decoding: proposes nothing, so each round the target scores one position."""
 
     name = "none"
+    reads_target = False
 
     def start(self, context: list[int]) -> None:
         pass

@@ -258,6 +258,7 @@ class EagleDraft:
     """
 
     name = "eagle"
+    reads_target = True
 
     def __init__(self, head, target: CausalLM, confidence: float | None = None) -> None:
         self.head = head

@@ -71,9 +71,10 @@ class GammaSchedule:
                 self._taken[j] += j < n_accept
             self._draft[0] += rnd.draft_s
             self._draft[1] += g
-            c = self._cost.setdefault(g + 1, [0.0, 0])
-            c[0] += rnd.total_s - rnd.draft_s
-            c[1] += 1
+            if not rnd.prompt:                  # a round that took the prompt is no round over g + 1 positions
+                c = self._cost.setdefault(g + 1, [0.0, 0])
+                c[0] += rnd.total_s - rnd.draft_s
+                c[1] += 1
             self.gamma = self.predicted_best()
 
     def predicted_best(self) -> int:
@@ -169,7 +170,7 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
     # numpy's BLAS pool on one thread (specdec.decoding.threads); a paged cache's sequence goes back to the pool, also
     # when a round fails
     with owned_threads(), _released(target, drafter):
-        prefill(target, drafter, ctx)
+        prefill(target, drafter, ctx, bool(cfg.tree_budget))
         prefill_s = clock.lap()
         while len(new) < cfg.max_new_tokens and not stopped:
             left = cfg.max_new_tokens - len(new)
@@ -182,9 +183,17 @@ def generate(target: CausalLM, drafter: Drafter | None, verifier: Verifier | Non
     return Generation(new, rounds, prefill_s, clock.total(), stopped)
 
 
-def prefill(target: CausalLM, drafter: Drafter, ctx: list[int]) -> None:
-    """Both caches take the prompt but its last token, which the first round feeds."""
-    target.prefill(ctx)
+def prefill(target: CausalLM, drafter: Drafter, ctx: list[int], trees: bool = False) -> None:
+    """The drafter takes the prompt but its last token, which the first round feeds. The target takes it too
+    where the first round needs it cached: tree rounds (a tree's root is the context's last token over a
+    committed prefix) and a drafter that reads the target (:attr:`Drafter.reads_target`: an EAGLE head drafts
+    from the target's features of the prompt). Otherwise the target starts empty and the first round's pass
+    takes the whole prompt with the drafted tokens: one target forward fewer a generation, as transformers'
+    ``generate`` runs."""
+    if trees or drafter.reads_target:
+        target.prefill(ctx)
+    else:
+        target.reset()
     drafter.start(ctx)
 
 
@@ -207,6 +216,7 @@ def speculative_round(dec: Decoder, ctx: list[int], budget: int, left: int) -> t
         The tokens emitted (cut after EOS and to ``left``), whether EOS came, and the round's record.
     """
     kv_mark = _kv_counters(dec.target)
+    prompt = len(ctx) - 1 - dec.target.length       # context the target has not cached yet, but the last token
     clock = _Stopwatch()
     proposal = dec.drafter.propose(ctx, budget, dec.sampling, dec.rng)
     draft_s = clock.lap()
@@ -223,7 +233,7 @@ def speculative_round(dec: Decoder, ctx: list[int], budget: int, left: int) -> t
     out, stopped = _cut(decision.tokens, dec.eos, left)
     commit(dec, len(ctx) + len(out) - 1, decision.path)
     return out, stopped, Round(
-        g=proposal.drafted, n_accept=decision.n_accept, emitted=len(out), depth=proposal.height,
+        g=proposal.drafted, n_accept=decision.n_accept, emitted=len(out), depth=proposal.height, prompt=prompt,
         total_s=clock.total(), draft_s=draft_s, mask_s=mask_s if mask is not None else 0.0, target_s=target_s,
         quantize_transfer_s=decision.transfer_s, verify_s=verify_s, cycles=decision.cycles,
         mask_cycles=dec.masker.cycles if mask is not None else 0, **_kv_usage(dec.target, kv_mark))
@@ -243,7 +253,7 @@ def score(target: CausalLM, ctx: list[int], proposal: Proposal, mask) -> torch.T
     context's last token and after each draft token), or one row per tree node."""
     if isinstance(proposal, Tree):
         return target.forward_tree(proposal.tokens, *mask)
-    return target.forward(ctx[target.length:] + list(proposal.tokens))[-(proposal.drafted + 1):]
+    return target.forward(ctx[target.length:] + list(proposal.tokens), keep=proposal.drafted + 1)
 
 
 def decide(dec: Decoder, proposal: Proposal, p: np.ndarray) -> Decision:

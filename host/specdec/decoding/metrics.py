@@ -32,8 +32,11 @@ def summarize(gens: list[Generation]) -> dict:
     depth = max((r.depth for r in rounds), default=0)
     reached = [sum(1 for r in rounds if r.depth > i and r.n_accept >= i) for i in range(depth)]
     taken = [sum(1 for r in rounds if r.n_accept > i) for i in range(depth)]
-    total = {k: sum(getattr(r, k) for r in rounds) for k in BREAKDOWN}
-    round_s = sum(r.total_s for r in rounds)
+    # the time breakdown leaves out the rounds that took the prompt with them (loop.prefill: a target that
+    # started empty), which are no rounds of their size; wall_s and tokens_per_s count them
+    timed = [r for r in rounds if not r.prompt] or rounds
+    total = {k: sum(getattr(r, k) for r in timed) for k in BREAKDOWN}
+    round_s = sum(r.total_s for r in timed)
 
     def per_round(values) -> float:
         return sum(values) / n_rounds if n_rounds else 0.0
@@ -48,7 +51,7 @@ def summarize(gens: list[Generation]) -> dict:
         # builder that only ever drew chains
         "branched_rounds": per_round(1 for r in rounds if r.g > r.depth),
         "per_position_acceptance": [t / r if r else None for t, r in zip(taken, reached)],
-        "breakdown": {**{k: total[k] / n_rounds if n_rounds else 0.0 for k in BREAKDOWN},
+        "breakdown": {**{k: total[k] / len(timed) if timed else 0.0 for k in BREAKDOWN},
                       "prefill_s": sum(g.prefill_s for g in gens) / max(1, len(gens)),
                       "fractions": {k: total[k] / round_s if round_s else 0.0 for k in BREAKDOWN}},
         "host_fraction": total["host_s"] / round_s if round_s else 0.0,

@@ -38,6 +38,8 @@ class TreeDrafter(ABC):
     """
 
     name = "tree"
+    # tree rounds draft over the target's committed prefix (an EAGLE tree also reads its features)
+    reads_target = True
 
     def __init__(self, lm) -> None:
         self.lm = lm

@@ -7,7 +7,7 @@ Two halves:
   length. Every page number comes from the core (``write_row``); the host never invents one. Here it is
   :class:`SlotTable`, which adds the pool slots a layer reads and writes.
 * :class:`PagedCache`, a transformers ``Cache`` with one :class:`PagedLayer` per decoder layer. A layer's
-  keys and values live in pools of shape (kv_heads, pages, block, head_dim), allocated at the first
+  keys and values live in one pool of shape (2, kv_heads, pages, block, head_dim), allocated at the first
   update and grown (doubling, up to the core's PAGES) as the core hands out higher page numbers, so a large
   pool costs memory only once it is used. Position t of the sequence is offset ``t % block`` of the page of
   row ``t // block``.
@@ -75,14 +75,6 @@ class SlotTable(PagedKV):
         return self._index[1]
 
 
-def _flat(pool: torch.Tensor) -> torch.Tensor:
-    """A pool (heads, pages, block, dim) viewed as (heads, pages * block, dim): page p's offset o is slot
-    p * block + o."""
-    heads, pages, block, dim = pool.shape
-    return pool.view(heads, pages * block, dim)
-
-
-
 @functools.lru_cache(maxsize=1)
 def _classes() -> dict[str, type]:
     """:class:`PagedLayer` and :class:`PagedCache` by name, built on first use: they subclass transformers' cache
@@ -91,13 +83,15 @@ def _classes() -> dict[str, type]:
     from transformers.cache_utils import Cache, CacheLayerMixin
 
     class PagedLayer(CacheLayerMixin):
-        """One decoder layer's keys and values in page pools of shape (kv_heads, pages, block, head_dim).
+        """One decoder layer's keys and values in one page pool of shape (2, kv_heads, pages, block, head_dim).
 
-        ``keys`` and ``values`` are the pools themselves (not the sequence's entries in order); ``length`` is
-        the number of positions this layer has stored. The heads come first, so a pool viewed flat is (heads,
-        pages * block, dim) and one ``index_select`` of the sequence's slots (:meth:`SlotTable.index`) is already its
-        (heads, positions, dim) layout, exactly ``end`` long: one copy a layer, where a pages-first layout takes a
-        gather and a transposing copy (docs/benchmarks.md).
+        ``keys`` and ``values`` are the pool's two halves (not the sequence's entries in order); ``length`` is
+        the number of positions this layer has stored. Keys and values share one pool so that an update is one
+        ``index_copy_`` and one ``index_select`` (a forward of SmolLM2 runs 30 layers, and each tensor call
+        costs its dispatch), and a copy on write is one copy. The heads come before the pages, so the pool
+        viewed flat is (2, heads, pages * block, dim) and one ``index_select`` of the sequence's slots
+        (:meth:`SlotTable.index`) is already the (heads, positions, dim) layout of both, exactly ``end`` long
+        (docs/benchmarks.md).
         """
 
         is_sliding = False
@@ -110,34 +104,40 @@ def _classes() -> dict[str, type]:
             self.length = 0
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            """Allocate the pools (zeros, :data:`INITIAL_POOL_PAGES` pages or the core's PAGES if fewer) for the
+            """Allocate the pool (zeros, :data:`INITIAL_POOL_PAGES` pages or the core's PAGES if fewer) for the
             heads, head size, dtype and device of the first states."""
             if key_states.shape[0] != 1:
                 raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
+            if key_states.shape != value_states.shape:
+                raise ValueError(f"paged KV cache: keys {tuple(key_states.shape)} and values "
+                                 f"{tuple(value_states.shape)} differ in shape (one pool holds both)")
             _, heads, _, dim = key_states.shape
             self.dtype, self.device = key_states.dtype, key_states.device
-            shape = (heads, min(self.table.kv.pages, INITIAL_POOL_PAGES), self.table.block, dim)
-            self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
-            self.values = torch.zeros((*shape[:3], value_states.shape[-1]), dtype=value_states.dtype,
-                                      device=value_states.device)
+            pages = min(self.table.kv.pages, INITIAL_POOL_PAGES)
+            self._place(torch.zeros((2, heads, pages, self.table.block, dim), dtype=key_states.dtype,
+                                    device=key_states.device))
             self.is_initialized = True
 
+        def _place(self, pool: torch.Tensor) -> None:
+            """Take ``pool`` as the layer's storage: ``keys`` and ``values`` its halves, ``_slots`` it viewed flat."""
+            two, heads, pages, block, dim = pool.shape
+            self.pool, self.keys, self.values = pool, pool[0], pool[1]
+            self._slots = pool.view(two, heads, pages * block, dim)
+
         def _fit(self, page: int) -> None:
-            """Grow the pools (doubling, at most the core's PAGES) until page number ``page`` has a place."""
+            """Grow the pool (doubling, at most the core's PAGES) until page number ``page`` has a place."""
             have = self.pool_pages
             if page < have:
                 return
             size = min(self.table.kv.pages, max(2 * have, page + 1))
-            for name in ("keys", "values"):
-                pool = getattr(self, name)
-                grown = pool.new_zeros((pool.shape[0], size, *pool.shape[2:]))
-                grown[:, :have] = pool
-                setattr(self, name, grown)
+            grown = self.pool.new_zeros((*self.pool.shape[:2], size, *self.pool.shape[3:]))
+            grown[:, :, :have] = self.pool
+            self._place(grown)
 
         @property
         def pool_pages(self) -> int:
-            """Pages the pools hold now (they grow by doubling up to the core's PAGES)."""
-            return self.keys.shape[1]
+            """Pages the pool holds now (it grows by doubling up to the core's PAGES)."""
+            return self.pool.shape[2]
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                    ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,26 +151,22 @@ def _classes() -> dict[str, type]:
             self.table.reserve(end)
             new, top, slots = self.table.index(start, end)
             self._fit(top)
-            keys, values = _flat(self.keys), _flat(self.values)
-            keys.index_copy_(1, new, key_states[0].to(keys.dtype))
-            values.index_copy_(1, new, value_states[0].to(values.dtype))
+            self._slots.index_copy_(2, new, torch.cat((key_states, value_states)).to(self.pool.dtype))
             self.length = end
-            return keys.index_select(1, slots)[None], values.index_select(1, slots)[None]
+            both = self._slots.index_select(2, slots)
+            return both[0:1], both[1:2]
 
         def copy_page(self, src: int, dst: int) -> None:
             """Copy page ``src`` into page ``dst`` (keys and values)."""
             if self.is_initialized:
                 self._fit(max(src, dst))
-                self.keys[:, dst] = self.keys[:, src]
-                self.values[:, dst] = self.values[:, src]
+                self.pool[:, :, dst] = self.pool[:, :, src]
 
         def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
             """Move the entries at slots ``src`` (see :meth:`SlotTable.index`) to slots ``dst`` (gathered first, so
             overlaps are safe)."""
             if self.is_initialized:
-                for pool in (self.keys, self.values):
-                    flat = _flat(pool)
-                    flat.index_copy_(1, dst, flat.index_select(1, src))
+                self._slots.index_copy_(2, dst, self._slots.index_select(2, src))
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             """(kv_length, kv_offset) of the mask: every stored position plus the query's, offset 0."""

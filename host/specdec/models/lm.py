@@ -216,19 +216,24 @@ class CausalLM:
         self.cache = out.cache
         return out
 
-    def forward(self, tokens, last_only: bool = False):
+    def forward(self, tokens, last_only: bool = False, keep: int | None = None):
         """Logits (float32 tensor, shape (len(tokens), V)) for each of ``tokens`` appended to the cache;
-        ``last_only``: the last token's row only (shape (1, V)), the LM head run on that one position
-        (transformers' ``logits_to_keep``; a prefill that discards the rows skips the head's work)."""
+        ``keep``: the last ``keep`` tokens' rows only (shape (keep, V)), the LM head run on those positions
+        (transformers' ``logits_to_keep``: a pass that also takes uncached context skips the head's work on
+        it); ``last_only``: ``keep`` 1 (a prefill that discards the rows)."""
         import torch
         if not len(tokens):
             raise ValueError(f"{self.name}: forward needs at least one token")
+        if last_only:
+            keep = 1
+        if keep is not None and not 1 <= keep <= len(tokens):
+            raise ValueError(f"{self.name}: keep {keep} rows of a forward over {len(tokens)} tokens")
         if self.pending:
             raise CacheStateError(f"{self.name}: forward with {self.pending} pending tree entries in the cache; "
                                   "call commit_path(keep) or rollback(length) first")
         ids = torch.as_tensor([list(tokens)], dtype=torch.long)
         self.features_start = self.length
-        out = self._run(input_ids=ids, **({"logits_to_keep": 1} if last_only else {}))
+        out = self._run(input_ids=ids, **({"logits_to_keep": keep} if keep is not None else {}))
         self.length += len(tokens)
         return out.logits[0].float()
 
