@@ -81,7 +81,7 @@ def test_the_page_table_names_the_row_and_the_way_out_when_the_pool_runs_dry(mon
     with pytest.raises(KVPageError, match="POOL_EMPTY") as exc:
         table.reserve(40)                            # 20 rows of 2 tokens on 16 pages
     (note,) = exc.value.__notes__
-    assert "writing row 16 of branch" in note and "0 of 16 pages free" in note and "--dense-kv" in note
+    assert "writing row 16 of slot" in note and "0 of 16 pages free" in note and "--dense-kv" in note
     assert (note in str(exc.value)) == (not notes)
 
 
@@ -106,12 +106,36 @@ def _table_after_a_round(block: int = 2) -> PagedKV:
     """A page table after a prompt, a branch written past a shared page (copy on write), a commit and a new
     branch with rows of its own."""
     table = PagedKV(golden_driver(16, 8), block=block)
-    table.reserve(5)                    # rows 0..2
-    table.rollback(5)                   # committed
+    table.reserve(5)                    # rows 0..2, in the sequence itself
+    table.rollback(5)                   # nothing to drop: no operation
+    table.open_branch()
     table.reserve(8)                    # row 2 written again (shared: copied), row 3 new
-    table.rollback(6)
+    table.rollback(6)                   # COMMIT
+    table.open_branch()
     table.reserve(7)
     return table
+
+
+def test_a_chain_writes_in_place_and_a_rollback_forks_only_to_drop_rows():
+    """With no branch open, the writes go to the sequence (a WRITE a new row, no FORK, no copy); a rollback
+    that keeps every row is no operation, one that drops rows is FORK + COMMIT, and the mirror stays the
+    core's."""
+    kv = golden_driver(16, 8)
+    table = PagedKV(kv, block=4)
+    table.reserve(6)
+    assert table.branch is None and dict(table.ops) == {"new": 1, "write": 2}
+    ops = kv.total_ops
+    table.rollback(5)
+    table.reserve(8)                    # row 1 is the sequence's own: no WRITE
+    table.rollback(7)
+    assert kv.total_ops == ops and table.length == 7
+    table.reserve(13)                   # rows 2 and 3
+    table.rollback(6)                   # rows 2 and 3 go back to the pool
+    assert table.ops["fork"] == table.ops["commit"] == 1 and table.ops["write"] == 4 and "copy" not in table.ops
+    assert len(table.seq_rows) == 2 and kv.free_pages == kv.pages - 2
+    table.check()
+    table.free()
+    assert kv.free_pages == kv.pages
 
 
 def test_page_table_takes_whole_token_counts_only():
@@ -168,7 +192,8 @@ def test_page_table_refuses_answers_that_contradict_its_mirror(lie, words, monke
     copy from another page than the row's, is refused naming both pages."""
     table = PagedKV(golden_driver(16, 8), block=2)
     table.reserve(3)                        # rows 0 and 1, the second half full
-    table.rollback(3)                       # committed: the next branch shares row 1
+    table.rollback(3)
+    table.open_branch()                     # it shares row 1
     shared = table.seq_rows[1]
     wrong = shared + 1
     _lying(table, monkeypatch, lambda slot, row, page, src:

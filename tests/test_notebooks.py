@@ -261,7 +261,8 @@ def test_replay_rounds_keeps_the_accepted_rows_only():
     rounds = notebook.replay_rounds(kv, [4, 0, 2, 4, 1], gamma=4, prompt_tokens=7, block=4)
     assert [r["tokens"] for r in rounds] == [6 + 5, 11 + 1, 12 + 3, 15 + 5, 20 + 2]
     assert all(r["pages"] == -(-r["tokens"] // 4) and r["free_pages"] == kv.pages - r["pages"] for r in rounds)
-    assert [r["copies"] for r in rounds] == [1, 1, 0, 1, 0]      # a round starting mid-page copies it first
+    # a WRITE a new row, FORK + COMMIT where the rejected tokens leave rows (rounds 2, 3 and 5); no copies
+    assert [r["ops"] for r in rounds] == [1, 3, 4, 1, 4] and [r["copies"] for r in rounds] == [0] * 5
     assert kv.free_pages == kv.pages and kv.live() == ([], [])
     with pytest.raises(ValueError, match="accepts 0..gamma=4"):
         notebook.replay_rounds(kv, [5], gamma=4, prompt_tokens=7, block=4)

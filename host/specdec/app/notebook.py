@@ -294,9 +294,9 @@ def replay_rounds(kv: KVPage, accepted: Sequence[int], gamma: int, prompt_tokens
                   block: int) -> list[dict]:
     """One model's paged KV cache (:class:`specdec.kv.pagetable.PagedKV`, as the decode loop drives it) through
     rounds of ``gamma`` draft tokens of which ``accepted[i]`` were accepted, on the kvpage core ``kv``, without
-    a model: the prompt but its last token is prefilled; each round writes the last token and the drafts
-    (FORK, WRITEs, a copy on write into a shared last page) and keeps the last token and the accepted ones
-    (COMMIT, which also drops the rejected rows). The sequence is freed at the end.
+    a model: the prompt but its last token is prefilled; each round writes the last token and the drafts into
+    the sequence (a WRITE for each new row) and keeps the last token and the accepted ones (where that drops
+    rows, FORK and COMMIT give their pages back). The sequence is freed at the end.
 
     Returns one dict per round: ``accepted``, ``tokens`` (in the cache after the round), ``pages`` (rows of
     the sequence), ``free_pages`` (the core's FREE_PAGES), ``ops``, ``copies`` and ``cycles`` (the kvpage

@@ -15,12 +15,16 @@ Two halves:
 The protocol (what :class:`specdec.models.lm.CausalLM` drives):
 
 * reset: FREE the old sequence (with its branches), NEW a sequence;
-* every forward writes into a branch: FORK one if none is open, then WRITE each row the new positions
-  touch, in ascending order. A copy-on-write answer (the branch's last shared row, partly filled) names
-  ``src``: the host copies page ``src`` into the new page in every layer's key and value pools first;
-* rollback(length): COMMIT the branch keeping ``ceil(length / block)`` rows (the branch's slot is the
-  sequence from now on); with no branch open and a shorter length, FORK then COMMIT to truncate. Positions
-  past ``length`` in the last kept page are garbage, overwritten by the next writes;
+* a chain forward writes into the sequence itself, which owns its rows alone: a WRITE for each new row the
+  positions touch, no FORK and no copy (a rejected token's entry lies past the length the round keeps, and
+  the next write overwrites it);
+* a tree forward (``forward_tree``) writes into a branch: FORK one if none is open, then WRITE each row the
+  nodes touch, in ascending order. A copy-on-write answer (the branch's last shared row, partly filled) names
+  ``src``: the host copies page ``src`` into the new page in every layer's pool first;
+* rollback(length): COMMIT an open branch keeping ``ceil(length / block)`` rows (the branch's slot is the
+  sequence from now on); with no branch open, FORK then COMMIT only where rows go (their pages back to the
+  pool), else nothing but the length. Positions past ``length`` in the last kept page are garbage,
+  overwritten by the next writes;
 * commit_path(keep): the kept pending entries move to the positions right after the committed ones (a
   gather/scatter within the branch's own pages, every layer), then COMMIT as above;
 * free: FREE the sequence.
@@ -57,10 +61,12 @@ class SlotTable(PagedKV):
         super().__init__(kv, block, on_copy)
         self._index: tuple = (None, None)       # (key, value) of the last index(): every layer asks the same
 
-    def index(self, start: int, end: int) -> tuple[torch.Tensor, int, torch.Tensor]:
+    def index(self, start: int, end: int) -> tuple[torch.Tensor, int, torch.Tensor, int | None]:
         """What a layer's update of positions ``start .. end-1`` needs, as slots of a pool viewed flat (page
         ``p``, offset ``o``: slot ``p * block + o``): the slots of the new positions, the highest page among
-        them, and the slots of positions ``0 .. end-1`` in order (long tensors).
+        them, the slots of positions ``0 .. end-1`` in order (long tensors), and the first of those slots when
+        they are one run (the rows' pages consecutive, as the core hands out a lone sequence's: the update
+        then writes and reads slices, no gather), else None.
 
         Every decoder layer of one forward asks the same; it is built once, keyed by the positions and the
         rows' pages themselves (so any change to the page table builds it anew), not once per layer: a SmolLM2
@@ -71,7 +77,10 @@ class SlotTable(PagedKV):
             pos = torch.arange(end)
             table = torch.tensor(key[2][:rows_for(end, self.block)], dtype=torch.long)
             slots = table[pos // self.block] * self.block + pos % self.block
-            self._index = (key, (slots[start:], int(table[start // self.block:].max()), slots))
+            run = bool((table[1:] - table[:-1] == 1).all())
+            self.ops["gather"] += not run
+            self._index = (key, (slots[start:], int(table[start // self.block:].max()), slots,
+                                 int(slots[0]) if run else None))
         return self._index[1]
 
 
@@ -90,8 +99,9 @@ def _classes() -> dict[str, type]:
         ``index_copy_`` and one ``index_select`` (a forward of SmolLM2 runs 30 layers, and each tensor call
         costs its dispatch), and a copy on write is one copy. The heads come before the pages, so the pool
         viewed flat is (2, heads, pages * block, dim) and one ``index_select`` of the sequence's slots
-        (:meth:`SlotTable.index`) is already the (heads, positions, dim) layout of both, exactly ``end`` long
-        (docs/benchmarks.md).
+        (:meth:`SlotTable.index`) is already the (heads, positions, dim) layout of both, exactly ``end`` long.
+        Where the rows' pages are consecutive (a lone sequence's, as the core hands them out) the slots are one
+        run: the update writes two slices and returns a view of the pool, no gather (docs/benchmarks.md).
         """
 
         is_sliding = False
@@ -149,10 +159,15 @@ def _classes() -> dict[str, type]:
                 raise ValueError(f"paged KV cache: batch size must be 1, got {key_states.shape[0]}")
             start, end = self.length, self.length + key_states.shape[-2]
             self.table.reserve(end)
-            new, top, slots = self.table.index(start, end)
+            new, top, slots, first = self.table.index(start, end)
             self._fit(top)
-            self._slots.index_copy_(2, new, torch.cat((key_states, value_states)).to(self.pool.dtype))
             self.length = end
+            if first is not None:       # one run of slots: the update is two slice writes and a view
+                run = self._slots[:, :, first:first + end]
+                run[0, :, start:] = key_states[0]
+                run[1, :, start:] = value_states[0]
+                return run[0:1], run[1:2]
+            self._slots.index_copy_(2, new, torch.cat((key_states, value_states)).to(self.pool.dtype))
             both = self._slots.index_select(2, slots)
             return both[0:1], both[1:2]
 
@@ -288,7 +303,8 @@ def _classes() -> dict[str, type]:
         def stats(self) -> dict:
             """Counters for benchmarks: pages held, tokens, and the operations run (see :attr:`PagedKV.ops`)."""
             return {"pages_held": self.table.pages_held, "tokens": self.table.length, "block": self.block,
-                    **{k: self.table.ops[k] for k in ("new", "fork", "write", "commit", "free", "copy", "moved")}}
+                    **{k: self.table.ops[k] for k in ("new", "fork", "write", "commit", "free", "copy", "moved",
+                                                      "gather")}}
 
     return {"PagedLayer": PagedLayer, "PagedCache": PagedCache}
 

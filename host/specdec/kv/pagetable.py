@@ -97,7 +97,9 @@ class PagedKV:
         self.own_from = 0
         self.length = 0
 
-    def _fork(self) -> None:
+    def open_branch(self) -> None:
+        """FORK a branch of the sequence (opening one if none) unless one is open: the writes that follow go to
+        the branch, which the next :meth:`rollback` commits (token trees: every node is speculative)."""
         if self.seq is None:
             self.open()
         if self.branch is None:
@@ -108,9 +110,11 @@ class PagedKV:
 
     # -- writes ------------------------------------------------------------------------------------
     def reserve(self, end: int) -> None:
-        """Make positions ``length .. end-1`` writable in the branch (forking it first if needed): WRITE
-        each row they touch, ascending, copying on write where the core says so. ``length`` becomes
-        ``end``. A no-op when ``end <= length`` (an earlier layer of the same forward did it).
+        """Make positions ``length .. end-1`` writable: WRITE each row they touch, ascending, in the open branch
+        (copying on write where the core says so), or with no branch open in the sequence itself, whose rows
+        it owns alone (a WRITE only for a new row; what a later rollback drops is past the kept length, so the
+        sequence's entries stay as they were). ``length`` becomes ``end``. A no-op when ``end <= length`` (an
+        earlier layer of the same forward did it).
 
         Raises
         ------
@@ -127,24 +131,27 @@ class PagedKV:
             raise KVCapacityError(f"paged KV cache: {end} tokens exceed a sequence's {self.kv.max_blocks} rows of "
                                   f"{self.block} tokens ({self.max_tokens}) on this kvpage core: use a larger "
                                   "--kv-block, or --dense-kv (transformers' dense caches)")
-        self._fork()
+        if self.seq is None:
+            self.open()
+        slot, rows = (self.branch, self.branch_rows) if self.branch is not None else (self.seq, self.seq_rows)
+        own = self.own_from if self.branch is not None else 0
         for row in range(self.length // self.block, rows_for(end, self.block)):
-            if self.own_from <= row < len(self.branch_rows):
-                continue        # the branch's own page already: the core would answer it unchanged
+            if own <= row < len(rows):
+                continue        # the slot's own page already: the core would answer it unchanged
             try:
-                page, src = self.kv.write_row(self.branch, row)
+                page, src = self.kv.write_row(slot, row)
             except KVPageError as e:
-                add_note(e, f"paged KV cache: writing row {row} of branch {self.branch} (positions "
+                add_note(e, f"paged KV cache: writing row {row} of slot {slot} (positions "
                             f"{self.length}..{end - 1}, {self.kv.free_pages} of {self.kv.pages} pages free); "
                             "a larger --kv-block needs fewer pages, --dense-kv none")
                 raise
             self.ops["write"] += 1
-            self._record(row, page, src)
+            self._record(slot, rows, row, page, src)
         self.length = end
 
-    def _record(self, row: int, page: int, src: int | None) -> None:
-        """Mirror one WRITE answer (checking it against the mirror), copying on write."""
-        rows = self.branch_rows
+    def _record(self, slot: int, rows: list[int], row: int, page: int, src: int | None) -> None:
+        """Mirror one WRITE answer of ``slot`` in its ``rows`` (checking it against the mirror), copying on
+        write."""
         if row == len(rows):
             if src is not None:
                 raise PageTableMismatch(f"kvpage: append of row {row} answered a copy from page {src}")
@@ -152,7 +159,7 @@ class PagedKV:
             return
         if src is None:
             if page != rows[row]:
-                raise PageTableMismatch(f"kvpage: row {row} of slot {self.branch} is page {page}, "
+                raise PageTableMismatch(f"kvpage: row {row} of slot {slot} is page {page}, "
                                         f"the host mirror says {rows[row]}")
             return
         if src != rows[row]:
@@ -166,15 +173,16 @@ class PagedKV:
 
     # -- commit / rollback -------------------------------------------------------------------------
     def rollback(self, length: int) -> None:
-        """Keep the first ``length`` tokens: COMMIT the open branch keeping ``ceil(length / block)`` rows
-        (FORK first when none is open and the cache holds more than ``length``)."""
+        """Keep the first ``length`` tokens: COMMIT the open branch keeping ``ceil(length / block)`` rows. With
+        no branch open, only where rows go: FORK, then COMMIT the fewer rows (their pages go back to the pool);
+        positions past ``length`` in the last kept row are overwritten by the next writes."""
         length = integer(length, "paged KV cache: rollback's length")
         if not 0 <= length <= self.length:
             raise ValueError(f"paged KV cache: cannot keep {length} tokens of {self.length}")
-        if self.branch is None and length < self.length:
-            self._fork()
+        keep = rows_for(length, self.block)
+        if self.branch is None and keep < len(self.seq_rows):
+            self.open_branch()
         if self.branch is not None:
-            keep = rows_for(length, self.block)
             self.seq = self.kv.commit(self.branch, keep)
             self.ops["commit"] += 1
             self.seq_rows, self.branch_rows, self.branch = self.branch_rows[:keep], [], None

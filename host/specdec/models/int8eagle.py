@@ -182,8 +182,9 @@ class Int8Cache:
     value at ``[t, 1]``, the layout the tree-attention unit's frame takes (:class:`~specdec.hw.drivers.treeattn.
     TreeAttn`), so each KV head's context goes to the unit as its pages lie. With ``table`` (a
     :class:`~specdec.kv.pagetable.PagedKV` on the kvpage core, the target's core) the pages are the core's: the
-    cache writes through a branch (FORK, WRITE with copy on write) and COMMITs, as the target's paged cache does,
-    in a pool the head owns (:meth:`Int8Head.use_pages`). Without one, row i is page i of a pool the cache grows.
+    cache writes committed slots into its sequence in place and a tree level's pending entries through a branch
+    (FORK, WRITE with copy on write, COMMIT at the crop or commit), as the target's paged cache does, in a pool
+    the head owns (:meth:`Int8Head.use_pages`). Without one, row i is page i of a pool the cache grows.
     """
 
     def __init__(self, kv_heads: int, head_dim: int, block: int = DEFAULT_BLOCK, table: PagedKV | None = None,
@@ -228,6 +229,8 @@ class Int8Cache:
             raise CacheStateError(f"EAGLE head (int8): committing slots behind {self.pending} pending entries")
         end = self.length + len(k)
         if self.table is not None:
+            if not commit:
+                self.table.open_branch()        # pending tree entries: a branch, committed or cropped later
             self.table.reserve(end)
         elif -(-end // self.block) > self.pool.shape[1]:
             grown = np.zeros((self.kv_heads, max(2 * self.pool.shape[1], -(-end // self.block)), self.block, 2,

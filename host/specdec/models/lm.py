@@ -290,6 +290,8 @@ class CausalLM:
         ids = torch.as_tensor([[int(t) for t in tokens]], dtype=torch.long)
         pos = torch.from_numpy(self.length + depth)[None]
         self.features_start = self.length + self.pending        # the nodes' cache entries, not positions
+        if self.paged:
+            self.cache.table.open_branch()      # the nodes are speculative: a branch, committed by commit_path
         out = self._run(input_ids=ids, attention_mask=full, position_ids=pos)
         self.pending += n
         return out.logits[0].float()
