@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -143,10 +142,7 @@ def batches(data, batch: int, seq_len: int, rng: np.random.Generator):
 
 def train(draft, data, a, log):
     rng = np.random.default_rng(a.seed)
-    opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    warm = max(1, a.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
+    opt = training.Optimizer(draft.parameters(), a.lr, a.steps, weight_decay=0.01)
     draft.train()
     t0, seen = time.time(), 0
     it = batches(data, a.batch, 128, rng)
@@ -159,11 +155,7 @@ def train(draft, data, a, log):
         q = top_p / top_p.sum(-1, keepdim=True).clamp(min=1e-9)
         soft = -((logp.gather(-1, top_i) * q).sum(-1) * v).sum() / v.sum()
         loss = 0.5 * hard + 0.5 * soft
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        opt.step(loss)
         seen += int(valid.sum())
         if step % 50 == 0 or step == a.steps - 1:
             acc = (logits.argmax(-1) == top_i[..., 0])[valid].float().mean()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -106,21 +105,6 @@ def target_data(target, tok, prompts: list[str], new_tokens: int, batch: int, lo
     return out
 
 
-def windows(data, batch: int, seq: int, rng: np.random.Generator):
-    """Random windows of ``seq + 1`` positions: (features f_a.., next tokens x_{a+1}.., valid)."""
-    while True:
-        f = np.zeros((batch, seq + 1, data[0][1].shape[1]), np.float32)
-        x = np.zeros((batch, seq + 1), np.int64)
-        valid = np.zeros((batch, seq), bool)
-        for r, i in enumerate(rng.integers(0, len(data), batch)):
-            ids, feats, _ = data[i]
-            a = int(rng.integers(0, max(1, len(ids) - seq - 1)))
-            k = min(seq + 1, len(ids) - 1 - a)        # slots a..a+k-1 have a next token
-            f[r, :k], x[r, :k] = feats[a:a + k], ids[a + 1:a + 1 + k]
-            valid[r, :k - 1] = True                    # slot j's target is f_{j+1}: needs j + 1 < k
-        yield torch.from_numpy(f), torch.from_numpy(x), torch.from_numpy(valid)
-
-
 def losses(head, h, f_next, p, valid, ce_weight):
     """Smooth-L1 to the next real feature and soft cross-entropy to the target's hot row there (``p``)."""
     v = valid.float()
@@ -133,16 +117,13 @@ def losses(head, h, f_next, p, valid, ce_weight):
 
 def train(head, data, a, log):
     rng = np.random.default_rng(a.seed)
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warm = max(1, a.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
+    opt = training.Optimizer((p for p in head.parameters() if p.requires_grad), a.lr, a.steps)
     head.train()
     t0, seen = time.time(), 0
-    it = windows(data, a.batch, a.seq, rng)
+    it = training.windows(data, a.batch, a.seq + 1, rng)        # features f_a.., next tokens x_{a+1}..
     for step in range(a.steps):
-        f, x, valid = next(it)
+        f, x, n = next(it)
+        valid = torch.arange(a.seq) < (n - 1)[:, None]        # slot j's target is f_{j+1}: needs j + 1 < n
         f_in, x_in, f_next = f[:, :-1], x[:, :-1], f[:, 1:]
         with torch.no_grad():           # the target's own rows at the next positions (soft labels)
             p = torch.softmax(head.hot_logits(f_next), -1)
@@ -153,11 +134,7 @@ def train(head, data, a, log):
         h2 = head(f_pred + a.noise * torch.randn_like(f_pred), x_in)
         l2, _, _, agree2 = losses(head, h2, f_next, p, valid, a.ce_weight)
         loss = l1 + 0.5 * l2
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
+        opt.step(loss)
         seen += int(valid.sum())
         if step % 50 == 0 or step == a.steps - 1:
             log(f"train step {step}/{a.steps} loss {loss.item():.3f} (l1 {reg.item():.4f} ce {ce.item():.3f}) "

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -76,21 +75,6 @@ def parse() -> argparse.Namespace:
     training.smoke(a, ROOT / "build", "eagle3")
     a.layers = [int(x) for x in a.layers.split(",")]
     return a
-
-
-def windows(data, batch: int, seq: int, unroll: int, rng: np.random.Generator):
-    """Random windows of ``seq + unroll`` slots: (fused features, next tokens, slots with a next token)."""
-    span = seq + unroll
-    while True:
-        f = np.zeros((batch, span, data[0][1].shape[1]), np.float32)
-        x = np.zeros((batch, span), np.int64)
-        n = np.zeros(batch, np.int64)
-        for r, i in enumerate(rng.integers(0, len(data), batch)):
-            ids, feats, _ = data[i]
-            a = int(rng.integers(0, max(1, len(ids) - span)))
-            k = min(span, len(ids) - 1 - a)           # slots a..a+k-1 have a next token
-            f[r, :k], x[r, :k], n[r] = feats[a:a + k], ids[a + 1:a + 1 + k], k
-        yield torch.from_numpy(f), torch.from_numpy(x), torch.from_numpy(n)
 
 
 def unrolled(head, feats, x, unroll: int, noise: float = 0.0):
@@ -164,25 +148,17 @@ def step_losses(head, outs, feats, n, temperature: float):
 
 def train(head, data, a, log):
     rng = np.random.default_rng(a.seed)
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warm = max(1, a.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
+    opt = training.Optimizer((p for p in head.parameters() if p.requires_grad), a.lr, a.steps)
     head.train()
     t0, seen = time.time(), 0
-    it = windows(data, a.batch, a.seq, a.unroll, rng)
+    it = training.windows(data, a.batch, a.seq + a.unroll, rng)      # fused features
     for step in range(a.steps):
         f, x, n = next(it)
         outs = unrolled(head, f, x, a.unroll, a.noise)
         parts = step_losses(head, outs, f, n, a.temperature)
         loss = sum(a.step_decay ** s * (a.reg_weight * reg + a.ce_weight * ce)
                    for s, (reg, ce, _, _) in enumerate(parts))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
+        opt.step(loss)
         seen += int(parts[0][3].sum())
         if step % 50 == 0 or step == a.steps - 1:
             agree = " / ".join(f"{(hit.sum() / valid.sum()).item():.3f}" for _, _, hit, valid in parts)
@@ -300,7 +276,7 @@ def main() -> None:
     v1 = eagle.load_head(a.init, target)
     head = eagle.fused_from(a.init, target, a.layers)
     with torch.no_grad():               # the unroll's step 1 is the module's own forward
-        f, x, n = next(windows(held, 2, 16, a.unroll, np.random.default_rng(0)))
+        f, x, n = next(training.windows(held, 2, 16 + a.unroll, np.random.default_rng(0)))
         want = head(f[:, :16], x[:, :16])
         got = unrolled(head, f, x, a.unroll)[0]
         if not torch.allclose(want, got, atol=1e-4):

@@ -1,7 +1,8 @@
 """What the training scripts (train_draft.py, train_eagle.py, train_eagle3.py) share: the run's logger, the stage-1
-cache and the options of the data stage."""
+cache, the options of the data stage, the optimizer and the EAGLE scripts' training windows."""
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -32,6 +33,46 @@ def cached_stage(path: str | Path, key: dict, make: Callable[[], dict], log) -> 
     cache.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"key": key, "value": value, "seconds": seconds}, cache)
     return value, seconds, False
+
+
+class Optimizer:
+    """AdamW (betas 0.9, 0.95) with a linear warm-up over the first 5% of ``steps`` and a cosine decay to 0,
+    each step's gradients clipped to norm 1: what every training script here runs."""
+
+    def __init__(self, params, lr: float, steps: int, weight_decay: float = 0.0) -> None:
+        import torch
+        self.params = list(params)
+        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        warm = max(1, steps // 20)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: min(1, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+
+    def step(self, loss) -> None:
+        """One step on ``loss``: gradients, clipping, the update, the schedule."""
+        import torch
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.sched.step()
+
+
+def windows(data, batch: int, span: int, rng):
+    """Random training windows of ``span`` slots of the EAGLE data stage's ``(ids, features, ...)`` records:
+    (features, next tokens, slots with a next token), torch tensors of shapes (batch, span, d), (batch, span) and
+    (batch,); slots past a short record's end are zero."""
+    import numpy as np
+    import torch
+    while True:
+        f = np.zeros((batch, span, data[0][1].shape[1]), np.float32)
+        x = np.zeros((batch, span), np.int64)
+        n = np.zeros(batch, np.int64)
+        for r, i in enumerate(rng.integers(0, len(data), batch)):
+            ids, feats, _ = data[i]
+            a = int(rng.integers(0, max(1, len(ids) - span)))
+            k = min(span, len(ids) - 1 - a)           # slots a..a+k-1 have a next token
+            f[r, :k], x[r, :k], n[r] = feats[a:a + k], ids[a + 1:a + 1 + k], k
+        yield torch.from_numpy(f), torch.from_numpy(x), torch.from_numpy(n)
 
 
 def data_args(ap, out: Path) -> None:

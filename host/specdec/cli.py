@@ -46,7 +46,7 @@ from hwcontract.board import BOARDS
 from .app import notebook, runner
 from .app.job import (DRAFT_ENGINES, KV_AUTO, PROMPT_LOOKUP, TREE_KINDS, TREE_READS, TREE_SCORES, Job, TreeSpec,
                       tree_readers)
-from .app.checks import eagle_dir, resolve_names, split_lookup
+from .app.checks import eagle_dir, head_dir, resolve_names
 from .bench import board as bench_board
 from .bench import draft as bench_draft
 from .bench import e2e, e2e_report, rtl
@@ -750,7 +750,7 @@ def _e2e_pipelined(args: argparse.Namespace, gammas: list, job: Job) -> list[int
     _once_each(piped, "--pipelined", args.pipelined)
     if piped:
         draft = resolve_names(job.target, job.draft)[1]
-        if draft == PROMPT_LOOKUP or eagle_dir(split_lookup(draft)[0]) is not None:
+        if draft == PROMPT_LOOKUP or head_dir(draft) is not None:
             what = "prompt lookup" if draft == PROMPT_LOOKUP else "an EAGLE head"
             raise UsageError(f"--pipelined drafts the next round with a draft model while the target scores this "
                              f"one: --draft {draft} is {what}")

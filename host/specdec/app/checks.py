@@ -43,14 +43,13 @@ def split_lookup(draft: str) -> tuple[str, bool]:
     return draft, False
 
 
-def lookup_head_dir(draft: str):
-    """The head's directory of a ``<head>+lookup`` draft (:func:`split_lookup`), None for any other draft;
-    OptionError where the part before the suffix is no EAGLE head."""
+def head_dir(draft: str):
+    """The directory of the EAGLE head ``draft`` drafts with: an EAGLE head's (:func:`eagle_dir`) or, for
+    ``<head>+lookup`` (:func:`split_lookup`), the head's; None for prompt lookup or a draft model. OptionError
+    where the part before the suffix is no EAGLE head."""
     base, lookup = split_lookup(draft)
-    if not lookup:
-        return None
     head = eagle_dir(base)
-    if head is None:
+    if lookup and head is None:
         raise OptionError("draft", draft, f"an EAGLE head's name or directory before {LOOKUP_SUFFIX!r} (prompt "
                                           f"lookup first, the head elsewhere); {base!r} is none")
     return head
@@ -82,7 +81,7 @@ def check_sources(target: str | None, draft: str | None, draft_vocab: int | None
     loading.check_source(target, "target")
     if draft == PROMPT_LOOKUP:
         return target, draft
-    head = lookup_head_dir(draft) or eagle_dir(draft)
+    head = head_dir(draft)
     if head is not None:
         if draft_engine == "fabric" and head_fusion_layers(head):
             raise OptionError("draft_engine", draft_engine, f"host with the EAGLE-3 head {draft!r}: the int8 engine "
@@ -109,8 +108,7 @@ def check_kv_fits(target: str | None, draft: str | None, pages: int, max_blocks:
     target, draft = resolve_names(target, draft)
     # as paged_pair counts them: a draft model's cache shares the pool, and so does an EAGLE head's on the fabric;
     # prompt lookup and an EAGLE head on the host have none
-    head = draft != PROMPT_LOOKUP and (lookup_head_dir(draft) or eagle_dir(draft))
-    own = draft == PROMPT_LOOKUP or (head is not None and draft_engine != "fabric")
+    own = draft == PROMPT_LOOKUP or (head_dir(draft) is not None and draft_engine != "fabric")
     sequences = 1 if own else 2
     pick_block(loading.config_context_length(target), sequences, pages, max_blocks,
                None if block == KV_AUTO else block)

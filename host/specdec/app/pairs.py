@@ -18,7 +18,7 @@ from ..models.hotvocab import hot_head_model, hot_ids
 from ..models.int8draft import demo_draft, engine_modules
 from ..models.int8eagle import STATS_FILE, Int8Head, quantize_head
 from ..models.lm import CausalLM, context_length
-from .checks import (HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir, lookup_head_dir,
+from .checks import (HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir, head_dir,
                      split_lookup)
 from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job, TreeSpec
 
@@ -57,15 +57,15 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
         No draft given for a target that has no default draft; a path that names no model directory.
     """
     target, draft = check_sources(target, draft, draft_vocab, draft_engine)
-    head_dir = (lookup_head_dir(draft) or eagle_dir(draft)) if draft != PROMPT_LOOKUP else None
+    where = head_dir(draft) if draft != PROMPT_LOOKUP else None
     t_model, t_tok = loading.load(target, "target")
     t_lm = CausalLM(t_model, "target")
     if draft == PROMPT_LOOKUP:
         return Pair(t_lm, PromptLookup(t_lm.vocab), t_tok, target, draft)
-    if head_dir is not None:
-        head = load_head(head_dir, t_model, draft_vocab)
+    if where is not None:
+        head = load_head(where, t_model, draft_vocab)
         if draft_engine == "fabric":
-            head = quantize_head(head, t_model, t_tok, stats=head_dir / STATS_FILE)
+            head = quantize_head(head, t_model, t_tok, stats=where / STATS_FILE)
         cls = LookupEagleDraft if split_lookup(draft)[1] else EagleDraft
         return Pair(t_lm, cls(head, t_lm), t_tok, target, draft_name(draft, draft_vocab, draft_engine))
     # a pair saved with one tokenizer reads it once (the draft's is only compared with the target's)
