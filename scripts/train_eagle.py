@@ -105,6 +105,23 @@ def target_data(target, tok, prompts: list[str], new_tokens: int, batch: int, lo
     return out
 
 
+def data_stage(a, target, tok, log, features=None):
+    """The data stage of both EAGLE scripts, as a callable for :func:`training.cached_stage`: the target's greedy
+    continuations of ``a.prompts`` training passages and sampled ones of ``a.sampled_prompts`` more, and of
+    ``a.eval_prompts`` held-out passages both ways (:func:`target_data`, ``features`` as there)."""
+    sampling = (a.temperature, a.top_p)
+
+    def make() -> dict:
+        passages = corpus.sample_passages(a.prompts + a.sampled_prompts, held_out=False, seed=a.seed)
+        held_out = corpus.sample_passages(a.eval_prompts, held_out=True, seed=a.seed + 1)
+
+        def gen(ps, s=None):
+            return target_data(target, tok, ps, a.new_tokens, a.gen_batch, log, s, features)
+        return {"data": gen(passages[:a.prompts]) + gen(passages[a.prompts:], sampling),
+                "held": gen(held_out), "held_sampled": gen(held_out, sampling)}
+    return make
+
+
 def losses(head, h, f_next, p, valid, ce_weight):
     """Smooth-L1 to the next real feature and soft cross-entropy to the target's hot row there (``p``)."""
     v = valid.float()
@@ -255,13 +272,7 @@ def main() -> None:
                                       "gen_batch", "seed", "eval_prompts")}
     sampling = (a.temperature, a.top_p)
 
-    def make() -> dict:
-        passages = corpus.sample_passages(a.prompts + a.sampled_prompts, held_out=False, seed=a.seed)
-        held_out = corpus.sample_passages(a.eval_prompts, held_out=True, seed=a.seed + 1)
-        gen = lambda ps, s=None: target_data(target, tok, ps, a.new_tokens, a.gen_batch, log, s)  # noqa: E731
-        return {"data": gen(passages[:a.prompts]) + gen(passages[a.prompts:], sampling),
-                "held": gen(held_out), "held_sampled": gen(held_out, sampling)}
-    stage, times["data_s"], reused = training.cached_stage(a.data_cache, key, make, log)
+    stage, times["data_s"], reused = training.cached_stage(a.data_cache, key, data_stage(a, target, tok, log), log)
     data, held, held_sampled = stage["data"], stage["held"], stage["held_sampled"]
 
     head = eagle.new_head(target, hotvocab.hot_ids(tok, a.hot_vocab, vocab), a.seed)

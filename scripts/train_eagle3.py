@@ -18,7 +18,7 @@ What differs from head v1 (scripts/train_eagle.py, ``smollm2-eagle-head``), afte
   both at the temperature users sample at (``--temperature``), plus smooth-L1 to the target's final feature.
 
 Stages, each timed into the card (host/specdec/data/models/<name>/training.json):
-1. data: as v1's (``train_eagle.target_data``: greedy and sampled continuations of training passages; the four
+1. data: as v1's (``train_eagle.data_stage``: greedy and sampled continuations of training passages; the four
    tragedies held out), keeping the fused features (``specdec.models.lm.fusion_features``) in float16;
 2. train: AdamW on fuse, fc and the layer;
 3. eval: on held-out passages, the unrolled forward without noise (what a chain drafts when every earlier token
@@ -45,10 +45,9 @@ sys.path.insert(0, str(ROOT / "host"))
 sys.path.insert(0, str(ROOT))
 
 import training  # noqa: E402
-from train_eagle import target_data, top_p_rows  # noqa: E402
+from train_eagle import data_stage, top_p_rows  # noqa: E402
 from specdec import paths  # noqa: E402
 from specdec.decoding import eagle  # noqa: E402
-from specdec.models import corpus  # noqa: E402
 from specdec.models.lm import fusion_features  # noqa: E402
 from specdec.models.loading import DEMO_EAGLE, DEMO_EAGLE3, load_demo_target  # noqa: E402
 
@@ -262,15 +261,10 @@ def main() -> None:
                                       "gen_batch", "seed", "eval_prompts", "layers")}
     sampling = (a.temperature, a.top_p)
 
-    def make() -> dict:
-        passages = corpus.sample_passages(a.prompts + a.sampled_prompts, held_out=False, seed=a.seed)
-        held_out = corpus.sample_passages(a.eval_prompts, held_out=True, seed=a.seed + 1)
-        def fused(ids, att):
-            return fusion_features(target, tuple(a.layers), input_ids=ids, attention_mask=att)
-        gen = lambda ps, s=None: target_data(target, tok, ps, a.new_tokens, a.gen_batch, log, s, fused)  # noqa: E731
-        return {"data": gen(passages[:a.prompts]) + gen(passages[a.prompts:], sampling),
-                "held": gen(held_out), "held_sampled": gen(held_out, sampling)}
-    stage, times["data_s"], reused = training.cached_stage(a.data_cache, key, make, log)
+    def fused(ids, att):
+        return fusion_features(target, tuple(a.layers), input_ids=ids, attention_mask=att)
+    stage, times["data_s"], reused = training.cached_stage(a.data_cache, key, data_stage(a, target, tok, log, fused),
+                                                           log)
     data, held, held_sampled = stage["data"], stage["held"], stage["held_sampled"]
 
     v1 = eagle.load_head(a.init, target)
