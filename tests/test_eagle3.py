@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,7 +23,7 @@ from greedy_identity import Reference, assert_identical  # noqa: E402
 from two_tokens import N_SAMPLES, V_SMALL, exact_two_token_dist, sample_two_tokens  # noqa: E402
 from specdec import paths  # noqa: E402
 from specdec.app import checks, job, pairs  # noqa: E402
-from specdec.decoding import base, eagle, loop  # noqa: E402
+from specdec.decoding import base, drafters, eagle, loop  # noqa: E402
 from specdec.errors import OptionError  # noqa: E402
 from specdec.hw import cores  # noqa: E402
 from specdec.models import corpus, int8eagle, loading  # noqa: E402
@@ -214,3 +215,33 @@ def test_lookup_first_then_the_head_is_the_target_alone(eagle3_pair):
         checks.check_sources(None, "nothing+lookup")
     with pytest.raises(OptionError, match=r"draft must be a draft without '\+lookup' for a tree"):
         job.Job(prompts=["x"], draft=name, tree=job.TreeSpec("eagle", 7))
+
+
+def test_lookup_first_with_a_confidence_stop(eagle3_pair):
+    """``--draft-confidence`` with ``<head>+lookup``: the head's chains stop after a token it is unsure of, a lookup
+    round still drafts the whole match up to the round's budget; greedy output stays the target's own."""
+    name = HEAD + job.LOOKUP_SUFFIX
+    both = dataclasses.replace(eagle3_pair, draft=pairs.other_draft(eagle3_pair, name), draft_name=name)
+    draft = pairs.drafter(both, None, 0.9)
+    assert isinstance(draft, eagle.LookupEagleDraft) and draft.confidence == 0.9
+    gamma, sizes, chain_of = 8, {"lookup": [], "head": []}, draft.propose
+
+    def propose(context, budget, sampling, rng):
+        was = draft.lookups
+        chain = chain_of(context, budget, sampling, rng)
+        if draft.lookups > was:
+            assert len(chain.tokens) == len(drafters.lookup(context, budget - 1, draft.max_ngram, draft.min_ngram))
+        sizes["lookup" if draft.lookups > was else "head"].append(len(chain.tokens))
+        return chain
+
+    draft.propose = propose
+    ref = Reference(eagle3_pair)
+    for text in corpus.sample_passages(2, held_out=True, seed=9):
+        ids = pairs.encode(eagle3_pair.tokenizer, text)
+        gen = loop.generate(eagle3_pair.target, draft, cores.golden_verifier(), ids, base.GenConfig(32, gamma))
+        assert gen.tokens == ref(ids, 32)
+    assert sizes["lookup"] and sizes["head"] and max(sizes["lookup"]) > 1
+    assert sum(sizes["head"]) < gamma * len(sizes["head"])      # some head chain stopped early
+    with pytest.raises(OptionError, match=r"draft_confidence must be none with prompt lookup"):
+        pairs.drafter(dataclasses.replace(eagle3_pair, draft=drafters.PromptLookup(eagle3_pair.target.vocab)),
+                      None, 0.5)

@@ -174,9 +174,9 @@ class Job:
             raise OptionError("draft", self.draft, "a model for tree speculation (tree speculation drafts "
                                                    "with a model; prompt lookup builds no trees)")
         lookup_head = isinstance(self.draft, str) and self.draft.endswith(LOOKUP_SUFFIX)
-        if lookup_head and (self.tree is not None or self.draft_confidence is not None):
-            raise OptionError("draft", self.draft, f"a draft without {LOOKUP_SUFFIX!r} for a tree or a confidence "
-                                                   "stop (prompt lookup drafts chains and has no probabilities)")
+        if lookup_head and self.tree is not None:
+            raise OptionError("draft", self.draft, f"a draft without {LOOKUP_SUFFIX!r} for a tree (prompt lookup "
+                                                   "drafts chains)")
         if self.draft_vocab is not None:
             check_int("draft_vocab", self.draft_vocab, 1, allowed="a hot-vocabulary size >= 1 (none: all tokens)")
             if self.draft == PROMPT_LOOKUP:

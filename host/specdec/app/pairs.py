@@ -159,8 +159,8 @@ def drafter(pair: Pair, tree: TreeSpec | None, confidence: float | None = None) 
     must be set: see :func:`calibrated`)."""
     if tree is None:
         if confidence is not None:
-            if isinstance(pair.draft, EagleDraft):
-                return EagleDraft(pair.draft.head, pair.target, confidence)
+            if isinstance(pair.draft, EagleDraft):      # <head>+lookup: the confidence stops the head's chains
+                return type(pair.draft)(pair.draft.head, pair.target, confidence)
             if not isinstance(pair.draft, ModelDraft):
                 raise OptionError("draft_confidence", confidence, "none with prompt lookup (no draft probabilities)")
             return ModelDraft(pair.draft.lm, confidence)

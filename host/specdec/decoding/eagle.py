@@ -304,12 +304,16 @@ class LookupEagleDraft(EagleDraft):
     """EAGLE chains with prompt lookup first: a round whose context ends in an n-gram (``min_ngram`` <= n <=
     ``max_ngram``) seen earlier in the context drafts the tokens that followed it (q a point mass on each, as
     :class:`~specdec.decoding.drafters.PromptLookup`), with no head step but the catch-up on the tokens the last
-    round accepted, which keeps the head's cache on the target's features; any other round the head drafts."""
+    round accepted, which keeps the head's cache on the target's features; any other round the head drafts.
+
+    A lookup round drafts up to the round's whole budget; ``confidence`` stops only the head's chains (lookup has
+    no probabilities), so a long gamma serves lookup's long matches while the head stops where it is unsure."""
 
     name = "eagle+lookup"
 
-    def __init__(self, head, target: CausalLM, max_ngram: int = 3, min_ngram: int = 2) -> None:
-        super().__init__(head, target)
+    def __init__(self, head, target: CausalLM, confidence: float | None = None, max_ngram: int = 3,
+                 min_ngram: int = 2) -> None:
+        super().__init__(head, target, confidence)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         #: Rounds drafted by lookup and by the head.
         self.lookups = self.heads = 0
