@@ -14,6 +14,7 @@ import model_pairs
 from specdec import cli, paths
 from specdec.app import runner
 from specdec.bench import e2e, e2e_report, host
+from specdec.bench import peers as hf
 from specdec.models import kernels, loading
 
 torch = pytest.importorskip("torch")
@@ -456,6 +457,17 @@ def test_bench_e2e_report_without_a_chain_gives_no_verdicts_from_nothing():
         "tree": "static-4", "nodes": 4, "tokens_per_call": 2.0, "best_chain_gamma": None,
         "best_chain_tokens_per_call": None, "higher": None, "speedup": 1.2, "best_chain_speedup": None}]
     assert e2e_report.speedup_goal({"temperature": 0.8}) == 1.3 and e2e_report.speedup_goal({"temperature": 0}) == 1.5
+
+
+def test_bench_e2e_runs_both_target_only_decoders_back_to_back_in_alternating_order():
+    """Each prompt starts with our gamma 0 and HF ``generate`` target-only, adjacent, the first of them swapped
+    prompt by prompt; every row and peer runs once a prompt."""
+    peers = [hf.Peer("hf-target"), hf.Peer("hf-assisted-g4", True, 4, "constant", 0.0)]
+    labels = [0, 2, 4, "eagle-7", "2-sampled"]
+    even, odd = e2e.schedule(labels, peers, 0), e2e.schedule(labels, peers, 1)
+    assert even == [0, peers[0], 2, 4, "eagle-7", "2-sampled", peers[1]]
+    assert odd == [peers[0], 0, *even[2:]]
+    assert e2e.schedule(labels, [], 1) == labels and e2e.schedule([0], peers[1:], 3) == [0, peers[1]]
 
 
 def test_bench_e2e_guard_outside_the_gammas_exits_2(capsys):

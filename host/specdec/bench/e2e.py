@@ -164,9 +164,9 @@ def variants(job: Job, pair: pairs.Pair, gammas: list, trees: list[TreeSpec], pi
 
 def measure(job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list[list[int]],
             peers: list[hf_peers.Peer], draft_model, warm: object) -> tuple[dict, dict, float]:
-    """Every row's generation of every prompt, and every peer's, interleaved prompt by prompt after an untimed
-    warm-up of row ``warm`` and every peer (the first calls into torch and numpy allocate): (generations by label,
-    the peers' (tokens, seconds) by name, the wall seconds)."""
+    """Every row's generation of every prompt, and every peer's, interleaved prompt by prompt (:func:`schedule`)
+    after an untimed warm-up of row ``warm`` and every peer (the first calls into torch and numpy allocate):
+    (generations by label, the peers' (tokens, seconds) by name, the wall seconds)."""
     from tqdm import tqdm
     eos = frozenset(eos_ids(pair.target))
 
@@ -183,14 +183,25 @@ def measure(job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list
     with tqdm(total=len(prompts) * (len(v.labels) + len(peers)), desc="bench e2e", unit="gen", file=sys.stderr,
               disable=not sys.stderr.isatty() and os.environ.get("SPECDEC_PROGRESS") != "1") as bar:
         for i, ids in enumerate(prompts):
-            for k in v.labels:
-                gens[k].append(generate_one(v.jobs[k], i, ids, pair.target, v.drafters[k], cores.verifier,
-                                            cores.masker))
-                bar.update(1)
-            for peer in peers:
-                peer_out[peer.name].append(peer_run(peer, i, ids, job.max_new_tokens))
+            for k in schedule(v.labels, peers, i):
+                if isinstance(k, hf_peers.Peer):
+                    peer_out[k.name].append(peer_run(k, i, ids, job.max_new_tokens))
+                else:
+                    gens[k].append(generate_one(v.jobs[k], i, ids, pair.target, v.drafters[k], cores.verifier,
+                                                cores.masker))
                 bar.update(1)
     return gens, peer_out, time.time() - t0
+
+
+def schedule(labels: list, peers: list[hf_peers.Peer], i: int) -> list:
+    """The runs of prompt ``i`` in order (row labels and peers): the two target-only decoders back to back, our
+    gamma 0 and HF ``generate`` (``hf-target``), their order swapped from one prompt to the next so that a drift of
+    the machine's speed falls on both alike (the baseline is the faster of them, :func:`baseline`); then the other
+    rows, then the other peers."""
+    first = [k for k in labels if k == 0] + [p for p in peers if p.name == "hf-target"]
+    if i % 2:
+        first.reverse()
+    return first + [k for k in labels if k != 0] + [p for p in peers if p.name != "hf-target"]
 
 
 def baseline(loop_tps: float, peer_out: dict) -> dict:
