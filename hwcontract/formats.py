@@ -182,38 +182,40 @@ def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     ValueError
         On NaN or +inf, naming the first offending position and value.
     """
-    x = np.asarray(logits, dtype=np.float64)
+    x = np.asarray(logits)
+    if x.dtype not in (np.float16, np.float32, np.float64):
+        x = x.astype(np.float64)
     if x.ndim == 0:
         raise ValueError("logits must have at least one axis (the vocabulary)")
-    peak = x.max() if x.size else 0.0           # NaN propagates through max: one pass finds both
-    if np.isnan(peak) or peak == np.inf:
+    if out is not None and (out.dtype != np.int16 or out.shape != x.shape):
+        raise ValueError(f"out must be int16 of shape {x.shape}, got {out.dtype} {out.shape}")
+    if not x.size:
+        return np.zeros(x.shape, np.int16) if out is None else out
+    # A row's max, taken in the logits' own precision (exact), finds NaN (it propagates) and +inf in the same pass.
+    mx = x.max(axis=-1, keepdims=True)
+    if not np.isfinite(mx).all() and (np.isnan(mx).any() or np.isposinf(mx).any()):
         pos = tuple(int(i) for i in np.argwhere(np.isnan(x) | np.isposinf(x))[0])
         raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
     # NaN and +inf refused, the only non-finite entries are -inf: a row's max is its finite max (a row of
-    # only -inf has none; 0 is subtracted)
-    if x.shape[-1]:
-        mx = x.max(axis=-1, keepdims=True)
-        mx[~np.isfinite(mx)] = 0.0
-    else:
-        mx = np.zeros(x.shape[:-1] + (1,))
+    # only -inf has none; 0 is subtracted). The difference is taken in float64, where it is exact.
+    mx = mx.astype(np.float64)
+    mx[~np.isfinite(mx)] = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        y = (x - mx) * (1 << LOGIT_FRAC)
-        np.round(y, out=y)
+        y = np.subtract(x, mx, dtype=np.float64)
+        y *= 1 << LOGIT_FRAC
+        np.rint(y, out=y)                           # half to even, as np.round
         np.clip(y, -CODE_MAX, CODE_MAX, out=y)      # -inf: -CODE_MAX here, LOGIT_NEG_INF below
-    codes = y.astype(np.int16)
-    codes[np.isneginf(x)] = LOGIT_NEG_INF
+    codes = np.empty(x.shape, np.int16) if out is None else out
+    np.copyto(codes, y, casting="unsafe")
+    neg = np.isneginf(x)
+    if neg.any():
+        codes[neg] = LOGIT_NEG_INF
     # Argmax-preserving: only the row's first maximal logit keeps code 0; an entry within 1/512 of the max
     # that would also round to 0 gets -1, so greedy decisions on codes equal argmax on the float logits.
-    if x.shape[-1]:
-        zero = codes == 0
-        np.put_along_axis(zero, np.argmax(x, axis=-1)[..., None], False, axis=-1)
-        codes[zero] = -1
-    if out is None:
-        return codes
-    if out.dtype != np.int16 or out.shape != x.shape:
-        raise ValueError(f"out must be int16 of shape {x.shape}, got {out.dtype} {out.shape}")
-    np.copyto(out, codes)
-    return out
+    zero = codes == 0
+    np.put_along_axis(zero, np.argmax(x, axis=-1)[..., None], False, axis=-1)
+    codes[zero] = -1
+    return codes
 
 
 # ------------------------------------------------------------------------------------------------
