@@ -177,6 +177,22 @@ def test_save_and_load_give_the_same_rows(target, fresh_head, tmp_path):
     assert json.loads((tmp_path / "h" / eagle.CONFIG_FILE).read_text())["note"] == "test"
 
 
+def test_the_targets_lm_head_multiplies_its_q8_0_form(target):
+    """The demo target's LM head (its Q8_0 token embedding) also holds a BlockQ8 where rowgemm runs, and a round's
+    logits through it equal the float32 weight's bit for bit; the embedding keeps the float32 weight."""
+    model, _ = target
+    head = model.get_output_embeddings()
+    assert head.weight is model.get_input_embeddings().weight
+    if kernels._rowgemm()[0] is None:
+        assert not hasattr(head, "q8")
+        return
+    assert isinstance(head.q8, kernels.BlockQ8)
+    with torch.inference_mode():
+        h = model.model(input_ids=torch.tensor([[1, 504, 3062, 28, 2067, 30, 407, 1115]])).last_hidden_state
+        for rows in (1, 7):
+            assert torch.equal(head(h[:, -rows:]), kernels.linear(h[:, -rows:], head.weight))
+
+
 def test_a_smaller_hot_vocabulary_keeps_the_heads_most_frequent_tokens(target, eagle_pair):
     """``draft_vocab`` with an EAGLE head: the first N of its hot ids (its most frequent tokens), the target's rows
     of them, the same layer; its logits are the full head's at those tokens, bit for bit."""

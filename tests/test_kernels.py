@@ -192,6 +192,58 @@ def test_block_q8_gives_the_float32_products_bit_for_bit(threads):
     torch.testing.assert_close(kernels.linear(x, bq), torch.nn.functional.linear(x, w))
 
 
+class _Tied(torch.nn.Module):
+    """A token embedding and the LM head that shares its weight, as SmolLM2's."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.embed = torch.nn.Embedding(*weight.shape)
+        self.head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        self.embed.weight = self.head.weight = torch.nn.Parameter(weight)
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, x):
+        return self.head(x)
+
+
+@needs_rowgemm
+def test_q8_output_head_gives_the_same_logits_from_a_quarter_of_the_bytes():
+    """A routed LM head whose (tied) weight is exactly Q8_0 is also held as a BlockQ8 and multiplies through it up to
+    ROWGEMM_ROWS_MAX rows, bit for bit the float32 logits; more rows and autograd use the float32 weight, which the
+    embedding keeps sharing; a copy keeps the routing. A head of other values, or one not routed, is left alone."""
+    g = torch.Generator().manual_seed(13)
+    model = _Tied(_q8(300, 64, g))
+    assert not kernels.q8_output_head(model)                 # not routed through linear() yet
+    kernels.use_row_kernels(model)
+    want = {rows: torch.randn(1, rows, 64, generator=g) for rows in (1, 2, 7, kernels.ROWGEMM_ROWS_MAX,
+                                                                       kernels.ROWGEMM_ROWS_MAX + 1)}
+    with torch.inference_mode():
+        floats = {rows: model(x) for rows, x in want.items()}
+    assert kernels.q8_output_head(model) and isinstance(model.head.q8, kernels.BlockQ8)
+    assert model.embed.weight is model.head.weight and torch.equal(model.head.q8.float(), model.head.weight)
+    picked = []
+    real = kernels.linear
+    try:
+        kernels.linear = lambda x, w, b=None: (picked.append(type(w)), real(x, w, b))[1]
+        with torch.inference_mode():
+            for rows, x in want.items():
+                assert torch.equal(model(x), floats[rows]), rows
+    finally:
+        kernels.linear = real
+    assert picked == [kernels.BlockQ8] * 4 + [torch.nn.Parameter]
+    x = torch.randn(2, 64, requires_grad=True)
+    model(x).sum().backward()
+    assert x.grad is not None
+    twin = copy.deepcopy(model)
+    with torch.inference_mode():
+        assert torch.equal(twin(want[1]), floats[1]) and twin.head.q8 is not model.head.q8
+    other = _Tied(torch.randn(300, 64, generator=g))
+    kernels.use_row_kernels(other)
+    assert not kernels.q8_output_head(other) and not hasattr(other.head, "q8")
+
+
 def test_block_q8_refuses_weights_that_are_not_q8_0(monkeypatch):
     """No exact Q8_0 form: random float32 values, a block whose largest code is not 127 (another scale), K not
     a multiple of 32, float64; and none at all where rowgemm does not run."""

@@ -23,9 +23,9 @@ rounding (a few 1e-5 on the logits; ``tests/test_kernels.py``).
 Two weight layouts read fewer bytes for the same products, bit for bit. A layer whose weights are float16 values
 (the EAGLE head's, saved in float16) holds them in float16 (:func:`half_weights`): ``rowgemm_h`` widens them in
 registers (F16C), half the bytes. A weight that is exactly int8 codes times a scale per block of 32 (SmolLM2's
-Q8_0 token embedding, whose 8,192 hot rows are the EAGLE head's LM head) is held so (:class:`BlockQ8`,
-:func:`block_q8`): ``rowgemm_q8`` multiplies it out in registers, a quarter of the bytes. The target's own
-weights are no float16 values (dequantized Q4_1), so they stay float32.
+Q8_0 token embedding, which is its LM head and whose 8,192 hot rows are the EAGLE head's) is held so
+(:class:`BlockQ8`, :func:`block_q8`, :func:`q8_output_head`): ``rowgemm_q8`` multiplies it out in registers, a
+quarter of the bytes. The target's other weights are no float16 values (dequantized Q4_1), so they stay float32.
 """
 from __future__ import annotations
 
@@ -193,6 +193,34 @@ def linear(x, weight, bias=None):
 
 def _forward(self, x):
     return linear(x, self.weight, self.bias)
+
+
+def _forward_q8(self, x):
+    """A forward of :func:`q8_output_head`'s LM head: its :class:`BlockQ8` for the few rows of a decode step or a
+    round, the float32 weight (the same values) for more rows and for training."""
+    import torch
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    fast = 0 < rows <= ROWGEMM_ROWS_MAX and not torch.is_grad_enabled()
+    return linear(x, self.q8 if fast else self.weight, self.bias)
+
+
+def q8_output_head(model) -> bool:
+    """Hold ``model``'s LM head also as a :class:`BlockQ8` when its weight is exactly Q8_0 values (SmolLM2's LM
+    head, tied to its Q8_0 token embedding) and it multiplies by rows (:func:`use_row_kernels`): a forward's
+    logits read a quarter of the head's float32 bytes, bit for bit the same. The float32 weight stays (the
+    embedding shares it) and serves more rows than :data:`ROWGEMM_ROWS_MAX` and training. Every caller of the
+    model's forward takes the same path (the decode loop and transformers' ``generate`` alike). Returns whether
+    it did."""
+    import torch
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or getattr(head.forward, "__func__", None) is not _forward:
+        return False
+    q8 = block_q8(head.weight)
+    if q8 is None:
+        return False
+    head.q8 = q8
+    head.forward = types.MethodType(_forward_q8, head)
+    return True
 
 
 def use_row_kernels(model) -> int:

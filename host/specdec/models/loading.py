@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import OptionError, SpecdecError
-from .kernels import use_row_kernels
+from .kernels import q8_output_head, use_row_kernels
 
 DEMO_TARGET = "smollm2-135m-instruct"
 DEMO_DRAFT = "smollm2-shakespeare-draft-4x192"
@@ -298,7 +298,8 @@ def same_tokenizer(a: str, b: str) -> bool:
 def load(name: str, role: str = "model", tokenizer=None):
     """(model, tokenizer) for a demo name, a local directory, or a hub id; the model's linear layers pick
     their kernel by rows (:func:`specdec.models.kernels.use_row_kernels`: a forward over a few positions costs little
-    more than over one). ``role`` (``target``, ``draft``) names the option in an error. ``tokenizer``: one
+    more than over one), and the demo target's LM head reads its Q8_0 form
+    (:func:`~specdec.models.kernels.q8_output_head`). ``role`` (``target``, ``draft``) names the option in an error. ``tokenizer``: one
     already loaded from the same files (:func:`same_tokenizer`), returned instead of reading a local directory's
     again (the demo target and hub ids read their own).
 
@@ -315,6 +316,7 @@ def load(name: str, role: str = "model", tokenizer=None):
     if name == DEMO_TARGET:
         model, tok = load_demo_target()
         use_row_kernels(model)
+        q8_output_head(model)       # SmolLM2's LM head is its Q8_0 token embedding: a quarter of the bytes
         return model, tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
     _quiet_transformers()
