@@ -101,7 +101,7 @@ def _classes() -> dict[str, type]:
         viewed flat is (2, heads, pages * block, dim) and one ``index_select`` of the sequence's slots
         (:meth:`SlotTable.index`) is already the (heads, positions, dim) layout of both, exactly ``end`` long.
         Where the rows' pages are consecutive (a lone sequence's, as the core hands them out) the slots are one
-        run: the update writes two slices and returns a view of the pool, no gather (docs/benchmarks.md).
+        run: the update writes one slice and returns views of the pool, no gather (docs/benchmarks.md).
         """
 
         is_sliding = False
@@ -133,6 +133,7 @@ def _classes() -> dict[str, type]:
             two, heads, pages, block, dim = pool.shape
             self.pool, self.keys, self.values = pool, pool[0], pool[1]
             self._slots = pool.view(two, heads, pages * block, dim)
+            self._flat = self._slots[0:1], self._slots[1:2]       # keys, values: (1, heads, slots, dim) each
 
         def _fit(self, page: int) -> None:
             """Grow the pool (doubling, at most the core's PAGES) until page number ``page`` has a place."""
@@ -162,11 +163,9 @@ def _classes() -> dict[str, type]:
             new, top, slots, first = self.table.index(start, end)
             self._fit(top)
             self.length = end
-            if first is not None:       # one run of slots: the update is two slice writes and a view
-                run = self._slots[:, :, first:first + end]
-                run[0, :, start:] = key_states[0]
-                run[1, :, start:] = value_states[0]
-                return run[0:1], run[1:2]
+            if first is not None:       # one run of slots: the update is one slice write and two views
+                self._slots.narrow(2, first + start, end - start).copy_(torch.cat((key_states, value_states)))
+                return self._flat[0].narrow(2, first, end), self._flat[1].narrow(2, first, end)
             self._slots.index_copy_(2, new, torch.cat((key_states, value_states)).to(self.pool.dtype))
             both = self._slots.index_select(2, slots)
             return both[0:1], both[1:2]
