@@ -118,7 +118,7 @@ def _baseline(d: dict) -> tuple[str, float]:
 
 #: The runs of the loop's figures: head v2 (EAGLE-3 style) with prompt lookup first and a confidence stop, greedy
 #: (v2 alone in the same run), v2 sampled and its trees (bench/results/README.md: the commands).
-E2E_RUNS = {"greedy": "e2e_demo_lookup_conf_ref_greedy.json", "sampled": "e2e_demo_eagle3_ref_t08.json",
+E2E_RUNS = {"greedy": "e2e_lookup_stop_greedy.json", "sampled": "e2e_demo_eagle3_ref_t08.json",
             "trees": "e2e_demo_eagle3_trees7cal_ref_greedy.json"}
 #: Tokens a target call at the best greedy setting (issue #68).
 TOKENS_PER_CALL_GOAL = 3.8
@@ -139,7 +139,7 @@ def _e2e(root: Path) -> list[tuple[str, str, str, str]]:
     own = [r for r in d["rows"] if r["gamma"] != 0 and "draft" not in r]      # the job's draft: v2 + lookup
     best, speedup, ratio = _vs_peers(d, own)
     calls = best["tokens_per_call"]             # at the best setting
-    out.append((f"EAGLE3+lookup C {d['draft_confidence']} vs target-only, HF assisted", f"{speedup:.2f}x, {ratio:.2f}x",
+    out.append(("EAGLE3+lookup vs target-only, HF assisted", f"{speedup:.2f}x, {ratio:.2f}x",
                 _goals((f"{goal}x", speedup >= goal), (f"{vs_hf}x", ratio >= vs_hf)), name))
     out.append(("EAGLE3+lookup: tokens/call (greedy)", f"{calls:.2f}",
                 _goals((f"{TOKENS_PER_CALL_GOAL}", calls >= TOKENS_PER_CALL_GOAL)), name))
