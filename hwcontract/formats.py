@@ -193,7 +193,7 @@ def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return np.zeros(x.shape, np.int16) if out is None else out
     # A row's max, taken in the logits' own precision (exact), finds NaN (it propagates) and +inf in the same pass.
     mx = x.max(axis=-1, keepdims=True)
-    if not np.isfinite(mx).all() and (np.isnan(mx).any() or np.isposinf(mx).any()):
+    if np.isnan(mx).any() or np.isposinf(mx).any():
         pos = tuple(int(i) for i in np.argwhere(np.isnan(x) | np.isposinf(x))[0])
         raise ValueError(f"logit at position {pos} is {x[pos]!r}: NaN or +inf cannot be quantized")
     # NaN and +inf refused, the only non-finite entries are -inf: a row's max is its finite max (a row of

@@ -299,9 +299,9 @@ def load(name: str, role: str = "model", tokenizer=None):
     """(model, tokenizer) for a demo name, a local directory, or a hub id; the model's linear layers pick
     their kernel by rows (:func:`specdec.models.kernels.use_row_kernels`: a forward over a few positions costs little
     more than over one), and the demo target's LM head reads its Q8_0 form
-    (:func:`~specdec.models.kernels.q8_output_head`). ``role`` (``target``, ``draft``) names the option in an error. ``tokenizer``: one
-    already loaded from the same files (:func:`same_tokenizer`), returned instead of reading a local directory's
-    again (the demo target and hub ids read their own).
+    (:func:`~specdec.models.kernels.q8_output_head`). ``role`` (``target``, ``draft``) names the option in an
+    error. ``tokenizer``: one already loaded from the same files (:func:`same_tokenizer`), returned instead of
+    reading a local directory's again (the demo target and hub ids read their own).
 
     Raises
     ------
