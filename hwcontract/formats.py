@@ -163,8 +163,8 @@ def quantize(logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     ``code = clip(round(logit * 256), -32767, 32767)``; -inf becomes -32768. ``np.round`` rounds half to
     even (ties only occur for logits that are exact multiples of 1/512). Only the row's first maximal
     entry keeps code 0; any other entry that rounds to 0 becomes -1, so the lowest-index argmax of the
-    codes is the argmax of the float logits (greedy verification decides as float greedy decoding). A row of only -inf stays all
-    -32768 (the core raises EMPTY_ROW on it).
+    codes is the argmax of the float logits (greedy verification decides as float greedy decoding). A row
+    of only -inf stays all -32768 (the core raises EMPTY_ROW on it).
 
     Parameters
     ----------
