@@ -11,7 +11,7 @@ from ..errors import OptionError
 from ..kv.layout import pick_block
 from ..models import loading
 from ..models.hotvocab import check_size
-from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job
+from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job, split_lookup
 
 
 #: How a draft's name says its hot vocabulary (:func:`draft_name`; :func:`check_serves` looks for it).
@@ -35,18 +35,10 @@ def eagle_dir(draft: str):
     return None
 
 
-def split_lookup(draft: str) -> tuple[str, bool]:
-    """(the head's name, True) for ``<head>+lookup`` (:data:`specdec.app.job.LOOKUP_SUFFIX`), else (``draft``,
-    False)."""
-    if isinstance(draft, str) and draft.endswith(LOOKUP_SUFFIX):
-        return draft.removesuffix(LOOKUP_SUFFIX), True
-    return draft, False
-
-
 def head_dir(draft: str):
     """The directory of the EAGLE head ``draft`` drafts with: an EAGLE head's (:func:`eagle_dir`) or, for
-    ``<head>+lookup`` (:func:`split_lookup`), the head's; None for prompt lookup or a draft model. OptionError
-    where the part before the suffix is no EAGLE head."""
+    ``<head>+lookup`` (:func:`~specdec.app.job.split_lookup`), the head's; None for prompt lookup or a draft
+    model. OptionError where the part before the suffix is no EAGLE head."""
     base, lookup = split_lookup(draft)
     head = eagle_dir(base)
     if lookup and head is None:

@@ -63,6 +63,13 @@ FABRIC_BACKENDS = ("ref", "sim", "pynq")
 KV_AUTO = "auto"
 
 
+def split_lookup(draft) -> tuple[str, bool]:
+    """(the head's name, True) for ``<head>+lookup`` (:data:`LOOKUP_SUFFIX`), else (``draft``, False)."""
+    if isinstance(draft, str) and draft.endswith(LOOKUP_SUFFIX):
+        return draft.removesuffix(LOOKUP_SUFFIX), True
+    return draft, False
+
+
 def tree_readers(field: str) -> str:
     """The tree kinds that read TreeSpec ``field``, in words."""
     return " and ".join(k for k in TREE_KINDS if field in TREE_READS[k])
@@ -173,8 +180,7 @@ class Job:
         if self.tree is not None and self.draft == PROMPT_LOOKUP:
             raise OptionError("draft", self.draft, "a model for tree speculation (tree speculation drafts "
                                                    "with a model; prompt lookup builds no trees)")
-        lookup_head = isinstance(self.draft, str) and self.draft.endswith(LOOKUP_SUFFIX)
-        if lookup_head and self.tree is not None:
+        if split_lookup(self.draft)[1] and self.tree is not None:
             raise OptionError("draft", self.draft, f"a draft without {LOOKUP_SUFFIX!r} for a tree (prompt lookup "
                                                    "drafts chains)")
         if self.draft_vocab is not None:

@@ -18,9 +18,8 @@ from ..models.hotvocab import hot_head_model, hot_ids
 from ..models.int8draft import demo_draft, engine_modules
 from ..models.int8eagle import STATS_FILE, Int8Head, quantize_head
 from ..models.lm import CausalLM, context_length
-from .checks import (HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir, head_dir,
-                     split_lookup)
-from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job, TreeSpec
+from .checks import HOT_VOCAB, check_budget, check_kv_fits, check_sources, draft_name, eagle_dir, head_dir
+from .job import KV_AUTO, LOOKUP_SUFFIX, PROMPT_LOOKUP, Job, TreeSpec, split_lookup
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def open_pair(target: str | None = None, draft: str | None = None, draft_vocab: 
         No draft given for a target that has no default draft; a path that names no model directory.
     """
     target, draft = check_sources(target, draft, draft_vocab, draft_engine)
-    where = head_dir(draft) if draft != PROMPT_LOOKUP else None
+    where = head_dir(draft)             # None for prompt lookup and draft models
     t_model, t_tok = loading.load(target, "target")
     t_lm = CausalLM(t_model, "target")
     if draft == PROMPT_LOOKUP:
