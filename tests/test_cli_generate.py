@@ -13,6 +13,7 @@ import pytest
 import model_pairs
 from specdec import cli, paths
 from specdec.app import runner
+from specdec.app.job import Job
 from specdec.bench import e2e, e2e_report, host
 from specdec.bench import peers as hf
 from specdec.models import kernels, loading
@@ -433,6 +434,13 @@ def test_bench_e2e_runs_further_drafts_side_by_side(gpt2_dirs, tmp_path, capsys)
     assert "--also-drafts must be prompt-lookup, an EAGLE head" in capsys.readouterr().err
 
 
+def test_bench_e2e_runs_must_be_positive(capsys):
+    assert exit_code(["bench", "e2e", "--runs", "0"]) == 2
+    assert "--runs" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="runs must be a positive integer, got 0"):
+        e2e.run(Job(prompts=("x",)), [0, 2], runs=0)
+
+
 @pytest.mark.parametrize("gammas,message", [("0,x", "'x'"), ("0,17", "GAMMA_MAX")])
 def test_bench_e2e_bad_gammas_exit_2(gammas, message, capsys):
     assert exit_code(["bench", "e2e", "--gammas", gammas]) == 2
@@ -556,9 +564,16 @@ def test_bench_e2e_trees(gpt2_dirs, tmp_path):
     out = tmp_path / "e2e.json"
     argv = ["bench", "e2e", "--target", gpt2_dirs[0], "--draft", gpt2_dirs[1], "--gammas", "0,3,7",
             "--tree", "eagle,static", "--tree-budget", "8", "--tree-scores", "calibrated", "--tree-expand", "1",
-            "--n-prompts", "2", "--max-new-tokens", "8", "--json", str(out)]
+            "--n-prompts", "2", "--max-new-tokens", "8", "--runs", "2", "--json", str(out)]
     assert cli.main(argv) == 0
     res = json.loads(out.read_text())
+    assert res["runs"] == 2 and len(res["per_run"]) == 2   # the rows pool both runs; each run's own figures
+    for r in res["rows"]:
+        each = [run["rows"][str(r["gamma"])]["tokens_per_s"] for run in res["per_run"]]
+        assert min(each) <= r["tokens_per_s"] <= max(each)
+        assert r["target_calls"] % 2 == 0               # every prompt twice, the same rounds (greedy)
+    per = [run["best_tree_vs_best_chain"] for run in res["per_run"]]
+    assert res["goals_met"]["best tree >= best chain in tok/s in each of 2 runs"] == all(p["ok"] for p in per)
     eagle_spec = res["trees"]["eagle-8"]             # calibrated on corpus passages before the rows ran
     assert (eagle_spec["scores"], eagle_spec["expand"]) == ("calibrated", 1)
     assert [len(c) for c in eagle_spec["calibration"]] == [3, 3] and res["trees"]["static-8"]["calibration"] is None

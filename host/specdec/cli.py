@@ -431,6 +431,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "chains at every gamma above 0, side by side with --draft's")
     e.add_argument("--no-peers", action="store_true",
                    help="skip the Hugging Face peers (target-only generate, assisted generation)")
+    e.add_argument("--runs", type=_positive, default=1,
+                   help="repeat the whole timed loop N times: figures pooled over the runs, each run's own in "
+                        "per_run (default 1)")
     e.add_argument("--json", metavar="FILE", help="write the results as JSON")
     e.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
     d = b_sub.add_parser("draft", help="the demo draft on the int8 draft engine vs its float twin: agreement, "
@@ -687,7 +690,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     peers = [] if args.no_peers else default_peers(guard if guard > 0 else 4)
     others = [d for d in (args.also_drafts or "").split(",") if d]
     res = e2e.run(job, gammas, args.backend, trees=trees, guard_gamma=None if guard == -1 else guard,
-                  peers=peers, pipelined=piped, others=others)
+                  peers=peers, pipelined=piped, others=others, runs=args.runs)
     print(e2e_report.format_table(res))
     _write_json(args.json, res)
     if args.plot:

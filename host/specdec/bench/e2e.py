@@ -193,6 +193,24 @@ def measure(job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list
     return gens, peer_out, time.time() - t0
 
 
+def measure_runs(runs: int, job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list[list[int]],
+                 peers: list[hf_peers.Peer], draft_model, warm: object) -> tuple[dict, dict, float, list[dict]]:
+    """:func:`measure` ``runs`` times: the generations and the peers' runs of every run pooled in run order, the
+    wall seconds of all, and each run's own figures (:func:`run_figures`)."""
+    gens: dict = {k: [] for k in v.labels}
+    peer_out: dict = {p.name: [] for p in peers}
+    wall, per_run = 0.0, []
+    for _ in range(runs):
+        g, po, w = measure(job, pair, cores, v, prompts, peers, draft_model, warm)
+        per_run.append(run_figures(v, g, po))
+        for k in gens:
+            gens[k] += g[k]
+        for k in peer_out:
+            peer_out[k] += po[k]
+        wall += w
+    return gens, peer_out, wall, per_run
+
+
 def schedule(labels: list, peers: list[hf_peers.Peer], i: int) -> list:
     """The runs of prompt ``i`` in order (row labels and peers): the two target-only decoders back to back, our
     gamma 0 and HF ``generate`` (``hf-target``), their order swapped from one prompt to the next so that a drift of
@@ -216,6 +234,20 @@ def baseline(loop_tps: float, peer_out: dict) -> dict:
     use_hf = hf_tps is not None and hf_tps > loop_tps
     return {"name": "hf-target" if use_hf else "loop-gamma0", "tokens_per_s": hf_tps if use_hf else loop_tps,
             "loop_gamma0_tokens_per_s": loop_tps, "hf_target_tokens_per_s": hf_tps}
+
+
+def run_figures(v: Variants, gens: dict[object, list[Generation]], peer_out: dict) -> dict:
+    """One run's own figures (see :func:`run`'s ``runs``): its baseline, every row's tok/s and speedup over it
+    (rows by label), its best row and, with trees, its best tree against its best chain."""
+    base = baseline(summarize(gens[0])["tokens_per_s"], peer_out)
+    rs = rows(v, gens, base["tokens_per_s"])
+    best = _best(rs)
+    out = {"baseline": base, "rows": {str(r["gamma"]): {"tokens_per_s": r["tokens_per_s"], "speedup": r["speedup"]}
+                                      for r in rs},
+           "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None}
+    if v.specs:
+        out["best_tree_vs_best_chain"] = report.best_tree_vs_best_chain(rs)
+    return out
 
 
 def rows(v: Variants, gens: dict[object, list[Generation]], base_tps: float | None = None) -> list[dict]:
@@ -247,9 +279,14 @@ def rows(v: Variants, gens: dict[object, list[Generation]], base_tps: float | No
 def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = None,
         trees: list[TreeSpec] | None = None, guard_gamma: int | None = None,
         peers: list[hf_peers.Peer] | None = None, pipelined: list[int] | None = None,
-        others: list[str] | None = None) -> dict:
+        others: list[str] | None = None, runs: int = 1) -> dict:
     """Measure every gamma, and every token tree in ``trees``, on the prompts of ``job``; see the module
     docstring.
+
+    ``runs`` repeats the whole timed loop (every prompt of every row and peer) that many times: the rows, the
+    baseline and the goals are those of all runs pooled (tokens over seconds), and ``per_run`` gives each run's
+    own baseline, speedups, best row and tree-against-chain ratio, so that a figure's spread between runs of the
+    same process shows in the result (a 2-core machine's speed moves single runs by several percent).
 
     Each tree row is compared with the chains at equal target cost: a tree of N nodes makes the target
     score N positions per call, as a chain of gamma = N - 1 does.
@@ -268,6 +305,8 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     interleaved with the rest (rows ``"<draft>@<gamma>"``); ``drafts`` in the result gives each draft's best row.
     """
     check_options(gammas, guard_gamma, pipelined or [])
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
     cores, fabric = open_backend(job, backend, pair)
     pair = job_pair(job, cores.kv, pair)
     if fabric is not None:          # a fabric draft on a board: its layers on the overlay's engine
@@ -276,11 +315,14 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     draft_model, assistant_name = assistant(pair, peers)
     peers = [p for p in peers or [] if not p.assisted or draft_model is not None]
     prompts = [pairs.encode(pair.tokenizer, p) for p in job.prompts]
-    gens, peer_out, wall = measure(job, pair, cores, v, prompts, peers, draft_model, gammas[-1])
+    gens, peer_out, wall, per_run = measure_runs(runs, job, pair, cores, v, prompts, peers, draft_model, gammas[-1])
     hf_assistant = assistant_name if assistant_name and any(p.assisted for p in peers) else None
     base = baseline(summarize(gens[0])["tokens_per_s"], peer_out)
     res = result(job, pair, backend, v, gens, rows(v, gens, base["tokens_per_s"]), wall, hf_assistant)
     res["baseline"] = base
+    res["runs"] = runs
+    if runs > 1:
+        res["per_run"] = per_run
     if peers:
         _add_peers(res, peer_out, gens, job.sampling.greedy)
     if v.guard:
@@ -316,7 +358,7 @@ def result(job: Job, pair: pairs.Pair, backend: str, v: Variants, gens: dict, ro
     spec_rows = [r for r in rows if r["gamma"] != 0]
     best = _best(rows)
     same = all(gens[k][i].tokens == gens[0][i].tokens for k in v.labels if k not in v.guard.values()
-               for i in range(len(job.prompts)))
+               for i in range(len(gens[0])))
     res = {"target": pair.target_name, "draft": pair.draft_name, "backend": backend,
            **({"hf_assistant": hf_assistant} if hf_assistant else {}),
            "prompts": len(job.prompts), "max_new_tokens": job.max_new_tokens,
@@ -374,3 +416,6 @@ def _add_goals(res: dict, greedy: bool) -> None:
             res["goals_met"][f"{c['tree']}: tokens/call above the best chain at equal target cost"] = c["higher"]
     if res.get("best_tree_vs_best_chain"):
         res["goals_met"]["best tree >= best chain in tok/s"] = res["best_tree_vs_best_chain"]["ok"]
+    per = [r.get("best_tree_vs_best_chain") for r in res.get("per_run", [])]
+    if per and all(per):
+        res["goals_met"][f"best tree >= best chain in tok/s in each of {len(per)} runs"] = all(p["ok"] for p in per)

@@ -129,6 +129,11 @@ def format_table(res: dict) -> str:
                      f"{bt['chain_tokens_per_s']:.2f} tok/s ({bt['ratio']:.2f}x)" +
                      (f"; chain-shaped in every round, not counted: {', '.join(map(str, bt['chain_shaped']))}"
                       if bt["chain_shaped"] else ""))
+    for i, run in enumerate(res.get("per_run", [])):
+        b, best, bt = run["baseline"], run["best"], run.get("best_tree_vs_best_chain")
+        lines.append(f"run {i + 1}: baseline {b['name']} {b['tokens_per_s']:.2f} tok/s" +
+                     (f"; best {best['gamma']} {best['speedup']:.2f}x" if best else "") +
+                     (f"; best tree vs best chain {bt['ratio']:.2f}x" if bt else ""))
     be = res.get("breakeven")
     if be and "skipped" in be:
         lines.append(f"break-even model: not computed ({be['skipped']})")

@@ -7,12 +7,13 @@ memory's speed or less on the project's CPU, a 2-core AMD EPYC with AVX2 (docs/b
 has the measurements). So the model's linear layers multiply through :func:`linear`:
 
 * up to :data:`ROWGEMM_ROWS_MAX` rows through ``rowgemm`` (``csrc/rowgemm.cpp``): each thread streams its share
-  of W's rows once, with a software prefetch, against the few rows of x held in L1 (AVX2/FMA, OpenMP on torch's
-  thread count). Up to seven rows, each W row meets all of them in one pass; more go in groups as equal as can
-  be (9 rows: 3 + 3 + 3). From 5 rows on the FMAs bound it rather than reading W, and it takes three W rows at a
-  time (twelve accumulators). Every output sums in the same order (eight lanes over k, their sum, the tail, the
-  bias), so a row's product is the same bits whatever rows are multiplied beside it. It is compiled with g++ on
-  first use and cached in the build folder's ``kernels/`` (:func:`specdec.paths.build_dir`);
+  of W's rows once, with a software prefetch (into L2 where several rows of x fill L1), against the few rows of x
+  held in L1 (AVX2/FMA, OpenMP on torch's thread count). Up to seven rows, each W row meets all of them in one
+  pass; more go in groups as equal as can be (9 rows: 3 + 3 + 3). From 5 rows on the FMAs bound it rather than
+  reading W, and it takes three W rows at a time (twelve accumulators). Every output sums in the same order (eight
+  lanes over k, their sum, the tail, the bias), so a row's product is the same bits whatever rows are multiplied
+  beside it. It is compiled with g++ on first use and cached in the build folder's ``kernels/``
+  (:func:`specdec.paths.build_dir`);
 * more rows through ``W @ x.T`` (MKL with the weight as the row-major left operand, faster than ``F.linear``
   from 2 rows up).
 

@@ -4,7 +4,9 @@
 // contiguous share of W's rows and streams them from memory once with a software prefetch ahead, against the few
 // rows of x that stay in L1 (span: one W row against up to seven rows of x, or three W rows against groups of up
 // to four). Up to about six rows the product is bound by reading W, so its time hardly grows with M; from eight
-// rows on, by the FMAs (measured in specdec/kernels.py and at span).
+// rows on, by the FMAs (measured in specdec/kernels.py and at span). A product of one row prefetches W into L1; one
+// of more rows prefetches it into L2 only, so the stream does not evict the rows of x from L1 and the FMAs overlap
+// the stream (docs/benchmarks.md, "the row kernel's prefetch").
 //
 // rowgemm_h takes W in IEEE half precision (uint16 bits) and widens each 8-float slice in registers (F16C), and
 // rowgemm_q8 takes W as int8 codes times a float32 scale per block of 32 (GGUF's Q8_0) and multiplies them out in
@@ -74,9 +76,11 @@ struct Q8 {                 // int8 codes times one float32 scale per block of 3
 // One tile: NW rows of W (from n; the last `cnt` of a share may be fewer, the missing ones read row n again and
 // are not stored) against MM rows of x (from m0), NW x MM accumulators over k. Every output sums over k in the
 // same order (eight lanes in steps of 8, their sum, the tail with one rounding each, then the bias), so its bits
-// do not depend on the tile that computed it. PF: this tile is the first to read these W rows, so it prefetches.
+// do not depend on the tile that computed it. PF: this tile is the first to read these W rows, so it prefetches
+// (into L1 for a lone row of x, else into L2: the rows of x keep L1).
 template <int NW, int MM, bool PF, typename W>
 TARGET inline void tile(const float *x, int K, const W &w, const float *b, float *y, int N, int n, int cnt, int m0) {
+    constexpr auto HINT = NW * MM == 1 ? _MM_HINT_T0 : _MM_HINT_T1;
     const int K8 = K & ~7;
     typename W::Row wr[NW];
     for (int j = 0; j < NW; j++) wr[j] = w.row(j < cnt ? n + j : n);
@@ -88,7 +92,7 @@ TARGET inline void tile(const float *x, int K, const W &w, const float *b, float
     for (int k = 0; k < K8; k += 8) {
         __m256 v[NW];
         for (int j = 0; j < NW; j++) {
-            if (PF) _mm_prefetch((const char *)wr[j].ptr(k + PREFETCH), _MM_HINT_T0);
+            if (PF) _mm_prefetch((const char *)wr[j].ptr(k + PREFETCH), HINT);
             v[j] = wr[j].load8(k);
         }
         for (int i = 0; i < MM; i++) {
