@@ -31,6 +31,7 @@ from ..decoding.loop import eos_ids
 from ..decoding.metrics import summarize
 from ..decoding.pipeline import PipelinedDraft
 from ..decoding.base import ADAPTIVE_GAMMAS, Drafter, Generation, Sampling
+from ..errors import check_int
 from ..hw.builds import CORE_PARAMS
 from ..hw.cores import Cores
 from ..models import corpus, kernels, loading
@@ -165,18 +166,19 @@ def variants(job: Job, pair: pairs.Pair, gammas: list, trees: list[TreeSpec], pi
 def measure(job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list[list[int]],
             peers: list[hf_peers.Peer], draft_model, warm: object) -> tuple[dict, dict, float]:
     """Every row's generation of every prompt, and every peer's, interleaved prompt by prompt (:func:`schedule`)
-    after an untimed warm-up of row ``warm`` and every peer (the first calls into torch and numpy allocate):
-    (generations by label, the peers' (tokens, seconds) by name, the wall seconds)."""
+    after an untimed warm-up of row ``warm`` and every peer (the first calls into torch and numpy allocate; None:
+    no warm-up): (generations by label, the peers' (tokens, seconds) by name, the wall seconds)."""
     from tqdm import tqdm
     eos = frozenset(eos_ids(pair.target))
 
     def peer_run(peer, i, ids, n):
         return hf_peers.generate(peer, pair.target.model, draft_model, ids, n, job.sampling, eos, job.seed + i)
 
-    generate_one(dataclasses.replace(v.jobs[warm], max_new_tokens=4), 0, prompts[0], pair.target,
-                 v.drafters[warm], cores.verifier)
-    for peer in peers:
-        peer_run(peer, 0, prompts[0], 4)
+    if warm is not None:
+        generate_one(dataclasses.replace(v.jobs[warm], max_new_tokens=4), 0, prompts[0], pair.target,
+                     v.drafters[warm], cores.verifier)
+        for peer in peers:
+            peer_run(peer, 0, prompts[0], 4)
     gens: dict = {k: [] for k in v.labels}
     peer_out: dict = {p.name: [] for p in peers}
     t0 = time.time()
@@ -195,13 +197,13 @@ def measure(job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list
 
 def measure_runs(runs: int, job: Job, pair: pairs.Pair, cores: Cores, v: Variants, prompts: list[list[int]],
                  peers: list[hf_peers.Peer], draft_model, warm: object) -> tuple[dict, dict, float, list[dict]]:
-    """:func:`measure` ``runs`` times: the generations and the peers' runs of every run pooled in run order, the
-    wall seconds of all, and each run's own figures (:func:`run_figures`)."""
+    """:func:`measure` ``runs`` times, warmed up before the first: the generations and the peers' runs of every run
+    pooled in run order, the wall seconds of all, and each run's own figures (:func:`run_figures`)."""
     gens: dict = {k: [] for k in v.labels}
     peer_out: dict = {p.name: [] for p in peers}
     wall, per_run = 0.0, []
-    for _ in range(runs):
-        g, po, w = measure(job, pair, cores, v, prompts, peers, draft_model, warm)
+    for r in range(runs):
+        g, po, w = measure(job, pair, cores, v, prompts, peers, draft_model, warm if r == 0 else None)
         per_run.append(run_figures(v, g, po))
         for k in gens:
             gens[k] += g[k]
@@ -305,8 +307,7 @@ def run(job: Job, gammas: list, backend: str = "ref", pair: pairs.Pair | None = 
     interleaved with the rest (rows ``"<draft>@<gamma>"``); ``drafts`` in the result gives each draft's best row.
     """
     check_options(gammas, guard_gamma, pipelined or [])
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    check_int("runs", runs, 1, allowed="a positive integer")
     cores, fabric = open_backend(job, backend, pair)
     pair = job_pair(job, cores.kv, pair)
     if fabric is not None:          # a fabric draft on a board: its layers on the overlay's engine
