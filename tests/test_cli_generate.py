@@ -384,6 +384,7 @@ def test_bench_e2e_json_and_plots(gpt2_dirs, tmp_path):
     assert res["greedy_outputs_identical_across_gammas"] is True
     assert res["host"]["linear_kernel"] == kernels.kernel() and res["host"]["torch_threads"] >= 1
     assert res["host"]["cpu"] == host.cpu_model()
+    assert res["host"]["target_forward"] == "transformers"      # a GPT-2 target: transformers' forward
     # the options that change what the rows measure are recorded (draft confidence, the paged caches' block)
     assert res["draft_confidence"] is None and res["draft_vocab"] is None and res["draft_engine"] == "host"
     assert res["kv_block"] == 16 and res["hf_assistant"] == gpt2_dirs[1]

@@ -39,7 +39,7 @@ ORDER = {
     "specdec.hw.drivers": ("base", "rng", "kvpage", "verifier_errors", "verifier", "treemask", "draftengine",
                            "treeattn", "vecunit"),
     "specdec.kv": ("layout", "pagetable", "paged"),
-    "specdec.models": ("corpus", "kernels", "loading", "lm", "hotvocab", "int8draft", "int8eagle"),
+    "specdec.models": ("corpus", "kernels", "loading", "decoder", "lm", "hotvocab", "int8draft", "int8eagle"),
     "specdec.decoding": ("tree", "base", "rows", "calibration", "breakeven", "threads", "drafters", "trees",
                          "sequoia", "eagle", "pipeline", "loop", "metrics"),
     "specdec.app": ("job", "checks", "pairs", "calibrate", "runner", "notebook"),

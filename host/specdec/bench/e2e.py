@@ -34,7 +34,7 @@ from ..decoding.base import ADAPTIVE_GAMMAS, Drafter, Generation, Sampling
 from ..errors import check_int
 from ..hw.builds import CORE_PARAMS
 from ..hw.cores import Cores
-from ..models import corpus, kernels, loading
+from ..models import corpus, decoder, kernels, loading
 from ..models.hotvocab import hot_head_model
 from ..models.int8draft import bind
 from . import e2e_report as report
@@ -371,7 +371,8 @@ def result(job: Job, pair: pairs.Pair, backend: str, v: Variants, gens: dict, ro
            "bench_wall_s": wall,
            "greedy_outputs_identical_across_gammas": same if job.sampling.greedy else None,
            "best": {"gamma": best["gamma"], "speedup": best["speedup"]} if best else None,
-           "host": {**host_info(), "torch_threads": _torch_threads(), "linear_kernel": kernels.kernel()}}
+           "host": {**host_info(), "torch_threads": _torch_threads(), "linear_kernel": kernels.kernel(),
+                    "target_forward": decoder.description(pair.target.model)}}
     if spec_rows and any(r["gamma"] == 0 for r in rows):
         if breakeven.drafted(rows):
             res["breakeven"] = breakeven.report(rows, CORE_PARAMS["GAMMA_MAX"])

@@ -41,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from ..models.hotvocab import check_map, scatter
-from ..models.kernels import block_q8, half_weights, linear, use_row_kernels
+from ..models.decoder import Layer
+from ..models.kernels import block_q8, half_weights, linear, row_kernel, use_row_kernels
 from ..models.lm import CacheStateError, CausalLM, check_keep
 from ..models.loading import ModelError
 from .drafters import lookup, lookup_chain
@@ -100,6 +101,7 @@ def _module():
             # (load_head replaces them by their kernels.BlockQ8 form where that is exact and rowgemm runs)
             self.register_buffer("hot_ids", hot_ids, persistent=False)
             self.vocab = vocab
+            self.fast = None        # a loaded head's layer through models.decoder (load_head): the same bits
 
         def forward(self, features, tokens, start: int = 0, cache=None):
             """Predicted features (B, T, d) for slots ``start..start+T-1`` from the target's ``features`` (B, T, d;
@@ -130,8 +132,11 @@ def _module():
             if visible is not None:     # an additive float mask: 0 where attended
                 mask = torch.zeros(visible.shape, dtype=x.dtype).masked_fill(~visible, torch.finfo(x.dtype).min)
                 mask = mask[None, None]
+            cos, sin = self.rotary(x, pos)
+            if self.fast is not None and x.shape[0] == 1 and not torch.is_grad_enabled():
+                return self.fast(x, cos.unsqueeze(1), sin.unsqueeze(1), mask, cache, pos)
             return self.layer(x, attention_mask=mask, position_ids=pos, cache=cache, use_cache=cache is not None,
-                              position_embeddings=self.rotary(x, pos))
+                              position_embeddings=(cos, sin))
 
         def new_cache(self):
             """An empty cache of the head's slots (a transformers DynamicCache)."""
@@ -243,6 +248,7 @@ def load_head(path: str | Path, target_model, hot_vocab: int | None = None):
     head = head.eval().requires_grad_(False).to(torch.float32)
     use_row_kernels(head)               # the layer's products by rows, as the target's (specdec.models.kernels)
     half_weights(head)                  # fc and the layer, stored in float16: read in half the bytes, same products
+    head.fast = Layer(head.layer, row_kernel())     # the layer's forward with its projections fused, same bits
     rows = block_q8(head.head)          # the hot rows of a Q8_0 LM head: a quarter of the bytes, same products
     if rows is not None:
         del head.head                   # the float32 Parameter, replaced by its exact int8 form

@@ -136,7 +136,7 @@ def block_q8(weight) -> BlockQ8 | None:
     exactly a scale times integers in -127..127 (a Q8_0 tensor de-quantized, such as SmolLM2's token embedding
     and tied LM head: Q8_0 scales a block by its largest magnitude / 127); else None."""
     import torch
-    if _rowgemm()[0] is None or weight.dtype != torch.float32 or weight.dim() != 2 or weight.shape[1] % Q8_BLOCK:
+    if not row_kernel() or weight.dtype != torch.float32 or weight.dim() != 2 or weight.shape[1] % Q8_BLOCK:
         return None
     n, k = weight.shape
     b = weight.detach().contiguous().view(n, k // Q8_BLOCK, Q8_BLOCK)
@@ -150,6 +150,16 @@ def block_q8(weight) -> BlockQ8 | None:
 def kernel() -> str:
     """Which kernel :func:`linear` uses in this process, in words (the benchmarks record it)."""
     return _rowgemm()[1]
+
+
+def row_kernel() -> bool:
+    """Whether :func:`linear` multiplies up to :data:`ROWGEMM_ROWS_MAX` rows through rowgemm in this process."""
+    return _rowgemm()[0] is not None
+
+
+def routed(module) -> bool:
+    """Whether ``module``'s forward is :func:`linear` (:func:`use_row_kernels` routed it)."""
+    return getattr(module.forward, "__func__", None) is _forward
 
 
 def linear(x, weight, bias=None):
@@ -214,7 +224,7 @@ def q8_output_head(model) -> bool:
     it did."""
     import torch
     head = model.get_output_embeddings()
-    if type(head) is not torch.nn.Linear or getattr(head.forward, "__func__", None) is not _forward:
+    if type(head) is not torch.nn.Linear or not routed(head):
         return False
     q8 = block_q8(head.weight)
     if q8 is None:
@@ -243,11 +253,11 @@ def half_weights(module) -> int:
     how many were converted. Layers routed through :func:`use_row_kernels` only: another forward would meet a
     float16 weight with float32 inputs."""
     import torch
-    if _rowgemm()[0] is None:
+    if not row_kernel():
         return 0
     n = 0
     for m in module.modules():
-        w = m.weight if type(m) is torch.nn.Linear and getattr(m.forward, "__func__", None) is _forward else None
+        w = m.weight if type(m) is torch.nn.Linear and routed(m) else None
         if w is None or w.dtype != torch.float32:
             continue
         h = w.detach().to(torch.float16)

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import SpecdecError
 from ..kv.layout import DEFAULT_BLOCK
 from ..kv import paged
+from .decoder import forward_for
 from .loading import ModelError
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class CausalLM:
 
     def __init__(self, model, name: str = "", kv: KVPage | None = None, block: int = DEFAULT_BLOCK) -> None:
         self.model, self.name = model, name
+        self._forward = forward_for(model)      # the loop's forward of a Llama-family model (models.decoder)
         head = model.get_output_embeddings()        # a hot-vocabulary or engine head names its full vocabulary
         self.vocab = getattr(head, "vocab", None) or head.weight.shape[0]
         self.eos_token_id = model.generation_config.eos_token_id if model.generation_config else None
@@ -204,11 +206,15 @@ class CausalLM:
         self.pending = 0
 
     def _run(self, **kwargs):
-        """The model's forward over the cache; a paged cache is put back as it was if the forward fails."""
+        """The model's forward over the cache (:mod:`specdec.models.decoder`'s where it serves the model, the same
+        bits as transformers'); a paged cache is put back as it was if the forward fails."""
         import torch
         try:
             with torch.inference_mode():
-                out = self.model(cache=self.cache, use_cache=True, **kwargs)
+                if self._forward is not None:
+                    out = self._forward(cache=self.cache, **kwargs)
+                else:
+                    out = self.model(cache=self.cache, use_cache=True, **kwargs)
         except BaseException:
             if self.paged:
                 self.cache.resync(self.length + self.pending)
