@@ -4,18 +4,22 @@
   EAGLE-3 head reads) over a script of a prefill longer than the row kernel's rows (each projection alone), one
   position, chains of 5 and 11, a rollback and a tree with its commit: the demo target and a routed tiny Llama,
   on dense and paged caches, the projections fused and not;
-* the fused weights are the storage: each projection's weight a view of its rows, the model's bytes unchanged;
+* the fused weights are the storage: each projection's weight a view of its rows, the model's bytes unchanged; a
+  copy whose layers were replaced gets a new forward (or transformers' where a layer is no longer routed);
 * the EAGLE heads' layer (v1 and v2, float16 weights) through it: the same predicted features as transformers'
   layer, a chain of slots and tree nodes over the head's cache;
 * models it does not serve keep transformers' forward; the demo target takes it in the loop; a batch is refused.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
+from transformers import DynamicCache  # noqa: E402
 
 import model_pairs  # noqa: E402
 from specdec import paths  # noqa: E402
@@ -119,6 +123,26 @@ def test_fused_weights_are_held_once():
             base = group[0].weight.untyped_storage().data_ptr()
             assert all(m.weight.untyped_storage().data_ptr() == base for m in group)
             assert all(m.weight.is_contiguous() for m in group)
+
+
+def test_a_copy_with_new_layers_gets_a_new_forward():
+    model = routed_llama()
+    f = decoder.forward_for(model)
+    twin = copy.deepcopy(model)                     # the forward kept on the model is copied with it
+    q = twin.model.layers[1].self_attn.q_proj
+    new = torch.nn.Linear(q.in_features, q.out_features, bias=False)
+    new.weight.data.copy_(q.weight * 0.5)
+    kernels.use_row_kernels(new)
+    twin.model.layers[1].self_attn.q_proj = new     # a replaced projection, routed as before
+    g = decoder.forward_for(twin)
+    assert g is not f and g.model is twin
+    assert decoder.forward_for(twin) is g           # kept once current
+    ids = torch.tensor([[5, 7, 11, 13]])
+    with torch.inference_mode():
+        want = twin(input_ids=ids, cache=DynamicCache(config=twin.config), use_cache=True).logits
+    assert torch.equal(g(ids, DynamicCache(config=twin.config)).logits, want)
+    twin.model.layers[0].mlp.up_proj = torch.nn.Linear(4, 4)       # not routed (as a quantized layer)
+    assert decoder.forward_for(twin) is None
 
 
 def test_models_it_does_not_serve_keep_transformers_forward(torch_threads):

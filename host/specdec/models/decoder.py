@@ -61,6 +61,18 @@ class Layer:
         self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj) if fuse else None
         self.nq, self.nk, self.ni = a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], mlp.gate_proj.weight.shape[0]
 
+    def current(self) -> bool:
+        """Whether the layer still has the projections this forward was built over: every one routed through the
+        row kernels, and the fused ones still views of the fused weights (not replaced, not assigned anew)."""
+        a, mlp = self.layer.self_attn, self.layer.mlp
+        if not all(routed(m) for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj,
+                                       mlp.down_proj)):
+            return False
+        return all(fused is None or all(m.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+                                        for m in group)
+                   for fused, group in ((self.qkv, (a.q_proj, a.k_proj, a.v_proj)),
+                                        (self.gate_up, (mlp.gate_proj, mlp.up_proj))))
+
     def __call__(self, x, cos, sin, mask, cache, position_ids, fused: bool = True):
         """The layer's output for states ``x`` (1, t, d); ``cos``, ``sin``: RoPE's (1, 1, t, head_dim); ``mask``: the
         attention mask as transformers passes it to the attention function; ``cache``: a transformers cache or
@@ -161,11 +173,16 @@ def _fuse(*linears):
 
 
 def forward_for(model) -> Forward | None:
-    """The model's :class:`Forward`, built on the first call and kept on the model; None for a model it does not
-    serve (see the module docstring), which keeps transformers' forward."""
-    if not hasattr(model, "_specdec_forward"):
-        model._specdec_forward = Forward(model) if _serves(model) else None
-    return model._specdec_forward
+    """The model's :class:`Forward`, kept on the model and built anew unless the model still has the layers and
+    weights it was built over (a copy whose layers were replaced: quantized, a new head); None for a model it does
+    not serve (see the module docstring), which keeps transformers' forward."""
+    if not _serves(model):
+        return None
+    f = getattr(model, "_specdec_forward", None)
+    if f is None or f.model is not model or [x.layer for x in f.layers] != list(model.get_decoder().layers) \
+            or not all(x.current() for x in f.layers):
+        f = model._specdec_forward = Forward(model)
+    return f
 
 
 def _serves(model) -> bool:
