@@ -53,9 +53,9 @@ class Layer:
 
     def __init__(self, layer, fuse: bool) -> None:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-        from transformers.models.llama.modeling_llama import eager_attention_forward
+        from transformers.models.llama.modeling_llama import eager_attention_forward, rotate_half
         a, mlp = layer.self_attn, layer.mlp
-        self.layer = layer
+        self.layer, self._rotate_half = layer, rotate_half
         self._attend = ALL_ATTENTION_FUNCTIONS.get_interface(a.config._attn_implementation, eager_attention_forward)
         self.qkv = _fuse(a.q_proj, a.k_proj, a.v_proj) if fuse else None
         self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj) if fuse else None
@@ -77,29 +77,29 @@ class Layer:
         """The layer's output for states ``x`` (1, t, d); ``cos``, ``sin``: RoPE's (1, 1, t, head_dim); ``mask``: the
         attention mask as transformers passes it to the attention function; ``cache``: a transformers cache or
         None; ``fused``: False multiplies each projection alone."""
-        layer, nq, nk, ni = self.layer, self.nq, self.nk, self.ni
+        layer, nq, nk, ni, rotate_half = self.layer, self.nq, self.nk, self.ni, self._rotate_half
         a, mlp = layer.self_attn, layer.mlp
         d, t = a.head_dim, x.shape[1]
         fused = fused and self.qkv is not None and t <= ROWGEMM_ROWS_MAX
-        h = _rms_norm(layer.input_layernorm, x)
+        h = layer.input_layernorm.forward(x)        # the norms' own forward, without a module call's hooks
         if fused:
             y = linear(h, self.qkv)
             qk = y[..., :nq + nk].view(1, t, -1, d).transpose(1, 2)
-            qk = qk * cos + _rotate_half(qk) * sin      # RoPE of the queries and keys at once
+            qk = qk * cos + rotate_half(qk) * sin      # RoPE of the queries and keys at once
             q, k = qk[:, :nq // d], qk[:, nq // d:]
             v = y[..., nq + nk:]
         else:
             # each projection alone, laid out as transformers' (the attention's bits follow its inputs' layout)
             q = linear(h, a.q_proj.weight).view(1, t, -1, d).transpose(1, 2)
             k = linear(h, a.k_proj.weight).view(1, t, -1, d).transpose(1, 2)
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             v = linear(h, a.v_proj.weight)
         v = v.view(1, t, -1, d).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, a.layer_idx)
         o, _ = self._attend(a, q, k, v, mask, dropout=0.0, scaling=a.scaling, position_ids=position_ids)
         x = x + linear(o.reshape(1, t, -1).contiguous(), a.o_proj.weight)
-        h = _rms_norm(layer.post_attention_layernorm, x)
+        h = layer.post_attention_layernorm.forward(x)
         if fused:
             g = linear(h, self.gate_up)
             h = mlp.act_fn(g[..., :ni]) * g[..., ni:]
@@ -143,20 +143,6 @@ class Forward:
             if logits_to_keep:
                 x = x[:, -logits_to_keep:]
             return Output(self.model.get_output_embeddings()(x), cache)
-
-
-def _rms_norm(norm, x):
-    """``LlamaRMSNorm.forward`` for float32 states (its casts are no-ops then)."""
-    import torch
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return norm.weight * (x * torch.rsqrt(variance + norm.variance_epsilon))
-
-
-def _rotate_half(x):
-    """transformers' ``rotate_half``: the last dimension's halves swapped, the first negated."""
-    import torch
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def _fuse(*linears):
