@@ -27,22 +27,7 @@ OPT) keep transformers' forward.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from .kernels import ROWGEMM_ROWS_MAX, linear, routed, row_kernel
-
-if TYPE_CHECKING:       # imported where used: importing this module must not load torch
-    import torch
-
-
-@dataclass
-class Output:
-    """What the loop reads of a forward: the logits of the kept positions and the cache (as transformers'
-    ``CausalLMOutputWithPast`` names them)."""
-
-    logits: torch.Tensor
-    cache: object
 
 
 class Layer:
@@ -62,12 +47,8 @@ class Layer:
         self.nq, self.nk, self.ni = a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], mlp.gate_proj.weight.shape[0]
 
     def current(self) -> bool:
-        """Whether the layer still has the projections this forward was built over: every one routed through the
-        row kernels, and the fused ones still views of the fused weights (not replaced, not assigned anew)."""
+        """Whether the fused projections still are views of the fused weights (not replaced, not assigned anew)."""
         a, mlp = self.layer.self_attn, self.layer.mlp
-        if not all(routed(m) for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj,
-                                       mlp.down_proj)):
-            return False
         return all(fused is None or all(m.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
                                         for m in group)
                    for fused, group in ((self.qkv, (a.q_proj, a.k_proj, a.v_proj)),
@@ -122,8 +103,10 @@ class Forward:
         self.fused = row_kernel()       # one product per group: the row kernel's bits do not depend on the others
         self.layers = [Layer(layer, self.fused) for layer in self.decoder.layers]
 
-    def __call__(self, input_ids, cache, attention_mask=None, position_ids=None, logits_to_keep=None) -> Output:
+    def __call__(self, input_ids, cache, attention_mask=None, position_ids=None, logits_to_keep=None):
+        """transformers' ``CausalLMOutputWithPast`` with the kept positions' logits and the cache."""
         import torch
+        from transformers.modeling_outputs import CausalLMOutputWithPast
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"the decoder's forward takes one sequence, input_ids of shape (1, tokens); got "
                              f"{tuple(input_ids.shape)}")
@@ -142,7 +125,7 @@ class Forward:
             x = self.decoder.norm(x)            # a module call: the runtime's feature hook sits on it
             if logits_to_keep:
                 x = x[:, -logits_to_keep:]
-            return Output(self.model.get_output_embeddings()(x), cache)
+            return CausalLMOutputWithPast(logits=self.model.get_output_embeddings()(x), cache=cache)
 
 
 def _fuse(*linears):
@@ -160,8 +143,8 @@ def _fuse(*linears):
 
 def forward_for(model) -> Forward | None:
     """The model's :class:`Forward`, kept on the model and built anew unless the model still has the layers and
-    weights it was built over (a copy whose layers were replaced: quantized, a new head); None for a model it does
-    not serve (see the module docstring), which keeps transformers' forward."""
+    fused weights it was built over (a copy whose layers were replaced: quantized, a new head); None for a model it
+    does not serve (see the module docstring: every projection routed), which keeps transformers' forward."""
     if not _serves(model):
         return None
     f = getattr(model, "_specdec_forward", None)
@@ -185,6 +168,7 @@ def _serves(model) -> bool:
     return all(routed(m) for layer in model.get_decoder().layers
                for m in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
                          layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj))
+
 
 
 def description(model) -> str:
